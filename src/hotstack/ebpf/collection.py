@@ -1,0 +1,80 @@
+"""Collection: the maps and programs of one object, loaded all-or-nothing."""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import EbpfError
+from .maps import Map
+from .program import Program
+from .spec import PSEUDO_MAP_FD, PSEUDO_MAP_VALUE, CollectionSpec
+
+
+class Collection:
+    def __init__(self, spec: CollectionSpec, maps: dict[str, Map], programs: dict[str, Program]) -> None:
+        self.spec = spec
+        self.maps = maps
+        self.programs = programs
+
+    @classmethod
+    def load(cls, spec: CollectionSpec) -> "Collection":
+        maps: dict[str, Map] = {}
+        programs: dict[str, Program] = {}
+        try:
+            for key, map_spec in spec.maps.items():
+                m = Map.create(map_spec)
+                maps[key] = m
+                if map_spec.initial is not None and any(map_spec.initial):
+                    m.update(b"\0\0\0\0", map_spec.initial)
+                if map_spec.freeze:
+                    m.freeze()
+            for name, prog_spec in spec.programs.items():
+                insns = bytearray(prog_spec.instructions)
+                for index, map_key, extra in prog_spec.map_relocations:
+                    if map_key not in maps:
+                        raise EbpfError(f"program {name} refers to unknown map {map_key}")
+                    base = index * 8
+                    insns[base + 1] = (insns[base + 1] & 0x0F) | (
+                        (PSEUDO_MAP_FD if extra is None else PSEUDO_MAP_VALUE) << 4)
+                    struct.pack_into("<i", insns, base + 4, maps[map_key].fd)
+                    struct.pack_into("<i", insns, base + 12, extra or 0)
+                programs[name] = Program.load(prog_spec, bytes(insns))
+        except BaseException:
+            for p in programs.values():
+                p.close()
+            for m in maps.values():
+                m.close()
+            raise
+        return cls(spec, maps, programs)
+
+    def variable(self, name: str) -> "GlobalVariable":
+        var = self.spec.variables[name]
+        return GlobalVariable(self.maps[var.map_name], var.offset, var.size)
+
+    def close(self) -> None:
+        for p in self.programs.values():
+            p.close()
+        for m in self.maps.values():
+            m.close()
+
+    def __enter__(self) -> "Collection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class GlobalVariable:
+    """A global in .data/.bss, read and written through its map at run time."""
+
+    def __init__(self, m: Map, offset: int, size: int) -> None:
+        self._map, self._offset, self._size = m, offset, size
+
+    def get(self) -> int:
+        raw = self._map.lookup(b"\0\0\0\0") or bytes(self._map.value_size)
+        return int.from_bytes(raw[self._offset:self._offset + self._size], "little")
+
+    def set(self, value: int) -> None:
+        raw = bytearray(self._map.lookup(b"\0\0\0\0") or bytes(self._map.value_size))
+        raw[self._offset:self._offset + self._size] = value.to_bytes(self._size, "little")
+        self._map.update(b"\0\0\0\0", bytes(raw))

@@ -1,0 +1,204 @@
+"""Map: a loaded BPF map and the operations on it (lookup, update, delete, batch)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+from typing import Iterator
+
+from . import syscalls as sc
+from .errors import SyscallError
+from .spec import MapSpec
+
+BPF_NOEXIST = 1
+BPF_ANY = 0
+
+# Map types whose values are per CPU: the kernel reads and writes one value per possible CPU.
+_PERCPU_TYPES = {5, 6, 10}  # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
+
+
+def possible_cpus() -> int:
+    """Number of possible CPUs (per-CPU map values have this many slots)."""
+    with open("/sys/devices/system/cpu/possible") as f:
+        return _count_cpu_list(f.read())
+
+
+def online_cpus() -> list[int]:
+    with open("/sys/devices/system/cpu/online") as f:
+        return _cpu_list(f.read())
+
+
+def _cpu_list(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.append(int(part))
+    return cpus
+
+
+def _count_cpu_list(text: str) -> int:
+    cpus = _cpu_list(text)
+    return max(cpus) + 1 if cpus else 1
+
+
+class Map:
+    def __init__(self, spec: MapSpec, fd: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.fd = fd
+        self.key_size = spec.key_size
+        self.value_size = spec.value_size
+        self.percpu = spec.type in _PERCPU_TYPES
+        # Per-CPU values are rounded up to 8 bytes per CPU.
+        self._ncpu = possible_cpus() if self.percpu else 1
+        self._slot = (spec.value_size + 7) & ~7 if self.percpu else spec.value_size
+        self.buffer_value_size = self._slot * self._ncpu
+
+    @classmethod
+    def create(cls, spec: MapSpec) -> "Map":
+        attr = sc.new_attr()
+        struct.pack_into("<IIIII", attr, 0, spec.type, spec.key_size, spec.value_size, spec.max_entries, spec.flags)
+        name = spec.name.encode()[:15]
+        ctypes.memmove(ctypes.addressof(attr) + 28, name, len(name))
+        fd = sc.bpf(sc.BPF_MAP_CREATE, attr, f"create map {spec.name}")
+        return cls(spec, fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            sc.close(self.fd)
+            self.fd = -1
+
+    # -- single elements -------------------------------------------------------------------
+    def _elem_attr(self, key: bytes, value_buf, flags: int = 0):
+        attr = sc.new_attr()
+        kbuf = ctypes.create_string_buffer(key, len(key))
+        struct.pack_into("<IIQQQ", attr, 0, self.fd, 0, sc.address(kbuf), sc.address(value_buf), flags)
+        return attr, kbuf
+
+    def lookup(self, key: bytes) -> bytes | None:
+        value = ctypes.create_string_buffer(self.buffer_value_size)
+        attr, _k = self._elem_attr(key, value)
+        err = sc.bpf_errno(sc.BPF_MAP_LOOKUP_ELEM, attr)
+        if err == errno.ENOENT:
+            return None
+        if err:
+            raise SyscallError.from_errno(f"lookup in map {self.name}", err)
+        return value.raw
+
+    def lookup_percpu(self, key: bytes) -> list[bytes]:
+        raw = self.lookup(key)
+        if raw is None:
+            return []
+        return [raw[i * self._slot:i * self._slot + self.value_size] for i in range(self._ncpu)]
+
+    def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        if self.percpu and len(value) == self.value_size:
+            value = value.ljust(self._slot, b"\0") * self._ncpu
+        vbuf = ctypes.create_string_buffer(value, len(value))
+        attr, _k = self._elem_attr(key, vbuf, flags)
+        sc.bpf(sc.BPF_MAP_UPDATE_ELEM, attr, f"update map {self.name}")
+
+    def delete(self, key: bytes) -> bool:
+        attr, _k = self._elem_attr(key, None)
+        err = sc.bpf_errno(sc.BPF_MAP_DELETE_ELEM, attr)
+        if err == errno.ENOENT:
+            return False
+        if err:
+            raise SyscallError.from_errno(f"delete from map {self.name}", err)
+        return True
+
+    def keys(self) -> Iterator[bytes]:
+        """All keys, by BPF_MAP_GET_NEXT_KEY (works on every map type and kernel)."""
+        prev: bytes | None = None
+        nxt = ctypes.create_string_buffer(self.key_size)
+        while True:
+            attr = sc.new_attr()
+            kbuf = ctypes.create_string_buffer(prev, len(prev)) if prev is not None else None
+            struct.pack_into("<IIQQ", attr, 0, self.fd, 0, sc.address(kbuf), sc.address(nxt))
+            err = sc.bpf_errno(sc.BPF_MAP_GET_NEXT_KEY, attr)
+            if err == errno.ENOENT:
+                return
+            if err:
+                raise SyscallError.from_errno(f"iterate map {self.name}", err)
+            prev = nxt.raw
+            yield prev
+
+    def freeze(self) -> None:
+        attr = sc.new_attr()
+        struct.pack_into("<I", attr, 0, self.fd)
+        sc.bpf(sc.BPF_MAP_FREEZE, attr, f"freeze map {self.name}")
+
+    # -- batches -----------------------------------------------------------------------------
+    def drain(self, batch: int = 256) -> list[tuple[bytes, bytes]]:
+        """Read and delete every entry (BPF_MAP_LOOKUP_AND_DELETE_BATCH).
+
+        Falls back to key iteration + lookup + delete on kernels without batch ops.
+        """
+        try:
+            return self._batch(sc.BPF_MAP_LOOKUP_AND_DELETE_BATCH, batch)
+        except SyscallError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOTSUP, 524):  # 524 = ENOTSUPP
+                raise
+        items = []
+        for key in list(self.keys()):
+            value = self.lookup(key)
+            if value is not None:
+                items.append((key, value))
+            self.delete(key)
+        return items
+
+    def items(self, batch: int = 256) -> list[tuple[bytes, bytes]]:
+        try:
+            return self._batch(sc.BPF_MAP_LOOKUP_BATCH, batch)
+        except SyscallError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOTSUP, 524):
+                raise
+        return [(k, v) for k in list(self.keys()) if (v := self.lookup(k)) is not None]
+
+    def _batch(self, cmd: int, batch: int) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        ks, vs = self.key_size, self.buffer_value_size
+        keys = ctypes.create_string_buffer(ks * batch)
+        values = ctypes.create_string_buffer(vs * batch)
+        # Hash maps use a bucket index as the batch cursor; 8 bytes covers every map type.
+        in_batch = ctypes.create_string_buffer(max(ks, 8))
+        out_batch = ctypes.create_string_buffer(max(ks, 8))
+        first = True
+        while True:
+            attr = sc.new_attr()
+            struct.pack_into("<QQQQII", attr, 0, 0 if first else sc.address(in_batch), sc.address(out_batch),
+                             sc.address(keys), sc.address(values), batch, self.fd)
+            err = sc.bpf_errno(cmd, attr)
+            count, = struct.unpack_from("<I", attr, 32)
+            if err not in (0, errno.ENOENT):
+                if err == errno.ENOSPC and batch < 1 << 16:   # one bucket holds more than `batch`
+                    return out + self._batch(cmd, batch * 4) if cmd == sc.BPF_MAP_LOOKUP_AND_DELETE_BATCH \
+                        else self._batch(cmd, batch * 4)
+                raise SyscallError.from_errno(f"batch read of map {self.name}", err)
+            kraw, vraw = keys.raw, values.raw
+            for i in range(count):
+                out.append((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]))
+            if err == errno.ENOENT:
+                return out
+            ctypes.memmove(in_batch, out_batch, len(out_batch))
+            first = False
+
+    def __repr__(self) -> str:
+        return f"Map({self.name!r}, fd={self.fd})"
+
+
+def unpack_percpu_u64(raw: bytes, ncpu: int) -> int:
+    """Sum of a per-CPU u64 value."""
+    return sum(struct.unpack_from("<Q", raw, i * 8)[0] for i in range(ncpu))
+
+
+def close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

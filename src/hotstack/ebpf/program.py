@@ -1,0 +1,78 @@
+"""Program: a loaded BPF program, with the verifier log on failure and run-time stats."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import struct
+from dataclasses import dataclass
+
+from . import syscalls as sc
+from .errors import SyscallError, VerifierError
+from .spec import ProgramSpec
+
+LOG_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProgramStats:
+    run_time_ns: int
+    run_count: int
+
+
+class Program:
+    def __init__(self, spec: ProgramSpec, fd: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.fd = fd
+
+    @classmethod
+    def load(cls, spec: ProgramSpec, instructions: bytes) -> "Program":
+        """Load; on failure retry with a verifier log so the error can say why."""
+        try:
+            return cls(spec, _prog_load(spec, instructions, log_level=0))
+        except SyscallError as first:
+            if first.errno not in (errno.EACCES, errno.EINVAL, errno.E2BIG, errno.ENOSPC):
+                raise
+        log = ctypes.create_string_buffer(LOG_SIZE)
+        try:
+            fd = _prog_load(spec, instructions, log_level=1, log=log)
+        except SyscallError as second:
+            text = log.value.decode("utf-8", "replace")
+            if not text.strip():
+                raise
+            raise VerifierError(spec.name, second.errno, text) from None
+        return cls(spec, fd)  # loaded the second time: a transient failure
+
+    def stats(self) -> ProgramStats:
+        """Run time and run count (counted only while BPF stats are enabled)."""
+        info = ctypes.create_string_buffer(256)
+        attr = sc.new_attr()
+        struct.pack_into("<IIQ", attr, 0, self.fd, len(info), sc.address(info))
+        sc.bpf(sc.BPF_OBJ_GET_INFO_BY_FD, attr, f"info of program {self.name}")
+        run_time_ns, run_cnt = struct.unpack_from("<QQ", info, 192)
+        return ProgramStats(run_time_ns, run_cnt)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            sc.close(self.fd)
+            self.fd = -1
+
+
+def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None) -> int:
+    insns = ctypes.create_string_buffer(instructions, len(instructions))
+    license = ctypes.create_string_buffer(spec.license.encode())
+    attr = sc.new_attr()
+    struct.pack_into("<IIQQIIQ", attr, 0, spec.prog_type, len(instructions) // 8, sc.address(insns),
+                     sc.address(license), log_level, len(log) if log is not None else 0, sc.address(log))
+    name = spec.name.encode()[:15]
+    ctypes.memmove(ctypes.addressof(attr) + 48, name, len(name))
+    struct.pack_into("<I", attr, 68, spec.attach_type)
+    return sc.bpf(sc.BPF_PROG_LOAD, attr, f"load program {spec.name}")
+
+
+def enable_run_time_stats() -> int:
+    """Turn on kernel-wide BPF run-time accounting; it stays on while the fd is open."""
+    attr = sc.new_attr()
+    struct.pack_into("<I", attr, 0, 0)  # BPF_STATS_RUN_TIME
+    return sc.bpf(sc.BPF_ENABLE_STATS, attr, "enable BPF run-time stats")

@@ -1,0 +1,26 @@
+"""The one error base class of hotstack.
+
+Only the CLI prints errors; every layer raises a HotstackError (or a subclass)
+whose message is one line that says what failed and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class HotstackError(Exception):
+    """An error meant for people: one line, and the exit code to leave with."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(HotstackError):
+    """Bad input: flags, config files, arguments."""
+
+
+class PrivilegeError(HotstackError):
+    """The host does not allow what we need (capabilities, sysctls, limits)."""
