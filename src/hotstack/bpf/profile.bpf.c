@@ -97,6 +97,24 @@ struct {
 	__type(value, __u8);
 } filter_comms SEC(".maps");
 
+/*
+ * Processes seen for the first time are announced in `new_pids`, which userspace
+ * drains often, so that it reads their maps while they still exist.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} seen_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} new_pids SEC(".maps");
+
 static __always_inline void count_stat(__u32 index)
 {
 	__u64 *value = bpf_map_lookup_elem(&stats, &index);
@@ -141,6 +159,13 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	if (filter_by_comm && !bpf_map_lookup_elem(&filter_comms, comm)) {
 		count_stat(STAT_FILTERED);
 		return 0;
+	}
+
+	if (key.pid != 0 && !bpf_map_lookup_elem(&seen_pids, &key.pid)) {
+		__u8 one = 1;
+
+		bpf_map_update_elem(&seen_pids, &key.pid, &one, BPF_ANY);
+		bpf_map_update_elem(&new_pids, &key.pid, &one, BPF_ANY);
 	}
 
 	buffer = active_buffer & 1;

@@ -1,0 +1,48 @@
+# hotstack: the two front doors for people (`make run`, `make test`) and the build of generated files.
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+BPF_DIR := src/hotstack/bpf
+BPF_SOURCES := $(wildcard $(BPF_DIR)/*.bpf.c)
+BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
+CLANG ?= clang
+ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
+
+.PHONY: run test venv bpf check-generated clean
+
+# Profile this host for 10 seconds and print the hottest stacks (needs root).
+run: venv
+	$(VENV)/bin/hotstack run profile_cpu --timeout 10
+
+# The whole test suite, as root, against the real kernel.
+test: venv
+	$(VPY) -m pytest -ra tests
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+# Rebuild the committed BPF objects from their C sources (Debian's clang, no kernel headers needed).
+# Debug info is dropped and .BTF kept (map definitions live there); .BTF.ext is dropped because it
+# would embed the build directory.
+bpf: $(BPF_OBJECTS)
+
+$(BPF_DIR)/%.bpf.o: $(BPF_DIR)/%.bpf.c $(wildcard $(BPF_DIR)/*.h)
+	cd $(BPF_DIR) && $(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_x86 -fdebug-prefix-map=$$PWD=. \
+		-I$(ARCH_INCLUDE) -Wall -Werror -c $*.bpf.c -o $*.bpf.tmp.o
+	llvm-objcopy --strip-debug --remove-section=.BTF.ext --remove-section=.rel.BTF.ext \
+		--remove-section=.llvm_addrsig $(BPF_DIR)/$*.bpf.tmp.o $@
+	rm -f $(BPF_DIR)/$*.bpf.tmp.o
+
+# CI: the committed objects must be what their sources build into.
+check-generated:
+	touch $(BPF_SOURCES)
+	$(MAKE) bpf
+	git diff --exit-code -- $(BPF_DIR)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

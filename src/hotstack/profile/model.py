@@ -1,0 +1,113 @@
+"""The one profile data model that every output reads.
+
+Pure data: no BPF, no network. A Profile holds Samples; a Sample holds a stack of
+Frames (leaf first) and a value, plus the identity of the thread it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FrameKind(str, Enum):
+    KERNEL = "kernel"
+    NATIVE = "native"
+    PYTHON = "python"
+    JIT = "jit"
+
+
+UNKNOWN = "[unknown]"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One symbolized frame.
+
+    `name` is what people read: the function, or `module+0xOFF` when the file has no
+    symbol for the address, or `[unknown]` when not even the file is known.
+    """
+
+    name: str
+    kind: FrameKind = FrameKind.NATIVE
+    module: str = ""        # path of the mapped file; "[kernel.kallsyms]" or "[module]" for the kernel
+    address: int = 0        # address inside the module (ELF virtual address), or the kernel address
+    build_id: str = ""
+    file: str = ""          # source file, where known
+    line: int = 0           # source line, where known
+    resolved: bool = True   # False for module+0xOFF and [unknown]
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kind is FrameKind.KERNEL
+
+
+@dataclass(frozen=True, slots=True)
+class ValueType:
+    type: str
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A distinct stack of one thread with its count. `stack` is leaf first: kernel frames, then user."""
+
+    stack: tuple[Frame, ...]
+    value: int
+    pid: int
+    tid: int
+    comm: str
+    labels: tuple[tuple[str, str], ...] = ()   # extra attributes: container id, target labels ...
+
+    def label(self, key: str, default: str = "") -> str:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass
+class ProfileStats:
+    """What happened while sampling: shown in the result's footer, never dropped silently."""
+
+    samples: int = 0              # samples the BPF program saw (before filters)
+    idle: int = 0                 # dropped: idle CPU (without --include-idle)
+    filtered: int = 0             # dropped: pid/comm filters
+    counts_full: int = 0          # dropped: aggregation map full
+    user_stacks_lost: int = 0     # kept, but without their user stack
+    kernel_stacks_lost: int = 0   # kept, but without their kernel stack
+    stack_collisions: int = 0     # of those lost, by stack-map bucket collisions
+
+    def add(self, other: "ProfileStats") -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+CPU_SAMPLE_TYPE = ValueType("samples", "count")
+CPU_PERIOD_TYPE = ValueType("cpu", "nanoseconds")
+
+
+@dataclass
+class Profile:
+    """Samples of one interval [start_ns, start_ns + duration_ns)."""
+
+    samples: list[Sample]
+    start_ns: int
+    duration_ns: int
+    frequency_hz: int
+    name: str = "process_cpu"
+    sample_type: ValueType = CPU_SAMPLE_TYPE
+    period_type: ValueType = CPU_PERIOD_TYPE
+    stats: ProfileStats = field(default_factory=ProfileStats)
+
+    @property
+    def period(self) -> int:
+        """Nanoseconds of CPU one sample stands for: 1e9 / Hz."""
+        return 1_000_000_000 // self.frequency_hz if self.frequency_hz else 1
+
+    @property
+    def total(self) -> int:
+        return sum(s.value for s in self.samples)
+
+    def __bool__(self) -> bool:
+        return bool(self.samples)

@@ -1,0 +1,122 @@
+"""CpuProfiler: the engine behind both front doors.
+
+Sampling session + process table + symbolizer -> one Profile per interval.
+A background thread drains the kernel's `new_pids` map every 100 ms so that a
+process's maps are read while it still runs, even if it exits before the
+interval's samples are read.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+from ..procs import ProcessTable
+from ..profile.model import Frame, Profile, Sample
+from ..symbols.symbolizer import Symbolizer
+from .session import RawBatch, RawSample, SamplerConfig, SamplingSession
+
+_LOST_USER = Frame("[lost user stack]", resolved=False)
+_LOST_KERNEL = Frame("[lost kernel stack]", resolved=False)
+
+
+class CpuProfiler:
+    def __init__(self, config: SamplerConfig, symbolizer: Symbolizer | None = None,
+                 processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
+        self.config = config
+        self.processes = processes or ProcessTable()
+        self.symbolizer = symbolizer or Symbolizer(self.processes)
+        self.session = SamplingSession(config)
+        self._watch_interval = watch_interval_s
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.session.start()
+        self.symbolizer.kernel  # parse kallsyms now, not in the first interval
+        self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
+        self._watcher.start()
+
+    def _watch_new_pids(self) -> None:
+        while not self._stop.wait(self._watch_interval):
+            self.observe_new_pids()
+
+    def observe_new_pids(self) -> None:
+        collection = self.session._collection
+        if collection is None:
+            return
+        try:
+            entries = collection.maps["new_pids"].drain()
+        except Exception:   # the session is closing under us
+            return
+        for key, _ in entries:
+            self.processes.observe(struct.unpack_from("<I", key)[0])
+
+    def collect(self) -> Profile:
+        """The profile of everything sampled since the last collect."""
+        self.observe_new_pids()
+        batch = self.session.collect()
+        profile = self.to_profile(batch)
+        self._forget_dead()
+        return profile
+
+    def to_profile(self, batch: RawBatch) -> Profile:
+        samples = [self._sample(raw) for raw in batch.samples]
+        return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
+                       frequency_hz=self.config.frequency, stats=batch.stats)
+
+    def _sample(self, raw: RawSample) -> Sample:
+        stack: list[Frame] = []
+        if raw.kernel_stack:
+            stack.extend(self.symbolizer.kernel_frames(list(raw.kernel_stack)))
+        elif raw.kernel_stack_lost:
+            stack.append(_LOST_KERNEL)
+        if raw.user_stack:
+            stack.extend(self.symbolizer.user_frames(raw.pid, list(raw.user_stack)))
+        elif raw.user_stack_lost:
+            stack.append(_LOST_USER)
+        info = self.processes.get(raw.pid) if raw.pid else None
+        labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
+        return Sample(tuple(stack), raw.count, raw.pid, raw.tid, raw.comm, labels)
+
+    def _forget_dead(self) -> None:
+        self.processes.forget_dead()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=1)
+        self.session.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.session.close()
+
+    def __enter__(self) -> "CpuProfiler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, duration_s: float, interval_s: float = 0, on_profile=None,
+            stop: threading.Event | None = None) -> Profile | None:
+        """Sample for `duration_s` (0 = until `stop`), emitting a profile every `interval_s`
+        (0 = one at the end). Returns the last profile."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + duration_s if duration_s > 0 else None
+        last = None
+        while True:
+            now = time.monotonic()
+            wait = [interval_s] if interval_s > 0 else []
+            if deadline is not None:
+                wait.append(max(0.0, deadline - now))
+            finished = stop.wait(min(wait)) if wait else stop.wait()
+            expired = deadline is not None and time.monotonic() >= deadline
+            if finished or expired or interval_s > 0:
+                last = self.collect()
+                if on_profile is not None:
+                    on_profile(last)
+            if finished or expired:
+                return last

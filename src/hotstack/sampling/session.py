@@ -1,0 +1,193 @@
+"""The sampling session: configures the BPF sampler, drains it every interval.
+
+It yields raw samples (pid, tid, comm, stack addresses, count): no symbols, no
+exporters. Draining uses two buffers in the kernel: the session flips the
+program to the other buffer, waits for programs still running on the old one,
+then reads and clears it, so every sample is read exactly once.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+
+from .. import ebpf
+from ..profile.model import ProfileStats
+from . import layout
+
+# Perf-event BPF programs run with preemption off and take microseconds; after a
+# flip, this is ample time for any program that read the old buffer index to finish.
+_FLIP_GRACE_S = 0.005
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    frequency: int = 49
+    pids: tuple[int, ...] = ()
+    comms: tuple[str, ...] = ()
+    include_idle: bool = False
+    user_stacks: bool = True
+    kernel_stacks: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RawSample:
+    pid: int
+    tid: int
+    comm: str
+    user_stack: tuple[int, ...]       # leaf first; empty if not collected or lost
+    kernel_stack: tuple[int, ...]     # leaf first
+    count: int
+    user_stack_lost: bool = False
+    kernel_stack_lost: bool = False
+
+
+@dataclass
+class RawBatch:
+    samples: list[RawSample]
+    start_ns: int
+    end_ns: int
+    stats: ProfileStats = field(default_factory=ProfileStats)
+
+
+def object_path() -> str:
+    return str(resources.files("hotstack.bpf").joinpath("profile.bpf.o"))
+
+
+class SamplingSession:
+    """Owns the loaded sampler and its perf events. Use as a context manager."""
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.config = config
+        self._collection: ebpf.Collection | None = None
+        self._events: list[ebpf.PerfEvent] = []
+        self._active = 0
+        self._last_ns = 0
+        self._stats_fd = -1
+        self._lock = threading.Lock()
+        self._stat_totals = [0] * layout.STAT_MAX
+
+    def start(self) -> None:
+        spec = ebpf.load_spec(object_path(), map_prefix="hotstack")
+        c = self.config
+        spec.set_constant("filter_by_pid", int(bool(c.pids)))
+        spec.set_constant("filter_by_comm", int(bool(c.comms)))
+        spec.set_constant("include_idle", int(c.include_idle))
+        spec.set_constant("collect_user_stacks", int(c.user_stacks))
+        spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
+        self._collection = ebpf.Collection.load(spec)
+        try:
+            for pid in c.pids:
+                self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")
+            for comm in c.comms:
+                self._collection.maps["filter_comms"].update(comm.encode()[:15].ljust(16, b"\0"), b"\x01")
+            try:
+                self._stats_fd = ebpf.enable_run_time_stats()
+            except ebpf.SyscallError:
+                self._stats_fd = -1   # run-time stats are a nicety; sampling works without them
+            self._last_ns = time.time_ns()
+            self._events = ebpf.open_cpu_clock_events(c.frequency, self._collection.programs["profile_cpu"])
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def program(self) -> ebpf.Program:
+        assert self._collection is not None
+        return self._collection.programs["profile_cpu"]
+
+    def bpf_run_time_ns(self) -> int:
+        """Total time the kernel spent in the sampler program (0 if stats are unavailable)."""
+        if self._collection is None or self._stats_fd < 0:
+            return 0
+        return self.program.stats().run_time_ns
+
+    def collect(self) -> RawBatch:
+        """Everything sampled since the previous collect (a delta)."""
+        assert self._collection is not None, "start() first"
+        with self._lock:
+            drained = self._active
+            self._active ^= 1
+            self._collection.variable("active_buffer").set(self._active)
+            time.sleep(_FLIP_GRACE_S)
+            now = time.time_ns()
+            batch = RawBatch(self._read_buffer(drained), self._last_ns, now, self._read_stats())
+            self._last_ns = now
+            return batch
+
+    def _read_buffer(self, index: int) -> list[RawSample]:
+        maps = self._collection.maps
+        counts = maps[f"counts_{index}"]
+        ustacks = maps[f"user_stacks_{index}"]
+        kstacks = maps[f"kern_stacks_{index}"]
+        entries = counts.drain()
+        user_cache: dict[int, tuple[int, ...]] = {}
+        kern_cache: dict[int, tuple[int, ...]] = {}
+
+        def stack(m: ebpf.Map, cache: dict, stack_id: int) -> tuple[int, ...] | None:
+            if stack_id < 0:
+                return ()
+            if stack_id not in cache:
+                raw = m.lookup(struct.pack("<I", stack_id))
+                cache[stack_id] = layout.parse_stack(raw) if raw is not None else None
+            return cache[stack_id]
+
+        samples = []
+        for key, value in entries:
+            pid, tid, ustack_id, kstack_id = layout.SAMPLE_KEY.unpack_from(key)
+            count, comm = layout.SAMPLE_VALUE.unpack_from(value)
+            ustack = stack(ustacks, user_cache, ustack_id)
+            kstack = stack(kstacks, kern_cache, kstack_id)
+            samples.append(RawSample(
+                pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ustack or (), kstack or (), count,
+                user_stack_lost=ustack is None or ustack_id < -1, kernel_stack_lost=kstack is None or kstack_id < -1))
+        for m, cache in ((ustacks, user_cache), (kstacks, kern_cache)):
+            for stack_id in cache:
+                m.delete(struct.pack("<I", stack_id))
+            # Stacks whose count could not be stored (map full) are unreferenced: clear them too.
+            for leftover in list(m.keys()):
+                m.delete(leftover)
+        return samples
+
+    def _read_stats(self) -> ProfileStats:
+        stats_map = self._collection.maps["stats"]
+        totals = []
+        for i in range(layout.STAT_MAX):
+            values = stats_map.lookup_percpu(struct.pack("<I", i))
+            totals.append(sum(struct.unpack_from("<Q", v)[0] for v in values))
+        delta = [t - p for t, p in zip(totals, self._stat_totals)]
+        self._stat_totals = totals
+        return ProfileStats(
+            samples=delta[layout.STAT_SAMPLES], idle=delta[layout.STAT_IDLE],
+            filtered=delta[layout.STAT_FILTERED], counts_full=delta[layout.STAT_COUNTS_FULL],
+            user_stacks_lost=delta[layout.STAT_USTACK_COLLISION] + delta[layout.STAT_USTACK_ERROR],
+            kernel_stacks_lost=delta[layout.STAT_KSTACK_COLLISION] + delta[layout.STAT_KSTACK_ERROR],
+            stack_collisions=delta[layout.STAT_USTACK_COLLISION] + delta[layout.STAT_KSTACK_COLLISION])
+
+    def stop(self) -> None:
+        for event in self._events:
+            try:
+                event.disable()
+            except ebpf.SyscallError:
+                pass
+
+    def close(self) -> None:
+        for event in self._events:
+            event.close()
+        self._events = []
+        if self._collection is not None:
+            self._collection.close()
+            self._collection = None
+        if self._stats_fd >= 0:
+            ebpf.syscalls.close(self._stats_fd)
+            self._stats_fd = -1
+
+    def __enter__(self) -> "SamplingSession":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,238 @@
+"""A bounds-checked ELF reader for symbolization: headers, load segments, symbols, notes.
+
+Symbol tables are read with numpy straight from an mmap of the file: the notes
+measured this 170-310x faster than pyelftools. Every offset and size read from
+the file is checked against the file size, and sizes are capped, so a corrupt or
+hostile file gives an ElfError, never a crash, a hang or unbounded memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import HotstackError
+
+MAX_FILE_SIZE = 4 << 30          # larger files are not symbolized
+MAX_SECTIONS = 1 << 16
+MAX_SYMBOLS = 20_000_000
+
+SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_NOBITS = 2, 11, 7, 8
+PT_LOAD, PT_NOTE = 1, 4
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+
+_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                       ("value", "<u8"), ("size", "<u8")])
+
+
+class ElfError(HotstackError):
+    """The file is not an ELF file we can read (corrupt, truncated, unsupported)."""
+
+
+@dataclass(frozen=True)
+class ElfSection:
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+@dataclass(frozen=True)
+class LoadSegment:
+    vaddr: int
+    offset: int
+    filesz: int
+    memsz: int
+    flags: int
+
+
+class ElfFile:
+    """An ELF64 little-endian file opened for reading (mmap)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ElfError(f"{path}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not (st.st_mode & 0o170000 == 0o100000):
+                raise ElfError(f"{path}: not a regular file")
+            if st.st_size < 64:
+                raise ElfError(f"{path}: too small to be ELF")
+            if st.st_size > MAX_FILE_SIZE:
+                raise ElfError(f"{path}: larger than {MAX_FILE_SIZE >> 30} GiB")
+            self.size = st.st_size
+            self.identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            self._mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+        except OSError as e:
+            raise ElfError(f"{path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        try:
+            self._parse_header()
+        except (struct.error, ValueError, IndexError) as e:
+            self.close()
+            raise ElfError(f"{path}: corrupt ELF ({e})") from None
+
+    def close(self) -> None:
+        try:
+            self._mm.close()
+        except (BufferError, ValueError):
+            pass
+
+    def __enter__(self) -> "ElfFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- safe reads ---------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise ElfError(f"{self.path}: read of {size} bytes at {offset:#x} is past the end of the file")
+        return self._mm[offset:offset + size]
+
+    def _cstr(self, table: ElfSection, offset: int) -> str:
+        if offset >= table.size:
+            return ""
+        start = table.offset + offset
+        end = self._mm.find(b"\0", start, table.offset + table.size)
+        if end < 0:
+            end = table.offset + table.size
+        return self._mm[start:min(end, start + 4096)].decode("utf-8", "replace")
+
+    # -- headers ------------------------------------------------------------------------------
+    def _parse_header(self) -> None:
+        ident = self.read(0, 16)
+        if ident[:4] != b"\x7fELF":
+            raise ElfError(f"{self.path}: not an ELF file")
+        if ident[4] != 2 or ident[5] != 1:
+            raise ElfError(f"{self.path}: only 64-bit little-endian ELF is supported")
+        (self.type, self.machine, _v, self.entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
+         shentsize, shnum, shstrndx) = struct.unpack("<HHIQQQIHHHHHH", self.read(16, 48))
+        self.segments: list[LoadSegment] = []
+        self.note_ranges: list[tuple[int, int]] = []
+        if phnum and phentsize >= 56:
+            raw = self.read(phoff, phnum * phentsize)
+            for i in range(phnum):
+                p_type, p_flags, p_off, p_vaddr, _paddr, p_filesz, p_memsz, _align = struct.unpack_from(
+                    "<IIQQQQQQ", raw, i * phentsize)
+                if p_type == PT_LOAD:
+                    self.segments.append(LoadSegment(p_vaddr, p_off, p_filesz, p_memsz, p_flags))
+                elif p_type == PT_NOTE and p_off + p_filesz <= self.size:
+                    self.note_ranges.append((p_off, p_filesz))
+        self.sections: list[ElfSection] = []
+        if shnum > MAX_SECTIONS:
+            raise ElfError(f"{self.path}: {shnum} sections is absurd")
+        if shnum and shentsize >= 64 and shoff + shnum * shentsize <= self.size:
+            raw = self.read(shoff, shnum * shentsize)
+            headers = [struct.unpack_from("<IIQQQQIIQQ", raw, i * shentsize) for i in range(shnum)]
+            names = None
+            if shstrndx < shnum:
+                h = headers[shstrndx]
+                if h[4] + h[5] <= self.size:
+                    names = ElfSection("", h[1], h[3], h[4], h[5], h[6], h[9])
+            for h in headers:
+                name = self._cstr(names, h[0]) if names else ""
+                self.sections.append(ElfSection(name, h[1], h[3], h[4], h[5], h[6], h[9]))
+
+    def section(self, name: str) -> ElfSection | None:
+        for s in self.sections:
+            if s.name == name:
+                return s
+        return None
+
+    def section_data(self, section: ElfSection, cap: int = 1 << 30) -> bytes:
+        if section.type == SHT_NOBITS:
+            return b""
+        if section.size > cap:
+            raise ElfError(f"{self.path}: section {section.name} is larger than {cap} bytes")
+        return self.read(section.offset, section.size)
+
+    # -- identity -----------------------------------------------------------------------------
+    def build_id(self) -> str:
+        """The GNU build id as hex, or ''."""
+        ranges = list(self.note_ranges) + [(s.offset, s.size) for s in self.sections if s.type == SHT_NOTE]
+        for off, size in ranges:
+            if off + size > self.size or size > 1 << 20:
+                continue
+            blob = self._mm[off:off + size]
+            pos = 0
+            while pos + 12 <= len(blob):
+                namesz, descsz, ntype = struct.unpack_from("<III", blob, pos)
+                name_end = pos + 12 + ((namesz + 3) & ~3)
+                desc_end = name_end + ((descsz + 3) & ~3)
+                if desc_end > len(blob):
+                    break
+                if ntype == 3 and blob[pos + 12:pos + 12 + namesz].rstrip(b"\0") == b"GNU":
+                    return blob[name_end:name_end + descsz].hex()
+                pos = desc_end
+        return ""
+
+    def debuglink(self) -> tuple[str, int] | None:
+        """(.gnu_debuglink file name, CRC32) or None."""
+        s = self.section(".gnu_debuglink")
+        if s is None or s.size < 8 or s.size > 4096:
+            return None
+        data = self.section_data(s)
+        end = data.find(b"\0")
+        if end <= 0:
+            return None
+        crc_off = (end + 4) & ~3
+        if crc_off + 4 > len(data):
+            return None
+        return data[:end].decode("utf-8", "replace"), struct.unpack_from("<I", data, crc_off)[0]
+
+    # -- addresses ----------------------------------------------------------------------------
+    def file_offset_to_vaddr(self, offset: int) -> int | None:
+        """The ELF virtual address that a file offset is loaded at (through PT_LOAD)."""
+        for seg in self.segments:
+            if seg.offset <= offset < seg.offset + max(seg.filesz, 1):
+                return offset - seg.offset + seg.vaddr
+        return None
+
+    # -- symbols ------------------------------------------------------------------------------
+    def function_symbols(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[ElfSection]]:
+        """FUNC/IFUNC symbols of .symtab and .dynsym, sorted by address, one per address.
+
+        Returns (values, sizes, name offsets, string-table index per row, string tables);
+        names stay offsets so that only the names of frames actually shown are decoded.
+        """
+        values, sizes, names, tables = [], [], [], []
+        strtabs: list[ElfSection] = []
+        for kind in (SHT_SYMTAB, SHT_DYNSYM):   # .symtab first: it wins where both name an address
+            for s in self.sections:
+                if s.type != kind or s.size == 0 or s.link >= len(self.sections):
+                    continue
+                count = s.size // _SYM_DTYPE.itemsize
+                if count > MAX_SYMBOLS or s.offset + count * _SYM_DTYPE.itemsize > self.size:
+                    raise ElfError(f"{self.path}: symbol table {s.name} is corrupt or absurdly large")
+                syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=count, offset=s.offset)
+                typ = syms["info"] & 0xF
+                keep = ((typ == STT_FUNC) | (typ == STT_GNU_IFUNC)) & (syms["value"] != 0) & (syms["shndx"] != 0)
+                chosen = syms[keep]
+                values.append(chosen["value"].astype(np.uint64))
+                sizes.append(chosen["size"].astype(np.uint64))
+                names.append(chosen["name"].astype(np.uint32))
+                tables.append(np.full(len(chosen), len(strtabs), dtype=np.uint8))
+                strtabs.append(self.sections[s.link])
+        if not values:
+            empty = np.zeros(0, dtype=np.uint64)
+            return empty, empty, np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.uint8), []
+        v, sz, nm, tb = (np.concatenate(a) for a in (values, sizes, names, tables))
+        order = np.lexsort((tb, v))
+        v, sz, nm, tb = v[order], sz[order], nm[order], tb[order]
+        first = np.concatenate(([True], v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=bool)
+        return v[first], sz[first], nm[first], tb[first], strtabs
+
+    def symbol_name(self, strtab: ElfSection, offset: int) -> str:
+        return self._cstr(strtab, int(offset))
