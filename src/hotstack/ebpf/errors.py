@@ -31,6 +31,9 @@ class VerifierError(EbpfError):
         tail = "\n".join(line for line in log.strip().splitlines()[-6:])
         super().__init__(f"the kernel verifier rejected program {program!r} ({os.strerror(err)}):\n{tail}", err)
 
+    def log_tail(self, lines: int = 8) -> str:
+        return "\n".join(self.log.strip().splitlines()[-lines:])
+
     def short(self) -> str:
         """The last meaningful line of the log, for one-line messages."""
         lines = [line for line in self.log.strip().splitlines() if line.strip()]

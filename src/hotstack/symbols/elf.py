@@ -218,7 +218,8 @@ class ElfFile:
                     raise ElfError(f"{self.path}: symbol table {s.name} is corrupt or absurdly large")
                 syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=count, offset=s.offset)
                 typ = syms["info"] & 0xF
-                keep = ((typ == STT_FUNC) | (typ == STT_GNU_IFUNC)) & (syms["value"] != 0) & (syms["shndx"] != 0)
+                keep = (((typ == STT_FUNC) | (typ == STT_GNU_IFUNC)) & (syms["value"] != 0) & (syms["shndx"] != 0)
+                        & (syms["name"] != 0))
                 chosen = syms[keep]
                 values.append(chosen["value"].astype(np.uint64))
                 sizes.append(chosen["size"].astype(np.uint64))

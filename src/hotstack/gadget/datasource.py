@@ -1,0 +1,63 @@
+"""Datasources in Inspektor Gadget's shape: named fields with annotations, and rows.
+
+Consumers (the OTLP exporter, the renderers) read only fields and annotations, so
+any datasource that carries `profiles.*` annotations can be exported as profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+
+
+@dataclass
+class Field:
+    name: str
+    kind: str                      # string | uint32 | uint64 | int64 | bool | float64 | stack
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hidden(self) -> bool:
+        return self.annotations.get("columns.hidden") == "true"
+
+
+@dataclass
+class DataSource:
+    name: str
+    fields: list[Field]
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def has_field(self, name: str) -> bool:
+        return any(f.name == name for f in self.fields)
+
+    def annotate(self, specs: list[str]) -> None:
+        """Apply `--annotate` values: `ds:key=value` or `ds.field:key=value`, comma-separated."""
+        for spec in specs:
+            for item in filter(None, (s.strip() for s in spec.split(","))):
+                target, sep, assignment = item.partition(":")
+                key, eq, value = assignment.partition("=")
+                if not sep or not eq or not key:
+                    raise ConfigError(f"--annotate {item!r}: expected DATASOURCE[.FIELD]:KEY=VALUE")
+                ds_name, dot, field_name = target.partition(".")
+                if ds_name != self.name:
+                    raise ConfigError(f"--annotate {item!r}: no datasource {ds_name!r} (this gadget has {self.name!r})")
+                if not dot:
+                    self.annotations[key] = value
+                    continue
+                try:
+                    self.field(field_name).annotations[key] = value
+                except KeyError:
+                    names = ", ".join(f.name for f in self.fields)
+                    raise ConfigError(f"--annotate {item!r}: datasource {self.name!r} has no field "
+                                      f"{field_name!r} (fields: {names})") from None
+
+
+Row = dict[str, Any]

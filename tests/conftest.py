@@ -1,0 +1,75 @@
+"""Shared fixtures: real workloads built in the test, run as root against the real kernel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="needs root: eBPF tests load real programs")
+        for item in items:
+            if "root" in item.keywords:
+                item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "root: needs root and a kernel with eBPF")
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("build")
+
+
+def compile_c(source: Path, out: Path, *flags: str, compiler: str = "cc") -> Path:
+    subprocess.run([compiler, *flags, str(source), "-o", str(out)], check=True)
+    return out
+
+
+class Workload:
+    """A process started by a test and always stopped by it (by pid)."""
+
+    def __init__(self, argv: list[str], **kw) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+        self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workloads():
+    started: list[Workload] = []
+
+    def start(argv: list[str], settle: float = 0.2, **kw) -> Workload:
+        w = Workload([str(a) for a in argv], **kw)
+        started.append(w)
+        time.sleep(settle)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def hotstack(*args: str, timeout: float = 120, env: dict | None = None, prefix: list[str] | None = None):
+    """Run the CLI as a separate process, as a user would."""
+    cmd = [*(prefix or []), sys.executable, "-m", "hotstack", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
