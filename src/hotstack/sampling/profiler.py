@@ -114,6 +114,9 @@ class CpuProfiler:
                 wait.append(max(0.0, deadline - now))
             finished = stop.wait(min(wait)) if wait else stop.wait()
             expired = deadline is not None and time.monotonic() >= deadline
+            if finished or expired:
+                # Flush on stop: no sample may arrive after the final drain.
+                self.session.stop()
             if finished or expired or interval_s > 0:
                 last = self.collect()
                 if on_profile is not None:
