@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Test peers of the export area (issue 3):
+#  - OpenTelemetry Collectors built with the collector builder from the Go module proxy, one per OTLP
+#    profiles wire layout we speak (v1.8, v1.9, v1.10), with the OTLP receiver and the debug exporter;
+#    cached by version under $HOTSTACK_CACHE/otelcol-<version>/otelcol.
+#  - Debian's Chromium for the flame graph page test; `go tool pprof` comes with the Go toolchain.
+set -euo pipefail
+CACHE="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}"
+mkdir -p "$CACHE"
+
+# protocol layout -> collector version (the collector compiles in exactly one layout):
+#   v1.8 -> v0.139.0, v1.9 -> v0.147.0, v1.10 -> v0.165.0
+COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.139.0 0.147.0 0.165.0}"
+
+if ! command -v chromium >/dev/null; then
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+    echo "export.sh: Go toolchain not found (the collector builder needs Go >= 1.24)" >&2
+    exit 1
+fi
+
+build_collector() {
+    local version="$1"
+    local dir="$CACHE/otelcol-$version"
+    if [ -x "$dir/otelcol" ]; then
+        return 0
+    fi
+    local work
+    work="$(mktemp -d)"
+    mkdir -p "$work/gopath"
+    cat >"$work/builder.yaml" <<YAML
+dist:
+  name: otelcol
+  description: hotstack test collector (OTLP receiver, debug exporter)
+  output_path: $work/out
+receivers:
+  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver v$version
+exporters:
+  - gomod: go.opentelemetry.io/collector/exporter/debugexporter v$version
+providers:
+  - gomod: go.opentelemetry.io/collector/confmap/provider/fileprovider v$(provider_version "$version")
+YAML
+    GOBIN="$work/bin" go install "go.opentelemetry.io/collector/cmd/builder@v$version"
+    # -trimpath and no VCS stamping keep the build independent of this directory.
+    GOFLAGS="-trimpath -buildvcs=false" "$work/bin/builder" --config "$work/builder.yaml" >"$work/build.log" 2>&1 || {
+        tail -40 "$work/build.log" >&2
+        rm -rf "$work"
+        return 1
+    }
+    mkdir -p "$dir"
+    cp "$work/out/otelcol" "$dir/otelcol.tmp" && mv "$dir/otelcol.tmp" "$dir/otelcol"
+    rm -rf "$work"
+}
+
+# confmap providers are versioned on the stable line (v1.x) since the collector's 1.0 split:
+# 0.139.0 -> 1.45.0, 0.147.0 -> 1.53.0, 0.165.0 -> 1.71.0 (0.N.0 -> 1.(N-94).0).
+provider_version() {
+    local minor
+    minor="$(echo "$1" | cut -d. -f2)"
+    echo "1.$((minor - 94)).0"
+}
+
+for v in $COLLECTOR_VERSIONS; do
+    echo "   collector $v"
+    build_collector "$v"
+done
