@@ -10,6 +10,27 @@
  *
  * Only UAPI types are used (no CO-RE, no vmlinux.h). Tunables are .rodata
  * constants that the loader writes before loading.
+ *
+ * Two ways to get a user stack (unwind/__init__.py has the measurements behind the choice):
+ *  - frame pointers (default, cheapest): bpf_get_stackid(BPF_F_USER_STACK) into
+ *    user_stacks_<buffer>, counted in counts_<buffer> under struct sample_key.
+ *  - snapshot ("dwarf"), for processes in `snapshot_pids` (or all, snapshot_all):
+ *    the sample is not counted in the kernel; instead one record goes to the
+ *    `snapshots` ring buffer, and userspace unwinds it with .eh_frame tables.
+ *
+ * Sample transport (mirrored in sampling/layout.py; keep the two in step):
+ *   counts_<b>:  struct sample_key -> struct sample_value   (frame-pointer samples)
+ *   snapshots:   BPF ring buffer of struct snapshot records, one per sample:
+ *     struct sample_key key     pid, tid, user_stack_id (-1: in the record),
+ *                               kern_stack_id (an id in kern_stacks_<buffer>)
+ *     char   comm[16]
+ *     __u32  buffer             the buffer (0/1) whose stack maps the key's ids refer to
+ *     __u32  stack_len          bytes of user stack copied from regs.sp
+ *     __u64  ip, sp, bp         user registers (the task's pt_regs if the sample hit the kernel)
+ *     __u8   stack[SNAPSHOT_STACK_BYTES]
+ *   A field added to struct sample_key travels through both paths unchanged.
+ *   Userspace drains `snapshots` often, keeps records until their buffer is
+ *   drained, and clears the stack maps of a buffer only after that.
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
@@ -18,6 +39,10 @@
 
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
+#define PAGE_BYTES 4096
+/* The copy is the rest of sp's page plus SNAPSHOT_PAGES whole pages: 16-20 KB. */
+#define SNAPSHOT_PAGES 4
+#define SNAPSHOT_STACK_BYTES ((SNAPSHOT_PAGES + 1) * PAGE_BYTES)
 
 struct sample_key {
 	__u32 pid;
@@ -31,6 +56,17 @@ struct sample_value {
 	char comm[COMM_LEN];
 };
 
+struct snapshot {
+	struct sample_key key;
+	char comm[COMM_LEN];
+	__u32 buffer;
+	__u32 stack_len;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u8 stack[SNAPSHOT_STACK_BYTES];
+};
+
 /* Indexes of the per-CPU `stats` counters; mirrored in sampling/layout.py. */
 enum stat_index {
 	STAT_SAMPLES = 0,        /* samples seen by the program */
@@ -41,6 +77,9 @@ enum stat_index {
 	STAT_KSTACK_COLLISION,   /* kernel stack lost: stack map bucket taken */
 	STAT_USTACK_ERROR,       /* user stack lost: other error (no mm, fault) */
 	STAT_KSTACK_ERROR,       /* kernel stack lost: other error */
+	STAT_SNAPSHOTS,          /* samples sent as user-stack snapshots */
+	STAT_SNAPSHOT_RING_FULL, /* snapshot not sent (ring full): counted with frame pointers */
+	STAT_SNAPSHOT_NO_REGS,   /* snapshot without user registers (kernel thread, exiting task) */
 	STAT_MAX,
 };
 
@@ -49,6 +88,8 @@ const volatile __u32 filter_by_comm = 0;
 const volatile __u32 include_idle = 0;
 const volatile __u32 collect_user_stacks = 1;
 const volatile __u32 collect_kernel_stacks = 1;
+/* 0: frame pointers only; 1: snapshots for pids in snapshot_pids; 2: snapshots for every process. */
+const volatile __u32 snapshot_mode = 0;
 
 /* Which of the two buffers the program writes to (0 or 1); set by userspace. */
 volatile __u32 active_buffer = 0;
@@ -75,6 +116,20 @@ STACK_MAP(user_stacks_0);
 STACK_MAP(user_stacks_1);
 STACK_MAP(kern_stacks_0);
 STACK_MAP(kern_stacks_1);
+
+/* Processes whose user stacks are snapshotted (set by userspace: binaries without frame pointers). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} snapshot_pids SEC(".maps");
+
+/* Size set by userspace before loading (a power of two, a multiple of the page size). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} snapshots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -131,17 +186,126 @@ static __always_inline int stack_lost(__s32 id, __u32 collision, __u32 other)
 	return 1;
 }
 
+/*
+ * Copy the user stack from sp upwards: the rest of sp's page, then whole pages
+ * until SNAPSHOT_PAGES are read or one faults (the top of the stack). Page by
+ * page because a read that crosses into an unmapped page fails as a whole.
+ */
+static __always_inline __u32 copy_user_stack(struct snapshot *rec, __u64 sp)
+{
+	__u32 first = PAGE_BYTES - (sp & (PAGE_BYTES - 1));
+	__u32 done;
+	int i;
+
+	first &= PAGE_BYTES - 1;
+	if (first == 0)
+		first = PAGE_BYTES;
+	if (bpf_probe_read_user(rec->stack, first, (void *)sp))
+		return 0;
+	done = first;
+#pragma unroll
+	for (i = 0; i < SNAPSHOT_PAGES; i++) {
+		__u32 off = done & (SNAPSHOT_PAGES * PAGE_BYTES - 1 + PAGE_BYTES); /* bound for the verifier */
+
+		if (off > SNAPSHOT_PAGES * PAGE_BYTES)
+			break;
+		if (bpf_probe_read_user(rec->stack + off, PAGE_BYTES, (void *)(sp + off)))
+			break;
+		done += PAGE_BYTES;
+	}
+	return done;
+}
+
+/* The user registers of the current task: the sample's own if it hit user mode. */
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct pt_regs *out)
+{
+	void *task;
+	struct pt_regs *regs;
+
+	if (!in_kernel) {
+		out->rip = ctx->regs.rip;
+		out->rsp = ctx->regs.rsp;
+		out->rbp = ctx->regs.rbp;
+		return 0;
+	}
+	task = (void *)bpf_get_current_task_btf();
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs || bpf_probe_read_kernel(out, sizeof(*out), regs))
+		return -1;
+	/* A kernel thread's pt_regs hold no user context. */
+	if ((out->cs & 3) != 3)
+		return -1;
+	return 0;
+}
+
+static __always_inline int wants_snapshot(__u32 pid)
+{
+	if (snapshot_mode == 2)
+		return pid != 0;
+	return snapshot_mode == 1 && bpf_map_lookup_elem(&snapshot_pids, &pid);
+}
+
+/* Send the sample as a snapshot record; 0 if sent, else the caller counts it as usual. */
+static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct sample_key *key,
+					 const char *comm, __u32 buffer, int in_kernel)
+{
+	struct snapshot *rec;
+	struct pt_regs regs = {};
+
+	if (user_regs(ctx, in_kernel, &regs)) {
+		count_stat(STAT_SNAPSHOT_NO_REGS);
+		return -1;
+	}
+	rec = bpf_ringbuf_reserve(&snapshots, sizeof(*rec), 0);
+	if (!rec) {
+		count_stat(STAT_SNAPSHOT_RING_FULL);
+		return -1;
+	}
+	rec->key = *key;
+	rec->key.user_stack_id = -1;
+	__builtin_memcpy(rec->comm, comm, COMM_LEN);
+	rec->buffer = buffer;
+	rec->ip = regs.rip;
+	rec->sp = regs.rsp;
+	rec->bp = regs.rbp;
+	rec->stack_len = copy_user_stack(rec, regs.rsp);
+	bpf_ringbuf_submit(rec, 0);
+	count_stat(STAT_SNAPSHOTS);
+	return 0;
+}
+
+static __always_inline void count_sample(struct sample_key *key, const char *comm, __u32 buffer)
+{
+	struct sample_value init = {};
+	struct sample_value *value;
+	void *counts = buffer ? (void *)&counts_1 : (void *)&counts_0;
+
+	value = bpf_map_lookup_elem(counts, key);
+	if (value) {
+		__sync_fetch_and_add(&value->count, 1);
+		return;
+	}
+	init.count = 1;
+	__builtin_memcpy(init.comm, comm, COMM_LEN);
+	if (bpf_map_update_elem(counts, key, &init, BPF_NOEXIST) == 0)
+		return;
+	/* Another CPU inserted the same key first: add to its entry. */
+	value = bpf_map_lookup_elem(counts, key);
+	if (value) {
+		__sync_fetch_and_add(&value->count, 1);
+		return;
+	}
+	count_stat(STAT_COUNTS_FULL);
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct sample_key key = {};
-	struct sample_value init = {};
-	struct sample_value *value;
 	char comm[COMM_LEN] = {};
 	__u32 buffer;
-	void *counts;
-	int in_kernel;
+	int in_kernel, snapshot;
 
 	key.pid = pid_tgid >> 32;
 	key.tid = (__u32)pid_tgid;
@@ -177,8 +341,10 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		key.kern_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&kern_stacks_1 : (void *)&kern_stacks_0, 0);
 		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	}
+
+	snapshot = collect_user_stacks && key.pid != 0 && wants_snapshot(key.pid);
 	key.user_stack_id = -1;
-	if (collect_user_stacks && key.pid != 0) {
+	if (collect_user_stacks && key.pid != 0 && !snapshot) {
 		key.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
 						    BPF_F_USER_STACK);
 		/* Kernel threads have no user stack: -EFAULT there is not a loss. */
@@ -188,23 +354,28 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
 	}
 
-	counts = buffer ? (void *)&counts_1 : (void *)&counts_0;
-	value = bpf_map_lookup_elem(counts, &key);
-	if (value) {
-		__sync_fetch_and_add(&value->count, 1);
+	/*
+	 * ---- OTHER FRAME SOURCES GO HERE ----
+	 * The native user stack is decided above (key.user_stack_id, or a snapshot
+	 * below). Interpreter unwinders (e.g. CPython, bpf/python.h) run here and
+	 * record what they find in fields of `key` (struct sample_key), which both
+	 * the in-kernel counts and the snapshot records carry. Use your own
+	 * per-CPU array map for scratch space: the BPF stack is 512 bytes and this
+	 * function already uses about 100 of them.
+	 */
+
+	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
 		return 0;
+	if (snapshot && collect_user_stacks) {
+		/* No room for a snapshot: keep the sample with its frame-pointer stack. */
+		key.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
+						    BPF_F_USER_STACK);
+		if (key.user_stack_id == -14 && in_kernel)
+			key.user_stack_id = -1;
+		else
+			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
 	}
-	init.count = 1;
-	__builtin_memcpy(init.comm, comm, sizeof(comm));
-	if (bpf_map_update_elem(counts, &key, &init, BPF_NOEXIST) == 0)
-		return 0;
-	/* Another CPU inserted the same key first: add to its entry. */
-	value = bpf_map_lookup_elem(counts, &key);
-	if (value) {
-		__sync_fetch_and_add(&value->count, 1);
-		return 0;
-	}
-	count_stat(STAT_COUNTS_FULL);
+	count_sample(&key, comm, buffer);
 	return 0;
 }
 

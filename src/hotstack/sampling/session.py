@@ -4,6 +4,12 @@ It yields raw samples (pid, tid, comm, stack addresses, count): no symbols, no
 exporters. Draining uses two buffers in the kernel: the session flips the
 program to the other buffer, waits for programs still running on the old one,
 then reads and clears it, so every sample is read exactly once.
+
+Processes without frame pointers send user-stack snapshots instead (see
+bpf/profile.bpf.c): `poll_snapshots` moves them from the ring buffer into a
+pending list often (the ring is small); `collect` hands over the snapshots whose
+buffer it drains, with their kernel stacks resolved, and keeps the others for
+the next interval. Unwinding them is the caller's job (hotstack.unwind).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from importlib import resources
 from .. import ebpf
 from ..profile.model import ProfileStats
 from . import layout
+from .ringbuf import RingBuffer
 
 # Perf-event BPF programs run with preemption off and take microseconds; after a
 # flip, this is ample time for any program that read the old buffer index to finish.
@@ -31,6 +38,13 @@ class SamplerConfig:
     include_idle: bool = False
     user_stacks: bool = True
     kernel_stacks: bool = True
+    # "fp": frame pointers only; "dwarf": user-stack snapshots for every process;
+    # "auto": snapshots for the pids passed to mark_snapshot_pid (the profiler marks
+    # processes that map code without frame pointers).
+    unwind: str = "auto"
+    snapshot_ring_bytes: int = 8 << 20
+
+UNWIND_MODES = {"fp": layout.SNAPSHOT_NONE, "auto": layout.SNAPSHOT_LISTED, "dwarf": layout.SNAPSHOT_ALL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +59,36 @@ class RawSample:
     kernel_stack_lost: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class StackSnapshot:
+    """One sample whose user stack is still to be unwound: registers and a copy of the stack."""
+
+    pid: int
+    tid: int
+    comm: str
+    ip: int
+    sp: int
+    bp: int
+    stack: bytes                      # the user stack from sp upwards
+    kernel_stack: tuple[int, ...]
+    kernel_stack_lost: bool = False
+
+
+@dataclass
+class SnapshotStats:
+    sent: int = 0                     # samples sent as snapshots
+    ring_full: int = 0                # not sent (ring full): counted with frame pointers instead
+    no_regs: int = 0                  # not sent (no user registers): counted with frame pointers
+
+
 @dataclass
 class RawBatch:
     samples: list[RawSample]
     start_ns: int
     end_ns: int
     stats: ProfileStats = field(default_factory=ProfileStats)
+    snapshots: list[StackSnapshot] = field(default_factory=list)
+    snapshot_stats: SnapshotStats = field(default_factory=SnapshotStats)
 
 
 def object_path() -> str:
@@ -69,6 +107,10 @@ class SamplingSession:
         self._stats_fd = -1
         self._lock = threading.Lock()
         self._stat_totals = [0] * layout.STAT_MAX
+        self._ring: RingBuffer | None = None
+        self._pending: list[tuple] = []     # parsed snapshot records not yet handed over
+        self._ring_lock = threading.Lock()
+        self.snapshot_bytes_read = 0
 
     def start(self) -> None:
         spec = ebpf.load_spec(object_path(), map_prefix="hotstack")
@@ -78,8 +120,13 @@ class SamplingSession:
         spec.set_constant("include_idle", int(c.include_idle))
         spec.set_constant("collect_user_stacks", int(c.user_stacks))
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
+        if c.unwind not in UNWIND_MODES:
+            raise ValueError(f"unwind mode {c.unwind!r}: expected one of {', '.join(UNWIND_MODES)}")
+        spec.set_constant("snapshot_mode", UNWIND_MODES[c.unwind])
+        spec.maps["snapshots"].max_entries = c.snapshot_ring_bytes
         self._collection = ebpf.Collection.load(spec)
         try:
+            self._ring = RingBuffer(self._collection.maps["snapshots"].fd, c.snapshot_ring_bytes)
             for pid in c.pids:
                 self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")
             for comm in c.comms:
@@ -105,6 +152,37 @@ class SamplingSession:
             return 0
         return self.program.stats().run_time_ns
 
+    def mark_snapshot_pid(self, pid: int) -> None:
+        """From now on, send this process's user stacks as snapshots (unwind mode "auto")."""
+        if self._collection is not None:
+            self._collection.maps["snapshot_pids"].update(struct.pack("<I", pid), b"\x01")
+
+    def forget_snapshot_pid(self, pid: int) -> None:
+        if self._collection is not None:
+            self._collection.maps["snapshot_pids"].delete(struct.pack("<I", pid))
+
+    def poll_snapshots(self) -> int:
+        """Move snapshot records from the kernel's ring into the pending list; call often."""
+        with self._ring_lock:
+            if self._ring is None:
+                return 0
+            records = self._ring.read()
+            key_size, tail = layout.SAMPLE_KEY.size, layout.SNAPSHOT_TAIL
+            for rec in records:
+                pid, tid, _ustack, kstack_id = layout.SAMPLE_KEY.unpack_from(rec)
+                comm, buffer, stack_len, ip, sp, bp = tail.unpack_from(rec, key_size)
+                start = layout.SNAPSHOT_HEADER_SIZE
+                stack = rec[start:start + min(stack_len, layout.SNAPSHOT_STACK_BYTES)]
+                self.snapshot_bytes_read += len(rec)
+                self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack))
+            return len(records)
+
+    def _take_pending(self, buffer: int) -> list[tuple]:
+        with self._ring_lock:
+            taken = [p for p in self._pending if p[0] == buffer]
+            self._pending = [p for p in self._pending if p[0] != buffer]
+            return taken
+
     def collect(self) -> RawBatch:
         """Everything sampled since the previous collect (a delta)."""
         assert self._collection is not None, "start() first"
@@ -113,12 +191,15 @@ class SamplingSession:
             self._active ^= 1
             self._collection.variable("active_buffer").set(self._active)
             time.sleep(_FLIP_GRACE_S)
+            self.poll_snapshots()
             now = time.time_ns()
-            batch = RawBatch(self._read_buffer(drained), self._last_ns, now, self._read_stats())
+            samples, snapshots = self._read_buffer(drained, self._take_pending(drained))
+            stats, snapshot_stats = self._read_stats()
+            batch = RawBatch(samples, self._last_ns, now, stats, snapshots, snapshot_stats)
             self._last_ns = now
             return batch
 
-    def _read_buffer(self, index: int) -> list[RawSample]:
+    def _read_buffer(self, index: int, pending: list[tuple]) -> tuple[list[RawSample], list[StackSnapshot]]:
         maps = self._collection.maps
         counts = maps[f"counts_{index}"]
         ustacks = maps[f"user_stacks_{index}"]
@@ -144,15 +225,21 @@ class SamplingSession:
             samples.append(RawSample(
                 pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ustack or (), kstack or (), count,
                 user_stack_lost=ustack is None or ustack_id < -1, kernel_stack_lost=kstack is None or kstack_id < -1))
+        snapshots = []
+        for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes in pending:
+            kstack = stack(kstacks, kern_cache, kstack_id)
+            snapshots.append(StackSnapshot(
+                pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ip, sp, bp, stack_bytes,
+                kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1))
         for m, cache in ((ustacks, user_cache), (kstacks, kern_cache)):
             for stack_id in cache:
                 m.delete(struct.pack("<I", stack_id))
             # Stacks whose count could not be stored (map full) are unreferenced: clear them too.
             for leftover in list(m.keys()):
                 m.delete(leftover)
-        return samples
+        return samples, snapshots
 
-    def _read_stats(self) -> ProfileStats:
+    def _read_stats(self) -> tuple[ProfileStats, SnapshotStats]:
         stats_map = self._collection.maps["stats"]
         totals = []
         for i in range(layout.STAT_MAX):
@@ -165,7 +252,9 @@ class SamplingSession:
             filtered=delta[layout.STAT_FILTERED], counts_full=delta[layout.STAT_COUNTS_FULL],
             user_stacks_lost=delta[layout.STAT_USTACK_COLLISION] + delta[layout.STAT_USTACK_ERROR],
             kernel_stacks_lost=delta[layout.STAT_KSTACK_COLLISION] + delta[layout.STAT_KSTACK_ERROR],
-            stack_collisions=delta[layout.STAT_USTACK_COLLISION] + delta[layout.STAT_KSTACK_COLLISION])
+            stack_collisions=delta[layout.STAT_USTACK_COLLISION] + delta[layout.STAT_KSTACK_COLLISION]), \
+            SnapshotStats(delta[layout.STAT_SNAPSHOTS], delta[layout.STAT_SNAPSHOT_RING_FULL],
+                          delta[layout.STAT_SNAPSHOT_NO_REGS])
 
     def stop(self) -> None:
         for event in self._events:
@@ -178,6 +267,10 @@ class SamplingSession:
         for event in self._events:
             event.close()
         self._events = []
+        with self._ring_lock:
+            if self._ring is not None:
+                self._ring.close()
+                self._ring = None
         if self._collection is not None:
             self._collection.close()
             self._collection = None
