@@ -1,0 +1,197 @@
+"""Is a process a CPython interpreter, which version, and where do its runtime structures live?
+
+CPython is either a shared `libpython3.X.so` or linked into the `python3.X` executable.
+The ELF file that defines `_PyRuntime` is the interpreter; its version comes from
+`_Py_DebugOffsets` (3.13+), from `Py_Version` (3.11+) or from the file name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...procs.maps import Mapping, parse_maps
+from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
+from .memory import MemoryReadError, ProcessMemory
+from .offsets import DEBUG_COOKIE, PyOffsets, from_debug_offsets, table_offsets
+
+_NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+_WANTED = (b"_PyRuntime", b"_Py_NoneStruct", b"Py_Version")
+
+
+@dataclass(frozen=True)
+class PythonBinary:
+    """What one interpreter file tells us, independent of any process (cacheable per file)."""
+
+    path: str
+    version: tuple[int, int]
+    offsets: PyOffsets
+    runtime: int            # ELF virtual address of _PyRuntime
+    none: int               # ELF virtual address of _Py_NoneStruct
+
+
+@dataclass(frozen=True)
+class PythonProcess:
+    pid: int
+    binary: PythonBinary
+    base: int               # load bias of the interpreter file
+    runtime: int            # _PyRuntime in the process
+    none: int
+    interp: int             # the main interpreter state
+    threads_head: int       # address of interp->threads.head (read each sample: threads come and go)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return self.binary.version
+
+    @property
+    def offsets(self) -> PyOffsets:
+        return self.binary.offsets
+
+
+def _symbols(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, int]:
+    found: dict[bytes, int] = {}
+    for kind in (SHT_DYNSYM, SHT_SYMTAB):
+        for s in elf.sections:
+            if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+                continue
+            strtab = elf.sections[s.link]
+            strings = elf.read(strtab.offset, strtab.size)
+            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
+            for name in names:
+                if name in found:
+                    continue
+                pos = strings.find(b"\0" + name + b"\0")
+                if pos < 0:
+                    continue
+                hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
+                if len(hit):
+                    found[name] = int(hit[0]["value"])
+    return found
+
+
+def _vaddr_to_offset(elf: ElfFile, vaddr: int) -> int | None:
+    for seg in elf.segments:
+        if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+            return vaddr - seg.vaddr + seg.offset
+    return None
+
+
+def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
+    """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`."""
+    try:
+        with ElfFile(path) as elf:
+            syms = _symbols(elf, _WANTED)
+            runtime = syms.get(b"_PyRuntime")
+            if runtime is None or b"_Py_NoneStruct" not in syms:
+                return None
+            offsets = None
+            off = _vaddr_to_offset(elf, runtime)
+            if off is not None and off + 8 * 80 <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
+                offsets = from_debug_offsets(elf.read(off, 8 * 80))
+            version = offsets.version if offsets else None
+            if version is None and b"Py_Version" in syms:
+                voff = _vaddr_to_offset(elf, syms[b"Py_Version"])
+                if voff is not None:
+                    hexversion = struct.unpack("<I", elf.read(voff, 4))[0]
+                    version = (hexversion >> 24, (hexversion >> 16) & 0xFF)
+            if version is None:
+                m = _NAME.search(name_hint or path)
+                if not m:
+                    return None
+                version = (int(m.group(1)), int(m.group(2)))
+            offsets = offsets or table_offsets(version)
+            if offsets is None:
+                return None
+            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"])
+    except (ElfError, OSError, ValueError, struct.error):
+        return None
+
+
+def _candidates(mappings: list[Mapping]) -> list[Mapping]:
+    """The first mapping of each file that looks like a CPython interpreter, libpython first."""
+    seen: dict[str, Mapping] = {}
+    for m in mappings:
+        if m.is_file and _NAME.search(m.file_path) and m.file_path not in seen:
+            seen[m.file_path] = m
+    return sorted(seen.values(), key=lambda m: "libpython" not in m.file_path)
+
+
+def _load_base(elf_path: str, mappings: list[Mapping]) -> int | None:
+    try:
+        with ElfFile(elf_path) as elf:
+            for m in mappings:
+                vaddr = elf.file_offset_to_vaddr(m.offset)
+                if vaddr is not None:
+                    return m.start - vaddr
+    except ElfError:
+        return None
+    return None
+
+
+def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int] | None:
+    """(interp, address of interp->threads.head), checked through the back pointer tstate->interp.
+
+    The table's interpreters_head can drift between patch releases; when the check fails, nearby
+    slots of _PyRuntime are tried (the interpreter is the one its threads point back to).
+    """
+    def check(head_off: int) -> tuple[int, int] | None:
+        try:
+            interp = mem.u64(runtime + head_off)
+            if interp == 0 or interp & 7:
+                return None
+            tstate = mem.u64(interp + o.threads_head)
+            if tstate == 0 or tstate & 7 or mem.u64(tstate + o.tstate_interp) != interp:
+                return None
+            return interp, interp + o.threads_head
+        except MemoryReadError:
+            return None
+
+    found = check(o.interpreters_head)
+    if found:
+        return found
+    for delta in range(8, 257, 8):
+        for head_off in (o.interpreters_head - delta, o.interpreters_head + delta):
+            if head_off >= 0 and (found := check(head_off)):
+                return found
+    return None
+
+
+_binaries: dict[tuple, PythonBinary | None] = {}
+
+
+def detect(pid: int) -> PythonProcess | None:
+    """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            mappings = parse_maps(f.read())
+    except OSError:
+        return None
+    root = f"/proc/{pid}/root"
+    for cand in _candidates(mappings):
+        path = root + cand.file_path
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in _binaries:
+            _binaries[key] = inspect_binary(path, cand.file_path)
+        binary = _binaries[key]
+        if binary is None:
+            continue
+        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        if base is None:
+            continue
+        mem = ProcessMemory(pid)
+        found = find_interpreter(mem, base + binary.runtime, binary.offsets)
+        if found is None:
+            return None
+        return PythonProcess(pid, binary, base, base + binary.runtime, base + binary.none, *found)
+    return None

@@ -1,0 +1,64 @@
+"""Reading another process's memory: the one small interface every Python reader goes through.
+
+process_vm_readv (through ctypes) reads without stopping the target and never writes to it.
+A target that exits or unmaps the memory mid-read gives a MemoryReadError, which callers turn
+into a truncated stack or an unresolved frame, never a crash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_readv = _libc.process_vm_readv
+_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                   ctypes.c_ulong]
+_readv.restype = ctypes.c_ssize_t
+
+MAX_READ = 1 << 20   # no single object we read is larger: a bigger request means corrupt data
+
+
+class MemoryReadError(Exception):
+    """The address is not readable in the target (freed, unmapped, or the process is gone)."""
+
+
+class ProcessMemory:
+    """Read-only view of one process's address space."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def read(self, address: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        if size > MAX_READ or address <= 0 or address + size > 1 << 64:
+            raise MemoryReadError(f"refusing to read {size} bytes at {address:#x}")
+        buf = ctypes.create_string_buffer(size)
+        local = _IoVec(ctypes.addressof(buf), size)
+        remote = _IoVec(address, size)
+        n = _readv(self.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if n != size:
+            err = ctypes.get_errno() if n < 0 else 0
+            raise MemoryReadError(f"pid {self.pid}: read of {size} bytes at {address:#x} failed"
+                                  f" ({os.strerror(err) if err else 'short read'})")
+        return buf.raw
+
+    def u64(self, address: int) -> int:
+        return struct.unpack("<Q", self.read(address, 8))[0]
+
+    def u32(self, address: int) -> int:
+        return struct.unpack("<I", self.read(address, 4))[0]
+
+    def i32(self, address: int) -> int:
+        return struct.unpack("<i", self.read(address, 4))[0]
+
+    def u8(self, address: int) -> int:
+        return self.read(address, 1)[0]
