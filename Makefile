@@ -8,7 +8,7 @@ BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 CLANG ?= clang
 ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
 
-.PHONY: run test venv bpf check-generated clean
+.PHONY: run test venv bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
@@ -38,11 +38,19 @@ $(BPF_DIR)/%.bpf.o: $(BPF_DIR)/%.bpf.c $(wildcard $(BPF_DIR)/*.h)
 		--remove-section=.llvm_addrsig $(BPF_DIR)/$*.bpf.tmp.o $@
 	rm -f $(BPF_DIR)/$*.bpf.tmp.o
 
+# Protobuf modules (OTLP profiles per wire layout, pprof, Pyroscope push) from our own .proto files,
+# with the protoc that grpcio-tools (pinned in the test extra) bundles.
+PROTO_SOURCES := $(wildcard src/hotstack/profile/otlp/*.proto src/hotstack/profile/*.proto src/hotstack/export/*.proto)
+proto: venv
+	$(VPY) -m grpc_tools.protoc -Isrc --python_out=src $(PROTO_SOURCES)
+
 # CI: the committed objects must be what their sources build into.
 check-generated:
 	touch $(BPF_SOURCES)
 	$(MAKE) bpf
 	git diff --exit-code -- $(BPF_DIR)
+	$(MAKE) proto
+	git diff --exit-code -- $(PROTO_SOURCES:.proto=_pb2.py)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,270 @@
+"""Pyroscope push client: what Grafana Alloy's `pyroscope.write` sends, over the Connect protocol.
+
+`POST {url}/push.v1.PusherService/Push`, Connect unary (HTTP/1.1, `Content-Type: application/proto`,
+an uncompressed PushRequest as the body). Each `push()` becomes one PushRequest; it is queued, never
+sent on the caller's thread (see delivery.py), and retried with exponential backoff on timeouts,
+connection errors, 5xx, 408 and (when enabled) 429.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import re
+import ssl
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .. import __version__
+from ..errors import ConfigError
+from .delivery import Backoff, DeliveryMetrics, DeliveryQueue, PermanentError, RetryableError
+from .push_pb2 import LabelPair, PushRequest, RawProfileSeries, RawSample
+
+PUSH_PATH = "/push.v1.PusherService/Push"
+
+log = logging.getLogger("hotstack.export.pyroscope")
+
+
+@dataclass
+class PyroscopeEndpoint:
+    """One `endpoint` block of `pyroscope.write`, argument names in snake_case."""
+
+    url: str
+    name: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    basic_auth_username: str = ""
+    basic_auth_password: str = ""
+    basic_auth_password_file: str = ""
+    bearer_token: str = ""
+    bearer_token_file: str = ""
+    remote_timeout_s: float = 10.0
+    min_backoff_s: float = 0.5
+    max_backoff_s: float = 300.0
+    max_backoff_retries: int = 10
+    retry_on_http_429: bool = True
+    tls_ca_file: str = ""
+
+    def validate(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"pyroscope endpoint url {self.url!r}: expected http(s)://host[:port][/path]")
+        if self.bearer_token and self.bearer_token_file:
+            raise ConfigError("pyroscope endpoint: at most one of bearer_token and bearer_token_file")
+        if (self.bearer_token or self.bearer_token_file) and self.basic_auth_username:
+            raise ConfigError("pyroscope endpoint: at most one authentication method (basic_auth or bearer token)")
+        if self.remote_timeout_s <= 0:
+            raise ConfigError("pyroscope endpoint: remote_timeout must be positive")
+        if self.min_backoff_s <= 0 or self.max_backoff_s < self.min_backoff_s:
+            raise ConfigError("pyroscope endpoint: need 0 < min_backoff_period <= max_backoff_period")
+        if self.max_backoff_retries < 0:
+            raise ConfigError("pyroscope endpoint: max_backoff_retries must be >= 0 (0 = retry forever)")
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.url
+
+    def auth_header(self) -> str | None:
+        """Read files at each request, as Alloy does, so rotated tokens are picked up."""
+        if self.bearer_token or self.bearer_token_file:
+            token = self.bearer_token or _read_secret(self.bearer_token_file)
+            return f"Bearer {token}"
+        if self.basic_auth_username:
+            password = self.basic_auth_password or (
+                _read_secret(self.basic_auth_password_file) if self.basic_auth_password_file else "")
+            creds = base64.b64encode(f"{self.basic_auth_username}:{password}".encode()).decode()
+            return f"Basic {creds}"
+        return None
+
+
+def _read_secret(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as e:
+        raise RetryableError(f"cannot read {path}: {e.strerror}") from None
+
+
+@dataclass(frozen=True)
+class PushSeries:
+    """One profile of one series: its labels (`__name__`, `service_name`, ...) and a pprof (gzipped or not)."""
+
+    labels: dict[str, str]
+    raw_profile: bytes
+
+
+# Pyroscope's own limits (validation defaults of the distributor).
+MAX_LABEL_NAME_LENGTH = 1024
+MAX_LABEL_VALUE_LENGTH = 2048
+MAX_LABEL_NAMES_PER_SERIES = 30
+_LABEL_NAME = re.compile(r"[a-zA-Z0-9_.]+\Z")
+_KEPT_RESERVED = ("__name__", "__delta__")
+
+
+def series_labels(labels: dict[str, str]) -> list[tuple[str, str]]:
+    """Labels as they go on the wire: `__`-prefixed ones removed except `__name__` and `__delta__`,
+    sorted by name (as `pyroscope.write` does)."""
+    return sorted((k, v) for k, v in labels.items() if not k.startswith("__") or k in _KEPT_RESERVED)
+
+
+def validate_labels(labels: list[tuple[str, str]]) -> str | None:
+    """Why Pyroscope would refuse this series, or None."""
+    if not labels:
+        return "no labels"
+    names = [k for k, _ in labels]
+    if len(set(names)) != len(names):
+        return "duplicate label names"
+    if len(labels) > MAX_LABEL_NAMES_PER_SERIES:
+        return f"{len(labels)} labels (at most {MAX_LABEL_NAMES_PER_SERIES})"
+    for name, value in labels:
+        if not _LABEL_NAME.match(name):
+            return f"invalid label name {name!r} (allowed: letters, digits, '_' and '.')"
+        if len(name) > MAX_LABEL_NAME_LENGTH:
+            return f"label name {name[:40]!r}... longer than {MAX_LABEL_NAME_LENGTH}"
+        if len(value) > MAX_LABEL_VALUE_LENGTH:
+            return f"label {name!r}: value longer than {MAX_LABEL_VALUE_LENGTH}"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"label {name!r}: value is not valid UTF-8"
+    labels_dict = dict(labels)
+    if not labels_dict.get("service_name"):
+        return "missing service_name label"
+    if not labels_dict.get("__name__"):
+        return "missing __name__ label (the profile type, e.g. process_cpu)"
+    return None
+
+
+def encode_push_request(series: list[tuple[list[tuple[str, str]], bytes]]) -> bytes:
+    return PushRequest(series=[
+        RawProfileSeries(labels=[LabelPair(name=k, value=v) for k, v in labels],
+                         samples=[RawSample(raw_profile=raw, ID=str(uuid.uuid4()))])
+        for labels, raw in series
+    ]).SerializeToString()
+
+
+class _ConnectClient:
+    """One keep-alive HTTP connection, used by the delivery thread only."""
+
+    def __init__(self, endpoint: PyroscopeEndpoint) -> None:
+        self.endpoint = endpoint
+        parts = urlsplit(endpoint.url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.https else 80)
+        self.path = parts.path.rstrip("/") + PUSH_PATH
+        self._conn: http.client.HTTPConnection | None = None
+        self._ssl: ssl.SSLContext | None = None
+        if self.https:
+            self._ssl = ssl.create_default_context(cafile=endpoint.tls_ca_file or None)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            timeout = self.endpoint.remote_timeout_s
+            if self.https:
+                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._ssl)
+            else:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def post(self, body: bytes) -> None:
+        ep = self.endpoint
+        headers = {
+            "Content-Type": "application/proto",
+            "Connect-Protocol-Version": "1",
+            "Connect-Timeout-Ms": str(int(ep.remote_timeout_s * 1000)),
+            "User-Agent": f"hotstack/{__version__}",
+            **ep.headers,
+        }
+        auth = ep.auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        try:
+            conn = self._connection()
+            conn.request("POST", self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()   # a half-read or timed-out connection cannot be reused
+            raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {_describe(e)}") from None
+        if resp.status == 200:
+            return
+        if resp.getheader("Connection", "").lower() == "close":
+            self.close()
+        message = f"POST {ep.url}{PUSH_PATH}: HTTP {resp.status}{_connect_error(payload)}"
+        if resp.status >= 500 or resp.status == 408 or (resp.status == 429 and ep.retry_on_http_429):
+            raise RetryableError(message)
+        raise PermanentError(message)
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, TimeoutError):
+        return "timed out (remote_timeout)"
+    return str(e) or type(e).__name__
+
+
+def _connect_error(payload: bytes) -> str:
+    """The `message` of a Connect error body (`{"code": ..., "message": ...}`), if there is one."""
+    try:
+        err = json.loads(payload)
+        return f": {err.get('code', '')}: {err.get('message', '')}"
+    except (ValueError, AttributeError):
+        return ""
+
+
+class PyroscopePusher:
+    """Pushes profiles to one Pyroscope endpoint, from a queue of its own."""
+
+    def __init__(self, endpoint: PyroscopeEndpoint, *, queue_size: int = 64,
+                 logger: logging.Logger = log) -> None:
+        endpoint.validate()
+        self.endpoint = endpoint
+        self.metrics = DeliveryMetrics()
+        self._client = _ConnectClient(endpoint)
+        self._log = logger
+        self._queue = DeliveryQueue(
+            endpoint.display_name, self._send, capacity=queue_size,
+            backoff=Backoff(endpoint.min_backoff_s, endpoint.max_backoff_s, endpoint.max_backoff_retries),
+            metrics=self.metrics, logger=logger)
+        self.latency_s: list[float] = []   # of the last successful pushes (bounded)
+
+    def push(self, series: list[PushSeries]) -> bool:
+        """Queue one PushRequest with these series. Never blocks; False = dropped (and counted)."""
+        valid: list[tuple[list[tuple[str, str]], bytes]] = []
+        for s in series:
+            labels = series_labels(s.labels)
+            why = validate_labels(labels)
+            if why is not None:
+                self.metrics.add(dropped_items=1, dropped_bytes=len(s.raw_profile))
+                self._queue.log.warning(f"{self.endpoint.display_name}: dropped a profile: invalid labels: {why}")
+                continue
+            valid.append((labels, s.raw_profile))
+        if not valid:
+            return False
+        size = sum(len(raw) for _, raw in valid)
+        return self._queue.offer(valid, size=size, count=len(valid))
+
+    def _send(self, series: list[tuple[list[tuple[str, str]], bytes]]) -> None:
+        # Encoded on the delivery thread, so the caller pays only for the queue.
+        body = encode_push_request(series)
+        start = time.monotonic()
+        self._client.post(body)
+        self.latency_s = (self.latency_s + [time.monotonic() - start])[-100:]
+
+    def pending(self) -> int:
+        return self._queue.pending()
+
+    def close(self, deadline_s: float = 5.0) -> bool:
+        """Flush what is queued within `deadline_s`; the rest is dropped and counted."""
+        done = self._queue.close(deadline_s)
+        self._client.close()
+        return done

@@ -1,0 +1,128 @@
+"""Profile -> pprof (profile.proto), as `go tool pprof` and Pyroscope read it.
+
+CPU profiles are written the way Grafana Alloy's `pyroscope.ebpf` writes them, so that Pyroscope
+files them under `process_cpu:cpu:nanoseconds:cpu:nanoseconds`: one sample type cpu/nanoseconds,
+period type cpu/nanoseconds, period 1e9/Hz, and each value is the sample count times the period.
+Any other profile keeps its own sample type and values.
+
+Locations carry their mapping (file path and build id), the address inside the file and one
+line naming the function. Addresses are file addresses (ELF virtual addresses, or kernel
+addresses for the kernel), not runtime ones, so every mapping starts at 0: a reader that
+symbolizes again would look them up in the file directly. Sample labels: `comm`, `pid` and each
+pair of `Sample.labels` (container id, target labels ...), as strings.
+"""
+
+from __future__ import annotations
+
+import gzip
+
+from .model import Frame, Profile, Sample
+from .pprof_pb2 import Function, Label, Line, Location, Mapping, ValueType
+from .pprof_pb2 import Profile as PprofProfile
+from .pprof_pb2 import Sample as PprofSample
+
+# gzip level 1: Alloy's choice too (BestSpeed); level 6 saves ~10% more for 3x the time.
+GZIP_LEVEL = 1
+
+
+def encode_pprof(profile: Profile, *, compress: bool = True, comm_label: bool = True,
+                 pid_label: bool = True) -> bytes:
+    """The profile as profile.proto bytes, gzipped when `compress`."""
+    raw = build_pprof(profile, comm_label=comm_label, pid_label=pid_label).SerializeToString()
+    return gzip.compress(raw, GZIP_LEVEL, mtime=0) if compress else raw
+
+
+def is_cpu_time(profile: Profile) -> bool:
+    """A profile of CPU samples whose values become CPU time (count x period)."""
+    return (profile.sample_type.unit == "count" and profile.period_type.type == "cpu"
+            and profile.period_type.unit == "nanoseconds" and profile.frequency_hz > 0)
+
+
+class _Tables:
+    """pprof's string, mapping, function and location tables, each entry added once."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, int] = {"": 0}
+        self.mappings: dict[tuple[str, str], int] = {}
+        self.functions: dict[tuple[str, str], int] = {}
+        self.locations: dict[Frame, int] = {}
+        self.mapping_msgs: list[Mapping] = []
+        self.function_msgs: list[Function] = []
+        self.location_msgs: list[Location] = []
+        self.labels: dict[tuple[str, str], Label] = {}
+
+    def string(self, s: str) -> int:
+        index = self.strings.get(s)
+        if index is None:
+            index = self.strings[s] = len(self.strings)
+        return index
+
+    def mapping(self, frame: Frame) -> int:
+        if not frame.module:
+            return 0
+        key = (frame.module, frame.build_id)
+        mid = self.mappings.get(key)
+        if mid is None:
+            mid = self.mappings[key] = len(self.mappings) + 1
+            self.mapping_msgs.append(Mapping(id=mid, filename=self.string(frame.module),
+                                             build_id=self.string(frame.build_id), has_functions=True,
+                                             has_filenames=bool(frame.file), has_line_numbers=bool(frame.line)))
+        return mid
+
+    def function(self, frame: Frame) -> int:
+        key = (frame.name, frame.file)
+        fid = self.functions.get(key)
+        if fid is None:
+            fid = self.functions[key] = len(self.functions) + 1
+            name = self.string(frame.name)
+            self.function_msgs.append(Function(id=fid, name=name, system_name=name,
+                                               filename=self.string(frame.file)))
+        return fid
+
+    def location(self, frame: Frame) -> int:
+        lid = self.locations.get(frame)
+        if lid is None:
+            lid = self.locations[frame] = len(self.locations) + 1
+            self.location_msgs.append(Location(id=lid, mapping_id=self.mapping(frame), address=frame.address,
+                                               line=[Line(function_id=self.function(frame), line=frame.line)]))
+        return lid
+
+    def label(self, key: str, value: str) -> Label:
+        label = self.labels.get((key, value))
+        if label is None:
+            label = self.labels[(key, value)] = Label(key=self.string(key), str=self.string(value))
+        return label
+
+
+def build_pprof(profile: Profile, *, comm_label: bool = True, pid_label: bool = True) -> PprofProfile:
+    t = _Tables()
+    if is_cpu_time(profile):
+        sample_type = ValueType(type=t.string("cpu"), unit=t.string("nanoseconds"))
+        scale = profile.period
+    else:
+        sample_type = ValueType(type=t.string(profile.sample_type.type), unit=t.string(profile.sample_type.unit))
+        scale = 1
+    period_type = ValueType(type=t.string(profile.period_type.type), unit=t.string(profile.period_type.unit))
+
+    samples = []
+    location = t.location
+    for sample in profile.samples:
+        samples.append(PprofSample(location_id=[location(f) for f in sample.stack], value=[sample.value * scale],
+                                   label=_labels(t, sample, comm_label, pid_label)))
+
+    return PprofProfile(sample_type=[sample_type], sample=samples, mapping=t.mapping_msgs,
+                        location=t.location_msgs, function=t.function_msgs, string_table=list(t.strings),
+                        time_nanos=profile.start_ns, duration_nanos=profile.duration_ns,
+                        period_type=period_type, period=profile.period)
+
+
+def _labels(t: _Tables, sample: Sample, comm_label: bool, pid_label: bool) -> list[Label]:
+    labels = []
+    if comm_label and sample.comm:
+        labels.append(t.label("comm", sample.comm))
+    if pid_label and sample.pid:
+        labels.append(t.label("pid", str(sample.pid)))
+    for key, value in sample.labels:
+        if value:
+            labels.append(t.label(key, value))
+    return labels
