@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-entries", type=int, default=20, metavar="N", help="rows shown by -o columns")
     p.add_argument("--annotate", action="append", default=[], metavar="ANNOTATION",
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
+    p.add_argument("--demangle", default="full", metavar="MODE",
+                   help="C++/Rust names: none | simplified | templates | full (default full)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
         map_fetch_interval=parse_duration(args.map_fetch_interval, "--map-fetch-interval"),
         pids=tuple(args.pid), comms=tuple(args.comm), include_idle=args.include_idle,
         kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
-        output=args.output, max_rows=args.max_entries, annotations=args.annotate)
+        output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle)
     return run_profile_cpu(opts)

@@ -32,6 +32,7 @@ class RunOptions:
     output: str = "columns"
     max_rows: int = 20
     annotations: list[str] = field(default_factory=list)
+    demangle: str = "full"   # none | simplified | templates | full (Alloy's names)
 
     def validate(self) -> None:
         if not 1 <= self.sample_rate <= 1000:
@@ -59,7 +60,12 @@ def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[Prof
     ds = samples_datasource()
     ds.annotate(opts.annotations)
     check_preconditions()
-    profiler = CpuProfiler(opts.sampler_config())
+    from ..procs import ProcessTable
+    from ..symbols.symbolizer import Symbolizer
+
+    processes = ProcessTable()
+    profiler = CpuProfiler(opts.sampler_config(), processes=processes,
+                           symbolizer=Symbolizer(processes, demangle=opts.demangle))
     try:
         profiler.start()
     except Exception as e:  # loader failures become one line

@@ -21,10 +21,14 @@ MAX_FILE_SIZE = 4 << 30          # larger files are not symbolized
 MAX_SECTIONS = 1 << 16
 MAX_SYMBOLS = 20_000_000
 
-SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_NOBITS = 2, 11, 7, 8
+SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_NOBITS, SHT_RELA = 2, 11, 7, 8, 4
+EM_X86_64 = 62
+R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT = 6, 7
+MAX_PLT_BYTES = 4 << 20
 PT_LOAD, PT_NOTE = 1, 4
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 
+_RELA_DTYPE = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
 _SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                        ("value", "<u8"), ("size", "<u8")])
 
@@ -100,6 +104,12 @@ class ElfFile:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise ElfError(f"{self.path}: read of {size} bytes at {offset:#x} is past the end of the file")
         return self._mm[offset:offset + size]
+
+    def view(self, offset: int, size: int) -> memoryview:
+        """A zero-copy view of part of the file (bounds-checked)."""
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise ElfError(f"{self.path}: view of {size} bytes at {offset:#x} is past the end of the file")
+        return memoryview(self._mm)[offset:offset + size]
 
     def _cstr(self, table: ElfSection, offset: int) -> str:
         if offset >= table.size:
@@ -234,6 +244,59 @@ class ElfFile:
         v, sz, nm, tb = v[order], sz[order], nm[order], tb[order]
         first = np.concatenate(([True], v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=bool)
         return v[first], sz[first], nm[first], tb[first], strtabs
+
+    def plt_symbols(self) -> list[tuple[int, int, str]]:
+        """(address, size, "name@plt") of the PLT stubs (x86-64), which no symbol table names.
+
+        Each stub jumps through a GOT slot (`jmp *disp32(%rip)`); the relocation of that slot
+        (JUMP_SLOT in .rela.plt, GLOB_DAT in .rela.dyn for .plt.got) names the function. This
+        works alike for .plt, .plt.sec (IBT) and .plt.got.
+        """
+        if self.machine != EM_X86_64:
+            return []
+        slots: dict[int, str] = {}
+        for s in self.sections:
+            if s.type != SHT_RELA or s.link >= len(self.sections) or s.size > MAX_PLT_BYTES:
+                continue
+            symtab = self.sections[s.link]
+            if symtab.type != SHT_DYNSYM or symtab.link >= len(self.sections):
+                continue
+            count = s.size // _RELA_DTYPE.itemsize
+            if s.offset + count * _RELA_DTYPE.itemsize > self.size:
+                continue
+            relas = np.frombuffer(self._mm, dtype=_RELA_DTYPE, count=count, offset=s.offset)
+            kinds = relas["info"] & 0xFFFFFFFF
+            keep = (kinds == R_X86_64_JUMP_SLOT) | (kinds == R_X86_64_GLOB_DAT)
+            nsyms = symtab.size // _SYM_DTYPE.itemsize
+            if symtab.offset + nsyms * _SYM_DTYPE.itemsize > self.size:
+                continue
+            syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=nsyms, offset=symtab.offset)
+            strtab = self.sections[symtab.link]
+            for got, info in zip(relas["offset"][keep].tolist(), relas["info"][keep].tolist()):
+                index = info >> 32
+                if 0 < index < nsyms:
+                    name = self._cstr(strtab, int(syms["name"][index]))
+                    if name:
+                        slots[got] = name
+        if not slots:
+            return []
+        out: list[tuple[int, int, str]] = []
+        for name in (".plt", ".plt.sec", ".plt.got"):
+            s = self.section(name)
+            if s is None or s.type == SHT_NOBITS or s.size > MAX_PLT_BYTES or s.offset + s.size > self.size:
+                continue
+            step = s.entsize if s.entsize in (8, 16) else 16
+            data = self._mm[s.offset:s.offset + s.size]
+            for k in range(0, len(data) - step + 1, step):
+                pos = data.find(b"\xff\x25", k, k + step)
+                if pos < 0 or pos + 6 > len(data):
+                    continue
+                disp = struct.unpack_from("<i", data, pos + 2)[0]
+                target = s.addr + pos + 6 + disp
+                sym = slots.get(target)
+                if sym:
+                    out.append((s.addr + k, step, sym + "@plt"))
+        return out
 
     def symbol_name(self, strtab: ElfSection, offset: int) -> str:
         return self._cstr(strtab, int(offset))

@@ -1,63 +1,152 @@
 """The one symbolizer: raw addresses of a process -> Frames.
 
-Kernel addresses resolve through /proc/kallsyms. A user address is mapped to
-its file through the process's mappings (read when the process was first seen),
-to the ELF virtual address through the file's load segments, and to a function
-through the file's symbol tables. Files are read through /proc/PID/root so that
+Kernel addresses resolve through /proc/kallsyms. A user address is mapped to its file through
+the process's mappings (read when the process was first seen), to the ELF virtual address
+through the file's load segments, and to a function through the sources the seed lists, in its
+order: `.gopclntab` (Go), the `.symtab`/`.dynsym` of a separate debug file (found as GDB finds
+it), then those of the file itself (plus its PLT stubs). Addresses in anonymous memory resolve
+through the process's perf map (JIT code). Files are read through /proc/PID/root so that
 processes in containers resolve against their own filesystem.
 
-What cannot be named follows the seed's rules: no mapping, or the file is gone
+Two caches, both LRU bounded by bytes, as Alloy's pyroscope.ebpf has them:
+  elf_cache  per build id (or file identity without one): the symbol tables of a file, shared by
+             every process that maps it;
+  pid_cache  per process (pid + start time, so pid reuse is a new entry; dropped when the process
+             re-reads its maps, as after exec): mapping -> elf_cache key, and its perf map.
+
+What cannot be named follows the seed's rules: process gone, no mapping, or the file is gone
 -> `[unknown]`; a file without a symbol for the address -> `module+0xOFF`.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..procs import Mapping, ProcessInfo, ProcessTable
 from ..profile.model import UNKNOWN, Frame, FrameKind
+from .cache import ByteLRU
+from .debugfile import DEFAULT_DEBUG_DIRS, find_debug_file
+from .demangle import Demangler
 from .elf import ElfError, ElfFile
+from .gopclntab import GoPclntab, find_pclntab
 from .kallsyms import KernelSymbols
+from .perfmap import PerfMap, namespace_pid
 from .symtab import SymbolTable
 
 KERNEL_MODULE = "[kernel.kallsyms]"
+DEFAULT_ELF_CACHE_BYTES = 256 << 20
+DEFAULT_PID_CACHE_BYTES = 64 << 20
+MAX_LINE_CACHE = 65536
 
 
 @dataclass
 class ModuleSymbols:
-    """What we know of one mapped file."""
+    """What we know of one mapped file (an elf_cache entry)."""
 
     path: str
     elf: ElfFile | None
     table: SymbolTable | None
     build_id: str
     error: str = ""
+    go: GoPclntab | None = None
+    debug_file: str = ""
+    sources: tuple[str, ...] = ()
+    refused: list[str] = field(default_factory=list)
+    _lines: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes if self.table is not None else 0
+        n = 512 + 120 * len(self._lines)
+        if self.table is not None:
+            n += self.table.nbytes
+        if self.go is not None:
+            n += self.go.nbytes
+        return n
+
+    @property
+    def symbols(self) -> int:
+        return (len(self.table) if self.table is not None else 0) + (len(self.go) if self.go is not None else 0)
+
+    def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int, str, int] | None]:
+        """(name, offset, file, line) for each address, or None."""
+        out: list[tuple[str, int, str, int] | None] = [None] * len(vaddrs)
+        todo = list(range(len(vaddrs)))
+        if self.go is not None:
+            rest = []
+            for i, found in zip(todo, self.go.lookup_many(vaddrs)):
+                if found is None:
+                    rest.append(i)
+                else:
+                    file, line = self._go_line(vaddrs[i])
+                    out[i] = (found[0], found[1], file, line)
+            todo = rest
+        if self.table is not None and todo:
+            for i, found in zip(todo, self.table.lookup_many([vaddrs[i] for i in todo])):
+                if found is not None:
+                    out[i] = (found[0], found[1], "", 0)
+        return out
+
+    def _go_line(self, vaddr: int) -> tuple[str, int]:
+        hit = self._lines.get(vaddr)
+        if hit is None:
+            hit = self.go.line(vaddr)
+            if len(self._lines) < MAX_LINE_CACHE:
+                self._lines[vaddr] = hit
+        return hit
+
+
+@dataclass
+class ProcessSymbols:
+    """A pid_cache entry: what one process's mappings resolved to."""
+
+    pid: int
+    start_time: int
+    mappings_id: int
+    modules: dict[tuple, tuple] = field(default_factory=dict)   # mapping -> elf_cache key
+    perf_map: PerfMap | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return 256 + 200 * len(self.modules) + (self.perf_map.nbytes if self.perf_map is not None else 0)
 
 
 @dataclass
 class SymbolizerStats:
-    hits: int = 0
-    misses: int = 0
+    hits: int = 0            # frames named
+    misses: int = 0          # frames left as module+0xOFF or [unknown]
     files_opened: int = 0
     file_errors: int = 0
+    debug_files: int = 0
+    jit_hits: int = 0
 
 
 class Symbolizer:
     def __init__(self, processes: ProcessTable, kernel: KernelSymbols | None = None,
-                 max_files: int = 512) -> None:
+                 max_files: int = 512, demangle: str = "full",
+                 elf_cache_bytes: int = DEFAULT_ELF_CACHE_BYTES,
+                 pid_cache_bytes: int = DEFAULT_PID_CACHE_BYTES,
+                 debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS,
+                 perf_maps: bool = True) -> None:
         self.processes = processes
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
-        self._files: OrderedDict[tuple, ModuleSymbols] = OrderedDict()
+        self._lock = threading.RLock()
+        self.demangler = Demangler(demangle)
+        self.debug_dirs = tuple(debug_dirs)
+        self.perf_maps = perf_maps
         self._max_files = max_files
+        self.elf_cache: ByteLRU[ModuleSymbols] = ByteLRU(elf_cache_bytes, lambda m: m.nbytes)
+        self.pid_cache: ByteLRU[ProcessSymbols] = ByteLRU(pid_cache_bytes, lambda p: p.nbytes)
+        # file identity (stat) -> elf_cache key: a file mapped by many processes is opened once.
+        self._keys_by_identity: dict[tuple, tuple] = {}
         self.stats = SymbolizerStats()
+
+    @property
+    def demangle(self) -> str:
+        return self.demangler.mode
 
     # -- kernel ------------------------------------------------------------------------------
     @property
@@ -76,20 +165,30 @@ class Symbolizer:
 
     # -- user --------------------------------------------------------------------------------
     def user_frames(self, pid: int, addresses: list[int]) -> list[Frame]:
+        with self._lock:
+            return self._user_frames(pid, addresses)
+
+    def _user_frames(self, pid: int, addresses: list[int]) -> list[Frame]:
         info = self.processes.get(pid)
         if info is None:
+            self.stats.misses += len(addresses)
             return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses]
+        proc = self._process(info)
         # Group by module so that each file answers one batch lookup.
         per_module: dict[tuple, tuple[ModuleSymbols, list[int], list[int]]] = {}
+        jit: list[tuple[int, int]] = []
         frames: list[Frame | None] = [None] * len(addresses)
         for i, address in enumerate(addresses):
             mapping = self.processes.find_mapping(info, address)
+            lookup = address if i == 0 else address - 1
             if mapping is None or not mapping.is_file:
+                if self.perf_maps and (mapping is None or not mapping.path.startswith("[")
+                                       or mapping.path in ("[anon]", "[heap]")):
+                    jit.append((i, lookup))
                 frames[i] = Frame(UNKNOWN, address=address, module=mapping.path if mapping else "",
                                   resolved=False)
                 continue
-            module = self._module(info, mapping)
-            lookup = address if i == 0 else address - 1
+            module = self._module(info, proc, mapping)
             file_offset = lookup - mapping.start + mapping.offset
             vaddr = module.elf.file_offset_to_vaddr(file_offset) if module.elf is not None else None
             if module.elf is None or vaddr is None:
@@ -99,55 +198,181 @@ class Symbolizer:
             entry[1].append(i)
             entry[2].append(vaddr)
         for module, indexes, vaddrs in per_module.values():
-            results = module.table.lookup_many(vaddrs) if module.table is not None else [None] * len(vaddrs)
-            base = os.path.basename(module.path)
+            results = module.lookup_many(vaddrs)
+            base = posixpath.basename(module.path)
             for i, vaddr, found in zip(indexes, vaddrs, results):
                 # Report the frame's own address (undo the -1 applied for the lookup).
                 address = vaddr + (1 if i else 0)
                 if found is None:
-                    self.stats.misses += 1
                     frames[i] = Frame(f"{base}+0x{address:x}", FrameKind.NATIVE, module.path, address,
                                       module.build_id, resolved=False)
                 else:
-                    self.stats.hits += 1
-                    frames[i] = Frame(found[0], FrameKind.NATIVE, module.path, address, module.build_id)
-        return [f for f in frames if f is not None]
+                    frames[i] = Frame(self.demangler(found[0]), FrameKind.NATIVE, module.path, address,
+                                      module.build_id, found[2], found[3])
+        if jit:
+            self._jit_frames(info, proc, jit, addresses, frames)
+        out = [f for f in frames if f is not None]
+        named = sum(1 for f in out if f.resolved)
+        self.stats.hits += named
+        self.stats.misses += len(out) - named
+        return out
 
-    def _module(self, info: ProcessInfo, mapping: Mapping) -> ModuleSymbols:
-        key = (mapping.dev, mapping.inode, mapping.file_path)
-        cached = self._files.get(key)
-        if cached is not None:
-            self._files.move_to_end(key)
-            return cached
-        module = self._open(info, mapping)
-        self._files[key] = module
-        while len(self._files) > self._max_files:
-            _, old = self._files.popitem(last=False)
-            if old.elf is not None:
-                old.elf.close()
+    def _jit_frames(self, info: ProcessInfo, proc: ProcessSymbols, jit: list[tuple[int, int]],
+                    addresses: list[int], frames: list[Frame | None]) -> None:
+        if proc.perf_map is None:
+            root = info.root if info.root and not info.root_is_host else ""
+            proc.perf_map = PerfMap(f"{root}/tmp/perf-{namespace_pid(info.pid)}.map")
+        pm = proc.perf_map
+        before = pm.loads
+        if not pm.refresh():
+            return
+        if pm.loads != before:
+            self.pid_cache.resize((info.pid, info.start_time))
+        names = pm.lookup_many([lookup for _, lookup in jit])
+        for (i, _), name in zip(jit, names):
+            if name is not None:
+                self.stats.jit_hits += 1
+                frames[i] = Frame(name, FrameKind.JIT, posixpath.basename(pm.path), addresses[i])
+
+    def _process(self, info: ProcessInfo) -> ProcessSymbols:
+        key = (info.pid, info.start_time)
+        proc = self.pid_cache.get(key)
+        if proc is None or proc.mappings_id != id(info.mappings):
+            # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
+            proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, id(info.mappings)))
+        return proc
+
+    def _module(self, info: ProcessInfo, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
+        mkey = (mapping.start, mapping.end, mapping.offset, mapping.inode)
+        ekey = proc.modules.get(mkey)
+        if ekey is not None:
+            module = self.elf_cache.get(ekey)
+            if module is not None:
+                return module
+        module, ekey = self._open(info, mapping)
+        if mkey not in proc.modules:
+            proc.modules[mkey] = ekey
+            self.pid_cache.resize((info.pid, info.start_time))
         return module
 
-    def _open(self, info: ProcessInfo, mapping: Mapping) -> ModuleSymbols:
+    def _candidates(self, info: ProcessInfo, mapping: Mapping) -> list[str]:
         path = mapping.file_path
-        candidates = [f"/proc/{info.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
-                      f"{info.root}{path}" if info.root else path]
+        out = [f"/proc/{info.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
+               f"{info.root}{path}" if info.root else path]
         if info.root_is_host:
-            candidates.append(path)
+            out.append(path)
+        return out
+
+    def _open(self, info: ProcessInfo, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
+        path = mapping.file_path
         error = "file not found"
-        for candidate in candidates:
+        for candidate in self._candidates(info, mapping):
+            try:
+                st = os.stat(candidate)
+            except OSError as e:
+                error = f"{candidate}: {e.strerror}"
+                continue
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            known = self._keys_by_identity.get(identity)
+            if known is not None:
+                module = self.elf_cache.get(known)
+                if module is not None:
+                    return module, known
             try:
                 elf = ElfFile(candidate)
             except ElfError as e:
                 error = str(e)
                 continue
             self.stats.files_opened += 1
-            try:
-                table = SymbolTable(elf)
-            except ElfError as e:
-                table, error = None, str(e)
-            return ModuleSymbols(path, elf, table, elf.build_id(), error)
+            build_id = elf.build_id()
+            ekey = ("build-id", build_id) if build_id else ("file", identity)
+            module = self.elf_cache.get(ekey)
+            if module is None:
+                root = info.root if info.root and not info.root_is_host else ""
+                module = self._load(elf, path, build_id, root)
+                self.elf_cache.put(ekey, module)
+            else:
+                elf.close()
+            if len(self._keys_by_identity) >= self._max_files * 8:
+                self._keys_by_identity.clear()
+            self._keys_by_identity[identity] = ekey
+            return module, ekey
         self.stats.file_errors += 1
-        return ModuleSymbols(path, None, None, "", error)
+        module = ModuleSymbols(path, None, None, "", error)
+        ekey = ("missing", path, mapping.inode)
+        self.elf_cache.put(ekey, module)
+        return module, ekey
 
+    def _load(self, elf: ElfFile, path: str, build_id: str, root: str) -> ModuleSymbols:
+        """All symbol sources of one file, in the seed's order."""
+        module = ModuleSymbols(path, elf, None, build_id)
+        sources: list[str] = []
+        errors: list[str] = []
+        try:
+            module.go = find_pclntab(elf)
+            if module.go is not None:
+                sources.append(f"gopclntab {module.go.version}")
+        except ElfError as e:
+            errors.append(str(e))
+        debug = None
+        try:
+            debug, module.refused = find_debug_file(elf, path, root, self.debug_dirs)
+        except ElfError as e:
+            errors.append(str(e))
+        if debug is not None:
+            module.debug_file = debug.path
+            self.stats.debug_files += 1
+            sources.append("debug file")
+        try:
+            module.table = SymbolTable(elf, debug)
+            sources.append("symtab/dynsym")
+        except ElfError as e:
+            errors.append(str(e))
+        module.sources = tuple(sources)
+        module.error = "; ".join(errors)
+        return module
+
+    # -- debug info and metrics ----------------------------------------------------------------
     def cached_files(self) -> list[ModuleSymbols]:
-        return list(self._files.values())
+        return self.elf_cache.values()
+
+    def debug_info(self) -> dict:
+        """Plain data for the front doors: the two caches (Alloy's elf_cache / pid_cache) and counters."""
+        files = []
+        for key, module, size in self.elf_cache.items():
+            files.append({"key": f"{key[0]}:{key[1]}" if key[0] == "build-id" else key[0],
+                          "path": module.path, "build_id": module.build_id, "symbols": module.symbols,
+                          "bytes": size, "sources": list(module.sources), "debug_file": module.debug_file,
+                          "error": module.error})
+        procs = []
+        for (pid, start), proc, size in self.pid_cache.items():
+            procs.append({"pid": pid, "start_time": start, "mappings": len(proc.modules), "bytes": size,
+                          "perf_map_symbols": len(proc.perf_map) if proc.perf_map is not None else 0})
+        return {
+            "demangle": self.demangle,
+            "elf_cache": {**self._cache_numbers(self.elf_cache),
+                          "symbols": sum(f["symbols"] for f in files), "files": files},
+            "pid_cache": {**self._cache_numbers(self.pid_cache), "processes": procs},
+            "frames": {"named": self.stats.hits, "unnamed": self.stats.misses, "jit": self.stats.jit_hits},
+            "files_opened": self.stats.files_opened, "file_errors": self.stats.file_errors,
+            "debug_files": self.stats.debug_files,
+        }
+
+    def metrics(self) -> dict[str, int]:
+        """Flat counters and gauges (name -> value) for a metrics endpoint."""
+        out: dict[str, int] = {}
+        for name, cache in (("elf_cache", self.elf_cache), ("pid_cache", self.pid_cache)):
+            for k, v in self._cache_numbers(cache).items():
+                out[f"{name}_{k}"] = v
+        out["frames_named"] = self.stats.hits
+        out["frames_unnamed"] = self.stats.misses
+        out["frames_jit"] = self.stats.jit_hits
+        out["files_opened"] = self.stats.files_opened
+        out["file_errors"] = self.stats.file_errors
+        return out
+
+    @staticmethod
+    def _cache_numbers(cache: ByteLRU) -> dict[str, int]:
+        s = cache.stats
+        return {"hits": s.hits, "misses": s.misses, "evictions": s.evictions, "bytes": s.bytes,
+                "max_bytes": cache.max_bytes, "entries": len(cache)}

@@ -1,4 +1,9 @@
-"""Symbol table of one ELF file: address -> function name, batch lookups with numpy."""
+"""Symbol table of one mapped file: address -> function name, batch lookups with numpy.
+
+A table merges, in the seed's order of preference, the `.symtab`/`.dynsym` of a separate
+debug file, those of the file itself, and the PLT stubs (`puts@plt`), which no symbol table
+names. Where two sources name the same address, the earlier one wins.
+"""
 
 from __future__ import annotations
 
@@ -8,54 +13,73 @@ from .elf import ElfFile
 
 
 class SymbolTable:
-    """Function symbols of one file; names decoded lazily and cached."""
+    """Function symbols of one file; names decoded lazily (only for frames shown) and cached."""
 
-    def __init__(self, elf: ElfFile) -> None:
-        self._elf = elf
-        self.values, self.sizes, self._names, self._tables, self._strtabs = elf.function_symbols()
-        self._ends = self.values + np.maximum(self.sizes, 1)
+    def __init__(self, elf: ElfFile, debug: ElfFile | None = None, plt: bool = True) -> None:
+        values, sizes, names, tables = [], [], [], []
+        # One entry per string table: (file, section) to decode lazily, or a list of ready names.
+        self._strtabs: list[tuple] = []
+        for priority, source in enumerate(f for f in (debug, elf) if f is not None):
+            v, sz, nm, tb, strtabs = source.function_symbols()
+            values.append(v)
+            sizes.append(sz)
+            names.append(nm)
+            tables.append(tb.astype(np.uint16) + len(self._strtabs))
+            self._strtabs.extend((source, s) for s in strtabs)
+        if plt:
+            stubs = elf.plt_symbols()
+            if stubs:
+                values.append(np.array([a for a, _, _ in stubs], dtype=np.uint64))
+                sizes.append(np.array([s for _, s, _ in stubs], dtype=np.uint64))
+                names.append(np.arange(len(stubs), dtype=np.uint32))
+                tables.append(np.full(len(stubs), len(self._strtabs), dtype=np.uint16))
+                self._strtabs.append((None, [n for _, _, n in stubs]))
+        if values:
+            v, sz, nm, tb = (np.concatenate(a) for a in (values, sizes, names, tables))
+            order = np.lexsort((tb, v))     # by address, the earliest source first
+            v, sz, nm, tb = v[order], sz[order], nm[order], tb[order]
+            first = np.concatenate(([True], v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=bool)
+            self.values, self.sizes, self._names, self._tables = v[first], sz[first], nm[first], tb[first]
+        else:
+            self.values = self.sizes = np.zeros(0, dtype=np.uint64)
+            self._names, self._tables = np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.uint16)
+        # Where a symbol ends: its size, or (size 0, hand-written assembly) the next symbol.
+        nxt = np.append(self.values[1:], np.uint64(0xFFFFFFFFFFFFFFFF)) if len(self.values) else self.values
+        self._ends = np.where(self.sizes > 0, self.values + self.sizes, nxt)
         self._decoded: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int] | None]:
-        """(name, offset into the function) for each address, or None when no symbol covers it.
+    def lookup_indexes(self, vaddrs) -> np.ndarray:
+        """Index of the symbol covering each address, -1 where none does (vectorized)."""
+        q = np.asarray(vaddrs, dtype=np.uint64)
+        if not len(self.values):
+            return np.full(len(q), -1, dtype=np.int64)
+        idx = np.searchsorted(self.values, q, side="right").astype(np.int64) - 1
+        safe = np.maximum(idx, 0)
+        # A symbol's size is respected: an address past its end is not that symbol.
+        return np.where((idx >= 0) & (q < self._ends[safe]), idx, -1)
 
-        A symbol's size is respected: an address past its end is not that symbol. Symbols of
-        size 0 (hand-written assembly) cover only their first byte... unless nothing follows:
-        they then cover up to the next symbol, as perf and addr2line treat them.
-        """
-        if not len(self.values) or not vaddrs:
-            return [None] * len(vaddrs)
-        q = np.array(vaddrs, dtype=np.uint64)
-        idx = np.searchsorted(self.values, q, side="right") - 1
-        out: list[tuple[str, int] | None] = []
-        n = len(self.values)
-        for address, i in zip(vaddrs, idx.tolist()):
-            if i < 0:
-                out.append(None)
-                continue
-            size = int(self.sizes[i])
-            start = int(self.values[i])
-            if size:
-                if address >= start + size:
-                    out.append(None)
-                    continue
-            elif i + 1 < n and address >= int(self.values[i + 1]):
-                out.append(None)
-                continue
-            out.append((self.name(i), address - start))
-        return out
+    def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int] | None]:
+        """(name, offset into the function) for each address, or None when no symbol covers it."""
+        if not vaddrs:
+            return []
+        idx = self.lookup_indexes(vaddrs).tolist()
+        return [(self.name(i), a - int(self.values[i])) if i >= 0 else None for a, i in zip(vaddrs, idx)]
 
     def name(self, i: int) -> str:
         cached = self._decoded.get(i)
         if cached is None:
-            cached = self._elf.symbol_name(self._strtabs[int(self._tables[i])], int(self._names[i]))
+            source, table = self._strtabs[int(self._tables[i])]
+            if source is None:
+                cached = table[int(self._names[i])]
+            else:
+                cached = source.symbol_name(table, int(self._names[i]))
             self._decoded[i] = cached
         return cached
 
     @property
     def nbytes(self) -> int:
         return int(self.values.nbytes + self.sizes.nbytes + self._names.nbytes + self._tables.nbytes
-                   + self._ends.nbytes)
+                   + self._ends.nbytes) + 80 * len(self._decoded)
