@@ -37,6 +37,8 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+#include "python.h"
+
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
 #define PAGE_BYTES 4096
@@ -49,6 +51,7 @@ struct sample_key {
 	__u32 tid;
 	__s32 user_stack_id;
 	__s32 kern_stack_id;
+	__u64 python_stack;  /* key of the sample's Python frames in py_stacks_<buffer>, 0: none (python.h) */
 };
 
 struct sample_value {
@@ -363,6 +366,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	 * per-CPU array map for scratch space: the BPF stack is 512 bytes and this
 	 * function already uses about 100 of them.
 	 */
+	if (collect_user_stacks && key.pid != 0)
+		key.python_stack = python_walk(key.pid, buffer);
 
 	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
 		return 0;

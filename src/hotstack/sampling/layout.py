@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-SAMPLE_KEY = struct.Struct("<IIii")        # pid, tid, user_stack_id, kern_stack_id
+SAMPLE_KEY = struct.Struct("<IIiiQ")       # pid, tid, user_stack_id, kern_stack_id, python_stack
 SAMPLE_VALUE = struct.Struct("<Q16s")      # count, comm
 STACK_DEPTH = 127
 

@@ -57,6 +57,7 @@ class RawSample:
     count: int
     user_stack_lost: bool = False
     kernel_stack_lost: bool = False
+    python_stack: int = 0             # key of its Python frames (unwind/python/bpf.py), 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class StackSnapshot:
     stack: bytes                      # the user stack from sp upwards
     kernel_stack: tuple[int, ...]
     kernel_stack_lost: bool = False
+    python_stack: int = 0             # as RawSample.python_stack: carry it to the RawSample
 
 
 @dataclass
@@ -169,12 +171,12 @@ class SamplingSession:
             records = self._ring.read()
             key_size, tail = layout.SAMPLE_KEY.size, layout.SNAPSHOT_TAIL
             for rec in records:
-                pid, tid, _ustack, kstack_id = layout.SAMPLE_KEY.unpack_from(rec)
+                pid, tid, _ustack, kstack_id, python_stack = layout.SAMPLE_KEY.unpack_from(rec)
                 comm, buffer, stack_len, ip, sp, bp = tail.unpack_from(rec, key_size)
                 start = layout.SNAPSHOT_HEADER_SIZE
                 stack = rec[start:start + min(stack_len, layout.SNAPSHOT_STACK_BYTES)]
                 self.snapshot_bytes_read += len(rec)
-                self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack))
+                self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack, python_stack))
             return len(records)
 
     def _take_pending(self, buffer: int) -> list[tuple]:
@@ -218,19 +220,20 @@ class SamplingSession:
 
         samples = []
         for key, value in entries:
-            pid, tid, ustack_id, kstack_id = layout.SAMPLE_KEY.unpack_from(key)
+            pid, tid, ustack_id, kstack_id, python_stack = layout.SAMPLE_KEY.unpack_from(key)
             count, comm = layout.SAMPLE_VALUE.unpack_from(value)
             ustack = stack(ustacks, user_cache, ustack_id)
             kstack = stack(kstacks, kern_cache, kstack_id)
             samples.append(RawSample(
                 pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ustack or (), kstack or (), count,
-                user_stack_lost=ustack is None or ustack_id < -1, kernel_stack_lost=kstack is None or kstack_id < -1))
+                user_stack_lost=ustack is None or ustack_id < -1, kernel_stack_lost=kstack is None or kstack_id < -1,
+                python_stack=python_stack))
         snapshots = []
-        for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes in pending:
+        for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes, python_stack in pending:
             kstack = stack(kstacks, kern_cache, kstack_id)
             snapshots.append(StackSnapshot(
                 pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ip, sp, bp, stack_bytes,
-                kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1))
+                kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1, python_stack=python_stack))
         for m, cache in ((ustacks, user_cache), (kstacks, kern_cache)):
             for stack_id in cache:
                 m.delete(struct.pack("<I", stack_id))
