@@ -7,7 +7,7 @@ import struct
 from .errors import EbpfError
 from .maps import Map
 from .program import Program
-from .spec import PSEUDO_MAP_FD, PSEUDO_MAP_VALUE, CollectionSpec
+from .spec import PSEUDO_MAP_FD, PSEUDO_MAP_VALUE, CollectionSpec, ProgramSpec
 
 
 class Collection:
@@ -29,16 +29,7 @@ class Collection:
                 if map_spec.freeze:
                     m.freeze()
             for name, prog_spec in spec.programs.items():
-                insns = bytearray(prog_spec.instructions)
-                for index, map_key, extra in prog_spec.map_relocations:
-                    if map_key not in maps:
-                        raise EbpfError(f"program {name} refers to unknown map {map_key}")
-                    base = index * 8
-                    insns[base + 1] = (insns[base + 1] & 0x0F) | (
-                        (PSEUDO_MAP_FD if extra is None else PSEUDO_MAP_VALUE) << 4)
-                    struct.pack_into("<i", insns, base + 4, maps[map_key].fd)
-                    struct.pack_into("<i", insns, base + 12, extra or 0)
-                programs[name] = Program.load(prog_spec, bytes(insns))
+                programs[name] = Program.load(prog_spec, _relocated(prog_spec, maps))
         except BaseException:
             for p in programs.values():
                 p.close()
@@ -46,6 +37,14 @@ class Collection:
                 m.close()
             raise
         return cls(spec, maps, programs)
+
+    def load_program(self, key: str, prog_spec: ProgramSpec) -> Program:
+        """Load one more program against this collection's maps (e.g. a tracing program per target)."""
+        if key in self.programs:
+            raise EbpfError(f"program {key} is already loaded")
+        program = Program.load(prog_spec, _relocated(prog_spec, self.maps))
+        self.programs[key] = program
+        return program
 
     def variable(self, name: str) -> "GlobalVariable":
         var = self.spec.variables[name]
@@ -62,6 +61,19 @@ class Collection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _relocated(prog_spec: ProgramSpec, maps: dict[str, Map]) -> bytes:
+    """The program's instructions with map references pointing at the loaded maps."""
+    insns = bytearray(prog_spec.instructions)
+    for index, map_key, extra in prog_spec.map_relocations:
+        if map_key not in maps:
+            raise EbpfError(f"program {prog_spec.name} refers to unknown map {map_key}")
+        base = index * 8
+        insns[base + 1] = (insns[base + 1] & 0x0F) | ((PSEUDO_MAP_FD if extra is None else PSEUDO_MAP_VALUE) << 4)
+        struct.pack_into("<i", insns, base + 4, maps[map_key].fd)
+        struct.pack_into("<i", insns, base + 12, extra or 0)
+    return bytes(insns)
 
 
 class GlobalVariable:

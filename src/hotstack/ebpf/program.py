@@ -68,6 +68,7 @@ def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None)
     name = spec.name.encode()[:15]
     ctypes.memmove(ctypes.addressof(attr) + 48, name, len(name))
     struct.pack_into("<I", attr, 68, spec.attach_type)
+    struct.pack_into("<I", attr, 108, spec.attach_btf_id)
     return sc.bpf(sc.BPF_PROG_LOAD, attr, f"load program {spec.name}")
 
 

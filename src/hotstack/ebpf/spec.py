@@ -72,6 +72,8 @@ class ProgramSpec:
     # (instruction index, map name, extra offset into the map value or None for PSEUDO_MAP_FD)
     map_relocations: list[tuple[int, str, int | None]] = field(default_factory=list)
     license: str = "GPL"
+    # Kernel BTF type id of the attach target (fentry/fexit function, tp_btf typedef); set before loading.
+    attach_btf_id: int = 0
 
 
 @dataclass

@@ -1,0 +1,133 @@
+"""EventProfiler: event-driven sessions (probe hits, off-CPU time) -> Profiles.
+
+The same shape as CpuProfiler, with the engine's one process table and one
+symbolizer: a session yields EventBatches of raw stacks; this turns them into a
+Profile per interval with the session's profile name and value types. A
+background thread drains the kernel's `new_pids` map so that a process's maps
+are read while it still runs.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from typing import Protocol
+
+from ..procs import ProcessTable
+from ..profile.model import Frame, Profile, Sample, ValueType
+from ..symbols.symbolizer import Symbolizer
+from .stack_buffers import EventBatch, EventSample
+
+_LOST_USER = Frame("[lost user stack]", resolved=False)
+_LOST_KERNEL = Frame("[lost kernel stack]", resolved=False)
+
+
+class EventSession(Protocol):
+    profile_name: str
+    sample_type: ValueType
+    period_type: ValueType
+
+    def start(self) -> None: ...
+    def collect(self) -> EventBatch: ...
+    def new_pids(self) -> list[int]: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class EventProfiler:
+    def __init__(self, session: EventSession, symbolizer: Symbolizer | None = None,
+                 processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
+        self.session = session
+        self.processes = processes or (symbolizer.processes if symbolizer else ProcessTable())
+        self.symbolizer = symbolizer or Symbolizer(self.processes)
+        self._watch_interval = watch_interval_s
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.session.start()
+        self.symbolizer.kernel  # parse kallsyms now, not in the first interval
+        self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-event-pids", daemon=True)
+        self._watcher.start()
+
+    def _watch_new_pids(self) -> None:
+        while not self._stop.wait(self._watch_interval):
+            self.observe_new_pids()
+
+    def observe_new_pids(self) -> None:
+        try:
+            pids = self.session.new_pids()
+        except Exception:   # the session is closing under us
+            return
+        for pid in pids:
+            self.processes.observe(pid)
+
+    def collect(self) -> Profile:
+        self.observe_new_pids()
+        profile = self.to_profile(self.session.collect())
+        self.processes.forget_dead()
+        return profile
+
+    def to_profile(self, batch: EventBatch) -> Profile:
+        s = self.session
+        # frequency_hz=0: one event stands for itself (period 1), not for 1/Hz of CPU.
+        return Profile(samples=[self._sample(raw) for raw in batch.samples], start_ns=batch.start_ns,
+                       duration_ns=batch.end_ns - batch.start_ns, frequency_hz=0, name=s.profile_name,
+                       sample_type=s.sample_type, period_type=s.period_type, stats=batch.stats)
+
+    def _sample(self, raw: EventSample) -> Sample:
+        stack: list[Frame] = []
+        if raw.kernel_stack:
+            stack.extend(self.symbolizer.kernel_frames(list(raw.kernel_stack)))
+        elif raw.kernel_stack_lost:
+            stack.append(_LOST_KERNEL)
+        if raw.user_stack:
+            stack.extend(self.symbolizer.user_frames(raw.pid, list(raw.user_stack)))
+        elif raw.user_stack_lost:
+            stack.append(_LOST_USER)
+        info = self.processes.get(raw.pid) if raw.pid else None
+        labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
+        return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm, labels)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=1)
+        self.session.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.session.close()
+
+    def __enter__(self) -> "EventProfiler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, duration_s: float, interval_s: float = 0, on_profile=None,
+            stop: threading.Event | None = None) -> Profile | None:
+        """Collect for `duration_s` (0 = until `stop`), a profile every `interval_s` (0 = one at the end)."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + duration_s if duration_s > 0 else None
+        last = None
+        while True:
+            wait = [interval_s] if interval_s > 0 else []
+            if deadline is not None:
+                wait.append(max(0.0, deadline - time.monotonic()))
+            finished = stop.wait(min(wait)) if wait else stop.wait()
+            expired = deadline is not None and time.monotonic() >= deadline
+            if finished or expired:
+                self.session.stop()   # flush on stop: no event may arrive after the final drain
+            if finished or expired or interval_s > 0:
+                last = self.collect()
+                if on_profile is not None:
+                    on_profile(last)
+            if finished or expired:
+                return last
+
+
+def drain_new_pids(m) -> list[int]:
+    return [struct.unpack_from("<I", key)[0] for key, _ in m.drain()]
