@@ -1,0 +1,59 @@
+"""`hotstack agent [CONFIG.alloy]`: flags and wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import ConfigError
+from .server import DEFAULT_LISTEN
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", metavar="CONFIG.alloy",
+                        help="Alloy config file (default: a built-in pipeline profiling every process into "
+                             "a local store)")
+    parser.add_argument("--validate", action="store_true",
+                        help="parse and type-check the config, start nothing (exit 0, or 2 with the errors)")
+    parser.add_argument("--server.http.listen-addr", dest="listen_addr", default=DEFAULT_LISTEN, metavar="ADDR",
+                        help=f"address of the HTTP server (/metrics, component pages) (default {DEFAULT_LISTEN})")
+    parser.add_argument("--storage.path", dest="storage_path", default="", metavar="DIR",
+                        help="directory of the built-in pipeline's pprof files "
+                             "(default ~/.local/state/hotstack/profiles)")
+    parser.add_argument("--duration", type=float, default=0, metavar="SECONDS",
+                        help="stop after this many seconds (default: run until SIGTERM/SIGINT)")
+    parser.add_argument("--log.level", dest="log_level", default="info",
+                        choices=("debug", "info", "warn", "error"), help="log level (default info)")
+    parser.add_argument("--print-default-config", action="store_true", help="print the built-in config and exit")
+
+
+def _read_config(args) -> tuple[str, str]:
+    from .default_config import default_config
+    if not args.config:
+        return default_config(args.storage_path), "<built-in>"
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            return f.read(), args.config
+    except OSError as e:
+        raise ConfigError(f"cannot read config {args.config}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {args.config} is not UTF-8 text") from None
+
+
+def run(args) -> int:
+    level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="ts=%(asctime)s level=%(levelname)s component=%(name)s msg=%(message)s")
+    text, filename = _read_config(args)
+    if args.print_default_config:
+        sys.stdout.write(text)
+        return 0
+    if args.validate:
+        from .controller import load_config
+        controller = load_config(text, filename)
+        print(f"{filename}: OK ({len(controller.order)} components)")
+        return 0
+    from .agent import Agent
+    Agent(text, filename, args.listen_addr).run(args.duration)
+    return 0

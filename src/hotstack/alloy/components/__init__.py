@@ -1,0 +1,4 @@
+"""Importing this package registers every component hotstack implements."""
+
+from . import discovery_docker, discovery_kubernetes, discovery_process, discovery_relabel  # noqa: F401
+from . import local_store, pyroscope_ebpf, pyroscope_write  # noqa: F401

@@ -1,0 +1,85 @@
+"""Prometheus metrics of pyroscope.ebpf (names as Alloy's) and of the engine behind it."""
+
+from __future__ import annotations
+
+import weakref
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+_BY_REGISTRY: "weakref.WeakKeyDictionary[CollectorRegistry, EbpfMetrics]" = weakref.WeakKeyDictionary()
+
+
+class EngineCollector:
+    """Engine counters read at scrape time from the live profilers (never stale, no double counting)."""
+
+    def __init__(self) -> None:
+        self.profilers: "weakref.WeakSet" = weakref.WeakSet()
+        self.samples = 0
+        self.user_lost = 0
+        self.kernel_lost = 0
+        self.counts_full = 0
+
+    def collect(self):
+        samples = CounterMetricFamily("hotstack_samples", "Samples taken by the BPF sampler.")
+        samples.add_metric([], self.samples)
+        lost = CounterMetricFamily("hotstack_lost_stacks", "Samples kept without a stack.", labels=["stack"])
+        lost.add_metric(["user"], self.user_lost)
+        lost.add_metric(["kernel"], self.kernel_lost)
+        full = CounterMetricFamily("hotstack_dropped_samples", "Samples dropped: aggregation map full.")
+        full.add_metric([], self.counts_full)
+        hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
+        runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
+        files = GaugeMetricFamily("hotstack_symbolizer_files", "ELF files with loaded symbols.")
+        h = m = n = 0
+        rt = 0.0
+        for p in list(self.profilers):
+            stats = p.symbolizer.stats
+            h += stats.hits
+            m += stats.misses
+            n += len(p.symbolizer.cached_files())
+            try:
+                rt += p.session.bpf_run_time_ns() / 1e9
+            except Exception:   # the session may be closing; skip it this scrape
+                pass
+        hits.add_metric(["hit"], h)
+        hits.add_metric(["miss"], m)
+        runtime.add_metric([], rt)
+        files.add_metric([], n)
+        yield from (samples, lost, full, hits, runtime, files)
+
+
+class EbpfMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.active_targets = Gauge("pyroscope_ebpf_active_targets", "Targets the component tracks.",
+                                    ["component"], registry=r)
+        self.sessions = Counter("pyroscope_ebpf_profiling_sessions", "Profiling sessions started.",
+                                ["component"], registry=r)
+        self.sessions_failing = Counter("pyroscope_ebpf_profiling_sessions_failing",
+                                        "Profiling sessions that failed to start.", ["component"], registry=r)
+        self.pprofs = Counter("pyroscope_ebpf_pprofs", "pprof profiles collected.", ["service_name"], registry=r)
+        self.pprof_bytes = Counter("pyroscope_ebpf_pprof_bytes", "Bytes of pprof profiles collected.",
+                                   ["service_name"], registry=r)
+        self.pprof_samples = Counter("pyroscope_ebpf_pprof_samples", "Samples in pprof profiles collected.",
+                                     ["service_name"], registry=r)
+        self.pprofs_dropped = Counter("pyroscope_ebpf_pprofs_dropped", "pprof profiles a receiver dropped.",
+                                      ["component"], registry=r)
+        self.engine = EngineCollector()
+        r.register(self.engine)
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry | None) -> "EbpfMetrics":
+        registry = registry if registry is not None else CollectorRegistry()
+        found = _BY_REGISTRY.get(registry)
+        if found is None:
+            found = _BY_REGISTRY[registry] = cls(registry)
+        return found
+
+    def observe_profile(self, profile, profiler) -> None:
+        self.engine.profilers.add(profiler)
+        st = profile.stats
+        self.engine.samples += st.samples
+        self.engine.user_lost += st.user_stacks_lost
+        self.engine.kernel_lost += st.kernel_stacks_lost
+        self.engine.counts_full += st.counts_full

@@ -1,0 +1,118 @@
+"""hotstack.local_store: profiles kept on this host, for people without a Pyroscope server.
+
+Every pprof it receives is written to `directory/<service_name>/<time>-<pid>.pb.gz`; files
+older than `retention` are removed (rotation). The last `window` of profiles is also kept in
+memory as folded stacks, which the agent's flame graph page renders per service_name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import Counter, deque
+
+from ...profile.model import Profile
+from ..component import Component, register
+from ..schema import DURATION, INT, STRING, Arg, Schema
+from .receiver import ProfilesReceiver
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def default_directory() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "hotstack", "profiles")
+
+
+@register
+class LocalStore(Component):
+    name = "hotstack.local_store"
+    schema = Schema([Arg("directory", STRING, ""), Arg("retention", DURATION, 3600.0),
+                     Arg("window", DURATION, 900.0), Arg("max_files", INT, 5000)])
+    initial_exports: dict = {}
+
+    def __init__(self, controller, label):
+        super().__init__(controller, label)
+        self.receiver = ProfilesReceiver(self.id, self._append)
+        self.exports = {"receiver": self.receiver}
+        self._recent: deque[tuple[float, str, Counter]] = deque()
+        self._recent_lock = threading.Lock()
+        self.files_written = 0
+        self._last_rotate = 0.0
+        controller.services.setdefault("local_store", self)
+
+    def update(self, args: dict) -> None:
+        args["directory"] = args["directory"] or default_directory()
+        self.args = args
+
+    def _append(self, labels: dict[str, str], raw: bytes, profile: Profile | None) -> bool:
+        now = time.time()
+        service = labels.get("service_name", "unspecified")
+        pid = labels.get("__process_pid__", "") or labels.get("__container_id__", "")[:12]
+        directory = os.path.join(self.args["directory"], _UNSAFE.sub("_", service) or "_")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{now % 1:.3f}"[1:]
+            path = os.path.join(directory, f"{stamp}-{pid or 'all'}.pb.gz")
+            with open(path + ".tmp", "wb") as f:
+                f.write(raw)
+            os.replace(path + ".tmp", path)
+            self.files_written += 1
+        except OSError as e:
+            self.set_health("unhealthy", f"cannot write to {directory}: {e.strerror}")
+            return False
+        if profile is not None:
+            folded: Counter = Counter()
+            for s in profile.samples:
+                folded[";".join(f.name for f in reversed(s.stack)) or "[no stack]"] += s.value
+            with self._recent_lock:
+                self._recent.append((now, service, folded))
+                while self._recent and self._recent[0][0] < now - self.args["window"]:
+                    self._recent.popleft()
+        if now - self._last_rotate > 30:
+            self._last_rotate = now
+            self.rotate(now)
+        return True
+
+    def rotate(self, now: float | None = None) -> int:
+        """Remove files past retention (and the oldest beyond max_files)."""
+        now = now or time.time()
+        removed = 0
+        files = []
+        for root, _, names in os.walk(self.args["directory"]):
+            for n in names:
+                if n.endswith(".pb.gz"):
+                    p = os.path.join(root, n)
+                    try:
+                        files.append((os.stat(p).st_mtime, p))
+                    except OSError:
+                        pass
+        files.sort()
+        excess = max(0, len(files) - self.args["max_files"])
+        for i, (mtime, p) in enumerate(files):
+            if i < excess or mtime < now - self.args["retention"]:
+                try:
+                    os.unlink(p)
+                    removed += 1
+                except OSError:
+                    pass
+        return removed
+
+    def services(self) -> list[str]:
+        with self._recent_lock:
+            return sorted({s for _, s, _ in self._recent})
+
+    def folded(self, service: str, minutes: float) -> Counter:
+        since = time.time() - minutes * 60
+        total: Counter = Counter()
+        with self._recent_lock:
+            for t, s, folded in self._recent:
+                if t >= since and (not service or s == service):
+                    total.update(folded)
+        return total
+
+    def debug_info(self) -> dict:
+        return {"directory": self.args.get("directory", ""), "files_written": self.files_written,
+                "services": self.services()}

@@ -1,0 +1,293 @@
+"""pyroscope.ebpf: sample every CPU, attribute samples to targets, forward one pprof per
+target and pid every collect_interval.
+
+The BPF sampler sees every process; matching happens here in userspace: a sample's pid is
+looked up in the pid targets first, then its process's container id in the container
+targets. Samples of processes that match nothing are dropped (unless targets_only=false).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+from ... import __version__
+from ...errors import HotstackError
+from ...profile.model import Frame, Profile, Sample, ValueType
+from ..component import Component, register
+from . import ebpf_args
+from .ebpf_metrics import EbpfMetrics
+from .targets import container_id_of_target, infer_service_name, pid_of_target
+
+SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
+DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
+CPU_NS = ValueType("cpu", "nanoseconds")
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    key: tuple                  # identity of the label set
+    labels: dict[str, str]      # the series labels (with __name__, service_name, scope ...)
+
+
+def series_labels(target: dict[str, str], pid: int | None = None, container_id: str = "",
+                  profile_name: str = "process_cpu") -> dict[str, str]:
+    """The labels pyroscope.ebpf puts on a target's profiles (research notes §1)."""
+    labels = {k: v for k, v in target.items() if not k.startswith("__") or k == "__name__"}
+    if not labels.get("service_name"):
+        labels["service_name"] = infer_service_name(target)
+    if container_id:
+        labels["__container_id__"] = container_id
+    elif pid is not None:
+        labels["__process_pid__"] = str(pid)
+    labels["__name__"] = profile_name
+    if "otel.scope.name" not in labels:
+        labels["otel.scope.name"] = SCOPE_NAME
+    if labels["otel.scope.name"] == SCOPE_NAME and "otel.scope.version" not in labels and __version__ not in (
+            "", "v0.0.0"):
+        labels["otel.scope.version"] = __version__
+    return labels
+
+
+class TargetIndex:
+    """pid -> target and container id -> target, built from the `targets` argument."""
+
+    def __init__(self, targets: list[dict[str, str]]) -> None:
+        self.by_pid: dict[int, ResolvedTarget] = {}
+        self.by_container: dict[str, ResolvedTarget] = {}
+        for t in targets:
+            pid = pid_of_target(t)
+            if pid is not None:
+                labels = series_labels(t, pid=pid)
+                self.by_pid[pid] = ResolvedTarget(tuple(sorted(labels.items())), labels)
+                continue
+            cid = container_id_of_target(t)
+            if cid:
+                labels = series_labels(t, container_id=cid)
+                self.by_container[cid] = ResolvedTarget(tuple(sorted(labels.items())), labels)
+
+    def __len__(self) -> int:
+        return len(self.by_pid) + len(self.by_container)
+
+    def match(self, pid: int, container_id: str) -> ResolvedTarget | None:
+        found = self.by_pid.get(pid)
+        if found is None and container_id:
+            found = self.by_container.get(container_id)
+        return found
+
+
+_DEFAULT = ResolvedTarget(("default",), series_labels(DEFAULT_TARGET))
+
+
+@register
+class PyroscopeEbpf(Component):
+    name = "pyroscope.ebpf"
+    schema = ebpf_args.SCHEMA
+    initial_exports: dict = {}
+
+    def __init__(self, controller, label):
+        super().__init__(controller, label)
+        self.index = TargetIndex([])
+        self.profiler = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._starting = False     # a session is being started (it takes seconds): start it once
+        self.metrics = EbpfMetrics.of(controller.metrics_registry)
+        self.last_error = ""
+        self.pprofs_sent = 0
+
+    # -- configuration --------------------------------------------------------------------------
+    def update(self, args: dict) -> None:
+        index = TargetIndex(args["targets"])
+        with self._lock:
+            restart = self._started and self.profiler is not None and any(
+                args[k] != self.args.get(k) for k in ("sample_rate", "kernel_frames", "demangle", "python_enabled"))
+            self.args, self.index = args, index
+        self.metrics.active_targets.labels(component=self.id).set(len(args["targets"]))
+        if self.args["verbose_mode"]:
+            self.log.setLevel("DEBUG")
+        if restart:
+            self._restart_profiler()
+        elif self._started and self.profiler is None and self._should_run() and not self._starting:
+            self._start_profiler()
+
+    def _should_run(self) -> bool:
+        return not self.args["lazy_mode"] or len(self.index) > 0
+
+    # -- the engine -------------------------------------------------------------------------------
+    def _make_profiler(self):
+        from ...sampling.profiler import CpuProfiler
+        from ...sampling.session import SamplerConfig
+        a = self.args
+        fields = {"frequency": a["sample_rate"], "kernel_stacks": a["kernel_frames"]}
+        if ebpf_args._sampler_field("python"):
+            fields["python"] = a["python_enabled"]
+        profiler = CpuProfiler(SamplerConfig(**fields))
+        if a["demangle"] != "none" and hasattr(profiler.symbolizer, "demangle"):
+            profiler.symbolizer.demangle = a["demangle"]
+        return profiler
+
+    def _start_profiler(self) -> None:
+        """Start the eBPF session; failing to start makes the component unhealthy (tried 3 times)."""
+        self._starting = True
+        try:
+            self._start_attempts()
+        finally:
+            self._starting = False
+
+    def _start_attempts(self) -> None:
+        self.metrics.sessions.labels(component=self.id).inc()
+        error = ""
+        for attempt in range(3):
+            try:
+                profiler = self._make_profiler()
+                profiler.start()
+            except HotstackError as e:
+                error = str(e)
+            except OSError as e:
+                error = f"cannot start the eBPF session: {e.strerror or e}"
+            else:
+                self.profiler = profiler
+                self.set_health("healthy", f"profiling at {self.args['sample_rate']} Hz")
+                return
+            if attempt < 2 and self._stop.wait(0.2 * (attempt + 1)):
+                break
+        self.metrics.sessions_failing.labels(component=self.id).inc()
+        self.last_error = error
+        self.set_health("unhealthy", error)
+
+    def _restart_profiler(self) -> None:
+        old, self.profiler = self.profiler, None
+        if old is not None:
+            self._flush(old)
+            old.close()
+        self._start_profiler()
+
+    def start(self) -> None:
+        if not self.args["obi_process_context_enabled"] is False and not ebpf_args.OBI_AVAILABLE():
+            self.log.warning("%s: obi_process_context_enabled: not supported yet; samples carry no trace_id/span_id",
+                             self.id)
+        self._started = True
+        if self._should_run():
+            self._start_profiler()
+        else:
+            self.set_health("healthy", "lazy_mode: waiting for targets")
+        self._thread = threading.Thread(target=self._loop, name=f"hotstack-{self.id}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_at = time.monotonic() + self.args["collect_interval"]
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += self.args["collect_interval"]
+            if next_at < time.monotonic():     # we fell behind (e.g. suspended): don't burst
+                next_at = time.monotonic() + self.args["collect_interval"]
+            profiler = self.profiler
+            if profiler is not None:
+                try:
+                    self._flush(profiler)
+                except Exception as e:   # one bad interval must not end profiling
+                    self.log.exception("%s: collect failed: %s", self.id, e)
+
+    def _flush(self, profiler) -> None:
+        with self._lock:
+            index, args = self.index, self.args
+        profile = profiler.collect()
+        self.metrics.observe_profile(profile, profiler)
+        for labels, sub in self.split(profile, index, args, profiler):
+            self._send(labels, sub, args)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None:
+            try:
+                self._flush(profiler)   # the last partial interval is not lost
+            finally:
+                profiler.close()
+
+    # -- attribution and encoding ---------------------------------------------------------------
+    @staticmethod
+    def split(profile: Profile, index: TargetIndex, args: dict, profiler=None):
+        """Yield (series labels, Profile) per target and pid."""
+        groups: dict[tuple, list[Sample]] = defaultdict(list)
+        labels_of: dict[tuple, dict[str, str]] = {}
+        comm_frame = args["comm"] in ("stackframe", "both")
+        stubs = args["reporter_unsymbolized_stubs"]
+        for s in profile.samples:
+            if s.pid == 0:
+                continue
+            target = index.match(s.pid, s.label("container_id"))
+            if target is None:
+                if args["targets_only"]:
+                    continue
+                target = _DEFAULT
+            stack = s.stack
+            if stubs:
+                stack = tuple(_stub(f) for f in stack)
+            if comm_frame:
+                stack = stack + (Frame(s.comm, module="comm"),)
+            key = (target.key, s.pid)
+            labels_of[key] = target.labels
+            groups[key].append(Sample(stack, s.value, s.pid, s.tid, s.comm, ()))
+        for key, samples in groups.items():
+            yield labels_of[key], Profile(samples=samples, start_ns=profile.start_ns,
+                                          duration_ns=profile.duration_ns, frequency_hz=profile.frequency_hz)
+
+    def _send(self, labels: dict[str, str], sub: Profile, args: dict) -> None:
+        from ...profile.pprof import encode_pprof
+        raw = encode_pprof(sub, compress=True, comm_label=args["comm"] in ("label", "both"),
+                           pid_label=args["pid_label"])
+        service = labels.get("service_name", "")
+        self.metrics.pprofs.labels(service_name=service).inc()
+        self.metrics.pprof_bytes.labels(service_name=service).inc(len(raw))
+        self.metrics.pprof_samples.labels(service_name=service).inc(len(sub.samples))
+        for receiver in args["forward_to"]:
+            if not receiver.append(dict(labels), raw, sub):
+                self.metrics.pprofs_dropped.labels(component=self.id).inc()
+        self.pprofs_sent += 1
+
+    # -- component page -------------------------------------------------------------------------
+    def debug_info(self) -> dict:
+        info: dict = {"targets": [t.labels for t in list(self.index.by_pid.values())[:200]] +
+                      [t.labels for t in list(self.index.by_container.values())[:200]],
+                      "active_targets": len(self.index), "pprofs_sent": self.pprofs_sent,
+                      "session": "running" if self.profiler is not None else "stopped"}
+        if self.last_error:
+            info["last_error"] = self.last_error
+        profiler = self.profiler
+        if profiler is not None:
+            info["elf_cache"] = _elf_cache(profiler)
+            info["pid_cache"] = _pid_cache(profiler)
+        return info
+
+
+def _stub(frame: Frame) -> Frame:
+    if frame.resolved or not frame.module:
+        return frame
+    return replace(frame, name=f"$ {frame.module} + 0x{frame.address:x}")
+
+
+def _elf_cache(profiler) -> list[dict]:
+    out = []
+    for m in profiler.symbolizer.cached_files():
+        table = getattr(m, "table", None)
+        out.append({"build_id": getattr(m, "build_id", ""), "path": getattr(m, "path", ""),
+                    "symbols": len(table) if table is not None and hasattr(table, "__len__") else 0,
+                    "error": getattr(m, "error", "")})
+    return out[:500]
+
+
+def _pid_cache(profiler) -> list[dict]:
+    out = []
+    table = profiler.processes
+    with table._lock:
+        infos = list(table._by_pid.values())
+    for info in infos[:500]:
+        out.append({"pid": info.pid, "comm": info.comm, "exe": info.exe, "container_id": info.container_id,
+                    "mappings": len(getattr(info.mappings, "_mappings", []) or [])})
+    return out

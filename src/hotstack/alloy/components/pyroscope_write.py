@@ -1,0 +1,145 @@
+"""pyroscope.write: push profiles to Pyroscope endpoints (Connect protocol), with external labels."""
+
+from __future__ import annotations
+
+import weakref
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ...errors import ConfigError
+from ...export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
+from ...profile.model import Profile
+from ..component import Component, register
+from ..schema import BOOL, DURATION, INT, STRING, Arg, BlockArg, MapOf, Schema
+from .receiver import ProfilesReceiver
+
+# HTTP client settings of Alloy that hotstack's push client does not have yet: a value other
+# than the default is rejected, never ignored.
+_UNSUPPORTED_HTTP = {"proxy_url": "", "no_proxy": "", "proxy_from_environment": False, "follow_redirects": True,
+                     "enable_http2": True}
+
+ENDPOINT = Schema([
+    Arg("url", STRING, required=True), Arg("name", STRING, ""), Arg("remote_timeout", DURATION, 10.0),
+    Arg("headers", MapOf(STRING), {}), Arg("min_backoff_period", DURATION, 0.5),
+    Arg("max_backoff_period", DURATION, 300.0), Arg("max_backoff_retries", INT, 10),
+    Arg("retry_on_http_429", BOOL, True), Arg("debug_info_upload_timeout", DURATION, 120.0),
+    Arg("bearer_token", STRING, ""), Arg("bearer_token_file", STRING, ""),
+    Arg("proxy_url", STRING, ""), Arg("no_proxy", STRING, ""), Arg("proxy_from_environment", BOOL, False),
+    Arg("follow_redirects", BOOL, True), Arg("enable_http2", BOOL, True),
+    BlockArg("basic_auth", Schema([Arg("username", STRING, ""), Arg("password", STRING, ""),
+                                   Arg("password_file", STRING, "")])),
+    BlockArg("tls_config", Schema([Arg("ca_file", STRING, ""), Arg("insecure_skip_verify", BOOL, False),
+                                   Arg("server_name", STRING, "")])),
+], validate=lambda a: _validate_endpoint(a))
+
+
+def _validate_endpoint(a: dict) -> None:
+    for name, default in _UNSUPPORTED_HTTP.items():
+        if a[name] != default:
+            raise ValueError(f"{name}: not supported yet")
+    tls = a["tls_config"]
+    if tls["insecure_skip_verify"] or tls["server_name"]:
+        raise ValueError("tls_config: only ca_file is supported yet")
+    try:
+        to_endpoint(a).validate()
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+
+
+def to_endpoint(a: dict) -> PyroscopeEndpoint:
+    return PyroscopeEndpoint(
+        url=a["url"], name=a["name"], headers=dict(a["headers"]),
+        basic_auth_username=a["basic_auth"]["username"], basic_auth_password=a["basic_auth"]["password"],
+        basic_auth_password_file=a["basic_auth"]["password_file"], bearer_token=a["bearer_token"],
+        bearer_token_file=a["bearer_token_file"], remote_timeout_s=a["remote_timeout"],
+        min_backoff_s=a["min_backoff_period"], max_backoff_s=a["max_backoff_period"],
+        max_backoff_retries=a["max_backoff_retries"], retry_on_http_429=a["retry_on_http_429"],
+        tls_ca_file=a["tls_config"]["ca_file"])
+
+
+class WriteCollector:
+    """pyroscope_write_* read at scrape time from every live pusher."""
+
+    def __init__(self) -> None:
+        self.components: "weakref.WeakSet[PyroscopeWrite]" = weakref.WeakSet()
+
+    def collect(self):
+        fams = {k: CounterMetricFamily(f"pyroscope_write_{k}", help_, labels=["component", "endpoint"])
+                for k, help_ in (("sent_bytes", "Bytes of profiles sent."), ("sent_profiles", "Profiles sent."),
+                                 ("dropped_bytes", "Bytes of profiles dropped."),
+                                 ("dropped_profiles", "Profiles dropped."),
+                                 ("retries", "Push attempts after the first."), ("errors", "Failed push attempts."))}
+        latency = GaugeMetricFamily("pyroscope_write_latency_seconds", "Mean latency of the last successful pushes.",
+                                    labels=["component", "endpoint"])
+        for comp in list(self.components):
+            for pusher in comp.pushers:
+                snap = pusher.metrics.snapshot()
+                labels = [comp.id, pusher.endpoint.display_name]
+                fams["sent_bytes"].add_metric(labels, snap["sent_bytes"])
+                fams["sent_profiles"].add_metric(labels, snap["sent_items"])
+                fams["dropped_bytes"].add_metric(labels, snap["dropped_bytes"])
+                fams["dropped_profiles"].add_metric(labels, snap["dropped_items"])
+                fams["retries"].add_metric(labels, snap["retries"])
+                fams["errors"].add_metric(labels, snap["errors"])
+                lat = list(pusher.latency_s)
+                latency.add_metric(labels, sum(lat) / len(lat) if lat else 0.0)
+        yield from fams.values()
+        yield latency
+
+
+_COLLECTORS: "weakref.WeakKeyDictionary[CollectorRegistry, WriteCollector]" = weakref.WeakKeyDictionary()
+
+
+@register
+class PyroscopeWrite(Component):
+    name = "pyroscope.write"
+    schema = Schema([BlockArg("endpoint", ENDPOINT, repeated=True), Arg("external_labels", MapOf(STRING), {}),
+                     BlockArg("tracing", Schema([Arg("jaeger_propagator", BOOL, True),
+                                                 Arg("trace_context_propagator", BOOL, True)]))])
+
+    def __init__(self, controller, label):
+        super().__init__(controller, label)
+        self.receiver = ProfilesReceiver(self.id, self._append)
+        self.exports = {"receiver": self.receiver}
+        self.pushers: list[PyroscopePusher] = []
+        self.profiles_in = 0
+        registry = controller.metrics_registry
+        if registry is not None:
+            collector = _COLLECTORS.get(registry)
+            if collector is None:
+                collector = _COLLECTORS[registry] = WriteCollector()
+                registry.register(collector)
+            collector.components.add(self)
+
+    def update(self, args: dict) -> None:
+        old = self.args
+        self.args = args
+        if self.controller.running and old and (old["endpoint"] != args["endpoint"]):
+            self._replace_pushers()
+
+    def _replace_pushers(self) -> None:
+        old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e), logger=self.log)
+                                           for e in self.args["endpoint"]]
+        for p in old:
+            p.close(5.0)
+
+    def start(self) -> None:
+        self._replace_pushers()
+
+    def _append(self, labels: dict[str, str], raw: bytes, profile: Profile | None) -> bool:
+        self.profiles_in += 1
+        series = PushSeries({**labels, **self.args["external_labels"]}, raw)
+        ok = True
+        for pusher in self.pushers:
+            ok = pusher.push([series]) and ok
+        return ok
+
+    def stop(self) -> None:
+        for p in self.pushers:
+            p.close(5.0)
+
+    def debug_info(self) -> dict:
+        return {"profiles_received": self.profiles_in,
+                "endpoints": [{"name": p.endpoint.display_name, "pending": p.pending(), **p.metrics.snapshot()}
+                              for p in self.pushers]}

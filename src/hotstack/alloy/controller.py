@@ -1,0 +1,227 @@
+"""The component graph: load a config, order components by their references, evaluate
+them in dependency order, and re-evaluate dependents whenever a component's exports change."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .component import NOT_IMPLEMENTED_PREFIXES, REGISTRY, Component
+from .schema import decode
+from .syntax import parse
+from .syntax.ast import Block, body_references
+from .syntax.errors import Pos, SyntaxError_
+from .syntax.eval import Evaluator
+from .syntax.stdlib import build as build_stdlib
+
+log = logging.getLogger("hotstack.agent")
+
+# Top-level configuration blocks of Alloy that are not components; accepted and ignored
+# with a warning only when they hold nothing hotstack would need.
+_SERVICE_BLOCKS = {"logging", "tracing", "livedebugging", "http"}
+
+
+@dataclass
+class Node:
+    block: Block
+    component: Component
+    deps: set[str]
+
+
+class Controller:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.order: list[str] = []
+        self.stdlib = build_stdlib()
+        self.warnings: list[str] = []
+        self.running = False
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._eval_lock = threading.RLock()
+        self.metrics_registry = None   # set by the agent: a prometheus_client CollectorRegistry
+        self.services: dict[str, object] = {}   # shared helpers by name (e.g. the local profile store)
+
+    # -- loading ------------------------------------------------------------------------------
+    def load_text(self, text: str, filename: str) -> None:
+        self.load(parse(text, filename))
+
+    def load(self, body) -> None:
+        for attr in body.attributes:
+            raise SyntaxError_(attr.pos, f"unexpected attribute {attr.name!r} at the top level "
+                                         "(only component blocks are allowed here)")
+        for block in body.blocks:
+            if block.name in _SERVICE_BLOCKS and not block.label:
+                self.warn(f"{block.pos}: the {block.name!r} block is ignored by hotstack")
+                continue
+            cls = REGISTRY.get(block.name)
+            if cls is None:
+                if block.name.startswith(NOT_IMPLEMENTED_PREFIXES):
+                    have = ", ".join(sorted(n for n in REGISTRY if not n.startswith("hotstack.")))
+                    raise SyntaxError_(block.pos, f"component {block.name!r} is not implemented by hotstack "
+                                                  f"(available: {have})")
+                raise SyntaxError_(block.pos, f"unknown component {block.name!r}")
+            if not block.label:
+                raise SyntaxError_(block.pos, f"component {block.name!r} must have a label, "
+                                              f"e.g. {block.name} \"default\" {{ ... }}")
+            node_id = block.id
+            if node_id in self.nodes:
+                raise SyntaxError_(block.pos, f"component {node_id!r} is declared more than once "
+                                              f"(first at {self.nodes[node_id].block.pos})")
+            self.nodes[node_id] = Node(block, cls(self, block.label), set())
+        namespaces = {n.split(".")[0] for n in REGISTRY} | {i.split(".")[0] for i in self.nodes}
+        for node_id, node in self.nodes.items():
+            for parts, pos in body_references(node.block.body):
+                if parts[0] in self.stdlib and parts[0] not in namespaces:
+                    continue
+                target = self._resolve(parts)
+                if target is None:
+                    if parts[0] in self.stdlib:
+                        continue
+                    if parts[0] in namespaces:
+                        raise SyntaxError_(pos, f"component {'.'.join(parts[:-1] or parts)!r} does not exist "
+                                                f"(referenced as {'.'.join(parts)})")
+                    raise SyntaxError_(pos, f"identifier {parts[0]!r} does not exist")
+                if target == node_id:
+                    raise SyntaxError_(pos, f"{node_id} refers to itself")
+                node.deps.add(target)
+        self.order = self._topological_order()
+
+    def _resolve(self, parts: list[str]) -> str | None:
+        for n in range(len(parts), 1, -1):
+            candidate = ".".join(parts[:n])
+            if candidate in self.nodes:
+                return candidate
+        return None
+
+    def _topological_order(self) -> list[str]:
+        order: list[str] = []
+        state: dict[str, int] = {}   # 1 = visiting, 2 = done
+
+        def visit(node_id: str, path: list[str]) -> None:
+            if state.get(node_id) == 2:
+                return
+            if state.get(node_id) == 1:
+                cycle = path[path.index(node_id):] + [node_id]
+                raise SyntaxError_(self.nodes[node_id].block.pos, "cycle between components: " + " -> ".join(cycle))
+            state[node_id] = 1
+            for dep in sorted(self.nodes[node_id].deps):
+                visit(dep, path + [node_id])
+            state[node_id] = 2
+            order.append(node_id)
+
+        for node_id in self.nodes:
+            visit(node_id, [])
+        return order
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def scope(self) -> dict:
+        scope: dict = dict(self.stdlib)
+        for node_id, node in self.nodes.items():
+            parts = node_id.split(".")
+            at = scope
+            for p in parts[:-1]:
+                nxt = at.get(p)
+                if not isinstance(nxt, dict):
+                    nxt = {}
+                    at[p] = nxt
+                elif at is scope and p in self.stdlib:
+                    nxt = dict(nxt)   # never mutate the stdlib namespaces
+                    at[p] = nxt
+                at = nxt
+            at[parts[-1]] = node.component.exports
+        return scope
+
+    def evaluate(self, node_id: str) -> None:
+        """Decode one component's arguments against current exports and apply them."""
+        node = self.nodes[node_id]
+        with self._eval_lock:
+            args = decode(node.component.schema, node.block.body, Evaluator(self.scope()), node_id,
+                          node.block.pos, warn=self.warn)
+            try:
+                node.component.update(args)
+            except ValueError as e:
+                raise SyntaxError_(node.block.pos, f"{node_id}: {e}") from None
+
+    def evaluate_all(self) -> None:
+        """First evaluation, in dependency order: any error is a config error (exit 2)."""
+        for node_id in self.order:
+            self.evaluate(node_id)
+
+    def exports_changed(self, component: Component) -> None:
+        if self.running:
+            self._queue.put(component.id)
+
+    def dependents(self, node_id: str) -> list[str]:
+        """Every component that reads node_id, directly or not, in evaluation order."""
+        affected = {node_id}
+        out = []
+        for nid in self.order:
+            if nid != node_id and self.nodes[nid].deps & affected:
+                affected.add(nid)
+                out.append(nid)
+        return out
+
+    def _reevaluate_loop(self) -> None:
+        while True:
+            node_id = self._queue.get()
+            if node_id is None:
+                return
+            for dep in self.dependents(node_id):
+                comp = self.nodes[dep].component
+                try:
+                    self.evaluate(dep)
+                    if comp.health.state in ("unknown", "unhealthy") and not getattr(comp, "_health_owned", False):
+                        comp.set_health("healthy", "component evaluated")
+                except ConfigError as e:
+                    comp.set_health("unhealthy", str(e))   # keeps its last good arguments
+
+    # -- running ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start components in dependency order; a component that cannot start is a one-line error."""
+        self.running = True
+        self._worker = threading.Thread(target=self._reevaluate_loop, name="hotstack-graph", daemon=True)
+        self._worker.start()
+        for node_id in self.order:
+            comp = self.nodes[node_id].component
+            comp.start()
+            if comp.health.state == "unknown":
+                comp.set_health("healthy", "started")
+
+    def stop(self) -> None:
+        self.running = False
+        self._queue.put(None)
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+        for node_id in reversed(self.order):
+            try:
+                self.nodes[node_id].component.stop()
+            except Exception as e:   # stopping must reach every component
+                log.warning("%s: stop failed: %s", node_id, e)
+
+    def components(self) -> list[Component]:
+        return [self.nodes[n].component for n in self.order]
+
+    def component(self, node_id: str) -> Component | None:
+        node = self.nodes.get(node_id)
+        return node.component if node else None
+
+
+def load_config(text: str, filename: str, registry=None) -> Controller:
+    """Parse, build the graph and evaluate every component once (what --validate does)."""
+    from . import components  # noqa: F401  (registers the components)
+    controller = Controller()
+    controller.metrics_registry = registry
+    controller.load_text(text, filename)
+    controller.evaluate_all()
+    return controller
+
+
+def position(pos: Pos) -> str:
+    return str(pos)

@@ -1,0 +1,154 @@
+"""The agent's HTTP server: /metrics, /-/ready, /-/healthy, a JSON and an HTML page per
+component, and the flame graph page of the local store."""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import ConfigError
+from . import flamegraph
+from .controller import Controller
+
+DEFAULT_LISTEN = "127.0.0.1:12345"
+
+
+def parse_listen(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--server.http.listen-addr {addr!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_STYLE = ("<style>body{font:14px sans-serif;margin:16px} td,th{padding:4px 10px;text-align:left;"
+          "border-bottom:1px solid #ddd} .healthy{color:#1a7f37} .unhealthy{color:#cf222e} "
+          "pre{background:#f6f8fa;padding:8px;overflow:auto}</style>")
+
+
+class AgentServer:
+    def __init__(self, controller: Controller, listen: str) -> None:
+        self.controller = controller
+        self.ready = False
+        host, port = parse_listen(listen)
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:   # quiet: the agent logs what matters
+                pass
+
+            def do_GET(self) -> None:
+                agent.handle(self)
+
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {listen}: {e.strerror} (use --server.http.listen-addr)") from None
+        self.httpd.daemon_threads = True
+        self.address = f"{host}:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="hotstack-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- routes -------------------------------------------------------------------------------
+    def handle(self, req: BaseHTTPRequestHandler) -> None:
+        url = urllib.parse.urlsplit(req.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        path = url.path
+        if path == "/metrics":
+            registry = self.controller.metrics_registry
+            return self._send(req, 200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        if path == "/-/ready":
+            return self._text(req, 200 if self.ready else 503, "Agent is ready.\n" if self.ready
+                              else "Agent is not ready.\n")
+        if path == "/-/healthy":
+            bad = [c for c in self.controller.components() if c.health.state == "unhealthy"]
+            if not bad:
+                return self._text(req, 200, "All components are healthy.\n")
+            return self._text(req, 500, "unhealthy components: " + ", ".join(
+                f"{c.id}: {c.health.message}" for c in bad) + "\n")
+        if path == "/api/v0/web/components":
+            return self._json(req, 200, [_summary(c) for c in self.controller.components()])
+        if path.startswith("/api/v0/web/components/"):
+            comp = self.controller.component(path.rsplit("/", 1)[1])
+            if comp is None:
+                return self._json(req, 404, {"error": "no such component"})
+            return self._json(req, 200, comp.describe())
+        if path.startswith("/component/"):
+            comp = self.controller.component(path.split("/", 2)[2])
+            if comp is None:
+                return self._text(req, 404, "no such component\n")
+            return self._html(req, 200, _component_page(comp.describe()))
+        if path == "/flamegraph":
+            return self._flamegraph(req, query)
+        if path == "/":
+            return self._html(req, 200, self._index())
+        return self._text(req, 404, "not found\n")
+
+    def _flamegraph(self, req, query: dict) -> None:
+        store = self.controller.services.get("local_store")
+        if store is None:
+            return self._text(req, 404, "no local store in this pipeline (add hotstack.local_store)\n")
+        try:
+            minutes = float(query.get("minutes", "15"))
+        except ValueError:
+            return self._text(req, 400, "minutes must be a number\n")
+        service = query.get("service_name", "")
+        folded = store.folded(service, minutes)
+        if query.get("format") == "json":
+            return self._json(req, 200, flamegraph.tree(folded))
+        title = f"hotstack: {service or 'all services'}, last {minutes:g} min"
+        self._html(req, 200, flamegraph.page(title, folded, store.services(), service, minutes))
+
+    def _index(self) -> str:
+        rows = "".join(
+            f'<tr><td><a href="/component/{html.escape(c.id)}">{html.escape(c.id)}</a></td>'
+            f'<td class="{c.health.state}">{c.health.state}</td><td>{html.escape(c.health.message)}</td></tr>'
+            for c in self.controller.components())
+        flame = '<p><a href="/flamegraph">flame graph</a></p>' if "local_store" in self.controller.services else ""
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>hotstack agent</title>{_STYLE}</head>"
+                f"<body><h1>hotstack agent</h1>{flame}<table><tr><th>component</th><th>health</th><th>message</th>"
+                f"</tr>{rows}</table><p><a href='/metrics'>metrics</a></p></body></html>")
+
+    # -- responses ----------------------------------------------------------------------------
+    @staticmethod
+    def _send(req, status: int, body: bytes, content_type: str) -> None:
+        req.send_response(status)
+        req.send_header("Content-Type", content_type)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)
+
+    def _text(self, req, status: int, text: str) -> None:
+        self._send(req, status, text.encode(), "text/plain; charset=utf-8")
+
+    def _json(self, req, status: int, obj: object) -> None:
+        self._send(req, status, json.dumps(obj, indent=1).encode(), "application/json")
+
+    def _html(self, req, status: int, text: str) -> None:
+        self._send(req, status, text.encode(), "text/html; charset=utf-8")
+
+
+def _summary(c) -> dict:
+    return {"id": c.id, "name": c.name, "label": c.label, "health": c.health.as_dict()}
+
+
+def _component_page(d: dict) -> str:
+    def section(title: str, value: object) -> str:
+        return f"<h2>{title}</h2><pre>{html.escape(json.dumps(value, indent=2))}</pre>"
+    h = d["health"]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(d['id'])}</title>{_STYLE}"
+            f"</head><body><p><a href='/'>all components</a></p><h1>{html.escape(d['id'])}</h1>"
+            f"<p>health: <b class='{h['state']}'>{h['state']}</b> {html.escape(h['message'])}"
+            f" <small>{h['updated']}</small></p>"
+            + section("Arguments", d["arguments"]) + section("Exports", d["exports"])
+            + section("Debug info", d["debug_info"]) + "</body></html>")
