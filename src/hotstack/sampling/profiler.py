@@ -3,7 +3,9 @@
 Sampling session + process table + symbolizer -> one Profile per interval.
 A background thread drains the kernel's `new_pids` map every 100 ms so that a
 process's maps are read while it still runs, even if it exits before the
-interval's samples are read.
+interval's samples are read. The same thread moves user-stack snapshots out of
+the kernel's ring buffer; they are unwound (hotstack.unwind) when the interval is
+collected, before symbolization.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from ..procs import ProcessTable
 from ..profile.model import Frame, Profile, Sample
 from ..symbols.symbolizer import Symbolizer
+from ..unwind import Unwinder
+from ..unwind.python.unwinder import PythonUnwinder
 from .session import RawBatch, RawSample, SamplerConfig, SamplingSession
 
 _LOST_USER = Frame("[lost user stack]", resolved=False)
@@ -28,12 +32,16 @@ class CpuProfiler:
         self.processes = processes or ProcessTable()
         self.symbolizer = symbolizer or Symbolizer(self.processes)
         self.session = SamplingSession(config)
+        self.unwinder = Unwinder(self.processes)
+        self._snapshot_pids: set[int] = set()
+        self.python = PythonUnwinder(enabled=config.python_enabled)
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def start(self) -> None:
         self.session.start()
+        self.python.start(self.session._collection)
         self.symbolizer.kernel  # parse kallsyms now, not in the first interval
         self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
         self._watcher.start()
@@ -41,6 +49,10 @@ class CpuProfiler:
     def _watch_new_pids(self) -> None:
         while not self._stop.wait(self._watch_interval):
             self.observe_new_pids()
+            try:
+                self.session.poll_snapshots()
+            except Exception:   # the session is closing under us
+                return
 
     def observe_new_pids(self) -> None:
         collection = self.session._collection
@@ -51,20 +63,36 @@ class CpuProfiler:
         except Exception:   # the session is closing under us
             return
         for key, _ in entries:
-            self.processes.observe(struct.unpack_from("<I", key)[0])
+            pid = struct.unpack_from("<I", key)[0]
+            info = self.processes.observe(pid)
+            if self.config.unwind == "auto" and info is not None and self.unwinder.needs_snapshots(info):
+                self.session.mark_snapshot_pid(pid)
+                self._snapshot_pids.add(pid)
+            self.python.observe(struct.unpack_from("<I", key)[0])
 
     def collect(self) -> Profile:
         """The profile of everything sampled since the last collect."""
         self.observe_new_pids()
         batch = self.session.collect()
+        self.python.drain(self.session._active ^ 1)   # Python stacks of the buffer just drained
         profile = self.to_profile(batch)
         self._forget_dead()
         return profile
 
     def to_profile(self, batch: RawBatch) -> Profile:
-        samples = [self._sample(raw) for raw in batch.samples]
+        samples = [self._sample(raw) for raw in batch.samples + self.unwind_snapshots(batch)]
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=self.config.frequency, stats=batch.stats)
+
+    def unwind_snapshots(self, batch: RawBatch) -> list[RawSample]:
+        """The batch's user-stack snapshots, unwound and counted per distinct stack."""
+        counts: dict[tuple, int] = {}
+        for snap in batch.snapshots:
+            user, _end = self.unwinder.unwind(snap.pid, snap.ip, snap.sp, snap.bp, snap.stack)
+            key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost)
+            counts[key] = counts.get(key, 0) + 1
+        return [RawSample(pid, tid, comm, user, kernel, count, kernel_stack_lost=klost)
+                for (pid, tid, comm, user, kernel, klost), count in counts.items()]
 
     def _sample(self, raw: RawSample) -> Sample:
         stack: list[Frame] = []
@@ -72,8 +100,10 @@ class CpuProfiler:
             stack.extend(self.symbolizer.kernel_frames(list(raw.kernel_stack)))
         elif raw.kernel_stack_lost:
             stack.append(_LOST_KERNEL)
-        if raw.user_stack:
-            stack.extend(self.symbolizer.user_frames(raw.pid, list(raw.user_stack)))
+        user = self.symbolizer.user_frames(raw.pid, list(raw.user_stack)) if raw.user_stack else []
+        user = self.python.merge(raw.pid, raw.python_stack, user)
+        if user:
+            stack.extend(user)
         elif raw.user_stack_lost:
             stack.append(_LOST_USER)
         info = self.processes.get(raw.pid) if raw.pid else None
@@ -82,6 +112,15 @@ class CpuProfiler:
 
     def _forget_dead(self) -> None:
         self.processes.forget_dead()
+        for pid in list(self._snapshot_pids):
+            if self.processes.get(pid) is None or not self.processes.get(pid).alive:
+                self._snapshot_pids.discard(pid)
+                self.unwinder.forget(pid)
+                try:
+                    self.session.forget_snapshot_pid(pid)
+                except Exception:
+                    pass
+        self.python.forget_dead()
 
     def stop(self) -> None:
         self._stop.set()

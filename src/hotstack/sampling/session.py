@@ -43,6 +43,8 @@ class SamplerConfig:
     # processes that map code without frame pointers).
     unwind: str = "auto"
     snapshot_ring_bytes: int = 8 << 20
+    # Replace the interpreter's evaluation frames by the Python frames they run (unwind/python).
+    python_enabled: bool = True
 
 UNWIND_MODES = {"fp": layout.SNAPSHOT_NONE, "auto": layout.SNAPSHOT_LISTED, "dwarf": layout.SNAPSHOT_ALL}
 

@@ -1,0 +1,176 @@
+"""The CPython frame source of the sampler: lists Python processes for the BPF walker
+(bpf/python.h), drains the frames it recorded, symbolizes and merges them into samples.
+
+Layouts mirrored from bpf/python.h: keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+from ...profile.model import Frame
+from .code import CodeCache
+from .detect import PythonProcess, detect
+from .frames import RawPyFrame, eval_groups
+from .merge import merge
+from .offsets import FRAME_CFRAME, NONE
+
+# struct py_proc
+PY_PROC = struct.Struct("<QQ12H")
+# struct py_frame, struct py_stack header
+PY_FRAME = struct.Struct("<QQIB3x")
+PY_STACK_HEADER = struct.Struct("<II")
+PY_MAX_FRAMES = 96
+# enum py_stat_index
+PY_STAT_WALKS, PY_STAT_NO_THREAD, PY_STAT_TRUNCATED, PY_STAT_STACKS_FULL, PY_STAT_MAX = range(5)
+
+MAX_DETECT_TRIES = 20     # a process may map libpython before its interpreter is initialized
+
+
+def proc_record(proc: PythonProcess) -> bytes:
+    o = proc.offsets
+    return PY_PROC.pack(
+        proc.threads_head, o.code_tag_mask, o.thread_id, o.tstate_next, o.tstate_frame,
+        o.cframe_current if o.frame_kind == FRAME_CFRAME else NONE, o.frame_code, o.frame_previous,
+        o.frame_instr, o.frame_marker, o.co_argcount, o.co_flags, o.co_firstlineno, 0)
+
+
+def parse_stack(raw: bytes) -> list[RawPyFrame]:
+    n, _ = PY_STACK_HEADER.unpack_from(raw)
+    n = min(n, PY_MAX_FRAMES, (len(raw) - PY_STACK_HEADER.size) // PY_FRAME.size)
+    out = []
+    for i in range(n):
+        code, instr, checksum, marker = PY_FRAME.unpack_from(raw, PY_STACK_HEADER.size + i * PY_FRAME.size)
+        out.append(RawPyFrame(code, instr, marker, checksum))
+    return out
+
+
+def _identity(pid: int) -> tuple | None:
+    """What changes when a pid is reused or the process execs."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            start = f.read().rsplit(b")", 1)[1].split()[19]
+        st = os.stat(f"/proc/{pid}/exe")
+        return (start, st.st_dev, st.st_ino)
+    except (OSError, IndexError):
+        return None
+
+
+class PythonUnwinder:
+    """One per sampling session. Thread-safe: observe() runs on the pid watcher thread."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._collection = None
+        self._procs: dict[int, tuple[PythonProcess, tuple | None]] = {}
+        self._retry: dict[int, int] = {}
+        self._stacks: dict[int, list[RawPyFrame]] = {}
+        self._lock = threading.Lock()
+        self.codes = CodeCache()
+        self._stat_totals = [0] * PY_STAT_MAX
+        self._fsbase_offset = 0
+        if enabled:
+            # Parsed before sampling starts (~0.5 s), so that the first interval is walked too.
+            from ...ebpf import kernel_btf
+            try:
+                self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
+            except (KeyError, OSError, ValueError):
+                self.enabled = False     # no BTF: no Python frames; native profiling goes on
+
+    def start(self, collection) -> None:
+        """Give the loaded sampler the kernel offset it needs, then list the Python processes
+        already running (new ones arrive through observe())."""
+        if not self.enabled:
+            return
+        collection.variable("py_fsbase_offset").set(self._fsbase_offset)
+        self._collection = collection
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                self.observe(int(name))
+
+    def observe(self, pid: int) -> PythonProcess | None:
+        """Look at a newly seen process; list it for the walker if it runs CPython."""
+        if not self.enabled or self._collection is None or pid in self._procs:
+            return None
+        proc = detect(pid)
+        if proc is None:
+            if self._might_be_python(pid):
+                self._retry[pid] = self._retry.get(pid, 0) + 1
+            return None
+        self._retry.pop(pid, None)
+        with self._lock:
+            self._procs[pid] = (proc, _identity(pid))
+            try:
+                self._collection.maps["python_procs"].update(struct.pack("<I", pid), proc_record(proc))
+            except Exception:       # map full or session closing: this process stays native-only
+                self._procs.pop(pid, None)
+                return None
+        return proc
+
+    @staticmethod
+    def _might_be_python(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                return "python3" in f.read()
+        except OSError:
+            return False
+
+    def retry_pending(self) -> None:
+        for pid, tries in list(self._retry.items()):
+            if tries >= MAX_DETECT_TRIES:
+                self._retry.pop(pid, None)
+            else:
+                self.observe(pid)
+
+    def drain(self, buffer: int) -> None:
+        """Read and clear the Python stacks of a buffer the session just drained."""
+        if self._collection is None:
+            return
+        stacks = self._collection.maps[f"py_stacks_{buffer}"]
+        self._stacks = {struct.unpack_from("<Q", k)[0]: parse_stack(v) for k, v in stacks.drain()}
+        self.retry_pending()
+
+    def frames(self, pid: int, stack_id: int) -> list[list[Frame]]:
+        """Leaf-first groups of symbolized Python frames (one group per evaluation-loop call)."""
+        raw = self._stacks.get(stack_id)
+        entry = self._procs.get(pid)
+        if not raw or entry is None:
+            return []
+        proc = entry[0]
+        o = proc.offsets
+        return [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
+                for group in eval_groups(o, raw, proc.none)]
+
+    def merge(self, pid: int, stack_id: int, native: list[Frame]) -> list[Frame]:
+        groups = self.frames(pid, stack_id) if stack_id else []
+        return merge(native, groups) if groups else native
+
+    def stats(self) -> list[int]:
+        """Counter deltas since the last call (enum py_stat_index order)."""
+        if self._collection is None:
+            return [0] * PY_STAT_MAX
+        m = self._collection.maps["py_stats"]
+        totals = [sum(struct.unpack_from("<Q", v)[0] for v in m.lookup_percpu(struct.pack("<I", i)))
+                  for i in range(PY_STAT_MAX)]
+        delta = [t - p for t, p in zip(totals, self._stat_totals)]
+        self._stat_totals = totals
+        return delta
+
+    def forget_dead(self) -> None:
+        """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
+        for pid, (_proc, ident) in list(self._procs.items()):
+            if _identity(pid) != ident:
+                with self._lock:
+                    self._procs.pop(pid, None)
+                self.codes.forget(pid)
+                try:
+                    self._collection.maps["python_procs"].delete(struct.pack("<I", pid))
+                except Exception:
+                    pass
+                if ident is not None and _identity(pid) is not None:
+                    self.observe(pid)      # same pid, new program: look again
+        for pid in list(self._retry):
+            if not os.path.exists(f"/proc/{pid}"):
+                self._retry.pop(pid, None)
