@@ -103,7 +103,7 @@ class _Item(Generic[T]):
 class DeliveryQueue(Generic[T]):
     """One bounded queue and one sender thread for one exporter."""
 
-    def __init__(self, name: str, send: Callable[[T], None], *, capacity: int = 64,
+    def __init__(self, name: str, send: Callable[[T], int | None], *, capacity: int = 64,
                  backoff: Backoff = Backoff(), metrics: DeliveryMetrics | None = None,
                  logger: logging.Logger = log, log_interval_s: float = 10.0) -> None:
         self.name = name
@@ -151,7 +151,7 @@ class DeliveryQueue(Generic[T]):
         retries = 0
         while True:
             try:
-                self._send(item.payload)
+                sent = self._send(item.payload)
             except PermanentError as e:
                 self.metrics.add(errors=1)
                 self._drop(item.size, item.count, f"refused by the receiver: {e}")
@@ -167,7 +167,8 @@ class DeliveryQueue(Generic[T]):
                 retries += 1
                 self.metrics.add(retries=1)
                 continue
-            self.metrics.add(sent_items=item.count, sent_bytes=item.size)
+            # A sender that encodes lazily returns the size it put on the wire.
+            self.metrics.add(sent_items=item.count, sent_bytes=sent if isinstance(sent, int) else item.size)
             return
 
     def _wait_backoff(self, delay: float) -> bool:

@@ -1,13 +1,26 @@
-"""Flags of `hotstack run GADGET` (Inspektor Gadget's names) and their wiring."""
+"""Flags of `hotstack run GADGET` (Inspektor Gadget's names) and their wiring.
+
+Gadgets are looked up in a registry (`GADGETS`): a new gadget registers a function that takes the
+parsed flags and returns the exit code.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from ..errors import ConfigError
 from ..units import parse_duration
 
-GADGETS = ("profile_cpu",)
+GadgetRunner = Callable[[argparse.Namespace], int]
+GADGETS: dict[str, GadgetRunner] = {}
+
+
+def register(name: str) -> Callable[[GadgetRunner], GadgetRunner]:
+    def add(runner: GadgetRunner) -> GadgetRunner:
+        GADGETS[name] = runner
+        return runner
+    return add
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,23 +35,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-idle", action="store_true", help="also count samples of idle CPUs")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
-    p.add_argument("-o", "--output", default="columns", help="columns | json | folded")
+    p.add_argument("-o", "--output", default="columns",
+                   help="columns | json | folded | pprof | flamegraph | none (pprof and flamegraph need --file)")
+    p.add_argument("--file", default="", metavar="PATH",
+                   help="write -o pprof (gzipped profile.proto), flamegraph (HTML) or folded to PATH")
     p.add_argument("--max-entries", type=int, default=20, metavar="N", help="rows shown by -o columns")
     p.add_argument("--annotate", action="append", default=[], metavar="ANNOTATION",
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
     p.add_argument("--demangle", default="full", metavar="MODE",
                    help="C++/Rust names: none | simplified | templates | full (default full)")
+    g = p.add_argument_group("OpenTelemetry profiles")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="Inspektor Gadget config file (ig-config.yaml) with operator.otel-profiles.exporters")
+    g.add_argument("--otel-profiles-exporter", default="", metavar="NAME[,NAME]",
+                   help="export profiles with these exporters of --config (or DATASOURCE:NAME,...)")
+    g.add_argument("--otel-profiles-sanitize-labels", action="store_true",
+                   help="export sample attribute names with '_' instead of '.' (k8s.namespace -> k8s_namespace)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from .run import RunOptions, run_profile_cpu
-
-    if args.gadget not in GADGETS:
+    runner = GADGETS.get(args.gadget)
+    if runner is None:
         raise ConfigError(f"unknown gadget {args.gadget!r}: this build has {', '.join(GADGETS)}")
-    opts = RunOptions(
+    return runner(args)
+
+
+@register("profile_cpu")
+def run_profile_cpu(args: argparse.Namespace) -> int:
+    from .run import run_profile_cpu as run_gadget
+
+    return run_gadget(profile_run_options(args))
+
+
+def profile_run_options(args: argparse.Namespace):
+    """RunOptions from the common flags (shared by the profiling gadgets)."""
+    from .run import RunOptions
+
+    return RunOptions(
         timeout=args.timeout, sample_rate=args.sample_rate,
         map_fetch_interval=parse_duration(args.map_fetch_interval, "--map-fetch-interval"),
         pids=tuple(args.pid), comms=tuple(args.comm), include_idle=args.include_idle,
         kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
-        output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle)
-    return run_profile_cpu(opts)
+        output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
+        file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
+        sanitize_labels=args.otel_profiles_sanitize_labels)

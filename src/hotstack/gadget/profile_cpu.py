@@ -10,8 +10,13 @@ from .datasource import DataSource, Field, Row
 STACK_SEPARATOR = "; "
 
 
-def samples_datasource() -> DataSource:
-    """The `samples` datasource, annotated as Inspektor Gadget's profile_cpu is."""
+def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
+    """The `samples` datasource, annotated as Inspektor Gadget's profile_cpu is.
+
+    Beyond Inspektor Gadget's annotations, the period is CPU time (cpu/nanoseconds, 1e9/Hz) so that
+    every receiver names the profile `process_cpu` (Pyroscope maps samples/count + cpu/nanoseconds to
+    it in all versions) and can turn counts into time.
+    """
     attribute = {"profiles.sample-attribute": "true"}
     return DataSource(
         name="samples",
@@ -21,6 +26,9 @@ def samples_datasource() -> DataSource:
             "profiles.name": "process_cpu",
             "profiles.type": "samples",
             "profiles.unit": "count",
+            "profiles.period-type": "cpu",
+            "profiles.period-unit": "nanoseconds",
+            "profiles.period": str(1_000_000_000 // max(1, sample_rate_hz)),
             "ebpf.map.flush-on-stop": "true",
         },
         fields=[
@@ -69,5 +77,6 @@ def rows_from_profile(profile: Profile, enrich: Enricher | None = None) -> list[
         if enrich is not None:
             row.update(enrich(sample))
         row["_sample"] = sample   # structured frames for renderers that want them (never printed)
+        row["_frames"] = {"kern_stack": kernel, "user_stack": user}   # the same, per stack field
         rows.append(row)
     return rows

@@ -14,9 +14,11 @@ from ..sampling.diagnose import check_preconditions, explain
 from ..sampling.profiler import CpuProfiler
 from ..sampling.session import SamplerConfig
 from . import output
+from .exports import RunExports
 from .profile_cpu import rows_from_profile, samples_datasource
 
-OUTPUT_MODES = ("columns", "json", "folded")
+OUTPUT_MODES = ("columns", "json", "folded", "pprof", "flamegraph", "none")
+FILE_MODES = ("pprof", "flamegraph", "folded")   # -o MODE --file PATH
 
 
 @dataclass
@@ -33,6 +35,10 @@ class RunOptions:
     max_rows: int = 20
     annotations: list[str] = field(default_factory=list)
     demangle: str = "full"   # none | simplified | templates | full (Alloy's names)
+    file: str = ""
+    config: str | None = None
+    otel_profiles_exporter: str = ""
+    sanitize_labels: bool = False
 
     def validate(self) -> None:
         if not 1 <= self.sample_rate <= 1000:
@@ -45,6 +51,10 @@ class RunOptions:
             raise ConfigError("--kernel-stacks-only and --user-stacks-only exclude each other")
         if self.output not in OUTPUT_MODES:
             raise ConfigError(f"-o {self.output}: expected one of {', '.join(OUTPUT_MODES)}")
+        if self.output in ("pprof", "flamegraph") and not self.file:
+            raise ConfigError(f"-o {self.output} writes a file: add --file PATH")
+        if self.file and self.output not in FILE_MODES:
+            raise ConfigError(f"--file goes with -o {', '.join(FILE_MODES)} (not -o {self.output})")
 
     def sampler_config(self) -> SamplerConfig:
         return SamplerConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
@@ -57,8 +67,21 @@ ProfileSink = Callable[[Profile], None]
 
 def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None) -> int:
     opts.validate()
-    ds = samples_datasource()
+    ds = samples_datasource(opts.sample_rate)
     ds.annotate(opts.annotations)
+    exports = RunExports(ds, config=opts.config, exporter_flag=opts.otel_profiles_exporter,
+                         sanitize=opts.sanitize_labels, file_path=opts.file,
+                         file_format=opts.output if opts.file else "")
+    finished = False
+    try:
+        code = _sample(opts, ds, exports, out, sinks)
+        finished = True
+        return code
+    finally:
+        exports.close(write_empty_file=finished)
+
+
+def _sample(opts: RunOptions, ds, exports: RunExports, out: TextIO, sinks: list[ProfileSink] | None) -> int:
     check_preconditions()
     from ..procs import ProcessTable
     from ..symbols.symbolizer import Symbolizer
@@ -78,11 +101,13 @@ def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[Prof
     def emit(profile: Profile) -> None:
         for sink in sinks or ():
             sink(profile)
+        rows = rows_from_profile(profile) if exports.wants_rows or opts.output == "json" else None
+        exports.emit(profile, rows)
         if opts.output == "columns":
             output.render_columns(profile, out, opts.max_rows)
         elif opts.output == "json":
-            output.render_json(ds, rows_from_profile(profile), out)
-        elif opts.output == "folded":
+            output.render_json(ds, rows, out)
+        elif opts.output == "folded" and not opts.file:
             output.render_folded_output(profile, out)
         out.flush()
 

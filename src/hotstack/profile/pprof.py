@@ -47,6 +47,7 @@ class _Tables:
         self.functions: dict[tuple[str, str], int] = {}
         self.locations: dict[Frame, int] = {}
         self.mapping_msgs: list[Mapping] = []
+        self.kernel_mappings: set[int] = set()
         self.function_msgs: list[Function] = []
         self.location_msgs: list[Location] = []
         self.labels: dict[tuple[str, str], Label] = {}
@@ -64,10 +65,15 @@ class _Tables:
         mid = self.mappings.get(key)
         if mid is None:
             mid = self.mappings[key] = len(self.mappings) + 1
+            if frame.is_kernel:
+                self.kernel_mappings.add(mid)
             self.mapping_msgs.append(Mapping(id=mid, filename=self.string(frame.module),
                                              build_id=self.string(frame.build_id), has_functions=True,
                                              has_filenames=bool(frame.file), has_line_numbers=bool(frame.line)))
         return mid
+
+    def mapping_is_kernel(self, m: Mapping) -> bool:
+        return m.id in self.kernel_mappings
 
     def function(self, frame: Frame) -> int:
         key = (frame.name, frame.file)
@@ -110,7 +116,9 @@ def build_pprof(profile: Profile, *, comm_label: bool = True, pid_label: bool = 
         samples.append(PprofSample(location_id=[location(f) for f in sample.stack], value=[sample.value * scale],
                                    label=_labels(t, sample, comm_label, pid_label)))
 
-    return PprofProfile(sample_type=[sample_type], sample=samples, mapping=t.mapping_msgs,
+    # pprof takes the first mapping for the main binary: put user-space files before the kernel.
+    mappings = sorted(t.mapping_msgs, key=lambda m: t.mapping_is_kernel(m))
+    return PprofProfile(sample_type=[sample_type], sample=samples, mapping=mappings,
                         location=t.location_msgs, function=t.function_msgs, string_table=list(t.strings),
                         time_nanos=profile.start_ns, duration_nanos=profile.duration_ns,
                         period_type=period_type, period=profile.period)

@@ -1,0 +1,60 @@
+"""What a gadget run sends out besides its terminal output: OTLP profiles and files.
+
+Everything here is set up (and every config error raised) before sampling starts, and closed,
+with a flush deadline, when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ..export.files import ProfileFile
+from ..export.otlp_grpc import OtlpProfilesExporter
+from ..profile.model import Profile
+from .datasource import DataSource, Row
+from .igconfig import load_config, profile_exporters, select_exporters
+from .otel_profiles import OtelProfilesOperator
+
+log = logging.getLogger("hotstack.export")
+
+FLUSH_DEADLINE_S = 5.0
+
+
+class RunExports:
+    def __init__(self, ds: DataSource, *, config: str | None, exporter_flag: str, sanitize: bool,
+                 file_path: str = "", file_format: str = "") -> None:
+        self.file = ProfileFile(file_path, file_format) if file_path else None
+        self.exporters: list[OtlpProfilesExporter] = []
+        self.operator: OtelProfilesOperator | None = None
+        configured = profile_exporters(load_config(config), config) if config is not None else {}
+        selected = select_exporters(exporter_flag, ds.name, configured, config) if exporter_flag else []
+        if selected:
+            # The operator checks the annotations (and sanitize collisions) before any channel opens.
+            OtelProfilesOperator(ds, [], sanitize=sanitize)
+            self.exporters = [OtlpProfilesExporter(cfg) for cfg in selected]
+            self.operator = OtelProfilesOperator(ds, self.exporters, sanitize=sanitize)
+
+    @property
+    def wants_rows(self) -> bool:
+        return self.operator is not None
+
+    def emit(self, profile: Profile, rows: list[Row] | None) -> None:
+        if self.operator is not None and rows is not None:
+            self.operator.export(rows, profile.start_ns, profile.duration_ns)
+        if self.file is not None:
+            self.file(profile)
+
+    def close(self, deadline_s: float = FLUSH_DEADLINE_S, write_empty_file: bool = True) -> None:
+        for exporter in self.exporters:
+            exporter.close(deadline_s)
+            m = exporter.metrics.snapshot()
+            if m["dropped_items"] or exporter.rejected:
+                log.warning("otel-profiles exporter %s: %d profile(s) sent, %d dropped, %d rejected by %s",
+                            exporter.cfg.name, m["sent_items"], m["dropped_items"], exporter.rejected,
+                            exporter.cfg.endpoint)
+        if self.file is not None and (self.file.profile is not None or write_empty_file):
+            if self.file.profile is None:
+                self.file.write()   # an empty but valid file: the run saw no sample
+            total = self.file.profile.total if self.file.profile else 0
+            print(f"hotstack: wrote {self.file.path} ({total} samples)", file=sys.stderr)

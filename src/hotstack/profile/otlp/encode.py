@@ -1,0 +1,201 @@
+"""Rows of samples -> one OTLP `ExportProfilesServiceRequest`, in the wire layout asked for.
+
+One request carries one Profile (one interval) of one resource and scope. Everything a sample
+points to lives in the request's dictionary, each table deduplicated and starting with its zero
+entry at index 0 (as every layout since v1.7 demands): strings, mappings, functions, locations,
+stacks, attributes (and links, which we never set). Rows whose stack and attributes are the same
+become one sample with their values summed, since that pair is a sample's identity.
+
+Frames keep what we know of them: each location has its mapping (file, with the GNU build id as a
+mapping attribute), its address in the file, the frame type as a location attribute and one line
+naming the function (with file and line number when known).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Iterable, Sequence
+
+from ..model import Frame, FrameKind, Profile, ValueType
+from . import v1_8_pb2, v1_9_pb2, v1_10_pb2
+
+DEFAULT_VERSION = "v1.10"
+# Layout -> generated module. Field names differ only in v1.8 (`sample`, `line`); numbers differ
+# in each (see the .proto files).
+MODULES: dict[str, ModuleType] = {"v1.8": v1_8_pb2, "v1.9": v1_9_pb2, "v1.10": v1_10_pb2}
+VERSIONS = tuple(MODULES)
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
+BUILD_ID_ATTRIBUTE = "process.executable.build_id.gnu"
+FRAME_TYPE_ATTRIBUTE = "profile.frame.type"
+# Frame types as the OpenTelemetry eBPF profiler names them.
+FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind.PYTHON: "cpython",
+               FrameKind.JIT: "jit"}
+
+AttributeValue = str | bool | int | float
+# One row: frames (leaf first), value, sample attributes.
+Row = tuple[Sequence[Frame], int, Sequence[tuple[str, AttributeValue]]]
+
+
+@dataclass(frozen=True)
+class ProfileHeader:
+    """What the Profile says about its samples, and where it comes from."""
+
+    sample_type: ValueType
+    period_type: ValueType
+    period: int
+    start_ns: int
+    duration_ns: int
+    service_name: str = "hotstack"
+    service_version: str = ""
+    scope_name: str = "hotstack"
+    scope_version: str = ""
+
+
+class _Dictionary:
+    def __init__(self, pb: ModuleType) -> None:
+        self.pb = pb
+        self._lines_field = "line" if pb is v1_8_pb2 else "lines"
+        self.strings: dict[str, int] = {"": 0}
+        self.attributes: dict[tuple[str, type, AttributeValue], int] = {}
+        self.attribute_msgs = [pb.KeyValueAndUnit()]
+        self.mappings: dict[tuple[str, str], int] = {}
+        self.mapping_msgs = [pb.Mapping()]
+        self.functions: dict[tuple[str, str], int] = {}
+        self.function_msgs = [pb.Function()]
+        self.locations: dict[Frame, int] = {}
+        self.location_msgs = [pb.Location()]
+        self.stacks: dict[tuple[int, ...], int] = {(): 0}
+        self.stack_msgs = [pb.Stack()]
+
+    def string(self, s: str) -> int:
+        index = self.strings.get(s)
+        if index is None:
+            index = self.strings[s] = len(self.strings)
+        return index
+
+    def attribute(self, key: str, value: AttributeValue) -> int:
+        # The type is part of the key: True and 1 are equal in Python but not on the wire.
+        dedup = (key, type(value), value)
+        index = self.attributes.get(dedup)
+        if index is None:
+            index = self.attributes[dedup] = len(self.attribute_msgs)
+            self.attribute_msgs.append(self.pb.KeyValueAndUnit(key_strindex=self.string(key),
+                                                               value=any_value(self.pb, value)))
+        return index
+
+    def mapping(self, frame: Frame) -> int:
+        if not frame.module:
+            return 0
+        key = (frame.module, frame.build_id)
+        index = self.mappings.get(key)
+        if index is None:
+            index = self.mappings[key] = len(self.mapping_msgs)
+            attrs = [self.attribute(BUILD_ID_ATTRIBUTE, frame.build_id)] if frame.build_id else []
+            self.mapping_msgs.append(self.pb.Mapping(filename_strindex=self.string(frame.module),
+                                                     attribute_indices=attrs))
+        return index
+
+    def function(self, frame: Frame) -> int:
+        key = (frame.name, frame.file)
+        index = self.functions.get(key)
+        if index is None:
+            index = self.functions[key] = len(self.function_msgs)
+            name = self.string(frame.name)
+            self.function_msgs.append(self.pb.Function(name_strindex=name, system_name_strindex=name,
+                                                       filename_strindex=self.string(frame.file)))
+        return index
+
+    def location(self, frame: Frame) -> int:
+        index = self.locations.get(frame)
+        if index is None:
+            index = self.locations[frame] = len(self.location_msgs)
+            pb = self.pb
+            line = pb.Line(function_index=self.function(frame), line=frame.line)
+            self.location_msgs.append(pb.Location(
+                mapping_index=self.mapping(frame), address=frame.address, **{self._lines_field: [line]},
+                attribute_indices=[self.attribute(FRAME_TYPE_ATTRIBUTE, FRAME_TYPES.get(frame.kind, "native"))]))
+        return index
+
+    def stack(self, frames: Sequence[Frame]) -> int:
+        location = self.location
+        key = tuple([location(f) for f in frames])
+        index = self.stacks.get(key)
+        if index is None:
+            index = self.stacks[key] = len(self.stack_msgs)
+            self.stack_msgs.append(self.pb.Stack(location_indices=key))
+        return index
+
+    def message(self):
+        return self.pb.ProfilesDictionary(
+            mapping_table=self.mapping_msgs, location_table=self.location_msgs,
+            function_table=self.function_msgs, link_table=[self.pb.Link()], string_table=list(self.strings),
+            attribute_table=self.attribute_msgs, stack_table=self.stack_msgs)
+
+
+def any_value(pb: ModuleType, value: AttributeValue):
+    if isinstance(value, bool):
+        return pb.AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return pb.AnyValue(int_value=value)
+    if isinstance(value, float):
+        return pb.AnyValue(double_value=value)
+    return pb.AnyValue(string_value=str(value))
+
+
+def _key_value(pb: ModuleType, key: str, value: str):
+    return pb.KeyValue(key=key, value=pb.AnyValue(string_value=value))
+
+
+def build_request(rows: Iterable[Row], header: ProfileHeader, version: str = DEFAULT_VERSION):
+    """The ExportProfilesServiceRequest message of the generated module for `version`."""
+    try:
+        pb = MODULES[version]
+    except KeyError:
+        raise ValueError(f"unknown OTLP profiles protocol version {version!r}: expected {', '.join(VERSIONS)}") \
+            from None
+    d = _Dictionary(pb)
+    # (stack index, attribute indices) -> summed value: one sample per identity.
+    merged: dict[tuple[int, tuple[int, ...]], int] = {}
+    stack, attribute = d.stack, d.attribute
+    for frames, value, attributes in rows:
+        if not value:
+            continue
+        key = (stack(frames), tuple(sorted({attribute(k, v) for k, v in attributes})))
+        merged[key] = merged.get(key, 0) + value
+
+    Sample = pb.Sample
+    samples = [Sample(stack_index=s, attribute_indices=a, values=[v]) for (s, a), v in merged.items()]
+    profile = pb.Profile(
+        sample_type=pb.ValueType(type_strindex=d.string(header.sample_type.type),
+                                 unit_strindex=d.string(header.sample_type.unit)),
+        period_type=pb.ValueType(type_strindex=d.string(header.period_type.type),
+                                 unit_strindex=d.string(header.period_type.unit)),
+        period=header.period, time_unix_nano=header.start_ns, duration_nano=header.duration_ns,
+        **{"sample" if pb is v1_8_pb2 else "samples": samples})
+    resource = pb.Resource(attributes=[_key_value(pb, "service.name", header.service_name),
+                                       _key_value(pb, "service.version", header.service_version)])
+    scope = pb.InstrumentationScope(name=header.scope_name, version=header.scope_version)
+    return pb.ExportProfilesServiceRequest(
+        resource_profiles=[pb.ResourceProfiles(
+            resource=resource, schema_url=SCHEMA_URL,
+            scope_profiles=[pb.ScopeProfiles(scope=scope, profiles=[profile], schema_url=SCHEMA_URL)])],
+        dictionary=d.message())
+
+
+def response_class(version: str):
+    return MODULES[version].ExportProfilesServiceResponse
+
+
+def profile_rows(profile: Profile, *, comm_attribute: str = "proc.comm") -> Iterable[Row]:
+    """Rows of a model Profile, with the thread's command name as the one attribute."""
+    for s in profile.samples:
+        yield s.stack, s.value, ((comm_attribute, s.comm),) if s.comm else ()
+
+
+def encode_profile(profile: Profile, version: str = DEFAULT_VERSION, **header) -> bytes:
+    """A model Profile as serialized ExportProfilesServiceRequest bytes (sample counts, period 1e9/Hz)."""
+    h = ProfileHeader(sample_type=profile.sample_type, period_type=profile.period_type, period=profile.period,
+                      start_ns=profile.start_ns, duration_ns=profile.duration_ns, **header)
+    return build_request(profile_rows(profile), h, version).SerializeToString()
