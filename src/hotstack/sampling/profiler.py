@@ -89,10 +89,10 @@ class CpuProfiler:
         counts: dict[tuple, int] = {}
         for snap in batch.snapshots:
             user, _end = self.unwinder.unwind(snap.pid, snap.ip, snap.sp, snap.bp, snap.stack)
-            key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost)
+            key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost, snap.python_stack)
             counts[key] = counts.get(key, 0) + 1
-        return [RawSample(pid, tid, comm, user, kernel, count, kernel_stack_lost=klost)
-                for (pid, tid, comm, user, kernel, klost), count in counts.items()]
+        return [RawSample(pid, tid, comm, user, kernel, count, kernel_stack_lost=klost, python_stack=py)
+                for (pid, tid, comm, user, kernel, klost, py), count in counts.items()]
 
     def _sample(self, raw: RawSample) -> Sample:
         stack: list[Frame] = []
