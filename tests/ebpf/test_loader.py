@@ -10,6 +10,7 @@ import pytest
 
 from hotstack import ebpf
 from hotstack.ebpf.spec import MapSpec, ProgramSpec
+from hotstack.sampling import layout
 from hotstack.sampling.session import object_path
 
 pytestmark = pytest.mark.root
@@ -22,7 +23,8 @@ def test_spec_reads_maps_globals_and_programs():
     assert "profile_cpu" in spec.programs
     assert spec.programs["profile_cpu"].prog_type == 7   # BPF_PROG_TYPE_PERF_EVENT
     counts = spec.maps["counts_0"]
-    assert (counts.type, counts.key_size, counts.value_size) == (HASH, 16, 24)
+    assert (counts.type, counts.key_size, counts.value_size) == (HASH, layout.SAMPLE_KEY.size,
+                                                                 layout.SAMPLE_VALUE.size)
     assert spec.maps["user_stacks_0"].value_size == 127 * 8
     assert spec.maps[".rodata"].freeze and spec.maps[".rodata"].flags & (1 << 7)
     assert {"filter_by_pid", "include_idle", "active_buffer"} <= set(spec.variables)

@@ -41,6 +41,12 @@ class BtfType:
 
 
 class Btf:
+    """Types are indexed in one quick pass and decoded only when asked for.
+
+    The kernel's BTF has ~130k types; decoding every member of every struct up front
+    took seconds in Python, while a profiler needs a handful of offsets.
+    """
+
     def __init__(self, data: bytes) -> None:
         if len(data) < 24:
             raise ObjectFormatError("BTF blob too short")
@@ -48,65 +54,85 @@ class Btf:
         if magic != BTF_MAGIC:
             raise ObjectFormatError("bad BTF magic (big-endian BTF is not supported)")
         type_off, type_len, str_off, str_len = struct.unpack_from("<IIII", data, 8)
-        types = data[hdr_len + type_off: hdr_len + type_off + type_len]
+        self._blob = data[hdr_len + type_off: hdr_len + type_off + type_len]
         self._strings = data[hdr_len + str_off: hdr_len + str_off + str_len]
-        self.types: list[BtfType | None] = [None]  # type id 0 is void
-        self._by_name: dict[str, list[int]] | None = None
-        self._parse(types)
+        self._offsets: list[int] = [0]        # type id -> offset of its btf_type in the blob (id 0: void)
+        self._name_offsets: list[int] = [0]
+        self._decoded: dict[int, BtfType] = {}
+        self._by_name: dict[int, list[int]] | None = None
+        self._index()
 
     @classmethod
     def from_file(cls, path: str) -> "Btf":
         with open(path, "rb") as f:
             return cls(f.read())
 
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
     def _string(self, off: int) -> str:
         end = self._strings.find(b"\0", off)
         return self._strings[off:end].decode("utf-8", "replace")
 
-    def _parse(self, blob: bytes) -> None:
-        off, n = 0, len(blob)
+    def _index(self) -> None:
+        blob, n = self._blob, len(self._blob)
         unpack = struct.unpack_from
+        offsets, names = self._offsets, self._name_offsets
+        # Bytes that follow the 12-byte header: fixed per kind, or per vlen entry.
+        fixed = {KIND_INT: 4, KIND_VAR: 4, KIND_DECL_TAG: 4, KIND_ARRAY: 12}
+        per_entry = {KIND_STRUCT: 12, KIND_UNION: 12, KIND_ENUM: 8, KIND_ENUM64: 12, KIND_FUNC_PROTO: 8,
+                     KIND_DATASEC: 12}
+        known = {KIND_PTR, KIND_FWD, KIND_FUNC, KIND_FLOAT} | _MODIFIERS | set(fixed) | set(per_entry)
+        off = 0
         while off + 12 <= n:
-            name_off, info, size_or_type = unpack("<III", blob, off)
-            off += 12
+            name_off, info = unpack("<II", blob, off)
             kind = (info >> 24) & 0x1F
-            vlen = info & 0xFFFF
-            kind_flag = bool(info >> 31)
-            extra: tuple = ()
-            if kind == KIND_INT or kind == KIND_VAR or kind == KIND_DECL_TAG:
-                extra = unpack("<I", blob, off)
-                off += 4
-            elif kind == KIND_ARRAY:
-                extra = unpack("<III", blob, off)
-                off += 12
-            elif kind in (KIND_STRUCT, KIND_UNION):
-                members = []
-                for _ in range(vlen):
-                    m_name, m_type, m_off = unpack("<III", blob, off)
-                    off += 12
-                    if kind_flag:
-                        m_off &= 0xFFFFFF  # high 8 bits are the bitfield size
-                    members.append(Member(self._string(m_name), m_type, m_off))
-                extra = tuple(members)
-            elif kind == KIND_ENUM:
-                extra = tuple(unpack("<Ii", blob, off + 8 * i) for i in range(vlen))
-                off += 8 * vlen
-            elif kind == KIND_ENUM64:
-                off += 12 * vlen
-            elif kind == KIND_FUNC_PROTO:
-                off += 8 * vlen
-            elif kind == KIND_DATASEC:
-                extra = tuple(unpack("<III", blob, off + 12 * i) for i in range(vlen))
-                off += 12 * vlen
-            elif kind not in (KIND_PTR, KIND_FWD, KIND_FUNC, KIND_FLOAT) and kind not in _MODIFIERS:
+            if kind not in known:
                 raise ObjectFormatError(f"unknown BTF kind {kind}")
-            self.types.append(BtfType(len(self.types), kind, self._string(name_off), size_or_type,
-                                      vlen, kind_flag, extra))
+            offsets.append(off)
+            names.append(name_off)
+            off += 12 + fixed.get(kind, 0) + per_entry.get(kind, 0) * (info & 0xFFFF)
+        if off != n:
+            raise ObjectFormatError("BTF type section is truncated")
+
+    def _decode(self, type_id: int) -> BtfType:
+        blob, off = self._blob, self._offsets[type_id]
+        unpack = struct.unpack_from
+        name_off, info, size_or_type = unpack("<III", blob, off)
+        off += 12
+        kind = (info >> 24) & 0x1F
+        vlen = info & 0xFFFF
+        kind_flag = bool(info >> 31)
+        extra: tuple = ()
+        if kind in (KIND_INT, KIND_VAR, KIND_DECL_TAG):
+            extra = unpack("<I", blob, off)
+        elif kind == KIND_ARRAY:
+            extra = unpack("<III", blob, off)
+        elif kind in (KIND_STRUCT, KIND_UNION):
+            members = []
+            for i in range(vlen):
+                m_name, m_type, m_off = unpack("<III", blob, off + 12 * i)
+                if kind_flag:
+                    m_off &= 0xFFFFFF  # high 8 bits are the bitfield size
+                members.append(Member(self._string(m_name), m_type, m_off))
+            extra = tuple(members)
+        elif kind == KIND_ENUM:
+            extra = tuple(unpack("<Ii", blob, off + 8 * i) for i in range(vlen))
+        elif kind == KIND_DATASEC:
+            extra = tuple(unpack("<III", blob, off + 12 * i) for i in range(vlen))
+        return BtfType(type_id, kind, self._string(name_off), size_or_type, vlen, kind_flag, extra)
+
+    @property
+    def types(self) -> list[BtfType | None]:
+        """Every type, decoded (slow on the kernel's BTF: prefer type() and find())."""
+        return [None] + [self.type(i) for i in range(1, len(self._offsets))]
 
     def type(self, type_id: int) -> BtfType:
-        t = self.types[type_id]
+        if type_id <= 0 or type_id >= len(self._offsets):
+            raise ObjectFormatError(f"BTF type {type_id} does not exist")
+        t = self._decoded.get(type_id)
         if t is None:
-            raise ObjectFormatError("BTF type 0 (void) has no definition")
+            t = self._decoded[type_id] = self._decode(type_id)
         return t
 
     def resolve(self, type_id: int) -> BtfType:
@@ -129,15 +155,21 @@ class Btf:
 
     def find(self, name: str, kind: int | None = None) -> BtfType:
         if self._by_name is None:
-            index: dict[str, list[int]] = {}
-            for t in self.types[1:]:
-                if t is not None and t.name:
-                    index.setdefault(t.name, []).append(t.id)
-            self._by_name = index
-        for type_id in self._by_name.get(name, ()):
-            t = self.type(type_id)
-            if kind is None or t.kind == kind:
-                return t
+            # String-table offset -> type ids, built once; names are matched as bytes in the
+            # string table instead of decoding 100k+ names.
+            by_offset: dict[int, list[int]] = {}
+            for type_id, name_off in enumerate(self._name_offsets):
+                if name_off:
+                    by_offset.setdefault(name_off, []).append(type_id)
+            self._by_name = by_offset
+        needle = b"\0" + name.encode() + b"\0"
+        pos = self._strings.find(needle)
+        while pos >= 0:
+            for type_id in self._by_name.get(pos + 1, ()):
+                t = self.type(type_id)
+                if kind is None or t.kind == kind:
+                    return t
+            pos = self._strings.find(needle, pos + 1)
         raise KeyError(name)
 
     def member_offset(self, struct_name: str, path: str) -> int:
