@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
@@ -27,6 +28,7 @@ class ProcessInfo:
     root_is_host: bool = True # its root is ours: paths stay valid after it exits
     mappings: MappingIndex = field(default_factory=lambda: MappingIndex([]))
     alive: bool = True
+    maps_read_at: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -105,14 +107,27 @@ class ProcessTable:
             known = self._by_pid.get(pid)
         return known if known is not None else self.observe(pid)
 
+    # A process maps new code (dlopen, JIT) now and then; reread its maps for an unknown address,
+    # but at most this often, since broken frame-pointer chains produce many addresses that
+    # lie in no mapping at all.
+    MAPS_REFRESH_S = 1.0
+
     def find_mapping(self, info: ProcessInfo, address: int) -> Mapping | None:
-        """The mapping of `address`; rereads the maps once if the process mapped new code."""
+        """The mapping of `address`; rereads the maps if the process may have mapped new code."""
         found = info.mappings.find(address)
-        if found is None and info.alive and read_start_time(info.pid) == info.start_time:
-            fresh = read_maps(info.pid)
-            if fresh:
-                info.mappings = MappingIndex(fresh)
-                found = info.mappings.find(address)
+        if found is not None or not info.alive:
+            return found
+        now = time.monotonic()
+        if now - info.maps_read_at < self.MAPS_REFRESH_S:
+            return None
+        info.maps_read_at = now
+        if read_start_time(info.pid) != info.start_time:
+            info.alive = False
+            return None
+        fresh = read_maps(info.pid)
+        if fresh:
+            info.mappings = MappingIndex(fresh)
+            found = info.mappings.find(address)
         return found
 
     def forget_dead(self) -> int:
