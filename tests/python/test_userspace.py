@@ -1,0 +1,137 @@
+"""Detection, offsets, frame chains, code objects and line tables against live interpreters.
+
+The walk here is the userspace twin of the BPF walker (same offsets, same chain rules);
+the BPF path is tested end to end in test_profile.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+from hotstack.unwind.python import code, detect, frames
+from hotstack.unwind.python.linetable import line_for
+from hotstack.unwind.python.memory import MemoryReadError, ProcessMemory
+
+# Sleeps in a known nest of functions, in the main thread and in a second thread, and reports
+# the ids of the threads and the line table of every code object the interpreter agrees on.
+NEST = textwrap.dedent('''
+    import dis, json, sys, threading, time
+    def leaf(ev):
+        ev.set()
+        while True:
+            time.sleep(0.05)
+    def middle(ev):
+        leaf(ev)
+    class Outer:
+        def run(self, ev):
+            middle(ev)
+    def worker_body(ev):
+        while True:
+            time.sleep(0.05)
+    def lines(co):
+        if hasattr(co, "co_lines"):
+            out = [(start // 2, line) for start, end, line in co.co_lines() for _ in [0] if line is not None
+                   for start in range(start, end, 2)]
+        else:
+            out = []
+            starts = dict(dis.findlinestarts(co))
+            line = co.co_firstlineno
+            for off in range(0, len(co.co_code), 2):
+                line = starts.get(off, line)
+                out.append((off, line))
+        return out
+    codes = {}
+    for f in (leaf, middle, Outer.run, worker_body, lines):
+        codes[id(f.__code__)] = {"name": f.__qualname__ if sys.version_info >= (3, 11) else f.__name__,
+                                 "first": f.__code__.co_firstlineno, "lines": lines(f.__code__)}
+    ready, ready2 = threading.Event(), threading.Event()
+    t = threading.Thread(target=worker_body, args=(ready2,), daemon=True, name="worker")
+    t.start()
+    def report():
+        ready.wait()
+        print(json.dumps({"main": threading.main_thread().ident, "worker": t.ident, "codes": codes,
+                          "version": list(sys.version_info[:2])}), flush=True)
+    threading.Thread(target=report, daemon=True).start()
+    Outer().run(ready)
+''')
+
+
+def _names(proc, raw):
+    cache = code.CodeCache()
+    groups = frames.eval_groups(proc.offsets, raw, proc.none)
+    return [[cache.frame(proc.pid, proc.offsets, f.code, f.instr, f.checksum) for f in g] for g in groups]
+
+
+def test_detect_and_walk_main_thread(python, target):
+    t = target(python, NEST)
+    time.sleep(0.1)
+    proc = detect.detect(t.pid)
+    assert proc is not None, "CPython not detected"
+    assert list(proc.version) == t.info["version"]
+    raw = frames.walk_thread(proc, t.info["main"])
+    flat = [f for g in _names(proc, raw) for f in g]
+    names = [f.name for f in flat]
+    run = "Outer.run" if proc.version >= (3, 11) else "run"
+    assert names == ["leaf", "middle", run, "<module>"], names
+    assert flat[0].line == 6 and flat[1].line == 8 and flat[2].line == 11, [(f.name, f.line) for f in flat]
+    assert all(f.file == "<string>" for f in flat)
+    # One evaluation-loop call per frame up to 3.10; from 3.11 nested Python calls share one.
+    groups = _names(proc, raw)
+    assert len(groups) == (4 if proc.version <= (3, 10) else 1)
+
+
+def test_walk_other_thread(python, target):
+    t = target(python, NEST)
+    proc = detect.detect(t.pid)
+    flat = [f for g in _names(proc, frames.walk_thread(proc, t.info["worker"])) for f in g]
+    assert [f.name for f in flat][:1] == ["worker_body"]
+    assert flat[0].line == 14
+    assert frames.walk_thread(proc, 12345) == []      # no such thread: nothing, not an error
+
+
+def test_line_tables_match_the_interpreter(python, target):
+    t = target(python, NEST)
+    proc = detect.detect(t.pid)
+    mem = ProcessMemory(t.pid)
+    for addr, expected in t.info["codes"].items():
+        info = code.read_code(mem, proc.offsets, int(addr))
+        assert info.name == expected["name"]
+        assert info.firstlineno == expected["first"]
+        for offset, line in expected["lines"]:
+            assert line_for(proc.version, info.linetable, info.firstlineno, offset) == line, (expected["name"], offset)
+
+
+def test_reused_code_address_is_not_misnamed(python, target):
+    t = target(python, NEST)
+    proc = detect.detect(t.pid)
+    addr = int(next(iter(t.info["codes"])))
+    cache = code.CodeCache()
+    real = code.read_code(ProcessMemory(t.pid), proc.offsets, addr)
+    assert cache.frame(t.pid, proc.offsets, addr, 0, real.checksum).resolved
+    stale = cache.frame(t.pid, proc.offsets, addr, 0, real.checksum ^ 0x5A5A)
+    assert not stale.resolved and stale.name == "[unknown python]"
+
+
+def test_exited_target_truncates_instead_of_failing(python, target):
+    t = target(python, NEST)
+    proc = detect.detect(t.pid)
+    t.stop()
+    assert frames.walk_thread(proc, t.info["main"]) == []
+    frame = code.CodeCache().frame(t.pid, proc.offsets, int(next(iter(t.info["codes"]))), 0, None)
+    assert not frame.resolved
+    try:
+        ProcessMemory(t.pid).read(proc.runtime, 8)
+        raise AssertionError("read from an exited process succeeded")
+    except MemoryReadError:
+        pass
+
+
+def test_not_python(target):
+    import subprocess
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert detect.detect(p.pid) is None
+    finally:
+        p.kill()
+        p.wait()
