@@ -40,7 +40,10 @@ class CpuProfiler:
         self._watcher: threading.Thread | None = None
 
     def start(self) -> None:
-        self.session.start()
+        # Processes named by --pid are classified before the first sample, not 100 ms later.
+        marked = tuple(pid for pid in self.config.pids if self._wants_snapshots(pid))
+        self._snapshot_pids.update(marked)
+        self.session.start(snapshot_pids=marked)
         self.python.start(self.session._collection)
         self.symbolizer.kernel  # parse kallsyms now, not in the first interval
         self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
@@ -64,11 +67,15 @@ class CpuProfiler:
             return
         for key, _ in entries:
             pid = struct.unpack_from("<I", key)[0]
-            info = self.processes.observe(pid)
-            if self.config.unwind == "auto" and info is not None and self.unwinder.needs_snapshots(info):
+            if self._wants_snapshots(pid) and pid not in self._snapshot_pids:
                 self.session.mark_snapshot_pid(pid)
                 self._snapshot_pids.add(pid)
             self.python.observe(struct.unpack_from("<I", key)[0])
+
+    def _wants_snapshots(self, pid: int) -> bool:
+        """Observe a process; True if its user stacks need snapshots (unwind mode "auto")."""
+        info = self.processes.observe(pid)
+        return self.config.unwind == "auto" and info is not None and self.unwinder.needs_snapshots(info)
 
     def collect(self) -> Profile:
         """The profile of everything sampled since the last collect."""

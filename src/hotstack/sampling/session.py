@@ -116,7 +116,8 @@ class SamplingSession:
         self._ring_lock = threading.Lock()
         self.snapshot_bytes_read = 0
 
-    def start(self) -> None:
+    def start(self, snapshot_pids: tuple[int, ...] = ()) -> None:
+        """Load and attach; `snapshot_pids` are marked for snapshots before the first sample."""
         spec = ebpf.load_spec(object_path(), map_prefix="hotstack")
         c = self.config
         spec.set_constant("filter_by_pid", int(bool(c.pids)))
@@ -135,6 +136,8 @@ class SamplingSession:
                 self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")
             for comm in c.comms:
                 self._collection.maps["filter_comms"].update(comm.encode()[:15].ljust(16, b"\0"), b"\x01")
+            for pid in snapshot_pids:
+                self.mark_snapshot_pid(pid)
             try:
                 self._stats_fd = ebpf.enable_run_time_stats()
             except ebpf.SyscallError:

@@ -1,0 +1,104 @@
+"""TableStore: unwind tables per mapped file, cached per build id.
+
+A file is opened the way the symbolizer opens it: through /proc/PID/map_files
+first (works for deleted files and memfd code while the process lives), then
+through the process's root, then by path. Tables are kept per build id (or per
+file identity when a file has none), so the same libc in a hundred processes or
+containers is parsed and stored once. The store is bounded in bytes (LRU).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..procs import Mapping, ProcessInfo
+from ..symbols.elf import ElfError, ElfFile
+from .table import UnwindTable, build_table
+
+DEFAULT_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class MappedTable:
+    """A file's table as one mapping of one process sees it: vaddr = address - bias."""
+
+    table: UnwindTable | None
+    bias: int
+    path: str
+
+
+class TableStore:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._by_id: OrderedDict[str, UnwindTable] = OrderedDict()
+        self._id_of_file: dict[tuple, str] = {}      # (dev, inode, path) -> build id / identity
+        self._lock = threading.Lock()
+        self.files_parsed = 0
+        self.parse_seconds = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(t.nbytes for t in self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def mapped(self, info: ProcessInfo, mapping: Mapping) -> MappedTable:
+        """The table for an executable file mapping (table None if the file cannot be read)."""
+        elf = _open(info, mapping)
+        if elf is None:
+            return MappedTable(None, 0, mapping.path)
+        try:
+            bias = _bias(elf, mapping)
+            file_key = (mapping.dev, mapping.inode, mapping.file_path)
+            table_id = self._id_of_file.get(file_key)
+            if table_id is None:
+                table_id = elf.build_id() or "file:%d:%d:%d:%d" % elf.identity
+                self._id_of_file[file_key] = table_id
+            with self._lock:
+                table = self._by_id.get(table_id)
+                if table is not None:
+                    self._by_id.move_to_end(table_id)
+            if table is None:
+                import time
+                start = time.perf_counter()
+                table = build_table(elf)
+                self.parse_seconds += time.perf_counter() - start
+                self.files_parsed += 1
+                with self._lock:
+                    self._by_id[table_id] = table
+                    self._evict()
+            return MappedTable(table, bias, mapping.path)
+        finally:
+            elf.close()
+
+    def _evict(self) -> None:
+        total = sum(t.nbytes for t in self._by_id.values())
+        while total > self.max_bytes and len(self._by_id) > 1:
+            _, old = self._by_id.popitem(last=False)
+            total -= old.nbytes
+
+
+def _open(info: ProcessInfo, mapping: Mapping) -> ElfFile | None:
+    candidates = [f"/proc/{info.pid}/map_files/{mapping.start:x}-{mapping.end:x}"]
+    if not mapping.path.startswith("/memfd:"):
+        candidates.append(f"{info.root}{mapping.file_path}" if info.root else mapping.file_path)
+        if info.root_is_host:
+            candidates.append(mapping.file_path)
+    for candidate in candidates:
+        try:
+            return ElfFile(candidate)
+        except ElfError:
+            continue
+    return None
+
+
+def _bias(elf: ElfFile, mapping: Mapping) -> int:
+    """address - bias = ELF virtual address, for addresses inside `mapping`."""
+    for seg in elf.segments:
+        if seg.offset <= mapping.offset < seg.offset + max(seg.filesz, 1):
+            return mapping.start - mapping.offset + seg.offset - seg.vaddr
+    return mapping.start - mapping.offset
