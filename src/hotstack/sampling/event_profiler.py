@@ -79,7 +79,7 @@ class EventProfiler:
     def _sample(self, raw: EventSample) -> Sample:
         stack: list[Frame] = []
         if raw.kernel_stack:
-            stack.extend(self.symbolizer.kernel_frames(list(raw.kernel_stack)))
+            stack.extend(_without_bpf_frames(self.symbolizer.kernel_frames(list(raw.kernel_stack))))
         elif raw.kernel_stack_lost:
             stack.append(_LOST_KERNEL)
         if raw.user_stack:
@@ -127,6 +127,17 @@ class EventProfiler:
                     on_profile(last)
             if finished or expired:
                 return last
+
+
+# The leaf frames of a stack taken inside a BPF program are the program and its dispatcher.
+_BPF_FRAME_PREFIXES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "bpf_trampoline_")
+
+
+def _without_bpf_frames(frames: list[Frame]) -> list[Frame]:
+    skip = 0
+    while skip < len(frames) - 1 and frames[skip].name.startswith(_BPF_FRAME_PREFIXES):
+        skip += 1
+    return frames[skip:]
 
 
 def drain_new_pids(m) -> list[int]:

@@ -1,0 +1,139 @@
+"""Probe sessions: the stack of every hit of a probed function, counted.
+
+`ProbeConfig(links=...)` takes pyroscope.ebpf's probe links. Uprobes attach to
+the file, so they fire in every process that maps it (restricted to `pids` if
+given). Kernel links use the kprobe PMU where the kernel has kprobes, else an
+fentry/fexit program on the function's BTF id; if neither works, start() fails
+with a message naming the link and the kernel option (never a silent no-op).
+
+The profile is pyroscope.ebpf's `process_cpu:uprobe:count:uprobe:count`.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from dataclasses import dataclass
+from importlib import resources
+
+from .. import ebpf
+from ..ebpf import links as ebpf_links
+from ..errors import ConfigError, HotstackError
+from ..profile.model import ValueType
+from .event_profiler import EventProfiler, drain_new_pids
+from .probe_links import ProbeLink, parse_probe_links, resolve_uprobe
+from .stack_buffers import EventBatch, StackBuffers
+
+PROBE_SAMPLE_TYPE = ValueType("uprobe", "count")
+PROBE_PROFILE_NAME = "process_cpu"
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    links: tuple[ProbeLink, ...]
+    pids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_strings(cls, probe_links=(), u_probe_links=(), pids=()) -> "ProbeConfig":
+        return cls(tuple(parse_probe_links(probe_links, u_probe_links)), tuple(pids))
+
+
+def object_path() -> str:
+    return str(resources.files("hotstack.bpf").joinpath("probe.bpf.o"))
+
+
+class ProbeSession:
+    profile_name = PROBE_PROFILE_NAME
+    sample_type = PROBE_SAMPLE_TYPE
+    period_type = PROBE_SAMPLE_TYPE
+
+    def __init__(self, config: ProbeConfig) -> None:
+        if not config.links:
+            raise ConfigError("no probe links given")
+        self.config = config
+        self._collection: ebpf.Collection | None = None
+        self._buffers: StackBuffers | None = None
+        self._links: list[ebpf_links.Link] = []
+        # Bad links fail here, before anything is loaded.
+        self._uprobes = {link: resolve_uprobe(link) for link in config.links if link.is_user}
+
+    def start(self) -> None:
+        spec = ebpf.load_spec(object_path(), map_prefix="hsprobe")
+        templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
+        spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+        self._collection = ebpf.Collection.load(spec)
+        try:
+            for pid in self.config.pids:
+                self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")
+            self._buffers = StackBuffers(self._collection)
+            for link in self.config.links:
+                self._links.append(self._attach(link, templates))
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach(self, link: ProbeLink, templates: dict[str, ebpf.ProgramSpec]) -> ebpf_links.Link:
+        programs = self._collection.programs
+        if link.is_user:
+            target = self._uprobes[link]
+            try:
+                return ebpf_links.attach_uprobe(programs[f"probe_{link.kind}"], target.path, target.offset,
+                                                retprobe=link.is_return)
+            except ebpf.EbpfError as e:
+                raise HotstackError(f"probe link {link.text!r}: cannot attach ({e})") from None
+        if ebpf_links.pmu_available("kprobe"):
+            try:
+                return ebpf_links.attach_kprobe(programs["probe_kprobe"], link.symbol, retprobe=link.is_return)
+            except ebpf.SyscallError as e:
+                if e.errno == errno.ENOENT:
+                    raise ConfigError(f"probe link {link.text!r}: the kernel has no function {link.symbol!r}") from None
+                raise HotstackError(f"probe link {link.text!r}: cannot attach ({e})") from None
+        return self._attach_tracing(link, templates["fexit" if link.is_return else "fentry"])
+
+    def _attach_tracing(self, link: ProbeLink, template: ebpf.ProgramSpec) -> ebpf_links.Link:
+        """kprobe links on kernels without kprobes: fentry/fexit through the kernel's BTF."""
+        kind = "fexit" if link.is_return else "fentry"
+        lacking = f"probe link {link.text!r}: this kernel has no kprobes (CONFIG_KPROBES is off)"
+        try:
+            variant = ebpf_links.tracing_variant(template, link.symbol)
+        except FileNotFoundError:
+            raise HotstackError(f"{lacking} and no BTF for a {kind} fallback (CONFIG_DEBUG_INFO_BTF): "
+                                f"build the kernel with CONFIG_KPROBES=y") from None
+        except KeyError:
+            raise HotstackError(f"{lacking}, and its BTF has no function {link.symbol!r} to attach {kind} to: "
+                                f"check the name, or build the kernel with CONFIG_KPROBES=y") from None
+        try:
+            program = self._collection.load_program(f"{kind}:{link.symbol}", variant)
+            return ebpf_links.attach_tracing(program)
+        except ebpf.EbpfError as e:
+            reason = e.short() if isinstance(e, ebpf.VerifierError) else str(e).rsplit(": ", 1)[-1]
+            raise HotstackError(f"{lacking}, and the {kind} fallback on {link.symbol} was refused ({reason}): "
+                                f"build the kernel with CONFIG_KPROBES=y, or allow BPF trampolines "
+                                f"(CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, no lockdown)") from None
+
+    def collect(self) -> EventBatch:
+        assert self._buffers is not None, "start() first"
+        return self._buffers.collect()
+
+    def new_pids(self) -> list[int]:
+        return drain_new_pids(self._collection.maps["new_pids"]) if self._collection is not None else []
+
+    def stop(self) -> None:
+        """Detach every probe (the counts stay readable)."""
+        for link in self._links:
+            link.close()
+        self._links = []
+
+    def close(self) -> None:
+        self.stop()
+        if self._collection is not None:
+            self._collection.close()
+            self._collection = None
+        self._buffers = None
+
+
+class ProbeProfiler(EventProfiler):
+    """Probe hits -> Profiles (`process_cpu`, sample type uprobe/count)."""
+
+    def __init__(self, config: ProbeConfig, **kw) -> None:
+        super().__init__(ProbeSession(config), **kw)
