@@ -1,0 +1,298 @@
+"""Protocol peers for the Alloy tests: a Connect-protocol Pyroscope server, a Docker Engine
+API on a unix socket, a Kubernetes API (list + watch of pods). Each decodes or answers the
+way the real server does, so the agent talks to them exactly as to the real thing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import queue
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from hotstack.export.push_pb2 import PushRequest
+from hotstack.profile.pprof_pb2 import Profile
+
+
+@dataclass
+class ReceivedSeries:
+    labels: dict[str, str]
+    profile: Profile          # the decoded pprof
+    gzipped: bool
+    headers: dict[str, str]
+
+    def functions(self) -> set[str]:
+        strings = self.profile.string_table
+        return {strings[f.name] for f in self.profile.function}
+
+    def sample_type(self) -> tuple[str, str]:
+        st = self.profile.sample_type[0]
+        return self.profile.string_table[st.type], self.profile.string_table[st.unit]
+
+    def total(self) -> int:
+        return sum(s.value[0] for s in self.profile.sample)
+
+
+class _Quiet(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class PyroscopeServer:
+    """POST /push.v1.PusherService/Push (Connect unary, application/proto)."""
+
+    def __init__(self) -> None:
+        self.series: list[ReceivedSeries] = []
+        self.errors: list[str] = []
+        server = self
+
+        class Handler(_Quiet):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.path != "/push.v1.PusherService/Push":
+                    return self.reply(404, b'{"code":"unimplemented","message":"no such procedure"}')
+                if self.headers.get("Content-Type") != "application/proto" or \
+                        self.headers.get("Connect-Protocol-Version") != "1":
+                    server.errors.append(f"bad headers: {dict(self.headers)}")
+                    return self.reply(415, b'{"code":"invalid_argument","message":"bad content type"}')
+                request = PushRequest()
+                request.ParseFromString(body)
+                for s in request.series:
+                    for raw in s.samples:
+                        data = raw.raw_profile
+                        gz = data[:2] == b"\x1f\x8b"
+                        prof = Profile()
+                        prof.ParseFromString(gzip.decompress(data) if gz else data)
+                        server.series.append(ReceivedSeries({lp.name: lp.value for lp in s.labels}, prof, gz,
+                                                            dict(self.headers)))
+                self.reply(200, b"", "application/proto")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def wait_for(self, predicate, timeout: float = 60.0) -> list[ReceivedSeries]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [s for s in list(self.series) if predicate(s)]
+            if found:
+                return found
+            time.sleep(0.2)
+        return []
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("local", 0)   # BaseHTTPRequestHandler wants a (host, port) address
+
+
+class DockerServer:
+    """GET /v1.xx/containers/json (with filters) and /v1.xx/networks, shaped like dockerd's answers."""
+
+    def __init__(self, path: str, containers: list[dict], networks: list[dict]) -> None:
+        self.path = path
+        self.containers, self.networks = containers, networks
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                url = urllib.parse.urlsplit(self.path)
+                route = url.path.split("/", 2)[-1] if url.path.startswith("/v1.") else url.path.lstrip("/")
+                if route == "containers/json":
+                    filters = json.loads(dict(urllib.parse.parse_qsl(url.query)).get("filters", "{}"))
+                    found = [c for c in server.containers if _docker_filter(c, filters)]
+                    return self.reply(200, json.dumps(found).encode())
+                if route == "networks":
+                    return self.reply(200, json.dumps(server.networks).encode())
+                self.reply(404, b'{"message":"page not found"}')
+
+        self.httpd = _UnixHTTPServer(path, Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        os.unlink(self.path)
+
+
+def _docker_filter(container: dict, filters: dict) -> bool:
+    for name, values in filters.items():
+        if name == "label":
+            labels = container.get("Labels") or {}
+            ok = any((v.split("=", 1)[0] in labels and ("=" not in v or labels[v.split("=", 1)[0]] == v.split("=", 1)[1]))
+                     for v in values)
+        elif name == "name":
+            ok = any(v.lstrip("/") in n.lstrip("/") for v in values for n in container.get("Names", []))
+        elif name == "status":
+            ok = container.get("State") in values
+        else:
+            ok = True
+        if not ok:
+            return False
+    return True
+
+
+def docker_container(cid: str, name: str, ip: str = "172.17.0.2", labels: dict | None = None,
+                     ports: list[dict] | None = None) -> dict:
+    """A container as GET /containers/json returns it."""
+    return {
+        "Id": cid, "Names": [f"/{name}"], "Image": "busybox", "ImageID": "sha256:" + "a" * 64,
+        "Command": "/spin", "Created": int(time.time()) - 60, "Ports": ports or [], "Labels": labels or {},
+        "State": "running", "Status": "Up 1 minute", "HostConfig": {"NetworkMode": "bridge"},
+        "NetworkSettings": {"Networks": {"bridge": {
+            "IPAMConfig": None, "Links": None, "Aliases": None, "NetworkID": "b" * 64, "EndpointID": "c" * 64,
+            "Gateway": "172.17.0.1", "IPAddress": ip, "IPPrefixLen": 16, "MacAddress": "02:42:ac:11:00:02"}}},
+        "Mounts": [],
+    }
+
+
+DOCKER_NETWORKS = [{"Name": "bridge", "Id": "b" * 64, "Created": "2026-01-01T00:00:00Z", "Scope": "local",
+                    "Driver": "bridge", "EnableIPv6": False, "Internal": False, "Attachable": False,
+                    "Ingress": False, "Labels": {}, "Options": {}}]
+
+
+class KubernetesServer:
+    """GET /api/v1/pods (and /api/v1/namespaces/NS/pods) with fieldSelector / labelSelector,
+    as a list (PodList) or a watch stream of events; `push_event` feeds the open watches."""
+
+    def __init__(self, pods: list[dict]) -> None:
+        self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        self.version = 100
+        self.requests: list[str] = []
+        self.watchers: list[queue.Queue] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                url = urllib.parse.urlsplit(self.path)
+                q = dict(urllib.parse.parse_qsl(url.query))
+                parts = url.path.strip("/").split("/")
+                if parts[:2] != ["api", "v1"] or parts[-1] != "pods":
+                    return self.reply(404, json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                       "reason": "NotFound", "code": 404}).encode())
+                namespace = parts[3] if len(parts) == 5 else None
+                match = lambda p: _pod_matches(p, namespace, q)  # noqa: E731
+                if q.get("watch") in ("1", "true"):
+                    return self.watch(match)
+                with server.lock:
+                    items = [p for p in server.pods.values() if match(p)]
+                    rv = str(server.version)
+                body = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}
+                self.reply(200, json.dumps(body).encode())
+
+            def watch(self, match) -> None:
+                events: queue.Queue = queue.Queue()
+                with server.lock:
+                    server.watchers.append(events)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    while True:
+                        event = events.get()
+                        if event is None:
+                            break
+                        if not match(event["object"]):
+                            continue
+                        line = json.dumps(event).encode() + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+                finally:
+                    with server.lock:
+                        server.watchers.remove(events)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def push_event(self, kind: str, pod: dict) -> None:
+        with self.lock:
+            self.version += 1
+            pod["metadata"]["resourceVersion"] = str(self.version)
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if kind == "DELETED":
+                self.pods.pop(key, None)
+            else:
+                self.pods[key] = pod
+            for w in self.watchers:
+                w.put({"type": kind, "object": pod})
+
+    def close(self) -> None:
+        with self.lock:
+            for w in self.watchers:
+                w.put(None)
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _pod_matches(pod: dict, namespace: str | None, q: dict) -> bool:
+    if namespace and pod["metadata"]["namespace"] != namespace:
+        return False
+    for sel in filter(None, q.get("fieldSelector", "").split(",")):
+        key, _, value = sel.partition("=")
+        value = value.lstrip("=")
+        actual = {"spec.nodeName": pod["spec"].get("nodeName", ""), "metadata.name": pod["metadata"]["name"],
+                  "metadata.namespace": pod["metadata"]["namespace"],
+                  "status.phase": pod["status"].get("phase", "")}.get(key)
+        if actual != value:
+            return False
+    for sel in filter(None, q.get("labelSelector", "").split(",")):
+        key, _, value = sel.partition("=")
+        if (pod["metadata"].get("labels") or {}).get(key) != value.lstrip("="):
+            return False
+    return True
+
+
+def k8s_pod(name: str, namespace: str, node: str, container: str, container_id: str, phase: str = "Running",
+            labels: dict | None = None, annotations: dict | None = None, ports: list[dict] | None = None) -> dict:
+    """A pod as the API server returns it (the fields discovery reads, and a few more)."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "1",
+                     "labels": labels or {}, "annotations": annotations or {},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs",
+                                          "uid": "rs-uid", "controller": True}]},
+        "spec": {"nodeName": node, "containers": [{"name": container, "image": "busybox:1.36",
+                                                    **({"ports": ports} if ports else {})}]},
+        "status": {"phase": phase, "hostIP": "10.0.0.1", "podIP": "10.1.0.5",
+                   "conditions": [{"type": "Ready", "status": "True"}],
+                   "containerStatuses": [{"name": container, "ready": True, "restartCount": 0,
+                                          "image": "busybox:1.36", "containerID": container_id,
+                                          "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]},
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
