@@ -175,7 +175,7 @@ class Symbolizer:
             return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses]
         proc = self._process(info)
         # Group by module so that each file answers one batch lookup.
-        per_module: dict[tuple, tuple[ModuleSymbols, list[int], list[int]]] = {}
+        per_module: dict[tuple[int, str], tuple[ModuleSymbols, list[int], list[int]]] = {}
         jit: list[tuple[int, int]] = []
         frames: list[Frame | None] = [None] * len(addresses)
         for i, address in enumerate(addresses):
@@ -194,20 +194,21 @@ class Symbolizer:
             if module.elf is None or vaddr is None:
                 frames[i] = Frame(UNKNOWN, module=mapping.file_path, address=file_offset, resolved=False)
                 continue
-            entry = per_module.setdefault(id(module), (module, [], []))
+            # The same file may be mapped under other paths (containers): frames show this one.
+            entry = per_module.setdefault((id(module), mapping.file_path), (module, [], []))
             entry[1].append(i)
             entry[2].append(vaddr)
-        for module, indexes, vaddrs in per_module.values():
+        for (_, path), (module, indexes, vaddrs) in per_module.items():
             results = module.lookup_many(vaddrs)
-            base = posixpath.basename(module.path)
+            base = posixpath.basename(path)
             for i, vaddr, found in zip(indexes, vaddrs, results):
                 # Report the frame's own address (undo the -1 applied for the lookup).
                 address = vaddr + (1 if i else 0)
                 if found is None:
-                    frames[i] = Frame(f"{base}+0x{address:x}", FrameKind.NATIVE, module.path, address,
+                    frames[i] = Frame(f"{base}+0x{address:x}", FrameKind.NATIVE, path, address,
                                       module.build_id, resolved=False)
                 else:
-                    frames[i] = Frame(self.demangler(found[0]), FrameKind.NATIVE, module.path, address,
+                    frames[i] = Frame(self.demangler(found[0]), FrameKind.NATIVE, path, address,
                                       module.build_id, found[2], found[3])
         if jit:
             self._jit_frames(info, proc, jit, addresses, frames)
@@ -285,7 +286,9 @@ class Symbolizer:
                 continue
             self.stats.files_opened += 1
             build_id = elf.build_id()
-            ekey = ("build-id", build_id) if build_id else ("file", identity)
+            # A build id names the code, not the file: a stripped copy shares it with the original,
+            # so the size keeps their tables (and what they can name) apart.
+            ekey = ("build-id", build_id, st.st_size) if build_id else ("file", identity)
             module = self.elf_cache.get(ekey)
             if module is None:
                 root = info.root if info.root and not info.root_is_host else ""

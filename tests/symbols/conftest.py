@@ -1,0 +1,60 @@
+"""Fixtures of the symbol tests: real binaries built here, profiled by the real CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hotstack
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+def need(tool: str) -> str:
+    """The tool's path; a missing tool fails under CI (install.d must provide it), skips locally."""
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{tool} is not installed (.ci/install.d/symbols.sh should install it)")
+        pytest.skip(f"{tool} is not installed")
+    return path
+
+
+def run(*argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], check=True, capture_output=True, text=True, **kw)
+
+
+def profile_folded(*pids: int, seconds: float = 3, extra: tuple[str, ...] = ()) -> str:
+    args = ["run", "profile_cpu", "--timeout", str(seconds), "--sample-rate", "99", "-o", "folded", *extra]
+    for pid in pids:
+        args += ["--pid", str(pid)]
+    r = hotstack(*args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def frames_of(folded: str) -> list[str]:
+    """Every frame name of a folded output (comm first on each line, then the frames)."""
+    out = []
+    for line in folded.splitlines():
+        stack, _, _count = line.rpartition(" ")
+        out.extend(stack.split(";")[1:])
+    return out
+
+
+def leaf_counts(folded: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in folded.splitlines():
+        stack, _, count = line.rpartition(" ")
+        leaf = stack.split(";")[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(count)
+    return counts
+
+
+@pytest.fixture(scope="session")
+def symbols_build(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("symbols-build")

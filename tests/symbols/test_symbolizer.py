@@ -1,0 +1,124 @@
+"""The Symbolizer on live processes: unknown symbols as the seed says, caches and their debug info."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.procs import ProcessTable
+from hotstack.profile.model import FrameKind
+from hotstack.symbols.symbolizer import Symbolizer
+
+from .conftest import WORKLOADS, need, run
+
+
+@pytest.fixture(scope="module")
+def c_programs(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("symbolizer")
+    gcc = need("gcc")
+    exe = out / "hot_c"
+    run(gcc, "-O1", "-fno-omit-frame-pointer", WORKLOADS / "hot_c.c", "-o", exe)
+    run("strip", exe, "-o", out / "hot_c_stripped")
+    return {"plain": exe, "stripped": out / "hot_c_stripped"}
+
+
+def _address_of(symbolizer: Symbolizer, pid: int, path: Path, name: str) -> int:
+    """The runtime address of a function of a process (from its maps and nm)."""
+    nm = run("nm", path).stdout
+    value = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith(" " + name))
+    info = symbolizer.processes.get(pid)
+    text = next(m for m in info.mappings.mappings if m.path == str(path) and "x" in m.perms)
+    from hotstack.symbols.elf import ElfFile
+
+    with ElfFile(str(path)) as elf:
+        seg = next(s for s in elf.segments if s.offset <= text.offset < s.offset + s.filesz)
+    return value - seg.vaddr + seg.offset - text.offset + text.start
+
+
+def test_named_stripped_and_gone(c_programs, workloads):
+    sym = Symbolizer(ProcessTable())
+    plain = workloads([c_programs["plain"]])
+    stripped = workloads([c_programs["stripped"]])
+    addr = _address_of(sym, plain.pid, c_programs["plain"], "stripped_hot_loop")
+    [frame] = sym.user_frames(plain.pid, [addr + 3])
+    assert (frame.name, frame.kind, frame.resolved) == ("stripped_hot_loop", FrameKind.NATIVE, True)
+    assert frame.module == str(c_programs["plain"]) and frame.build_id
+
+    # Same code, no symbols: module+0xOFF (the ELF address), not resolved.
+    sym.processes.get(stripped.pid)
+    [frame] = sym.user_frames(stripped.pid, [addr - _base(sym, plain.pid, c_programs["plain"])
+                                             + _base(sym, stripped.pid, c_programs["stripped"]) + 3])
+    assert frame.name.startswith("hot_c_stripped+0x") and not frame.resolved
+
+    # No mapping at all, and a process that never existed: [unknown].
+    [frame] = sym.user_frames(plain.pid, [0x10])
+    assert frame.name == "[unknown]"
+    assert [f.name for f in sym.user_frames(4_000_000, [addr])] == ["[unknown]"]
+
+    info = sym.debug_info()
+    assert info["elf_cache"]["entries"] >= 2 and info["elf_cache"]["bytes"] > 0
+    assert info["pid_cache"]["entries"] == 2
+    assert info["frames"]["named"] >= 1 and info["frames"]["unnamed"] >= 2
+    assert any(f["symbols"] > 0 and "symtab/dynsym" in f["sources"] for f in info["elf_cache"]["files"])
+    metrics = sym.metrics()
+    assert metrics["elf_cache_misses"] >= 2 and "pid_cache_bytes" in metrics
+
+
+def _base(sym: Symbolizer, pid: int, path: Path) -> int:
+    info = sym.processes.get(pid)
+    return min(m.start for m in info.mappings.mappings if m.path == str(path))
+
+
+def test_file_deleted_after_start_still_resolves_then_process_gone(c_programs, workloads, tmp_path):
+    exe = tmp_path / "doomed"
+    shutil.copy(c_programs["plain"], exe)
+    w = workloads([exe])
+    sym = Symbolizer(ProcessTable())
+    sym.processes.get(w.pid)
+    addr = _address_of(sym, w.pid, exe, "stripped_hot_loop")
+    exe.unlink()      # map_files still reach the deleted file while the process lives
+    assert sym.user_frames(w.pid, [addr])[0].name == "stripped_hot_loop"
+    # A new symbolizer after the process is gone knows nothing of it: [unknown].
+    w.stop()
+    fresh = Symbolizer(ProcessTable())
+    assert fresh.user_frames(w.pid, [addr])[0].name == "[unknown]"
+
+
+def test_elf_cache_is_shared_by_build_id_and_bounded(c_programs, workloads):
+    a = workloads([c_programs["plain"]])
+    b = workloads([c_programs["plain"]])
+    sym = Symbolizer(ProcessTable(), elf_cache_bytes=1)       # every new file evicts the previous
+    addr_a = _address_of(sym, a.pid, c_programs["plain"], "stripped_hot_loop")
+    addr_b = _address_of(sym, b.pid, c_programs["plain"], "stripped_hot_loop")
+    assert sym.user_frames(a.pid, [addr_a])[0].name == "stripped_hot_loop"
+    opened = sym.stats.files_opened
+    assert sym.user_frames(b.pid, [addr_b])[0].name == "stripped_hot_loop"
+    assert sym.stats.files_opened == opened          # same file: the cached table is reused
+    libc = [f for f in sym.user_frames(a.pid, [addr_a, _libc_address(sym, a.pid)])]
+    assert libc[0].name == "stripped_hot_loop"
+    assert len(sym.elf_cache) == 1 and sym.elf_cache.stats.evictions >= 1
+
+
+def _libc_address(sym: Symbolizer, pid: int) -> int:
+    info = sym.processes.get(pid)
+    m = next(m for m in info.mappings.mappings if "libc" in m.path and "x" in m.perms)
+    return m.start + 0x100
+
+
+def test_pid_reuse_is_a_new_process(c_programs, workloads):
+    sym = Symbolizer(ProcessTable())
+    w = workloads([c_programs["plain"]])
+    addr = _address_of(sym, w.pid, c_programs["plain"], "stripped_hot_loop")
+    sym.user_frames(w.pid, [addr])
+    info = sym.processes.get(w.pid)
+    key = (w.pid, info.start_time)
+    assert key in sym.pid_cache
+    # Maps read again (exec, dlopen): the process's cache entry starts afresh.
+    from hotstack.procs.maps import MappingIndex, read_maps
+
+    info.mappings = MappingIndex(read_maps(w.pid))
+    sym.user_frames(w.pid, [addr])
+    assert sym.pid_cache.peek(key).mappings_id == id(info.mappings)

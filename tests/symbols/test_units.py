@@ -1,0 +1,209 @@
+"""Symbol sources one by one, on real files built here: sizes, PLT, debug files, perf maps, caches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from hotstack.symbols.cache import ByteLRU
+from hotstack.symbols.debugfile import candidate_paths, crc32_of, find_debug_file
+from hotstack.symbols.demangle import Demangler
+from hotstack.symbols.elf import ElfFile
+from hotstack.symbols.perfmap import PerfMap, parse_perf_map
+from hotstack.symbols.symtab import SymbolTable
+
+from .conftest import WORKLOADS, need, run
+
+C_SOURCE = r"""
+#include <stdio.h>
+__attribute__((noinline, aligned(256))) int first_function(int x) { return x * 3 + 1; }
+__attribute__((noinline, aligned(256))) int second_function(int x) { puts("hi"); return x + 2; }
+int main(int argc, char **argv) { return first_function(argc) + second_function(argc); }
+"""
+
+
+@pytest.fixture(scope="module")
+def c_binary(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("c")
+    (out / "prog.c").write_text(C_SOURCE)
+    run(need("gcc"), "-O1", "-g", "-Wl,--build-id", out / "prog.c", "-o", out / "prog")
+    return out / "prog"
+
+
+def _nm(path: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for line in run("nm", "-S", path).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            out[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+    return out
+
+
+def test_symbol_sizes_are_respected(c_binary):
+    syms = _nm(c_binary)
+    start, size = syms["first_function"]
+    assert syms["second_function"][0] - (start + size) > 16     # alignment leaves a gap
+    with ElfFile(str(c_binary)) as elf:
+        table = SymbolTable(elf)
+        inside, last, past = table.lookup_many([start, start + size - 1, start + size])
+    assert inside == ("first_function", 0)
+    assert last == ("first_function", size - 1)
+    assert past is None          # past the end of a symbol is not that symbol
+
+
+def test_plt_entries_are_named(c_binary):
+    objdump = run("objdump", "-d", c_binary).stdout
+    line = next(ln for ln in objdump.splitlines() if ln.endswith("<puts@plt>:"))
+    address = int(line.split()[0], 16)
+    with ElfFile(str(c_binary)) as elf:
+        assert SymbolTable(elf).lookup_many([address + 4])[0] == ("puts@plt", 4)
+
+
+def _split_debug(c_binary: Path, tmp: Path) -> tuple[Path, Path]:
+    debug = tmp / "prog.debug"
+    run("objcopy", "--only-keep-debug", c_binary, debug)
+    stripped = tmp / "prog.stripped"
+    run("strip", c_binary, "-o", stripped)
+    linked = tmp / "prog"
+    run("objcopy", f"--add-gnu-debuglink={debug}", stripped, linked)
+    return linked, debug
+
+
+def test_debuglink_found_and_crc_checked(c_binary, tmp_path):
+    linked, debug = _split_debug(c_binary, tmp_path)
+    start = _nm(c_binary)["first_function"][0]
+    with ElfFile(str(linked)) as elf:
+        name, crc = elf.debuglink()
+        assert name == "prog.debug" and crc == zlib.crc32(debug.read_bytes())
+        assert SymbolTable(elf).lookup_many([start])[0] is None      # stripped: not named alone
+        found, refused = find_debug_file(elf, str(linked))
+        assert found is not None and found.path == str(debug) and not refused
+        assert crc32_of(found) == crc
+        assert SymbolTable(elf, found).lookup_many([start])[0] == ("first_function", 0)
+        found.close()
+        # A debug file that changed after linking has another CRC: refused, with the reason.
+        with open(debug, "ab") as f:
+            f.write(b"\0")
+        found, refused = find_debug_file(elf, str(linked))
+        assert found is None
+        assert any("CRC" in r for r in refused), refused
+
+
+def test_debug_file_search_order_is_gdbs():
+    paths = candidate_paths("/lib/x86_64-linux-gnu/libc.so.6", "0123456789abcdef", "libc.so.6.debug")
+    assert [p for p, _ in paths] == [
+        "/usr/lib/debug/.build-id/01/23456789abcdef.debug",
+        "/lib/x86_64-linux-gnu/libc.so.6.debug",
+        "/lib/x86_64-linux-gnu/.debug/libc.so.6.debug",
+        "/usr/lib/debug/lib/x86_64-linux-gnu/libc.so.6.debug",
+    ]
+    # A link may not leave its directory.
+    assert [p for p, _ in candidate_paths("/a/b", "", "../../etc/passwd")] == []
+
+
+def test_build_id_debug_file_in_a_debug_root(c_binary, tmp_path):
+    _, debug = _split_debug(c_binary, tmp_path)
+    stripped = tmp_path / "prog.stripped"
+    with ElfFile(str(stripped)) as elf:
+        build_id = elf.build_id()
+        root = tmp_path / "debugroot"
+        target = root / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+        target.parent.mkdir(parents=True)
+        shutil.copy(debug, target)
+        found, _ = find_debug_file(elf, "/nowhere/prog.stripped", debug_dirs=(str(root),))
+        assert found is not None and found.build_id() == build_id
+        found.close()
+        # A file with another build id under that name is refused.
+        shutil.copy(WORKLOADS.parent / "__init__.py", target)
+        found, refused = find_debug_file(elf, "/nowhere/prog.stripped", debug_dirs=(str(root),))
+        assert found is None and refused
+
+
+def test_debuglink_to_itself_does_not_loop(c_binary, tmp_path):
+    exe = tmp_path / "selfish"
+    # Link to a file of the same name, then rename so the link names the file itself.
+    shutil.copy(c_binary, tmp_path / "selfish.tmp")
+    run("objcopy", f"--add-gnu-debuglink={c_binary}", tmp_path / "selfish.tmp", exe)
+    data = bytearray(exe.read_bytes())
+    pos = data.find(b"prog\0")
+    data[pos:pos + 5] = b"self\0"            # link name "self", then make "self" the file itself
+    exe.write_bytes(bytes(data))
+    os.link(exe, tmp_path / "self")
+    with ElfFile(str(exe)) as elf:
+        found, refused = find_debug_file(elf, str(exe))
+    assert found is None
+    assert any("itself" in r for r in refused), refused
+
+
+def test_perf_map_parsing_last_line_wins_and_garbage_is_ignored():
+    text = (b"1000 10 first\n"
+            b"garbage line\n"
+            b"zz 10 bad hex\n"
+            b"2000 0 zero size\n"
+            b"1000 20 replaced [js] with spaces\n"
+            b"3000 8 LazyCompile:~crunch /x.js:1\n")
+    starts, sizes, names = parse_perf_map(text)
+    assert starts.tolist() == [0x1000, 0x3000]
+    assert names == ["replaced [js] with spaces", "LazyCompile:~crunch /x.js:1"]
+
+
+def test_perf_map_reloads_when_the_file_grows(tmp_path):
+    path = tmp_path / "perf-1.map"
+    path.write_text("1000 10 a\n")
+    pm = PerfMap(str(path))
+    assert pm.refresh() and pm.lookup_many([0x1005, 0x1010]) == ["a", None]
+    with open(path, "a") as f:
+        f.write("2000 10 b\n")
+    os.utime(path, ns=(1, 1))
+    assert pm.refresh() and pm.lookup_many([0x2001]) == ["b"] and pm.loads == 2
+    assert not PerfMap(str(tmp_path / "missing.map")).refresh()
+
+
+def test_byte_lru_evicts_oldest_and_counts():
+    evicted = []
+    cache = ByteLRU(100, size_of=len, on_evict=lambda k, v: evicted.append(k))
+    cache.put("a", "x" * 40)
+    cache.put("b", "x" * 40)
+    assert cache.get("a") is not None          # a is now the most recent
+    cache.put("c", "x" * 40)                   # 120 > 100: b goes
+    assert evicted == ["b"] and "a" in cache and "c" in cache
+    assert cache.get("b") is None
+    assert (cache.stats.hits, cache.stats.misses, cache.stats.evictions, cache.stats.bytes) == (1, 1, 1, 80)
+    cache.put("huge", "x" * 1000)              # larger than the budget: kept alone
+    assert len(cache) == 1 and cache.get("huge") is not None
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("none", "_ZN2ns6WorkerIiE3runERKSt6vectorIiSaIiEE"),
+    ("simplified", "ns::Worker::run"),
+    ("templates", "ns::Worker<int>::run"),
+    ("full", "ns::Worker<int>::run(std::vector<int, std::allocator<int> > const&)"),
+])
+def test_demangle_modes_cpp(mode, expected):
+    assert Demangler(mode)("_ZN2ns6WorkerIiE3runERKSt6vectorIiSaIiEE") == expected
+
+
+@pytest.mark.parametrize("mangled,simplified,full", [
+    ("_ZN4core3fmt9Formatter3pad17h0123456789abcdefE", "core::fmt::Formatter::pad", "core::fmt::Formatter::pad"),
+    ("_RINvCsaHcBpJ2hRyj_4test3fooNtNtCs1_5alloc6string6StringEB2_", "test::foo",
+     "test::foo::<alloc::string::String>"),
+    ("_Z3maxIiET_S0_S0_", "max", "int max<int>(int, int)"),
+    ("_ZN3app4workIdEEvT_.cold", "app::work", "void app::work<double>(double)"),
+    ("plain_c_function", "plain_c_function", "plain_c_function"),
+    ("_Zgarbage", "_Zgarbage", "_Zgarbage"),
+])
+def test_demangle_rust_cpp_and_others(mangled, simplified, full):
+    assert Demangler("simplified")(mangled) == simplified
+    assert Demangler("full")(mangled) == full
+
+
+def test_demangle_rejects_unknown_mode():
+    from hotstack.errors import HotstackError
+
+    with pytest.raises(HotstackError, match="none, simplified, templates, full"):
+        Demangler("fancy")
