@@ -57,20 +57,25 @@ volatile __u32 active_buffer = 0;
 		__type(value, struct event_value);        \
 	} name SEC(".maps")
 
-#define EVENT_STACK_MAP(name)                             \
+/*
+ * Stack maps are hash tables that refuse a stack whose bucket is taken, so they
+ * lose stacks long before they are full: probes on busy code see many distinct
+ * user stacks, hence more buckets for those than for kernel stacks.
+ */
+#define EVENT_STACK_MAP(name, entries)                    \
 	struct {                                          \
 		__uint(type, BPF_MAP_TYPE_STACK_TRACE);   \
-		__uint(max_entries, 8192);                \
+		__uint(max_entries, entries);             \
 		__uint(key_size, sizeof(__u32));          \
 		__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64)); \
 	} name SEC(".maps")
 
 EVENT_COUNTS_MAP(counts_0);
 EVENT_COUNTS_MAP(counts_1);
-EVENT_STACK_MAP(user_stacks_0);
-EVENT_STACK_MAP(user_stacks_1);
-EVENT_STACK_MAP(kern_stacks_0);
-EVENT_STACK_MAP(kern_stacks_1);
+EVENT_STACK_MAP(user_stacks_0, 16384);
+EVENT_STACK_MAP(user_stacks_1, 16384);
+EVENT_STACK_MAP(kern_stacks_0, 4096);
+EVENT_STACK_MAP(kern_stacks_1, 4096);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
     p.add_argument("--demangle", default="full", metavar="MODE",
                    help="C++/Rust names: none | simplified | templates | full (default full)")
+    e = p.add_argument_group("profile_probe and profile_offcpu")
+    e.add_argument("--probe", action="append", default=[], metavar="LINK",
+                   help="profile_probe: kprobe:SYM, kretprobe:SYM, uprobe:/path:SYM or uretprobe:/path:SYM (repeatable)")
+    e.add_argument("--off-cpu-threshold", type=float, default=1.0, metavar="P",
+                   help="profile_offcpu: chance (0..1] that a switch off the CPU is recorded (default 1: all)")
     g = p.add_argument_group("OpenTelemetry profiles")
     g.add_argument("--config", default=None, metavar="FILE",
                    help="Inspektor Gadget config file (ig-config.yaml) with operator.otel-profiles.exporters")
@@ -79,3 +84,7 @@ def profile_run_options(args: argparse.Namespace):
         output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
         file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
         sanitize_labels=args.otel_profiles_sanitize_labels)
+
+
+# Gadgets beyond profile_cpu register themselves on import.
+from . import profile_offcpu, profile_probe  # noqa: E402,F401

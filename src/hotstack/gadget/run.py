@@ -65,30 +65,35 @@ class RunOptions:
 ProfileSink = Callable[[Profile], None]
 
 
-def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None) -> int:
+def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None, *,
+                    datasource=None, make_profiler=None) -> int:
+    """Run a profiling gadget: profile_cpu by default; other gadgets pass their datasource and a
+    `make_profiler(processes, symbolizer)` returning an engine with start/run/close (e.g. EventProfiler)."""
     opts.validate()
-    ds = samples_datasource(opts.sample_rate)
+    ds = datasource or samples_datasource(opts.sample_rate)
     ds.annotate(opts.annotations)
     exports = RunExports(ds, config=opts.config, exporter_flag=opts.otel_profiles_exporter,
                          sanitize=opts.sanitize_labels, file_path=opts.file,
                          file_format=opts.output if opts.file else "")
     finished = False
     try:
-        code = _sample(opts, ds, exports, out, sinks)
+        code = _sample(opts, ds, exports, out, sinks, make_profiler)
         finished = True
         return code
     finally:
         exports.close(write_empty_file=finished)
 
 
-def _sample(opts: RunOptions, ds, exports: RunExports, out: TextIO, sinks: list[ProfileSink] | None) -> int:
+def _sample(opts: RunOptions, ds, exports: RunExports, out: TextIO, sinks: list[ProfileSink] | None,
+            make_profiler=None) -> int:
     check_preconditions()
     from ..procs import ProcessTable
     from ..symbols.symbolizer import Symbolizer
 
     processes = ProcessTable()
-    profiler = CpuProfiler(opts.sampler_config(), processes=processes,
-                           symbolizer=Symbolizer(processes, demangle=opts.demangle))
+    symbolizer = Symbolizer(processes, demangle=opts.demangle)
+    profiler = make_profiler(processes, symbolizer) if make_profiler else CpuProfiler(
+        opts.sampler_config(), processes=processes, symbolizer=symbolizer)
     try:
         profiler.start()
     except Exception as e:  # loader failures become one line

@@ -1,0 +1,70 @@
+"""`hotstack run profile_probe` and `hotstack run profile_offcpu`, run as a user would."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from hotstack.profile.pprof_pb2 import Profile as PprofProfile
+
+from ..conftest import hotstack
+from .conftest import libc_path_of
+
+
+def _folded_totals(text: str, names: tuple[str, ...]) -> dict[str, int]:
+    totals = dict.fromkeys(names, 0)
+    for line in text.splitlines():
+        stack, _, value = line.rpartition(" ")
+        frames = stack.split(";")
+        for name in names:
+            if name in frames:
+                totals[name] += int(value)
+    return totals
+
+
+@pytest.mark.root
+def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
+    w = workloads([malloc_ratio, "20"])
+    libc = libc_path_of(w.pid)
+    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
+                 "--timeout", "2", "-o", "folded")
+    assert r.returncode == 0, r.stderr
+    totals = _folded_totals(r.stdout, ("alloc_three", "alloc_one"))
+    total = sum(totals.values())
+    assert total > 5000 and abs(totals["alloc_three"] / total - 0.75) < 0.02, totals
+
+    out = tmp_path / "probe.pb.gz"
+    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
+                 "--timeout", "1", "-o", "pprof", "--file", str(out))
+    assert r.returncode == 0, r.stderr
+    p = PprofProfile.FromString(gzip.decompress(out.read_bytes()))
+    strings = list(p.string_table)
+    assert [(strings[t.type], strings[t.unit]) for t in p.sample_type] == [("uprobe", "count")]
+    assert (strings[p.period_type.type], strings[p.period_type.unit], p.period) == ("uprobe", "count", 1)
+    assert sum(s.value[0] for s in p.sample) > 1000
+
+
+@pytest.mark.root
+def test_profile_offcpu_folded(workloads, offcpu_split):
+    w = workloads([offcpu_split])
+    r = hotstack("run", "profile_offcpu", "--pid", str(w.pid), "--timeout", "3", "-o", "folded")
+    assert r.returncode == 0, r.stderr
+    totals = _folded_totals(r.stdout, ("sleep_eight_ms", "wait_on_pipe"))
+    both = sum(totals.values())
+    assert both > 2.0e9 and abs(totals["sleep_eight_ms"] / both - 0.80) <= 0.07, totals
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["profile_probe", "--probe", "fprobe:vfs_read"], "unknown probe type 'fprobe'"),
+    (["profile_probe", "--probe", "uprobe:/no/such/binary:malloc"], "/no/such/binary: no such file"),
+    (["profile_probe", "--probe", "uprobe:/proc/self/status:x"], "is not a usable ELF file"),
+    (["profile_probe"], "needs at least one --probe"),
+    (["profile_offcpu", "--off-cpu-threshold", "2"], "must be in (0, 1]"),
+    (["profile_offcpu", "--comm", "x"], "--comm is a profile_cpu flag"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, expected):
+    r = hotstack("run", *args, "--timeout", "1")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], r.stderr
