@@ -1,0 +1,183 @@
+"""End to end, as root: the seed's examples against the real kernel and /proc, a Docker Engine
+API, a Kubernetes API and a Connect-protocol Pyroscope server; a known workload's frames must
+arrive with the labels the pipeline gives them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ..conftest import hotstack
+from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_pod
+from .conftest import seed_config
+
+pytestmark = pytest.mark.root
+
+SPIN = "hotstack_alloy_spin_leaf"
+
+
+def fast(config: str, pyroscope_url: str, *, block: str = "pyroscope.ebpf", interval: str = "2s") -> str:
+    """The seed config pointed at the test peers, with a short collect_interval (the only edits)."""
+    config = config.replace("http://pyroscope:4040", pyroscope_url).replace("<PYROSCOPE_URL>", pyroscope_url)
+    head = config.index(block + " ")
+    brace = config.index("{", head) + 1
+    return config[:brace] + f'\n  collect_interval = "{interval}"' + config[brace:]
+
+
+def has_spin(series) -> bool:
+    return SPIN in series.functions()
+
+
+def test_process_example_against_real_proc(agent, pyroscope, spin_binary, workloads):
+    spin = workloads([spin_binary])
+    text = seed_config("beyla_process.alloy")
+    text = text[text.index('discovery.process "all"'):]
+    a = agent(fast(text, pyroscope.url))
+    a.wait_ready()
+    found = pyroscope.wait_for(lambda s: s.labels.get("service_name") == "alloy-spin" and has_spin(s))
+    assert found, f"no profile of the spin workload; got {[s.labels for s in pyroscope.series][:5]}"
+    s = found[0]
+    assert s.labels["__name__"] == "process_cpu"
+    assert s.labels["otel.scope.name"] == "com.grafana.alloy/pyroscope.ebpf"
+    assert "__process_pid__" not in s.labels and "__meta_process_exe" not in s.labels
+    assert s.gzipped and s.sample_type() == ("cpu", "nanoseconds")
+    assert s.profile.period == 1_000_000_000 // 19
+    assert s.headers["Content-Type"] == "application/proto"
+    # the pipeline's own account of it
+    metrics = a.get("/metrics")[1]
+    assert 'pyroscope_ebpf_pprofs_total{service_name="alloy-spin"}' in metrics
+    assert "pyroscope_write_sent_profiles_total" in metrics
+    page = a.json("/api/v0/web/components/pyroscope.ebpf.request_profiles")
+    assert page["health"]["state"] == "healthy"
+    assert any(t.get("service_name") == "alloy-spin" and t.get("__process_pid__") == str(spin.pid)
+               for t in page["debug_info"]["targets"])
+    assert any(f["symbols"] > 0 for f in page["debug_info"]["elf_cache"])
+    assert any(p["pid"] == spin.pid for p in page["debug_info"]["pid_cache"])
+    assert a.stop() == 0
+
+
+def test_docker_example(agent, pyroscope, spin_binary, container_cgroup, workloads, tmp_path):
+    web = container_cgroup("docker")
+    web.start([spin_binary])
+    workloads([spin_binary])          # the same program outside every container: not profiled
+    sock = tmp_path / "docker.sock"
+    docker = DockerServer(str(sock), [docker_container(web.id, "web", labels={"com.example.team": "pay"})],
+                          DOCKER_NETWORKS)
+    try:
+        text = fast(seed_config("docker.alloy"), pyroscope.url).replace("unix:///var/run/docker.sock",
+                                                                         f"unix://{sock}")
+        a = agent(text)
+        a.wait_ready()
+        found = pyroscope.wait_for(lambda s: has_spin(s))
+        assert found
+        time.sleep(2.5)   # one more interval: anything from outside the container would be there by now
+        names = {s.labels.get("service_name") for s in pyroscope.series}
+        assert names == {"/web"}, names
+        s = found[0]
+        assert s.labels["__name__"] == "process_cpu"
+        assert "__meta_docker_container_id" not in s.labels and "__container_id__" not in s.labels
+        assert any(r.startswith("/v1.") and "/containers/json" in r for r in docker.requests)
+        targets = a.json("/api/v0/web/components/discovery.docker.linux")["exports"]["targets"]
+        assert targets[0]["__meta_docker_container_name"] == "/web"
+        assert targets[0]["__meta_docker_container_label_com_example_team"] == "pay"
+        assert targets[0]["__meta_docker_network_ip"] == "172.17.0.2"
+        # the socket goes away at run time: the component turns unhealthy with the reason
+        docker.close()
+        docker = None
+        a2 = a.json("/api/v0/web/components/discovery.docker.linux")
+        assert a2["health"]["state"] == "healthy"
+    finally:
+        if docker is not None:
+            docker.close()
+
+
+def test_kubernetes_example(agent, pyroscope, spin_binary, container_cgroup):
+    c1, c2 = container_cgroup("containerd"), container_cgroup("containerd")
+    c1.start([spin_binary])
+    c2.start([spin_binary])
+    pods = [
+        k8s_pod("spin-pod", "shop", "node-a", "spin", f"containerd://{c1.id}", labels={"app": "shop"}),
+        k8s_pod("other-node", "shop", "node-b", "spin", f"containerd://{c2.id}"),
+        k8s_pod("done", "shop", "node-a", "job", "containerd://" + "f" * 64, phase="Succeeded"),
+    ]
+    k8s = KubernetesServer(pods)
+    try:
+        text = fast(seed_config("kubernetes.alloy"), pyroscope.url)
+        text = text.replace('role = "pod"\n', f'role = "pod"\n  api_server = "{k8s.url}"\n', 1)
+        a = agent(text, env={"HOSTNAME": "node-a"})
+        a.wait_ready()
+        found = pyroscope.wait_for(lambda s: s.labels.get("pod") == "spin-pod" and has_spin(s))
+        assert found, ([s.labels for s in pyroscope.series], a.log.read_text()[-3000:], k8s.requests)
+        labels = found[0].labels
+        assert labels["service_name"] == "ebpf/shop/spin"
+        assert (labels["namespace"], labels["container"], labels["node"], labels["app"]) == \
+            ("shop", "spin", "node-a", "shop")
+        assert any("fieldSelector=spec.nodeName%3Dnode-a" in r and "watch=1" not in r for r in k8s.requests)
+        assert not [s for s in pyroscope.series if s.labels.get("pod") == "other-node"]
+        # a pod scheduled later on this node arrives through the watch
+        k8s.push_event("ADDED", k8s_pod("other-node", "shop", "node-a", "spin", f"containerd://{c2.id}"))
+        late = pyroscope.wait_for(lambda s: s.labels.get("pod") == "other-node" and has_spin(s), timeout=30)
+        assert late, "the pod added through the watch was not profiled"
+        ebpf = a.json("/api/v0/web/components/pyroscope.ebpf.local_pods")
+        assert ebpf["debug_info"]["active_targets"] == 2
+    finally:
+        k8s.close()
+
+
+def test_container_matching_by_cgroup(agent, pyroscope, spin_binary, container_cgroup, workloads):
+    inside = container_cgroup("containerd")
+    proc = inside.start([spin_binary])
+    outside = workloads([spin_binary])
+    text = f'''
+pyroscope.write "local" {{
+  endpoint {{
+    url = "{pyroscope.url}"
+  }}
+  external_labels = {{"cluster" = "test"}}
+}}
+pyroscope.ebpf "matching" {{
+  targets          = [{{"__container_id__" = "{inside.id}", "team" = "payments"}}]
+  forward_to       = [pyroscope.write.local.receiver]
+  collect_interval = "2s"
+  pid_label        = true
+  comm             = "label"
+}}
+'''
+    a = agent(text)
+    a.wait_ready()
+    found = pyroscope.wait_for(has_spin)
+    assert found
+    time.sleep(2.5)
+    pids = set()
+    for s in pyroscope.series:
+        assert s.labels["team"] == "payments" and s.labels["cluster"] == "test", s.labels
+        assert s.labels["service_name"] == "unspecified"
+        strings = s.profile.string_table
+        for sample in s.profile.sample:
+            pids.update(strings[lab.str] for lab in sample.label if strings[lab.key] == "pid")
+            assert {strings[lab.key] for lab in sample.label} == {"pid", "comm"}
+    assert pids == {str(proc.pid)}, (pids, outside.pid)
+
+
+def test_unreachable_docker_socket_is_one_line_exit_2(tmp_path):
+    cfg = tmp_path / "d.alloy"
+    cfg.write_text(seed_config("docker.alloy").replace("unix:///var/run/docker.sock",
+                                                       f"unix://{tmp_path}/absent.sock"))
+    r = hotstack("agent", str(cfg), "--server.http.listen-addr", "127.0.0.1:0", timeout=120)
+    assert r.returncode == 2, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("hotstack: error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr
+    assert "discovery.docker.linux: cannot reach unix://" in errors[0] and "absent.sock" in errors[0]
+
+
+def test_unreachable_kubernetes_api_is_one_line_exit_2(tmp_path):
+    from .peers import free_port
+    cfg = tmp_path / "k.alloy"
+    text = seed_config("kubernetes.alloy").replace(
+        'role = "pod"\n', f'role = "pod"\n  api_server = "http://127.0.0.1:{free_port()}"\n', 1)
+    cfg.write_text(text)
+    r = hotstack("agent", str(cfg), "--server.http.listen-addr", "127.0.0.1:0", timeout=120)
+    assert r.returncode == 2, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("hotstack: error:")]
+    assert len(errors) == 1 and "discovery.kubernetes.all_pods: cannot reach http://127.0.0.1:" in errors[0]
