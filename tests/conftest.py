@@ -73,3 +73,22 @@ def hotstack(*args: str, timeout: float = 120, env: dict | None = None, prefix: 
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def wait_until_sampling(pid: int, timeout: float = 30) -> None:
+    """Block until process `pid` has opened its perf events (so sampling has begun)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            raise AssertionError(f"process {pid} exited before sampling started") from None
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]":
+                    time.sleep(0.2)   # all CPUs' events are opened and enabled together
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not start sampling within {timeout} s")

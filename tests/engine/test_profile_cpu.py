@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from ..conftest import hotstack
+from ..conftest import hotstack, wait_until_sampling
 
 pytestmark = pytest.mark.root
 
@@ -81,17 +81,17 @@ def test_process_that_exits_mid_run_keeps_samples_and_symbols(hot_ab, workloads)
                                  "--sample-rate", "99", "-o", "json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(2)   # sampling has started
+        wait_until_sampling(profiler.pid)
         w = workloads([hot_ab, "1.0"], settle=0)
         assert w.proc.wait(timeout=5) == 0   # it exits well before the profile is read
-        out, err = profiler.communicate(timeout=20)
+        out, err = profiler.communicate(timeout=90)
     finally:
         if profiler.poll() is None:
             profiler.kill()
     assert profiler.returncode == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     mine = [row for row in rows if row["proc"]["pid"] == w.pid]
-    assert sum(row["samples"] for row in mine) > 40, rows[:3]
+    assert sum(row["samples"] for row in mine) >= 10, rows[:3]   # ~99 on an idle machine
     assert any("hot_a" in row["user_stack"].split("; ") for row in mine), mine[:3]
 
 
@@ -137,14 +137,24 @@ def test_columns_output_and_footer(hot_ab, workloads):
 
 
 def test_periodic_output_is_a_delta(hot_ab, workloads):
+    import re
     w = workloads([hot_ab])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3.2", "--sample-rate", "50",
-                 "--map-fetch-interval", "1s", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3.5", "--sample-rate", "50",
+                 "--map-fetch-interval", "1s")
     assert r.returncode == 0, r.stderr
-    # Four emissions (three intervals and the final flush); each a delta of about one second.
-    rows = [json.loads(line) for line in r.stdout.splitlines()]
-    total = sum(row["samples"] for row in rows)
-    assert 120 <= total <= 180, total
+    # Three intervals and the final flush, each a delta: consecutive windows whose durations add up
+    # to the run (cumulative windows would add up to 1 + 2 + 3 + 3.5 s), each with its own samples.
+    footers = re.findall(r"^(\d+) samples in ([\d.]+)s at 50 Hz", r.stdout, re.M)
+    assert len(footers) == 4, r.stdout[-2000:]
+    counts = [int(n) for n, _ in footers]
+    durations = [float(d) for _, d in footers]
+    assert 3.0 <= sum(durations) <= 5.5, durations
+    assert sum(counts) > 20, counts
+    assert all(n <= 50 * d * 1.2 + 3 for n, d in footers_as_numbers(footers)), footers
+
+
+def footers_as_numbers(footers):
+    return [(int(n), float(d)) for n, d in footers]
 
 
 def test_idle_machine_returns_in_time():
@@ -163,7 +173,8 @@ def test_sigterm_flushes_and_prints(hot_ab, workloads):
     w = workloads([hot_ab])
     p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--pid", str(w.pid), "-o",
                           "folded"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    wait_until_sampling(p.pid)
+    time.sleep(1)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=10)
     assert p.returncode == 0, err

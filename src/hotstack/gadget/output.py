@@ -40,7 +40,8 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
 
     groups: dict[tuple, dict] = defaultdict(lambda: {"value": 0, "tids": set()})
     for s in profile.samples:
-        g = groups[(s.comm, s.pid, s.stack)]
+        # Group by what the reader sees (frame names), not by exact addresses.
+        g = groups[(s.comm, s.pid, tuple((f.name, f.is_kernel) for f in s.stack))]
         g["value"] += s.value
         g["tids"].add(s.tid)
     total = profile.total
@@ -54,7 +55,7 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
     for (comm, pid, stack), g in rows[:max_rows]:
         tids = g["tids"]
         tid = str(next(iter(tids))) if len(tids) == 1 else f"{len(tids)} threads"
-        names = [f.name + (" [k]" if f.is_kernel else "") for f in stack] or ["[no stack]"]
+        names = [name + (" [k]" if is_kernel else "") for name, is_kernel in stack] or ["[no stack]"]
         if len(names) > MAX_STACK_LINES:
             names = names[:MAX_STACK_LINES - 1] + [f"… {len(names) - MAX_STACK_LINES + 1} more"]
         table.add_row(comm, str(pid), tid, str(g["value"]), f"{100.0 * g['value'] / total:.1f}" if total else "0",
