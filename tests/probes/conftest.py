@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,41 @@ def offcpu_split(build_dir) -> Path:
 @pytest.fixture(scope="session")
 def long_sleep(build_dir) -> Path:
     return compile_c(HERE / "workloads" / "long_sleep.c", build_dir / "long_sleep", *FP_FLAGS)
+
+
+@pytest.fixture(scope="session")
+def two_spinners(build_dir) -> Path:
+    return compile_c(HERE / "workloads" / "two_spinners.c", build_dir / "two_spinners", *FP_FLAGS, "-pthread")
+
+
+@pytest.fixture
+def obi_map(tmp_path):
+    """OBI's traces_ctx_v1 map, created and pinned as OBI pins it, under a bpffs mounted for the test.
+
+    Yields (bpf_fs_root, set_span(pid, tid, trace_id, span_id)).
+    """
+    from hotstack.ebpf import Map, MapSpec
+    from hotstack.ebpf.pinning import pin
+
+    root = tmp_path / "bpffs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], check=True)
+    m = Map.create(MapSpec("traces_ctx_v1", 9, 8, 24, 1 << 14))   # BPF_MAP_TYPE_LRU_HASH
+    try:
+        (root / "otel").mkdir(mode=0o700)
+        pin(m.fd, str(root / "otel" / "traces_ctx_v1"))
+
+        def set_span(pid: int, tid: int, trace_id: bytes, span_id: bytes) -> None:
+            m.update(((pid << 32) | tid).to_bytes(8, "little"), trace_id + span_id)
+
+        yield str(root) + "/", set_span
+    finally:
+        m.close()
+        subprocess.run(["umount", str(root)], check=False)
+
+
+def thread_ids(pid: int) -> list[int]:
+    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
 
 
 def libc_path_of(pid: int) -> str:

@@ -15,6 +15,8 @@
 #ifndef HOTSTACK_EVENT_COUNTS_H
 #define HOTSTACK_EVENT_COUNTS_H
 
+#include "obi.h"
+
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
 
@@ -24,6 +26,7 @@ struct event_key {
 	__s32 user_stack_id;
 	__s32 kern_stack_id;
 	__u64 caller;
+	struct obi_trace_context trace;  /* the thread's OBI span at the event (obi.h); zero: none */
 };
 
 struct event_value {
@@ -146,6 +149,7 @@ static __always_inline void count_event(void *ctx, __u64 value, int kernel_stack
 	key.pid = pid_tgid >> 32;
 	key.tid = (__u32)pid_tgid;
 	key.caller = caller;
+	obi_trace_context(pid_tgid, &key.trace);
 
 	if (key.pid != 0 && !bpf_map_lookup_elem(&seen_pids, &key.pid)) {
 		__u8 one = 1;

@@ -28,6 +28,7 @@ struct off_cpu {
 	__u32 pid;
 	__u32 buffer;           /* the buffer whose stack maps hold the ids */
 	char comm[COMM_LEN];
+	struct obi_trace_context trace;   /* its OBI span when it left (obi.h) */
 };
 
 /* Threads off the CPU. LRU: a thread that exits while switched out never comes back. */
@@ -38,7 +39,7 @@ struct {
 	__type(value, struct off_cpu);
 } off_cpu_threads SEC(".maps");
 
-static __always_inline void switch_out(void *ctx, __u32 pid, __u32 tid)
+static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u32 tid)
 {
 	struct off_cpu entry = {};
 	__u32 buffer = active_buffer & 1;
@@ -57,6 +58,7 @@ static __always_inline void switch_out(void *ctx, __u32 pid, __u32 tid)
 					      BPF_F_USER_STACK);
 	stack_lost(entry.user_stack_id, EV_STAT_USTACK_COLLISION, EV_STAT_USTACK_ERROR);
 	bpf_get_current_comm(entry.comm, sizeof(entry.comm));
+	obi_trace_context(pid_tgid, &entry.trace);
 	entry.since = bpf_ktime_get_ns();
 	bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
 }
@@ -80,6 +82,7 @@ static __always_inline void switch_in(__u32 tid)
 	key.tid = tid;
 	key.user_stack_id = entry.user_stack_id;
 	key.kern_stack_id = entry.kern_stack_id;
+	key.trace = entry.trace;
 	counts = entry.buffer ? (void *)&counts_1 : (void *)&counts_0;
 
 	count_stat(EV_STAT_EVENTS);
@@ -110,7 +113,7 @@ int offcpu_sched_switch(__u64 *ctx)
 
 	if (prev_tid != 0 && event_wanted(pid_tgid >> 32) &&
 	    (threshold == 0xffffffff || bpf_get_prandom_u32() <= threshold))
-		switch_out(ctx, pid_tgid >> 32, prev_tid);
+		switch_out(ctx, pid_tgid, pid_tgid >> 32, prev_tid);
 
 	bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)ctx[2] + task_pid_offset);
 	if (next_tid != 0)

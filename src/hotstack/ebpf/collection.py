@@ -17,11 +17,16 @@ class Collection:
         self.programs = programs
 
     @classmethod
-    def load(cls, spec: CollectionSpec) -> "Collection":
+    def load(cls, spec: CollectionSpec, existing: dict[str, Map] | None = None) -> "Collection":
+        """Create the maps and load the programs. A map named in `existing` (e.g. a pinned map
+        another process shares) is used instead of a new one; the collection then owns it."""
         maps: dict[str, Map] = {}
         programs: dict[str, Program] = {}
         try:
             for key, map_spec in spec.maps.items():
+                if existing and key in existing:
+                    maps[key] = existing[key]
+                    continue
                 m = Map.create(map_spec)
                 maps[key] = m
                 if map_spec.initial is not None and any(map_spec.initial):

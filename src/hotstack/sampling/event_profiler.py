@@ -17,6 +17,7 @@ from typing import Protocol
 from ..procs import ProcessTable
 from ..profile.model import Frame, Profile, Sample, ValueType
 from ..symbols.symbolizer import Symbolizer
+from .obi import trace_labels
 from .stack_buffers import EventBatch, EventSample
 
 _LOST_USER = Frame("[lost user stack]", resolved=False)
@@ -88,7 +89,8 @@ class EventProfiler:
             stack.append(_LOST_USER)
         info = self.processes.get(raw.pid) if raw.pid else None
         labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
-        return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm, labels)
+        return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm,
+                      labels + trace_labels(raw.trace_id, raw.span_id))
 
     def stop(self) -> None:
         self._stop.set()

@@ -21,13 +21,14 @@ from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
 from .event_profiler import EventProfiler, drain_new_pids
+from .obi import ObiConfig, attach_trace_context
 from .stack_buffers import EventBatch, StackBuffers
 
 OFFCPU_PROFILE_NAME = "offcpu"
 OFFCPU_SAMPLE_TYPE = ValueType("offcpu", "nanoseconds")
 NO_PERIOD = ValueType("", "")
 
-# struct off_cpu in offcpu.bpf.c: since, user_stack_id, kern_stack_id, pid, buffer, comm
+# struct off_cpu in offcpu.bpf.c: since, user_stack_id, kern_stack_id, pid, buffer, comm (then the OBI span)
 OFF_CPU_ENTRY = struct.Struct("<QiiII16s")
 
 
@@ -35,6 +36,7 @@ OFF_CPU_ENTRY = struct.Struct("<QiiII16s")
 class OffCpuConfig:
     threshold: float = 1.0
     pids: tuple[int, ...] = ()
+    obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
 
     def validate(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -73,7 +75,7 @@ class OffCpuSession:
                                 f"(CONFIG_DEBUG_INFO_BTF): {e}") from None
         spec.set_constant("threshold", self.config.threshold_u32)
         spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
-        self._collection = ebpf.Collection.load(spec)
+        self._collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi))
         try:
             for pid in self.config.pids:
                 self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")

@@ -21,6 +21,7 @@ from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
 from .event_profiler import EventProfiler, drain_new_pids
+from .obi import ObiConfig, attach_trace_context
 from .probe_links import ProbeLink, parse_probe_links, resolve_uprobe
 from .stack_buffers import EventBatch, StackBuffers
 
@@ -32,10 +33,11 @@ PROBE_PROFILE_NAME = "process_cpu"
 class ProbeConfig:
     links: tuple[ProbeLink, ...]
     pids: tuple[int, ...] = ()
+    obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
 
     @classmethod
-    def from_strings(cls, probe_links=(), u_probe_links=(), pids=()) -> "ProbeConfig":
-        return cls(tuple(parse_probe_links(probe_links, u_probe_links)), tuple(pids))
+    def from_strings(cls, probe_links=(), u_probe_links=(), pids=(), obi: ObiConfig | None = None) -> "ProbeConfig":
+        return cls(tuple(parse_probe_links(probe_links, u_probe_links)), tuple(pids), obi)
 
 
 def object_path() -> str:
@@ -61,7 +63,7 @@ class ProbeSession:
         spec = ebpf.load_spec(object_path(), map_prefix="hsprobe")
         templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
         spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
-        self._collection = ebpf.Collection.load(spec)
+        self._collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi))
         try:
             for pid in self.config.pids:
                 self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")

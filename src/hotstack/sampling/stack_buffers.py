@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .. import ebpf
 from ..profile.model import ProfileStats
 
-EVENT_KEY = struct.Struct("<IIiiQ")     # pid, tid, user_stack_id, kern_stack_id, caller
+EVENT_KEY = struct.Struct("<IIiiQ16s8s")  # pid, tid, user_stack_id, kern_stack_id, caller, trace id, span id
 EVENT_VALUE = struct.Struct("<Q16s")    # value, comm
 STACK_ID = struct.Struct("<I")
 
@@ -42,6 +42,8 @@ class EventSample:
     value: int                        # hits, or nanoseconds
     user_stack_lost: bool = False
     kernel_stack_lost: bool = False
+    trace_id: bytes = bytes(16)       # the thread's OBI span at the event, zero: none
+    span_id: bytes = bytes(8)
 
 
 @dataclass
@@ -111,7 +113,7 @@ class StackBuffers:
 
         samples = []
         for key, value in entries:
-            pid, tid, ustack_id, kstack_id, caller = EVENT_KEY.unpack_from(key)
+            pid, tid, ustack_id, kstack_id, caller, trace_id, span_id = EVENT_KEY.unpack_from(key)
             total, comm = EVENT_VALUE.unpack_from(value)
             ustack, kstack = stack(ustacks, ustack_id), stack(kstacks, kstack_id)
             samples.append(EventSample(
@@ -119,7 +121,7 @@ class StackBuffers:
                 with_caller(ustack or (), caller), kstack or (), total,
                 # -1 is "not collected", -14 (EFAULT) "no user stack here" (kernel threads)
                 user_stack_lost=ustack is None or ustack_id < -1 and ustack_id != -14,
-                kernel_stack_lost=kstack is None or kstack_id < -1))
+                kernel_stack_lost=kstack is None or kstack_id < -1, trace_id=trace_id, span_id=span_id))
         kept_user = {u for u, _ in keep if u >= 0}
         kept_kern = {k for _, k in keep if k >= 0}
         for m, kept in ((ustacks, kept_user), (kstacks, kept_kern)):

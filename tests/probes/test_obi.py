@@ -1,0 +1,68 @@
+"""Trace/span correlation: samples of a thread that OBI's pinned map names carry its trace_id/span_id."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hotstack.sampling.obi import ObiConfig
+from hotstack.sampling.offcpu import OffCpuConfig, OffCpuProfiler
+from hotstack.sampling.probes import ProbeConfig, ProbeProfiler
+
+from .conftest import libc_path_of, thread_ids
+
+pytestmark = pytest.mark.root
+
+TRACE = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
+SPAN = bytes.fromhex("00f067aa0ba902b7")
+
+
+def _labels_by_pid(profile):
+    out = {}
+    for s in profile.samples:
+        out.setdefault(s.pid, set()).add((s.label("trace_id"), s.label("span_id")))
+    return out
+
+
+def test_probe_samples_carry_the_span_of_their_thread(workloads, malloc_ratio, obi_map):
+    root, set_span = obi_map
+    traced = workloads([malloc_ratio, "5"])
+    other = workloads([malloc_ratio, "5"])
+    set_span(traced.pid, traced.pid, TRACE, SPAN)
+    libc = libc_path_of(traced.pid)
+    config = ProbeConfig.from_strings([f"uprobe:{libc}:malloc"], pids=[traced.pid, other.pid],
+                                      obi=ObiConfig(bpf_fs_root=root))
+    with ProbeProfiler(config) as profiler:
+        profile = profiler.run(1.0)
+    labels = _labels_by_pid(profile)
+    assert labels[traced.pid] == {(TRACE.hex(), SPAN.hex())}
+    assert labels[other.pid] == {("", "")}
+
+
+def test_offcpu_samples_carry_the_span_they_waited_in(workloads, offcpu_split, obi_map):
+    root, set_span = obi_map
+    w = workloads([offcpu_split])
+    helper_pid = int(open(f"/proc/{w.pid}/task/{w.pid}/children").read().split()[0])
+    set_span(w.pid, w.pid, TRACE, SPAN)
+    config = OffCpuConfig(pids=(w.pid, helper_pid), obi=ObiConfig(bpf_fs_root=root))
+    with OffCpuProfiler(config) as profiler:
+        profile = profiler.run(1.0)
+    main = [s for s in profile.samples if s.tid == w.pid]
+    helper = [s for s in profile.samples if s.pid == helper_pid]
+    assert main and helper
+    assert {(s.label("trace_id"), s.label("span_id")) for s in main} == {(TRACE.hex(), SPAN.hex())}
+    assert all(not s.label("trace_id") for s in helper)
+
+
+def test_absent_map_is_off_with_one_info_line(workloads, malloc_ratio, tmp_path, caplog):
+    w = workloads([malloc_ratio, "5"])
+    libc = libc_path_of(w.pid)
+    config = ProbeConfig.from_strings([f"uprobe:{libc}:malloc"], pids=[w.pid],
+                                      obi=ObiConfig(bpf_fs_root=str(tmp_path)))
+    with caplog.at_level(logging.INFO, logger="hotstack.obi"):
+        with ProbeProfiler(config) as profiler:
+            profile = profiler.run(0.5)
+    assert profile.samples and all(not s.label("trace_id") for s in profile.samples)
+    lines = [r.getMessage() for r in caplog.records if r.name == "hotstack.obi"]
+    assert len(lines) == 1 and "correlation off" in lines[0] and "traces_ctx_v1" in lines[0], lines
