@@ -71,6 +71,14 @@ def read_process(pid: int) -> ProcessInfo | None:
         root=f"/proc/{pid}/root", root_is_host=_same_root(pid), mappings=MappingIndex(read_maps(pid)))
 
 
+def _exec_changed(info: ProcessInfo) -> bool:
+    """An exec keeps the pid and start time but replaces the image (and so the maps)."""
+    try:
+        return os.readlink(f"/proc/{info.pid}/exe") != info.exe
+    except OSError:
+        return False
+
+
 def _same_root(pid: int) -> bool:
     try:
         theirs, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
@@ -91,9 +99,10 @@ class ProcessTable:
         with self._lock:
             known = self._by_pid.get(pid)
         start = read_start_time(pid)
-        if known is not None and (start is None or start == known.start_time):
-            if start is None:
-                known.alive = False
+        if known is not None and start is None:
+            known.alive = False
+            return known
+        if known is not None and start == known.start_time and not _exec_changed(known):
             return known
         info = read_process(pid)
         if info is None:
