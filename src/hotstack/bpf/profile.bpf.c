@@ -38,6 +38,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "python.h"
+#include "obi.h"
 
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
@@ -52,6 +53,7 @@ struct sample_key {
 	__s32 user_stack_id;
 	__s32 kern_stack_id;
 	__u64 python_stack;  /* key of the sample's Python frames in py_stacks_<buffer>, 0: none (python.h) */
+	struct obi_trace_context trace;  /* the thread's OBI span at sample time (obi.h); zero: none */
 };
 
 struct sample_value {
@@ -312,6 +314,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	key.pid = pid_tgid >> 32;
 	key.tid = (__u32)pid_tgid;
+	obi_trace_context(pid_tgid, &key.trace);
 
 	count_stat(STAT_SAMPLES);
 	if (key.tid == 0 && !include_idle) {

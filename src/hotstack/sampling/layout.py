@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import struct
 
-SAMPLE_KEY = struct.Struct("<IIiiQ")       # pid, tid, user_stack_id, kern_stack_id, python_stack
+# pid, tid, user_stack_id, kern_stack_id, python_stack, trace (OBI trace id 16 bytes + span id 8, bpf/obi.h)
+SAMPLE_KEY = struct.Struct("<IIiiQ24s")
 SAMPLE_VALUE = struct.Struct("<Q16s")      # count, comm
 STACK_DEPTH = 127
 

@@ -19,6 +19,7 @@ from ..profile.model import Frame, Profile, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind import Unwinder
 from ..unwind.python.unwinder import PythonUnwinder
+from .obi import trace_labels
 from .session import RawBatch, RawSample, SamplerConfig, SamplingSession
 
 _LOST_USER = Frame("[lost user stack]", resolved=False)
@@ -96,10 +97,11 @@ class CpuProfiler:
         counts: dict[tuple, int] = {}
         for snap in batch.snapshots:
             user, _end = self.unwinder.unwind(snap.pid, snap.ip, snap.sp, snap.bp, snap.stack)
-            key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost, snap.python_stack)
+            key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost, snap.python_stack,
+                   snap.trace)
             counts[key] = counts.get(key, 0) + 1
-        return [RawSample(pid, tid, comm, user, kernel, count, kernel_stack_lost=klost, python_stack=py)
-                for (pid, tid, comm, user, kernel, klost, py), count in counts.items()]
+        return [RawSample(pid, tid, comm, user, kernel, count, kernel_stack_lost=klost, python_stack=py, trace=trace)
+                for (pid, tid, comm, user, kernel, klost, py, trace), count in counts.items()]
 
     def _sample(self, raw: RawSample) -> Sample:
         stack: list[Frame] = []
@@ -115,6 +117,7 @@ class CpuProfiler:
             stack.append(_LOST_USER)
         info = self.processes.get(raw.pid) if raw.pid else None
         labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
+        labels += trace_labels(raw.trace[:16], raw.trace[16:])
         return Sample(tuple(stack), raw.count, raw.pid, raw.tid, raw.comm, labels)
 
     def _forget_dead(self) -> None:

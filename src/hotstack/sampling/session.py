@@ -23,6 +23,7 @@ from importlib import resources
 from .. import ebpf
 from ..profile.model import ProfileStats
 from . import layout
+from .obi import ObiConfig, attach_trace_context
 from .ringbuf import RingBuffer
 
 # Perf-event BPF programs run with preemption off and take microseconds; after a
@@ -45,6 +46,8 @@ class SamplerConfig:
     snapshot_ring_bytes: int = 8 << 20
     # Replace the interpreter's evaluation frames by the Python frames they run (unwind/python).
     python_enabled: bool = True
+    # OBI trace/span correlation (sampling/obi.py): samples carry trace_id/span_id; None: off.
+    obi: "ObiConfig | None" = None
 
 UNWIND_MODES = {"fp": layout.SNAPSHOT_NONE, "auto": layout.SNAPSHOT_LISTED, "dwarf": layout.SNAPSHOT_ALL}
 
@@ -60,6 +63,7 @@ class RawSample:
     user_stack_lost: bool = False
     kernel_stack_lost: bool = False
     python_stack: int = 0             # key of its Python frames (unwind/python/bpf.py), 0: none
+    trace: bytes = b""                # OBI trace id (16 bytes) + span id (8) of the thread; zero: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class StackSnapshot:
     kernel_stack: tuple[int, ...]
     kernel_stack_lost: bool = False
     python_stack: int = 0             # as RawSample.python_stack: carry it to the RawSample
+    trace: bytes = b""                # as RawSample.trace
 
 
 @dataclass
@@ -129,7 +134,7 @@ class SamplingSession:
             raise ValueError(f"unwind mode {c.unwind!r}: expected one of {', '.join(UNWIND_MODES)}")
         spec.set_constant("snapshot_mode", UNWIND_MODES[c.unwind])
         spec.maps["snapshots"].max_entries = c.snapshot_ring_bytes
-        self._collection = ebpf.Collection.load(spec)
+        self._collection = ebpf.Collection.load(spec, attach_trace_context(spec, c.obi))
         try:
             self._ring = RingBuffer(self._collection.maps["snapshots"].fd, c.snapshot_ring_bytes)
             for pid in c.pids:
@@ -176,12 +181,12 @@ class SamplingSession:
             records = self._ring.read()
             key_size, tail = layout.SAMPLE_KEY.size, layout.SNAPSHOT_TAIL
             for rec in records:
-                pid, tid, _ustack, kstack_id, python_stack = layout.SAMPLE_KEY.unpack_from(rec)
+                pid, tid, _ustack, kstack_id, python_stack, trace = layout.SAMPLE_KEY.unpack_from(rec)
                 comm, buffer, stack_len, ip, sp, bp = tail.unpack_from(rec, key_size)
                 start = layout.SNAPSHOT_HEADER_SIZE
                 stack = rec[start:start + min(stack_len, layout.SNAPSHOT_STACK_BYTES)]
                 self.snapshot_bytes_read += len(rec)
-                self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack, python_stack))
+                self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack, python_stack, trace))
             return len(records)
 
     def _take_pending(self, buffer: int) -> list[tuple]:
@@ -225,20 +230,21 @@ class SamplingSession:
 
         samples = []
         for key, value in entries:
-            pid, tid, ustack_id, kstack_id, python_stack = layout.SAMPLE_KEY.unpack_from(key)
+            pid, tid, ustack_id, kstack_id, python_stack, trace = layout.SAMPLE_KEY.unpack_from(key)
             count, comm = layout.SAMPLE_VALUE.unpack_from(value)
             ustack = stack(ustacks, user_cache, ustack_id)
             kstack = stack(kstacks, kern_cache, kstack_id)
             samples.append(RawSample(
                 pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ustack or (), kstack or (), count,
                 user_stack_lost=ustack is None or ustack_id < -1, kernel_stack_lost=kstack is None or kstack_id < -1,
-                python_stack=python_stack))
+                python_stack=python_stack, trace=trace))
         snapshots = []
-        for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes, python_stack in pending:
+        for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes, python_stack, trace in pending:
             kstack = stack(kstacks, kern_cache, kstack_id)
             snapshots.append(StackSnapshot(
                 pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ip, sp, bp, stack_bytes,
-                kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1, python_stack=python_stack))
+                kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1, python_stack=python_stack,
+                trace=trace))
         for m, cache in ((ustacks, user_cache), (kstacks, kern_cache)):
             for stack_id in cache:
                 m.delete(struct.pack("<I", stack_id))
