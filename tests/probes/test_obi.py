@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -66,3 +67,29 @@ def test_absent_map_is_off_with_one_info_line(workloads, malloc_ratio, tmp_path,
     assert profile.samples and all(not s.label("trace_id") for s in profile.samples)
     lines = [r.getMessage() for r in caplog.records if r.name == "hotstack.obi"]
     assert len(lines) == 1 and "correlation off" in lines[0] and "traces_ctx_v1" in lines[0], lines
+
+
+def test_cpu_samples_of_the_traced_thread_carry_its_span(workloads, two_spinners, obi_map):
+    """The case OBI exists for: a busy thread serving a request; its CPU samples name the span."""
+    from hotstack.sampling.profiler import CpuProfiler
+    from hotstack.sampling.session import SamplerConfig
+
+    root, set_span = obi_map
+    w = workloads([two_spinners])
+    for _ in range(50):
+        tids = thread_ids(w.pid)
+        if len(tids) == 2:
+            break
+        time.sleep(0.02)
+    traced, untraced = tids
+    set_span(w.pid, traced, TRACE, SPAN)
+    config = SamplerConfig(frequency=97, pids=(w.pid,), obi=ObiConfig(bpf_fs_root=root))
+    with CpuProfiler(config) as profiler:
+        profile = profiler.run(1.5)
+    by_tid = {}
+    for s in profile.samples:
+        by_tid.setdefault(s.tid, {}).setdefault((s.label("trace_id"), s.label("span_id")), 0)
+        by_tid[s.tid][(s.label("trace_id"), s.label("span_id"))] += s.value
+    assert set(by_tid[traced]) == {(TRACE.hex(), SPAN.hex())}, by_tid
+    assert set(by_tid[untraced]) == {("", "")}, by_tid
+    assert sum(by_tid[traced].values()) > 20 and sum(by_tid[untraced].values()) > 20, by_tid
