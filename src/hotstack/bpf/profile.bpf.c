@@ -159,13 +159,15 @@ struct {
 
 /*
  * Processes seen for the first time are announced in `new_pids`, which userspace
- * drains often, so that it reads their maps while they still exist.
+ * drains often, so that it reads their maps while they still exist. `seen_pids`
+ * keeps the comm each pid was announced with: an exec changes the comm, and the
+ * pid is announced again so that userspace rereads the new image's maps.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u64[2]);
 } seen_pids SEC(".maps");
 
 struct {
@@ -198,27 +200,23 @@ static __always_inline int stack_lost(__s32 id, __u32 collision, __u32 other)
  */
 static __always_inline __u32 copy_user_stack(struct snapshot *rec, __u64 sp)
 {
+	/* 1..PAGE_BYTES; the check below is always false and gives the verifier its bound. */
 	__u32 first = PAGE_BYTES - (sp & (PAGE_BYTES - 1));
-	__u32 done;
-	int i;
 
-	first &= PAGE_BYTES - 1;
-	if (first == 0)
-		first = PAGE_BYTES;
+	if (first > PAGE_BYTES)
+		return 0;
 	if (bpf_probe_read_user(rec->stack, first, (void *)sp))
 		return 0;
-	done = first;
-#pragma unroll
-	for (i = 0; i < SNAPSHOT_PAGES; i++) {
-		__u32 off = done & (SNAPSHOT_PAGES * PAGE_BYTES - 1 + PAGE_BYTES); /* bound for the verifier */
-
-		if (off > SNAPSHOT_PAGES * PAGE_BYTES)
-			break;
-		if (bpf_probe_read_user(rec->stack + off, PAGE_BYTES, (void *)(sp + off)))
-			break;
-		done += PAGE_BYTES;
-	}
-	return done;
+#define COPY_PAGE(n)                                                                               \
+	if (bpf_probe_read_user(rec->stack + first + (n) * PAGE_BYTES, PAGE_BYTES,                 \
+				(void *)(sp + first + (n) * PAGE_BYTES)))                          \
+		return first + (n) * PAGE_BYTES;
+	COPY_PAGE(0)
+	COPY_PAGE(1)
+	COPY_PAGE(2)
+	COPY_PAGE(3)
+#undef COPY_PAGE
+	return first + SNAPSHOT_PAGES * PAGE_BYTES;
 }
 
 /* The user registers of the current task: the sample's own if it hit user mode. */
@@ -331,11 +329,17 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	if (key.pid != 0 && !bpf_map_lookup_elem(&seen_pids, &key.pid)) {
+	if (key.pid != 0) {
+		__u64 comm_words[2];
+		__u64 *seen_comm;
 		__u8 one = 1;
 
-		bpf_map_update_elem(&seen_pids, &key.pid, &one, BPF_ANY);
-		bpf_map_update_elem(&new_pids, &key.pid, &one, BPF_ANY);
+		__builtin_memcpy(comm_words, comm, sizeof(comm_words));
+		seen_comm = bpf_map_lookup_elem(&seen_pids, &key.pid);
+		if (!seen_comm || seen_comm[0] != comm_words[0] || seen_comm[1] != comm_words[1]) {
+			bpf_map_update_elem(&seen_pids, &key.pid, comm_words, BPF_ANY);
+			bpf_map_update_elem(&new_pids, &key.pid, &one, BPF_ANY);
+		}
 	}
 
 	buffer = active_buffer & 1;

@@ -9,13 +9,17 @@ containers is parsed and stored once. The store is bounded in bytes (LRU).
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..procs import Mapping, ProcessInfo
 from ..symbols.elf import ElfError, ElfFile
-from .table import UnwindTable, build_table
+from .table import Rule, UnwindTable, build_table
 
 DEFAULT_MAX_BYTES = 64 << 20
 
@@ -30,8 +34,9 @@ class MappedTable:
 
 
 class TableStore:
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, cache_dir: str | None = None) -> None:
         self.max_bytes = max_bytes
+        self._disk = DiskCache(default_cache_dir() if cache_dir is None else cache_dir)
         self._by_id: OrderedDict[str, UnwindTable] = OrderedDict()
         self._id_of_file: dict[tuple, str] = {}      # (dev, inode, path) -> build id / identity
         self._lock = threading.Lock()
@@ -63,11 +68,13 @@ class TableStore:
                 if table is not None:
                     self._by_id.move_to_end(table_id)
             if table is None:
-                import time
+                table = self._disk.load(table_id)
+            if table is None:
                 start = time.perf_counter()
                 table = build_table(elf)
                 self.parse_seconds += time.perf_counter() - start
                 self.files_parsed += 1
+                self._disk.save(table_id, table)
                 with self._lock:
                     self._by_id[table_id] = table
                     self._evict()
@@ -80,6 +87,56 @@ class TableStore:
         while total > self.max_bytes and len(self._by_id) > 1:
             _, old = self._by_id.popitem(last=False)
             total -= old.nbytes
+
+
+def default_cache_dir() -> str:
+    """$HOTSTACK_UNWIND_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/unwind or ~/.cache/..."""
+    explicit = os.environ.get("HOTSTACK_UNWIND_CACHE")
+    if explicit is not None:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hotstack", "unwind")
+
+
+class DiskCache:
+    """Parsed tables on disk, one .npz per build id: parsing libpython takes ~0.6 s, loading ~5 ms."""
+
+    VERSION = 1
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _path(self, table_id: str) -> str | None:
+        if not self.directory or not table_id or not all(c in "0123456789abcdef" for c in table_id):
+            return None        # only real build ids: a file identity is not stable across hosts
+        return os.path.join(self.directory, f"v{self.VERSION}-{table_id}.npz")
+
+    def load(self, table_id: str) -> UnwindTable | None:
+        path = self._path(table_id)
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            with np.load(path) as z:
+                rules = [Rule(*map(int, r)) for r in z["rules"]]
+                fdes, fp_fdes = (int(x) for x in z["meta"])
+                return UnwindTable(z["pcs"], z["rule_ids"], rules, fdes, fp_fdes, str(z["source"]))
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def save(self, table_id: str, table: UnwindTable) -> None:
+        path = self._path(table_id)
+        if path is None:
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp.npz"
+            rules = np.array([(r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset) for r in table.rules],
+                             dtype=np.int64).reshape(-1, 4)
+            np.savez(tmp, pcs=table.pcs, rule_ids=table.rule_ids, rules=rules,
+                     meta=np.array([table.fdes, table.fp_fdes]), source=np.array(table.source))
+            os.replace(tmp, path)
+        except OSError:
+            pass      # a cache that cannot be written is only slower
 
 
 def _open(info: ProcessInfo, mapping: Mapping) -> ElfFile | None:

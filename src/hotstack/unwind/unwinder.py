@@ -73,8 +73,9 @@ class Unwinder:
         executable built with frame pointers stays on the cheap in-kernel path; Debian's
         C programs (and everything else whose code omits them) get snapshots.
         """
+        exe = info.exe[:-len(" (deleted)")] if info.exe.endswith(" (deleted)") else info.exe
         for mapping in info.mappings.mappings:
-            if not mapping.is_file or mapping.file_path != info.exe:
+            if not mapping.is_file or mapping.file_path != exe:
                 continue
             mapped = self._table_at(info, mapping.start)
             if mapped is None or mapped.table is None:
@@ -128,7 +129,7 @@ class Unwinder:
                         rule = at
             if rule is None:
                 self.stats.fp_steps += 1
-                if bp <= sp:
+                if bp < sp or bp == 0:
                     end = "bad-fp"
                     break
                 ra, new_bp, new_sp = read(bp + 8), read(bp), bp + 16

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import compile_c
+
+HERE = Path(__file__).resolve().parent
+NO_FP_FLAGS = ("-O2", "-fomit-frame-pointer", "-pthread")
+
+
+@pytest.fixture(scope="session")
+def chain(build_dir) -> Path:
+    """main -> a -> b -> c without frame pointers (modes: busy, syscall, signal, threads, jit)."""
+    return compile_c(HERE / "workloads" / "chain.c", build_dir / "chain_nofp", *NO_FP_FLAGS)
+
+
+@pytest.fixture(autouse=True)
+def unwind_cache(tmp_path_factory, monkeypatch):
+    """Tables are parsed in the test, not loaded from a cache of an earlier run."""
+    monkeypatch.setenv("HOTSTACK_UNWIND_CACHE", str(tmp_path_factory.mktemp("unwind-cache")))
+
+
+def profile(pids: list[int], seconds: float = 2.0, unwind: str = "auto", frequency: int = 99):
+    """Sample `pids` for `seconds` with the real profiler; returns (profile, profiler)."""
+    from hotstack.sampling.profiler import CpuProfiler
+    from hotstack.sampling.session import SamplerConfig
+
+    fields = SamplerConfig.__dataclass_fields__
+    extra = {"python_enabled": False} if "python_enabled" in fields else {}
+    profiler = CpuProfiler(SamplerConfig(frequency=frequency, pids=tuple(pids), unwind=unwind, **extra))
+    with profiler:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+        result = profiler.collect()
+    return result, profiler
+
+
+def user_names(sample) -> list[str]:
+    """User frame names, root first."""
+    return [f.name for f in reversed(sample.stack) if f.kind.name != "KERNEL"]

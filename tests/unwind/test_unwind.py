@@ -1,0 +1,188 @@
+"""Native unwinding without frame pointers, against real processes and the real kernel."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from ..conftest import have
+from .conftest import profile, user_names
+
+pytestmark = pytest.mark.root
+
+CHAIN = ["main", "a", "b", "c"]
+
+
+def contains(names: list[str], run: list[str]) -> bool:
+    """`run` appears in `names` as consecutive frames."""
+    n = len(run)
+    return any(names[i:i + n] == run for i in range(len(names) - n + 1))
+
+
+def leaf_is(names: list[str], name: str) -> bool:
+    return bool(names) and names[-1] == name
+
+
+def share(samples, wanted, of=lambda names: True) -> tuple[float, int]:
+    total = hit = 0
+    for s in samples:
+        names = user_names(s)
+        if not of(names):
+            continue
+        total += s.value
+        hit += s.value if wanted(names) else 0
+    return (hit / total if total else 0.0), total
+
+
+def test_omit_frame_pointer_chain_is_intact(chain, workloads):
+    w = workloads([chain, "busy"])
+    prof, profiler = profile([w.pid])
+    assert w.pid in profiler._snapshot_pids, "a binary without frame pointers must get snapshots"
+    ratio, total = share(prof.samples, lambda n: contains(n, CHAIN) and n[0] == "_start",
+                         of=lambda n: leaf_is(n, "c"))
+    assert total >= 40, prof.samples
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples]
+    assert profiler.unwinder.stats.ends["root"] >= 0.95 * profiler.unwinder.stats.snapshots
+
+
+def test_frame_pointer_mode_stays_in_kernel(chain, workloads):
+    """unwind="fp": no snapshot is sent; the same binary then loses its callers (why snapshots exist)."""
+    w = workloads([chain, "busy"])
+    prof, profiler = profile([w.pid], seconds=1.5, unwind="fp")
+    assert profiler.unwinder.stats.snapshots == 0
+    ratio, total = share(prof.samples, lambda n: contains(n, CHAIN), of=lambda n: leaf_is(n, "c"))
+    assert total >= 30
+    assert ratio < 0.5
+
+
+def test_debian_python3_reaches_main_through_libpython(workloads, tmp_path):
+    python = "/usr/bin/python3"
+    script = tmp_path / "recurse.py"
+    script.write_text(
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+        "while True:\n    fib(20)\n    sorted(range(3000), key=lambda x: -x)\n")
+    w = workloads([python, script])
+    prof, profiler = profile([w.pid], seconds=2.5)
+    assert w.pid in profiler._snapshot_pids, "Debian's python3 has no frame pointers"
+    ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and "Py_BytesMain" in n
+                         and "_PyEval_EvalFrameDefault" in n)
+    assert total >= 50
+    assert ratio >= 0.95, (profiler.unwinder.stats, [user_names(s) for s in prof.samples
+                                                      if user_names(s)[:1] != ["_start"]][:5])
+
+
+def test_signal_handler_frame(chain, workloads):
+    w = workloads([chain, "signal"])
+    prof, _ = profile([w.pid])
+    ratio, total = share(
+        prof.samples,
+        lambda n: n[:1] == ["_start"] and contains(n, ["main", "a"]) and contains(n, ["on_signal", "b", "c"])
+        and n.index("a") < n.index("on_signal"),
+        of=lambda n: leaf_is(n, "c"))
+    assert total >= 40
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
+
+
+def test_eight_busy_threads(chain, workloads):
+    w = workloads([chain, "threads"])
+    prof, profiler = profile([w.pid], seconds=2.5)
+    in_c = [s for s in prof.samples if leaf_is(user_names(s), "c")]
+    assert len({s.tid for s in in_c}) >= 8
+    ratio, total = share(in_c, lambda n: contains(n, ["start_thread", "thread_main", "a", "b", "c"]))
+    assert total >= 100
+    assert ratio >= 0.95
+    stats = profiler.unwinder.stats
+    assert stats.ends["root"] >= 0.95 * stats.snapshots   # down to clone3, the thread's root
+
+
+def test_samples_in_the_kernel_keep_their_user_stack(chain, workloads):
+    w = workloads([chain, "syscall"])
+    prof, _ = profile([w.pid])
+    in_kernel = [s for s in prof.samples if s.stack and s.stack[0].kind.name == "KERNEL"]
+    ratio, total = share(in_kernel, lambda n: n[:1] == ["_start"] and contains(n, CHAIN))
+    assert total >= 20
+    assert ratio >= 0.95
+
+
+def test_code_without_unwind_info_falls_back_to_frame_pointers(chain, workloads):
+    w = workloads([chain, "jit"])
+    prof, profiler = profile([w.pid])
+    ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, ["main", "a", "b"])
+                         and n[-1] == "c" and n.index("b") == len(n) - 3, of=lambda n: leaf_is(n, "c"))
+    assert total >= 40
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
+    assert profiler.unwinder.stats.fp_steps > 0
+
+
+def test_deleted_executable(chain, workloads, tmp_path):
+    copy = tmp_path / "gone"
+    shutil.copy(chain, copy)
+    w = workloads([copy, "busy"])
+    copy.unlink()
+    prof, profiler = profile([w.pid])
+    assert w.pid in profiler._snapshot_pids
+    ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, CHAIN),
+                         of=lambda n: leaf_is(n, "c"))
+    assert total >= 40
+    assert ratio >= 0.95
+
+
+@pytest.mark.skipif(not have("readelf"), reason="needs binutils' readelf")
+@pytest.mark.parametrize("path", ["/lib/x86_64-linux-gnu/libc.so.6", "chain"])
+def test_table_matches_readelf(path, chain):
+    """Rows agree with `readelf -wF` (binutils' own CFI interpreter) at random locations."""
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind import cfi
+    from hotstack.unwind.table import build_table
+
+    path = str(chain) if path == "chain" else path
+    table = build_table(ElfFile(path))
+    # readelf exits 1 over harmless warnings on some files (Debian's libc): read its output anyway.
+    out = subprocess.run(["readelf", "-wF", path], capture_output=True, text=True).stdout
+    rows, cols, in_fde = [], None, False
+    for line in out.splitlines():
+        if " FDE " in line or " CIE" in line or "ZERO terminator" in line:
+            cols, in_fde = None, " FDE " in line     # rows of a CIE are its initial state, not code
+        elif line.startswith("   LOC") and in_fde:
+            cols = line.split()
+        elif cols and re.match(r"^[0-9a-f]{8,16} ", line):
+            rows.append(dict(zip(cols, line.split())))
+    assert len(rows) > 10
+    random.seed(6)
+    checked = bad = 0
+    for row in random.sample(rows, min(2000, len(rows))):
+        loc, cfa, ra, rbp = int(row["LOC"], 16), row["CFA"], row.get("ra", "u"), row.get("rbp", "u")
+        rule = table.find(loc)
+        if ra == "u":
+            expected = (cfi.KIND_STOP, None, None)
+        elif re.fullmatch(r"rsp\+\d+", cfa):
+            expected = (cfi.KIND_CFA_SP, int(cfa[4:]), cfi.RBP_SAME if rbp == "u" else int(rbp[1:]))
+        elif re.fullmatch(r"rbp\+\d+", cfa):
+            expected = (cfi.KIND_CFA_FP, int(cfa[4:]), cfi.RBP_SAME if rbp == "u" else int(rbp[1:]))
+        else:
+            continue    # expression rows (PLT, signal trampolines): checked by the stack tests
+        checked += 1
+        got = (None, None, None) if rule is None else \
+            (rule.kind, None, None) if rule.kind == cfi.KIND_STOP else (rule.kind, rule.cfa_offset, rule.rbp_offset)
+        bad += got != expected
+    assert checked > 10
+    assert bad <= 0.005 * checked
+
+
+def test_disk_cache_round_trip(tmp_path):
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind.table import build_table
+    from hotstack.unwind.tables import DiskCache
+
+    elf = ElfFile("/lib/x86_64-linux-gnu/libc.so.6")
+    table, cache = build_table(elf), DiskCache(str(tmp_path))
+    cache.save(elf.build_id(), table)
+    loaded = cache.load(elf.build_id())
+    assert loaded is not None and len(loaded) == len(table) and loaded.rules == table.rules
+    assert (loaded.pcs == table.pcs).all() and (loaded.rule_ids == table.rule_ids).all()
+    for address in range(int(table.pcs[0]), int(table.pcs[-1]), 4099):
+        assert loaded.find(address) == table.find(address)
