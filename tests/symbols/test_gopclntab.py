@@ -72,7 +72,7 @@ def go_binaries(tmp_path_factory) -> dict[str, Path]:
     src = out / "src"
     src.mkdir()
     shutil.copy(WORKLOADS / "hot_go.go", src / "main.go")
-    (src / "go.mod").write_text("module example.com/hotgo\n\ngo 1.20\n")
+    (src / "go.mod").write_text("module example.com/hotgo\n\ngo 1.18\n")
     env = {**os.environ, "CGO_ENABLED": "0"}
     bins = {}
     for name, args in (("plain", []), ("stripped", ["-ldflags=-s -w"]), ("pie", ["-buildmode=pie"])):
@@ -85,7 +85,7 @@ def go_binaries(tmp_path_factory) -> dict[str, Path]:
 def test_real_go_binary_matches_its_symtab(go_binaries, kind):
     with ElfFile(str(go_binaries[kind])) as elf:
         go = find_pclntab(elf)
-        assert go is not None and go.version == "1.20"
+        assert go is not None and go.version in ("1.18", "1.20")   # Debian 12's Go is 1.19
         symtab = SymbolTable(elf)
         compared = 0
         for i in range(len(symtab)):
