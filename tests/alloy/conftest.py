@@ -94,12 +94,16 @@ def container_cgroup():
 class AgentProcess:
     """`hotstack agent CONFIG` run as a user runs it, with its HTTP server on a free port."""
 
-    def __init__(self, config: str, tmp: Path, extra: list[str] | None = None, env: dict | None = None) -> None:
+    def __init__(self, config: str | None, tmp: Path, extra: list[str] | None = None, env: dict | None = None,
+                 prefix: list[str] | None = None) -> None:
         self.port = free_port()
-        self.config = tmp / "agent.alloy"
-        self.config.write_text(config)
+        args = []
+        if config is not None:   # None: the built-in pipeline
+            path = tmp / "agent.alloy"
+            path.write_text(config)
+            args.append(str(path))
         self.log = tmp / "agent.log"
-        cmd = [sys.executable, "-m", "hotstack", "agent", str(self.config),
+        cmd = [*(prefix or []), sys.executable, "-m", "hotstack", "agent", *args,
                "--server.http.listen-addr", f"127.0.0.1:{self.port}", *(extra or [])]
         self.logf = open(self.log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT,
@@ -147,8 +151,9 @@ class AgentProcess:
 def agent(tmp_path):
     started: list[AgentProcess] = []
 
-    def start(config: str, extra: list[str] | None = None, env: dict | None = None) -> AgentProcess:
-        a = AgentProcess(config, tmp_path, extra, env)
+    def start(config: str | None, extra: list[str] | None = None, env: dict | None = None,
+              prefix: list[str] | None = None) -> AgentProcess:
+        a = AgentProcess(config, tmp_path, extra, env, prefix)
         started.append(a)
         return a
 

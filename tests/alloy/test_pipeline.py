@@ -36,7 +36,8 @@ def test_process_example_against_real_proc(agent, pyroscope, spin_binary, worklo
     a = agent(fast(text, pyroscope.url))
     a.wait_ready()
     found = pyroscope.wait_for(lambda s: s.labels.get("service_name") == "alloy-spin" and has_spin(s))
-    assert found, f"no profile of the spin workload; got {[s.labels for s in pyroscope.series][:5]}"
+    assert found, (f"no profile of the spin workload; got {[s.labels for s in pyroscope.series][:5]}",
+                   a.log.read_text()[-3000:], a.get("/metrics")[1][-3000:])
     s = found[0]
     assert s.labels["__name__"] == "process_cpu"
     assert s.labels["otel.scope.name"] == "com.grafana.alloy/pyroscope.ebpf"
@@ -52,8 +53,8 @@ def test_process_example_against_real_proc(agent, pyroscope, spin_binary, worklo
     assert page["health"]["state"] == "healthy"
     assert any(t.get("service_name") == "alloy-spin" and t.get("__process_pid__") == str(spin.pid)
                for t in page["debug_info"]["targets"])
-    assert any(f["symbols"] > 0 for f in page["debug_info"]["elf_cache"])
-    assert any(p["pid"] == spin.pid for p in page["debug_info"]["pid_cache"])
+    assert any(f["symbols"] > 0 and f["path"].endswith("alloy-spin") for f in page["debug_info"]["elf_cache"]["files"])
+    assert any(p["pid"] == spin.pid for p in page["debug_info"]["pid_cache"]["processes"])
     assert a.stop() == 0
 
 

@@ -30,10 +30,11 @@ def _sampler_field(name: str) -> bool:
 # argument -> (is the capability there?, what is missing). A non-default value of an argument
 # whose capability is missing is rejected with "<argument>: not supported yet".
 CAPABILITIES = {
-    "python_enabled": (lambda: _sampler_field("python"), "Python frames in the sampler"),
+    "python_enabled": (lambda: _sampler_field("python_enabled"), "Python frames in the sampler"),
     "demangle": (lambda: _has("hotstack.symbols.demangle", "Demangler"), "C++ demangling"),
-    "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu"), "off-CPU sampling"),
-    "probe_links": (lambda: _has("hotstack.sampling.probes"), "probe-triggered sampling"),
+    "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu", "OffCpuProfiler"), "off-CPU sampling"),
+    "probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeProfiler"), "probe-triggered sampling"),
+    "u_probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeProfiler"), "probe-triggered sampling"),
     "load_probe": (lambda: False, "a generic probe program for others to attach"),
     "symb_cache_path": (lambda: False, "an on-disk symbol cache"),
     "symb_cache_size": (lambda: False, "an on-disk symbol cache"),
@@ -44,7 +45,7 @@ CAPABILITIES = {
 # Trace correlation is on by default in Alloy and only does something when an OBI/Beyla
 # process-context map exists under bpf_fs_root; without the capability `true` is accepted
 # with one warning at start (see PyroscopeEbpf.start), `false` is what already happens.
-OBI_AVAILABLE = lambda: _has("hotstack.sampling.obi")  # noqa: E731
+OBI_AVAILABLE = lambda: _has("hotstack.sampling.obi", "ObiConfig")  # noqa: E731
 
 # Interpreter unwinders hotstack does not have: turning them off (false) is what already
 # happens, so false is honoured; their default (true) is accepted as "on where available".
@@ -53,7 +54,7 @@ NO_UNWINDER = ("perl_enabled", "php_enabled", "hotspot_enabled", "ruby_enabled",
 DEPRECATED = {name: f"argument {name!r} is deprecated and has no effect; remove it" for name in (
     "pid_cache_size", "build_id_cache_size", "same_file_cache_size", "cache_rounds", "go_table_fallback",
     "symbols_map_size", "pid_map_size", "collect_user_profile", "collect_kernel_profile",
-    "container_id_cache_size", "u_probe_links")}
+    "container_id_cache_size")}
 
 DEBUG_INFO = Schema([
     Arg("on_target_symbolization", BOOL, True), Arg("upload", BOOL, False), Arg("cache_size", INT, 262144),
@@ -72,7 +73,7 @@ def _validate(a: dict) -> None:
         raise ValueError("sample_rate must be between 1 and 10000")
     if a["collect_interval"] <= 0:
         raise ValueError("collect_interval must be greater than 0")
-    for link in a["probe_links"]:
+    for link in a["probe_links"] or [f"uprobe:{u}" for u in a["u_probe_links"]]:
         kind, _, rest = link.partition(":")
         if kind not in ("kprobe", "kretprobe", "uprobe", "uretprobe") or not rest or (
                 kind.startswith("u") and ":" not in rest):
@@ -99,6 +100,7 @@ SCHEMA = Schema([
     Arg("obi_process_context_enabled", BOOL, True),
     Arg("load_probe", BOOL, False),
     Arg("probe_links", ListOf(STRING), []),
+    Arg("u_probe_links", ListOf(STRING), []),   # deprecated form: used only when probe_links is empty
     Arg("verbose_mode", BOOL, False),
     Arg("lazy_mode", BOOL, False),
     Arg("no_kernel_version_check", BOOL, False),

@@ -30,23 +30,28 @@ class EngineCollector:
         full.add_metric([], self.counts_full)
         hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
         runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
-        files = GaugeMetricFamily("hotstack_symbolizer_files", "ELF files with loaded symbols.")
-        h = m = n = 0
+        h = m = 0
         rt = 0.0
+        caches: dict[str, int] = {}
         for p in list(self.profilers):
             stats = p.symbolizer.stats
             h += stats.hits
             m += stats.misses
-            n += len(p.symbolizer.cached_files())
+            for k, v in p.symbolizer.metrics().items():
+                if k.startswith(("elf_cache", "pid_cache")):
+                    caches[k] = caches.get(k, 0) + v
             try:
-                rt += p.session.bpf_run_time_ns() / 1e9
+                rt += p.session.bpf_run_time_ns() / 1e9   # the CPU sampler's program
             except Exception:   # the session may be closing; skip it this scrape
                 pass
         hits.add_metric(["hit"], h)
         hits.add_metric(["miss"], m)
         runtime.add_metric([], rt)
-        files.add_metric([], n)
-        yield from (samples, lost, full, hits, runtime, files)
+        yield from (samples, lost, full, hits, runtime)
+        for k, v in sorted(caches.items()):
+            g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
+            g.add_metric([], v)
+            yield g
 
 
 class EbpfMetrics:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ... import __version__
 from ...errors import HotstackError
-from ...profile.model import Frame, Profile, Sample, ValueType
+from ...profile.model import Frame, Profile, Sample
 from ..component import Component, register
 from . import ebpf_args
 from .ebpf_metrics import EbpfMetrics
@@ -23,7 +23,9 @@ from .targets import container_id_of_target, infer_service_name, pid_of_target
 
 SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
 DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
-CPU_NS = ValueType("cpu", "nanoseconds")
+# Arguments the running samplers were built from: a change restarts them.
+ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "off_cpu_threshold", "probe_links",
+               "u_probe_links", "obi_process_context_enabled", "bpf_fs_root")
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class PyroscopeEbpf(Component):
         index = TargetIndex(args["targets"])
         with self._lock:
             restart = self._started and self.profiler is not None and any(
-                args[k] != self.args.get(k) for k in ("sample_rate", "kernel_frames", "demangle", "python_enabled"))
+                args[k] != self.args.get(k) for k in ENGINE_ARGS)
             self.args, self.index = args, index
         self.metrics.active_targets.labels(component=self.id).set(len(args["targets"]))
         if self.args["verbose_mode"]:
@@ -118,17 +120,9 @@ class PyroscopeEbpf(Component):
         return not self.args["lazy_mode"] or len(self.index) > 0
 
     # -- the engine -------------------------------------------------------------------------------
-    def _make_profiler(self):
-        from ...sampling.profiler import CpuProfiler
-        from ...sampling.session import SamplerConfig
-        a = self.args
-        fields = {"frequency": a["sample_rate"], "kernel_stacks": a["kernel_frames"]}
-        if ebpf_args._sampler_field("python"):
-            fields["python"] = a["python_enabled"]
-        profiler = CpuProfiler(SamplerConfig(**fields))
-        if a["demangle"] != "none" and hasattr(profiler.symbolizer, "demangle"):
-            profiler.symbolizer.demangle = a["demangle"]
-        return profiler
+    def _make_engine(self):
+        from .ebpf_engine import Engine
+        return Engine(self.args)
 
     def _start_profiler(self) -> None:
         """Start the eBPF session; failing to start makes the component unhealthy (tried 3 times)."""
@@ -143,12 +137,10 @@ class PyroscopeEbpf(Component):
         error = ""
         for attempt in range(3):
             try:
-                profiler = self._make_profiler()
+                profiler = self._make_engine()
                 profiler.start()
             except HotstackError as e:
                 error = str(e)
-            except OSError as e:
-                error = f"cannot start the eBPF session: {e.strerror or e}"
             else:
                 self.profiler = profiler
                 self.set_health("healthy", f"profiling at {self.args['sample_rate']} Hz")
@@ -167,7 +159,7 @@ class PyroscopeEbpf(Component):
         self._start_profiler()
 
     def start(self) -> None:
-        if not self.args["obi_process_context_enabled"] is False and not ebpf_args.OBI_AVAILABLE():
+        if self.args["obi_process_context_enabled"] and not ebpf_args.OBI_AVAILABLE():
             self.log.warning("%s: obi_process_context_enabled: not supported yet; samples carry no trace_id/span_id",
                              self.id)
         self._started = True
@@ -194,10 +186,25 @@ class PyroscopeEbpf(Component):
     def _flush(self, profiler) -> None:
         with self._lock:
             index, args = self.index, self.args
-        profile = profiler.collect()
-        self.metrics.observe_profile(profile, profiler)
-        for labels, sub in self.split(profile, index, args, profiler):
-            self._send(labels, sub, args)
+        profiler.cpu.keep_pid = self._keep_pid(index, profiler) if args["targets_only"] else None
+        for profile in profiler.collect():
+            self.metrics.observe_profile(profile, profiler)
+            for labels, sub in self.split(profile, index, args):
+                self._send(labels, sub, args)
+
+    @staticmethod
+    def _keep_pid(index: TargetIndex, profiler):
+        """pid -> does a target want it (by pid, else by its container id)."""
+        processes = profiler.processes
+
+        def keep(pid: int) -> bool:
+            if pid in index.by_pid:
+                return True
+            if not index.by_container or not pid:
+                return False
+            info = processes.get(pid)
+            return info is not None and info.container_id in index.by_container
+        return keep
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,8 +219,8 @@ class PyroscopeEbpf(Component):
 
     # -- attribution and encoding ---------------------------------------------------------------
     @staticmethod
-    def split(profile: Profile, index: TargetIndex, args: dict, profiler=None):
-        """Yield (series labels, Profile) per target and pid."""
+    def split(profile: Profile, index: TargetIndex, args: dict):
+        """Yield (series labels, Profile) per target and pid; samples keep only the trace/span labels."""
         groups: dict[tuple, list[Sample]] = defaultdict(list)
         labels_of: dict[tuple, dict[str, str]] = {}
         comm_frame = args["comm"] in ("stackframe", "both")
@@ -233,10 +240,15 @@ class PyroscopeEbpf(Component):
                 stack = stack + (Frame(s.comm, module="comm"),)
             key = (target.key, s.pid)
             labels_of[key] = target.labels
-            groups[key].append(Sample(stack, s.value, s.pid, s.tid, s.comm, ()))
+            kept = tuple(kv for kv in s.labels if kv[0] in ("trace_id", "span_id"))
+            groups[key].append(Sample(stack, s.value, s.pid, s.tid, s.comm, kept))
         for key, samples in groups.items():
-            yield labels_of[key], Profile(samples=samples, start_ns=profile.start_ns,
-                                          duration_ns=profile.duration_ns, frequency_hz=profile.frequency_hz)
+            labels = labels_of[key]
+            if profile.name != labels.get("__name__"):
+                labels = {**labels, "__name__": profile.name}
+            yield labels, Profile(samples=samples, start_ns=profile.start_ns, duration_ns=profile.duration_ns,
+                                  frequency_hz=profile.frequency_hz, name=profile.name,
+                                  sample_type=profile.sample_type, period_type=profile.period_type)
 
     def _send(self, labels: dict[str, str], sub: Profile, args: dict) -> None:
         from ...profile.pprof import encode_pprof
@@ -261,8 +273,10 @@ class PyroscopeEbpf(Component):
             info["last_error"] = self.last_error
         profiler = self.profiler
         if profiler is not None:
-            info["elf_cache"] = _elf_cache(profiler)
-            info["pid_cache"] = _pid_cache(profiler)
+            sym = profiler.symbolizer.debug_info()   # elf_cache per build id, pid_cache per process
+            sym["elf_cache"]["files"] = sym["elf_cache"]["files"][:500]
+            sym["pid_cache"]["processes"] = sym["pid_cache"]["processes"][:500]
+            info.update(sym)
         return info
 
 
@@ -270,24 +284,3 @@ def _stub(frame: Frame) -> Frame:
     if frame.resolved or not frame.module:
         return frame
     return replace(frame, name=f"$ {frame.module} + 0x{frame.address:x}")
-
-
-def _elf_cache(profiler) -> list[dict]:
-    out = []
-    for m in profiler.symbolizer.cached_files():
-        table = getattr(m, "table", None)
-        out.append({"build_id": getattr(m, "build_id", ""), "path": getattr(m, "path", ""),
-                    "symbols": len(table) if table is not None and hasattr(table, "__len__") else 0,
-                    "error": getattr(m, "error", "")})
-    return out[:500]
-
-
-def _pid_cache(profiler) -> list[dict]:
-    out = []
-    table = profiler.processes
-    with table._lock:
-        infos = list(table._by_pid.values())
-    for info in infos[:500]:
-        out.append({"pid": info.pid, "comm": info.comm, "exe": info.exe, "container_id": info.container_id,
-                    "mappings": len(getattr(info.mappings, "_mappings", []) or [])})
-    return out
