@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     p.add_argument("--comm", action="append", default=[], help="only processes with this command name (repeatable)")
     p.add_argument("--include-idle", action="store_true", help="also count samples of idle CPUs")
+    p.add_argument("--unwind", choices=("auto", "fp", "dwarf"), default="auto",
+                   help="user stacks: fp = frame pointers in the kernel; dwarf = stack copies unwound with "
+                        ".eh_frame; auto = dwarf for processes built without frame pointers (default)")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",
@@ -83,7 +86,7 @@ def profile_run_options(args: argparse.Namespace):
         kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
         output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
         file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
-        sanitize_labels=args.otel_profiles_sanitize_labels)
+        sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"))
 
 
 # Gadgets beyond profile_cpu register themselves on import.

@@ -39,6 +39,7 @@ class RunOptions:
     config: str | None = None
     otel_profiles_exporter: str = ""
     sanitize_labels: bool = False
+    unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
 
     def validate(self) -> None:
         if not 1 <= self.sample_rate <= 1000:
@@ -59,7 +60,7 @@ class RunOptions:
     def sampler_config(self) -> SamplerConfig:
         return SamplerConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
                              include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
-                             kernel_stacks=not self.user_stacks_only)
+                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind)
 
 
 ProfileSink = Callable[[Profile], None]
