@@ -51,7 +51,7 @@ struct py_frame {
 
 struct py_stack {
 	__u32 len;
-	__u32 pad;
+	__u32 pid;              /* the first process seen with this stack: lets userspace read its code early */
 	struct py_frame frames[PY_MAX_FRAMES];
 };
 
@@ -192,6 +192,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 buffer)
 	if (n == 0)
 		return 0;
 	stack->len = n;
+	stack->pid = pid;
 	hash = (hash ^ n) | 1; /* never 0: 0 means "no Python stack" */
 	stacks = buffer ? (void *)&py_stacks_1 : (void *)&py_stacks_0;
 	if (bpf_map_lookup_elem(stacks, &hash))

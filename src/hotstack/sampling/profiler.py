@@ -35,7 +35,7 @@ class CpuProfiler:
         self.session = SamplingSession(config)
         self.unwinder = Unwinder(self.processes)
         self._snapshot_pids: set[int] = set()
-        self.python = PythonUnwinder(enabled=config.python_enabled)
+        self.python = PythonUnwinder(enabled=config.python_enabled, pids=config.pids)
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -72,6 +72,7 @@ class CpuProfiler:
                 self.session.mark_snapshot_pid(pid)
                 self._snapshot_pids.add(pid)
             self.python.observe(struct.unpack_from("<I", key)[0])
+        self.python.prefetch(self.session._active)
 
     def _wants_snapshots(self, pid: int) -> bool:
         """Observe a process; True if its user stacks need snapshots (unwind mode "auto")."""

@@ -170,9 +170,12 @@ def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            mappings = parse_maps(f.read())
+            text = f.read()
     except OSError:
         return None
+    if "python" not in text:    # cheap test first: most processes of a host are not Python
+        return None
+    mappings = parse_maps(text)
     root = f"/proc/{pid}/root"
     for cand in _candidates(mappings):
         path = root + cand.file_path

@@ -38,7 +38,7 @@ def proc_record(proc: PythonProcess) -> bytes:
 
 
 def parse_stack(raw: bytes) -> list[RawPyFrame]:
-    n, _ = PY_STACK_HEADER.unpack_from(raw)
+    n, _pid = PY_STACK_HEADER.unpack_from(raw)
     n = min(n, PY_MAX_FRAMES, (len(raw) - PY_STACK_HEADER.size) // PY_FRAME.size)
     out = []
     for i in range(n):
@@ -59,9 +59,12 @@ def _identity(pid: int) -> tuple | None:
 
 
 class PythonUnwinder:
-    """One per sampling session. Thread-safe: observe() runs on the pid watcher thread."""
+    """One per sampling session. Thread-safe: observe() runs on the pid watcher thread.
 
-    def __init__(self, enabled: bool = True) -> None:
+    `pids`: the sampler's pid filter, if any (only those processes are inspected at start).
+    """
+
+    def __init__(self, enabled: bool = True, pids: tuple[int, ...] = ()) -> None:
         self.enabled = enabled
         self._collection = None
         self._procs: dict[int, tuple[PythonProcess, tuple | None]] = {}
@@ -71,6 +74,7 @@ class PythonUnwinder:
         self.codes = CodeCache()
         self._stat_totals = [0] * PY_STAT_MAX
         self._fsbase_offset = 0
+        self._prefetch_buffer, self._prefetched = -1, set()
         if enabled:
             # Parsed before sampling starts (~0.5 s), so that the first interval is walked too.
             from ...ebpf import kernel_btf
@@ -78,6 +82,14 @@ class PythonUnwinder:
                 self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
             except (KeyError, OSError, ValueError):
                 self.enabled = False     # no BTF: no Python frames; native profiling goes on
+        # Processes already running are inspected now, before sampling starts, and listed for
+        # the walker as soon as it is loaded: the first samples get their Python frames too.
+        self._running: list[PythonProcess] = []
+        if self.enabled:
+            candidates = pids or [int(name) for name in os.listdir("/proc") if name.isdigit()]
+            for pid in candidates:
+                if (proc := detect(pid)) is not None:
+                    self._running.append(proc)
 
     def start(self, collection) -> None:
         """Give the loaded sampler the kernel offset it needs, then list the Python processes
@@ -86,9 +98,9 @@ class PythonUnwinder:
             return
         collection.variable("py_fsbase_offset").set(self._fsbase_offset)
         self._collection = collection
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                self.observe(int(name))
+        for proc in self._running:
+            self._list(proc)
+        self._running = []
 
     def observe(self, pid: int) -> PythonProcess | None:
         """Look at a newly seen process; list it for the walker if it runs CPython."""
@@ -100,14 +112,17 @@ class PythonUnwinder:
                 self._retry[pid] = self._retry.get(pid, 0) + 1
             return None
         self._retry.pop(pid, None)
+        return proc if self._list(proc) else None
+
+    def _list(self, proc: PythonProcess) -> bool:
         with self._lock:
-            self._procs[pid] = (proc, _identity(pid))
+            self._procs[proc.pid] = (proc, _identity(proc.pid))
             try:
-                self._collection.maps["python_procs"].update(struct.pack("<I", pid), proc_record(proc))
+                self._collection.maps["python_procs"].update(struct.pack("<I", proc.pid), proc_record(proc))
             except Exception:       # map full or session closing: this process stays native-only
-                self._procs.pop(pid, None)
-                return None
-        return proc
+                self._procs.pop(proc.pid, None)
+                return False
+        return True
 
     @staticmethod
     def _might_be_python(pid: int) -> bool:
@@ -123,6 +138,30 @@ class PythonUnwinder:
                 self._retry.pop(pid, None)
             else:
                 self.observe(pid)
+
+    def prefetch(self, active_buffer: int) -> None:
+        """Read the code objects of stacks recorded so far in the active buffer (called every
+        ~100 ms), so that a process which exits before the interval ends keeps its names."""
+        if self._collection is None:
+            return
+        stacks = self._collection.maps[f"py_stacks_{active_buffer}"]
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            keys = [k for k in stacks.keys() if k not in self._prefetched]
+            for key in keys:
+                raw = stacks.lookup(key)
+                self._prefetched.add(key)
+                if raw is None:
+                    continue
+                pid = PY_STACK_HEADER.unpack_from(raw)[1]
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    o = entry[0].offsets
+                    for f in parse_stack(raw):
+                        self.codes.frame(pid, o, f.code, f.instr, f.checksum)
+        except Exception:       # the session is closing under us
+            return
 
     def drain(self, buffer: int) -> None:
         """Read and clear the Python stacks of a buffer the session just drained."""

@@ -1,0 +1,67 @@
+"""Helpers of the Python-frame tests (imported by conftest.py and the tests)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent.parent / "src"
+
+
+def _version(python: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=20).stdout.split()
+        return (int(out[0]), int(out[1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def discover() -> list[tuple[str, str]]:
+    """(id, path) of each interpreter, one per (source, minor version)."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found: dict[str, str] = {}
+    for path in sorted(glob.glob(f"{root}/versions/3.*/bin/python3.*")):
+        if not re.search(r"python3\.\d+$", path):
+            continue
+        v = _version(path)
+        if v and v >= (3, 8):
+            found.setdefault(f"pyenv-{v[0]}.{v[1]}", path)
+    system = "/usr/bin/python3"
+    if os.path.exists(system) and (v := _version(system)) and v >= (3, 8):
+        found[f"system-{v[0]}.{v[1]}"] = system
+    elif os.environ.get("CI") == "true":
+        raise RuntimeError("/usr/bin/python3 is missing: .ci/install.d/python.sh installs it")
+    return sorted(found.items())
+
+
+INTERPRETERS = discover()
+
+
+
+class Target:
+    """A Python program started by a test; it prints one line of JSON when ready."""
+
+    def __init__(self, python: str, script: str, *args: str, stdin: bool = False) -> None:
+        self.proc = subprocess.Popen([python, "-c", script, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None, text=True)
+        self.pid = self.proc.pid
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"target did not start: {self.proc.stderr.read()[-2000:]}")
+        self.info = json.loads(line)
+
+    def go(self) -> None:
+        """Release a target that waits for a line on stdin."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)

@@ -1,0 +1,223 @@
+"""Python frames through the real BPF sampler, for every CPython on the machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sysconfig
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hotstack.procs import ProcessTable
+from hotstack.profile.model import FrameKind
+from hotstack.symbols.symbolizer import Symbolizer
+from hotstack.sampling.profiler import CpuProfiler
+from hotstack.sampling.session import SamplerConfig
+
+from pyframes_helpers import HERE, Target
+
+pytestmark = pytest.mark.root
+
+RATE = 499
+
+
+# One process table and symbolizer for the whole module: kallsyms and the interpreters' symbol
+# tables are read once, not once per test.
+_PROCESSES = ProcessTable()
+_SYMBOLIZER = Symbolizer(_PROCESSES)
+
+
+def profile(pid: int, seconds: float, python_enabled: bool = True, started=None):
+    config = SamplerConfig(frequency=RATE, pids=(pid,), python_enabled=python_enabled)
+    with CpuProfiler(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+        if started is not None:
+            started()
+        return prof.run(seconds)
+
+
+def root_first(sample) -> list[str]:
+    return [f.name for f in reversed(sample.stack)]
+
+
+def python_names(sample) -> list[str]:
+    return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.PYTHON]
+
+
+def test_shares_and_order(python, target):
+    t = target(python, "import runpy, json, sys; print(json.dumps({}), flush=True); "
+                       "sys.argv = ['w', '30']; runpy.run_path(sys.argv.pop(0) if False else %r, run_name='__main__')"
+                       % str(HERE / "workload_abc.py"))
+    prof = profile(t.pid, 2.0)
+    counts = Counter()
+    total = 0
+    for s in prof.samples:
+        names = python_names(s)
+        if "caller" not in names:
+            continue
+        total += s.value
+        i = names.index("caller")
+        assert names[:i][-2:] == ["main", ] or "main" in names[:i], names       # parent before child
+        child = names[i + 1] if i + 1 < len(names) else ""
+        if child in ("a", "b", "c"):
+            counts[child] += s.value
+            assert names.index(child) > i
+            leaf = next(f for f in s.stack if f.kind is FrameKind.PYTHON)
+            assert leaf.file.endswith("workload_abc.py") and leaf.line > 0
+    python_total = sum(s.value for s in prof.samples if python_names(s))
+    assert total > 300, f"only {total} samples under caller() of {prof.total}"
+    assert python_total >= 0.9 * prof.total, f"{python_total} of {prof.total} samples have Python frames"
+    shares = {k: 100 * counts[k] / total for k in "abc"}
+    for name, expected in (("a", 60), ("b", 30), ("c", 10)):
+        assert abs(shares[name] - expected) <= 5, shares
+
+
+def test_without_python_frames(python, target):
+    t = target(python, "import json, time; print(json.dumps({}), flush=True)\n"
+                       "def spin():\n    while True: sum(range(1000))\nspin()")
+    prof = profile(t.pid, 0.7, python_enabled=False)
+    assert prof.total > 50
+    assert not any(f.kind is FrameKind.PYTHON for s in prof.samples for f in s.stack)
+
+
+@pytest.fixture(scope="session")
+def extensions(tmp_path_factory):
+    """Build hsext for an interpreter (once per interpreter)."""
+    built: dict[str, Path] = {}
+
+    def build(python: str) -> Path:
+        if python not in built:
+            out = tmp_path_factory.mktemp("ext")
+            paths = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+                                    "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+            include, suffix = paths[0], paths[1]
+            if not Path(include, "Python.h").exists():
+                pytest.fail(f"{python}: no Python.h in {include} (install the -dev package)")
+            subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", "-shared", "-fPIC", f"-I{include}",
+                            str(HERE / "hsext.c"), "-o", str(out / f"hsext{suffix}")], check=True)
+            built[python] = out
+        return built[python]
+    return build
+
+
+MIXED = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import hsext
+    def inner():
+        total = 0
+        for i in range(20000):
+            total += i
+        return total
+    def outer():
+        while True:
+            hsext.call_back(inner)
+    print(json.dumps({}), flush=True)
+    outer()
+''')
+
+
+def test_mixed_python_c_python(python, target, extensions):
+    t = target(python, MIXED, str(extensions(python)))
+    prof = profile(t.pid, 1.5)
+    inner = [s for s in prof.samples if "inner" in python_names(s)]
+    assert sum(s.value for s in inner) > 0.3 * prof.total
+    assert sum(s.value for s in prof.samples if python_names(s)) >= 0.95 * prof.total
+    with_c = 0
+    for s in inner:
+        names = root_first(s)
+        assert names.index("outer") < names.index("inner"), names
+        if "call_back" in names:
+            # The C frame sits between the Python frames it joins.
+            assert names.index("outer") < names.index("call_back") < names.index("inner"), names
+            with_c += s.value
+    # Native frames in between need the native unwinder to get through libpython; where it
+    # does, the C frame must be in its place. At least the C-only samples show it under outer.
+    c_only = [s for s in prof.samples if "call_back" in root_first(s) and "inner" not in root_first(s)
+              and python_names(s)]
+    assert c_only, "no sample in the C extension"
+    for s in c_only:
+        names = root_first(s)
+        assert "outer" in names and names.index("outer") < names.index("call_back"), names
+
+
+THREADS = textwrap.dedent('''
+    import json, threading
+    def alpha():
+        while True:
+            sum(range(2000))
+    def beta():
+        while True:
+            sum(range(2000))
+    ids = {}
+    def run(fn):
+        ids[fn.__name__] = threading.get_native_id()
+        fn()
+    for fn in (alpha, beta):
+        threading.Thread(target=run, args=(fn,), daemon=True).start()
+    while len(ids) < 2:
+        pass
+    print(json.dumps(ids), flush=True)
+    threading.Event().wait()
+''')
+
+
+def test_threads(python, target):
+    t = target(python, THREADS)
+    prof = profile(t.pid, 1.2)
+    seen = Counter()
+    for s in prof.samples:
+        names = python_names(s)
+        for fn, other in (("alpha", "beta"), ("beta", "alpha")):
+            if s.tid == t.info[fn]:
+                assert other not in names, (fn, names)
+                if fn in names:
+                    seen[fn] += s.value
+                    assert names.index("run") < names.index(fn)
+    assert seen["alpha"] > 20 and seen["beta"] > 20, seen
+
+
+ASYNC = textwrap.dedent('''
+    import asyncio, json
+    def work():
+        return sum(range(3000))
+    def numbers():
+        while True:
+            work()
+            yield 1
+    async def crunch():
+        gen = numbers()
+        while True:
+            next(gen)
+            await asyncio.sleep(0)
+    print(json.dumps({}), flush=True)
+    asyncio.run(crunch())
+''')
+
+
+def test_asyncio_and_generators(python, target):
+    t = target(python, ASYNC)
+    prof = profile(t.pid, 1.2)
+    hits = 0
+    for s in prof.samples:
+        names = python_names(s)
+        if "work" in names:
+            assert names.index("crunch") < names.index("numbers") < names.index("work"), names
+            assert names[0] == "<module>" and "run" in names[:names.index("crunch")], names
+            hits += s.value
+    assert hits > 0.3 * prof.total, (hits, prof.total)
+
+
+def test_target_exiting_mid_profile(python):
+    """The target exits while being profiled: its samples keep their frames, nothing fails."""
+    short = Target(python, "import json, sys, time; print(json.dumps({}), flush=True); sys.stdin.readline()\n"
+                           "end = time.time() + 0.3\nwhile time.time() < end: sum(range(1000))", stdin=True)
+    try:
+        prof = profile(short.pid, 1.0, started=short.go)
+        assert short.proc.wait(timeout=5) == 0
+        assert prof is not None
+        assert any("<module>" in python_names(s) for s in prof.samples)
+    finally:
+        short.stop()
