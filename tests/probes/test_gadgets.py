@@ -68,3 +68,21 @@ def test_bad_input_is_one_line_and_exit_2(args, expected):
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], r.stderr
+
+
+@pytest.mark.root
+def test_missing_symbol_and_kprobe_without_kernel_support_exit_2():
+    import os
+
+    libc = libc_path_of(os.getpid())
+    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:no_such_function_here", "--timeout", "1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"uprobe:{libc}:no_such_function_here" in r.stderr and "no function" in r.stderr
+
+    from hotstack.ebpf.links import pmu_available
+    r = hotstack("run", "profile_probe", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
+    if pmu_available("kprobe"):
+        assert r.returncode == 0, r.stderr
+    elif r.returncode != 0:    # no kprobes: fentry where the kernel allows it, else this one line
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "'kprobe:vfs_read'" in r.stderr and "CONFIG_KPROBES" in r.stderr, r.stderr
