@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Test peers of the export area (issue 3):
 #  - OpenTelemetry Collectors built with the collector builder from the Go module proxy, one per OTLP
-#    profiles wire layout we speak (v1.8, v1.9, v1.10), with the OTLP receiver and the debug exporter;
-#    cached by version under $HOTSTACK_CACHE/otelcol-<version>/otelcol.
+#    profiles wire layout we speak (v1.8, v1.9, v1.10), with the OTLP receiver, the debug exporter
+#    (prints what it decoded) and the OTLP exporter (re-encodes it for a test receiver); cached by
+#    version under $HOTSTACK_CACHE/otelcol-<version>/otelcol.
 #  - Debian's Chromium for the flame graph page test; `go tool pprof` comes with the Go toolchain.
 set -euo pipefail
 CACHE="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}"
 mkdir -p "$CACHE"
 
 # protocol layout -> collector version (the collector compiles in exactly one layout):
-#   v1.8 -> v0.139.0, v1.9 -> v0.147.0, v1.10 -> v0.165.0
-COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.139.0 0.147.0 0.165.0}"
+#   v1.8 -> v0.139.0 (0.136-0.139), v1.9 -> v0.146.1 (0.140-0.147), v1.10 -> v0.165.0 (>= 0.148).
+# Not 0.147.0 for v1.9: `go install .../builder@v0.147.0` needs module zips the proxy refuses (403).
+# tests/export/collectors.py holds the same table.
+COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.139.0 0.146.1 0.165.0}"
+COMPONENTS="otlpreceiver debugexporter otlpexporter envprovider fileprovider"
 
 if ! command -v chromium >/dev/null; then
     apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
@@ -24,7 +28,8 @@ fi
 build_collector() {
     local version="$1"
     local dir="$CACHE/otelcol-$version"
-    if [ -x "$dir/otelcol" ]; then
+    # The component list is part of the cache key: a binary built with other components is rebuilt.
+    if [ -x "$dir/otelcol" ] && [ "$(cat "$dir/components" 2>/dev/null)" = "$COMPONENTS" ]; then
         return 0
     fi
     local work
@@ -39,10 +44,18 @@ receivers:
   - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver v$version
 exporters:
   - gomod: go.opentelemetry.io/collector/exporter/debugexporter v$version
+  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter v$version
 providers:
+  - gomod: go.opentelemetry.io/collector/confmap/provider/envprovider v$(provider_version "$version")
   - gomod: go.opentelemetry.io/collector/confmap/provider/fileprovider v$(provider_version "$version")
 YAML
-    GOBIN="$work/bin" go install "go.opentelemetry.io/collector/cmd/builder@v$version"
+    # The module proxy answers some requests of this graph with a passing 403/404: try again.
+    local try
+    for try in 1 2 3; do
+        GOBIN="$work/bin" go install "go.opentelemetry.io/collector/cmd/builder@v$version" && break
+        [ "$try" = 3 ] && { rm -rf "$work"; return 1; }
+        sleep 5
+    done
     # -trimpath and no VCS stamping keep the build independent of this directory.
     GOFLAGS="-trimpath -buildvcs=false" "$work/bin/builder" --config "$work/builder.yaml" >"$work/build.log" 2>&1 || {
         tail -40 "$work/build.log" >&2
@@ -51,6 +64,7 @@ YAML
     }
     mkdir -p "$dir"
     cp "$work/out/otelcol" "$dir/otelcol.tmp" && mv "$dir/otelcol.tmp" "$dir/otelcol"
+    echo "$COMPONENTS" >"$dir/components"
     rm -rf "$work"
 }
 

@@ -1,0 +1,111 @@
+"""The OpenTelemetry Collectors that .ci/install.d/export.sh builds, one per OTLP profiles layout."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+# layout -> collector version (the same table as .ci/install.d/export.sh)
+COLLECTORS = {"v1.8": "0.139.0", "v1.9": "0.146.1", "v1.10": "0.165.0"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HOTSTACK_CACHE", "/var/cache/hotstack-ci"))
+
+
+def require_peer(path: Path | None, what: str) -> Path:
+    """The peer's path; a missing peer fails in CI (CI=true) and skips elsewhere."""
+    if path is not None and path.exists():
+        return path
+    message = f"{what} is missing: run .ci/install.d/export.sh"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def collector_binary(version: str) -> Path:
+    return require_peer(cache_dir() / f"otelcol-{COLLECTORS[version]}" / "otelcol",
+                        f"OpenTelemetry Collector {COLLECTORS[version]} (OTLP profiles {version})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CONFIG = """\
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:{port}
+exporters:
+  debug:
+    verbosity: detailed
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    profiles:
+      receivers: [otlp]
+      exporters: [debug]
+"""
+
+
+class Collector:
+    """A real collector on a free loopback port, printing every profile it decodes (debug exporter)."""
+
+    def __init__(self, version: str, workdir: Path) -> None:
+        self.version = version
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        config = workdir / f"otelcol-{version}.yaml"
+        config.write_text(CONFIG.format(port=self.port))
+        self.log_path = workdir / f"otelcol-{version}.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen([str(collector_binary(version)), "--config", str(config),
+                                      "--feature-gates=service.profilesSupport"],
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collector {self.version} exited: {self.output()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"collector {self.version} did not listen on {self.endpoint}: {self.output()[-2000:]}")
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 15) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            out = self.output()
+            if text in out:
+                return out
+            time.sleep(0.2)
+        return self.output()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
