@@ -146,6 +146,17 @@ class GoPclntab:
                 out.append(None)
         return out
 
+    def lookup_indexes(self, vaddrs) -> np.ndarray:
+        """Index of the function covering each address, -1 where none does (vectorized)."""
+        from .symtab import search_right
+
+        q = np.asarray(vaddrs, dtype=np.uint64)
+        if not self.nfunc:
+            return np.full(len(q), -1, dtype=np.int64)
+        idx = search_right(self.entries, q)
+        safe = np.maximum(idx, 0)
+        return np.where((idx >= 0) & (q < self.ends[safe]), idx, -1)
+
     def index_of(self, address: int) -> int:
         i = int(np.searchsorted(self.entries, np.uint64(address), side="right")) - 1
         return i if i >= 0 and address < int(self.ends[i]) else -1
