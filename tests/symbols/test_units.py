@@ -207,3 +207,20 @@ def test_demangle_rejects_unknown_mode():
 
     with pytest.raises(HotstackError, match="none, simplified, templates, full"):
         Demangler("fancy")
+
+
+def test_file_truncated_in_place_is_noticed(c_binary, tmp_path):
+    copy = tmp_path / "victim"
+    shutil.copy(c_binary, copy)
+    elf = ElfFile(str(copy))
+    assert elf.intact()
+    replaced = tmp_path / "victim.new"
+    shutil.copy(c_binary, replaced)
+    os.replace(replaced, copy)          # replaced by rename: our mapping keeps the old inode
+    assert elf.intact()
+    elf.close()
+    elf = ElfFile(str(copy))
+    with open(copy, "r+b") as f:
+        f.truncate(100)                 # same inode, shorter: reading the mapping would SIGBUS
+    assert not elf.intact()
+    elf.close()

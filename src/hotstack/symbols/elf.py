@@ -93,6 +93,19 @@ class ElfFile:
         except (BufferError, ValueError):
             pass
 
+    def intact(self) -> bool:
+        """False if the file was truncated in place since it was mapped.
+
+        Reading a mapped page past a file's new end kills the process (SIGBUS), so a caller
+        checks this before reading names from a long-lived mapping. A file replaced by rename
+        is harmless (the mapping keeps the old inode); only the same inode, shorter, is not.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity[:2] or st.st_size >= self.size
+
     def __enter__(self) -> "ElfFile":
         return self
 

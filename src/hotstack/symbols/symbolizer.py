@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..procs import Mapping, ProcessInfo, ProcessTable
@@ -54,8 +55,10 @@ class ModuleSymbols:
     go: GoPclntab | None = None
     debug_file: str = ""
     sources: tuple[str, ...] = ()
+    checked_at: float = 0.0      # when the files were last seen intact (see ElfFile.intact)
     refused: list[str] = field(default_factory=list)
     _lines: dict[int, tuple[str, int]] = field(default_factory=dict)
+    _debug: ElfFile | None = None
 
     @property
     def nbytes(self) -> int:
@@ -69,6 +72,14 @@ class ModuleSymbols:
     @property
     def symbols(self) -> int:
         return (len(self.table) if self.table is not None else 0) + (len(self.go) if self.go is not None else 0)
+
+    def intact(self, now: float) -> bool:
+        """Files still safe to read (checked at most once a second)."""
+        if now - self.checked_at < 1.0:
+            return True
+        self.checked_at = now
+        files = [self.elf] + ([self._debug] if self._debug is not None else [])
+        return all(f is None or f.intact() for f in files)
 
     def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int, str, int] | None]:
         """(name, offset, file, line) for each address, or None."""
@@ -248,8 +259,11 @@ class Symbolizer:
         ekey = proc.modules.get(mkey)
         if ekey is not None:
             module = self.elf_cache.get(ekey)
-            if module is not None:
+            if module is not None and module.intact(time.monotonic()):
                 return module
+            if module is not None:     # truncated in place: reading it could kill us (SIGBUS)
+                self.elf_cache.pop(ekey)
+                self._keys_by_identity = {k: v for k, v in self._keys_by_identity.items() if v != ekey}
         module, ekey = self._open(info, mapping)
         if mkey not in proc.modules:
             proc.modules[mkey] = ekey
@@ -323,6 +337,7 @@ class Symbolizer:
         except ElfError as e:
             errors.append(str(e))
         if debug is not None:
+            module._debug = debug
             module.debug_file = debug.path
             self.stats.debug_files += 1
             sources.append("debug file")
