@@ -1,0 +1,183 @@
+"""Pyroscope push client against a test server that speaks Connect and decodes each PushRequest."""
+
+from __future__ import annotations
+
+import gzip
+import time
+
+from hotstack.export.pyroscope import (PUSH_PATH, PushSeries, PyroscopeEndpoint, PyroscopePusher, series_labels,
+                                       validate_labels)
+from hotstack.profile.model import Frame, Profile, Sample
+from hotstack.profile.pprof import encode_pprof
+
+from .collectors import free_port
+from .conftest import pprof
+from .connect_server import ConnectPushServer
+from .pprof_raw import parse_raw
+
+LABELS = {"__name__": "process_cpu", "service_name": "ebpf/web", "namespace": "prod",
+          "__container_id__": "c0ffee", "__meta_x": "dropped"}
+
+
+def _pprof() -> bytes:
+    f = Frame("work", module="/bin/app", address=0x10)
+    return encode_pprof(Profile([Sample((f,), 4, 9, 9, "app")], 1_700_000_000_000_000_000, 15_000_000_000, 19))
+
+
+def _endpoint(url: str, **kw) -> PyroscopeEndpoint:
+    return PyroscopeEndpoint(url=url, min_backoff_s=0.05, max_backoff_s=0.2, **kw)
+
+
+def test_push_is_a_connect_request_with_labels_and_the_gzipped_pprof(go_pprof, tmp_path):
+    server = ConnectPushServer([200])
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    pusher = PyroscopePusher(_endpoint(server.url, headers={"X-Scope-OrgID": "tenant-1"}, bearer_token_file=str(token)))
+    try:
+        raw = _pprof()
+        assert pusher.push([PushSeries(LABELS, raw)])
+        assert pusher.close(5)
+    finally:
+        server.close()
+    [record] = server.requests
+    assert record["path"] == PUSH_PATH
+    h = record["headers"]
+    assert h["Content-Type"] == "application/proto" and h["Connect-Protocol-Version"] == "1"
+    assert h["X-Scope-OrgID"] == "tenant-1" and h["Authorization"] == "Bearer s3cret"
+    assert int(h["Connect-Timeout-Ms"]) == 10_000
+    [series] = record["request"].series
+    # `__`-prefixed labels are dropped except __name__, and the rest are sorted by name.
+    assert [(l.name, l.value) for l in series.labels] == [
+        ("__name__", "process_cpu"), ("namespace", "prod"), ("service_name", "ebpf/web")]
+    [sample] = series.samples
+    assert sample.raw_profile == raw and len(sample.ID) == 36
+    path = tmp_path / "p.pb.gz"
+    path.write_bytes(sample.raw_profile)
+    parsed = parse_raw(pprof(go_pprof, "-raw", str(path)))
+    assert parsed.sample_types == ["cpu/nanoseconds"] and parsed.samples[0]["values"] == [4 * (10**9 // 19)]
+    m = pusher.metrics.snapshot()
+    assert m["sent_items"] == 1 and m["sent_bytes"] == len(raw) and m["dropped_items"] == 0
+
+
+def test_basic_auth():
+    server = ConnectPushServer([200])
+    pusher = PyroscopePusher(_endpoint(server.url, basic_auth_username="u", basic_auth_password="p"))
+    try:
+        pusher.push([PushSeries(LABELS, b"x")])
+        pusher.close(5)
+    finally:
+        server.close()
+    assert server.requests[0]["headers"]["Authorization"] == "Basic dTpw"
+
+
+def test_503_then_200_is_retried():
+    server = ConnectPushServer([503, 503, 200])
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        assert pusher.push([PushSeries(LABELS, b"profile")])
+        assert pusher.close(10)
+    finally:
+        server.close()
+    assert [r["status"] for r in server.requests] == [503, 503, 200]
+    m = pusher.metrics.snapshot()
+    assert (m["sent_items"], m["retries"], m["errors"], m["dropped_items"]) == (1, 2, 2, 0)
+
+
+def test_429_is_retried_only_when_enabled():
+    server = ConnectPushServer([429, 200])
+    off = PyroscopePusher(_endpoint(server.url, retry_on_http_429=False))
+    try:
+        off.push([PushSeries(LABELS, b"p")])
+        off.close(5)
+    finally:
+        server.close()
+    assert off.metrics.snapshot()["dropped_items"] == 1 and len(server.requests) == 1
+    server = ConnectPushServer([429, 200])
+    on = PyroscopePusher(_endpoint(server.url))
+    try:
+        on.push([PushSeries(LABELS, b"p")])
+        on.close(5)
+    finally:
+        server.close()
+    assert on.metrics.snapshot()["sent_items"] == 1 and len(server.requests) == 2
+
+
+def test_400_is_not_retried():
+    server = ConnectPushServer([400, 200])
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        pusher.push([PushSeries(LABELS, b"p")])
+        pusher.close(5)
+    finally:
+        server.close()
+    assert len(server.requests) == 1 and pusher.metrics.snapshot()["dropped_items"] == 1
+
+
+def test_hanging_server_times_out_and_push_never_blocks():
+    server = ConnectPushServer(["hang"], hang_s=10)
+    pusher = PyroscopePusher(_endpoint(server.url, remote_timeout_s=0.3, max_backoff_retries=1), queue_size=2)
+    try:
+        start = time.monotonic()
+        results = [pusher.push([PushSeries(LABELS, b"p")]) for _ in range(10)]
+        assert time.monotonic() - start < 0.5          # enqueue only, whatever the server does
+        assert results[:2] == [True, True] and not all(results)
+        assert server.wait_for(2, timeout=5)           # the first attempt timed out and was retried
+        pusher.close(3)
+    finally:
+        server.close()
+    m = pusher.metrics.snapshot()
+    assert m["sent_items"] == 0 and m["dropped_items"] == 10 and m["errors"] >= 2
+
+
+def test_server_down_counts_drops_and_does_not_crash():
+    url = f"http://127.0.0.1:{free_port()}"       # nothing listens there
+    pusher = PyroscopePusher(_endpoint(url, max_backoff_retries=2))
+    for _ in range(3):
+        pusher.push([PushSeries(LABELS, b"p")])
+    start = time.monotonic()
+    pusher.close(5)
+    assert time.monotonic() - start < 5
+    m = pusher.metrics.snapshot()
+    assert m["dropped_items"] == 3 and m["sent_items"] == 0 and m["errors"] == 9   # 3 tries each
+
+
+def test_shutdown_deadline_drops_what_is_left():
+    server = ConnectPushServer(["hang"], hang_s=10)
+    pusher = PyroscopePusher(_endpoint(server.url, remote_timeout_s=5))
+    for _ in range(4):
+        pusher.push([PushSeries(LABELS, b"p")])
+    start = time.monotonic()
+    done = pusher.close(0.5)
+    assert time.monotonic() - start < 1.5 and not done
+    server.close()
+    assert pusher.metrics.snapshot()["dropped_items"] >= 3
+
+
+def test_label_validation_as_pyroscope():
+    assert validate_labels(series_labels(LABELS)) is None
+    assert "service_name" in validate_labels(series_labels({"__name__": "process_cpu"}))
+    assert "__name__" in validate_labels(series_labels({"service_name": "a"}))
+    assert "invalid label name" in validate_labels(series_labels({**LABELS, "bad-name": "x"}))
+    assert validate_labels(series_labels({**LABELS, "k8s.pod.name": "x"})) is None   # dots are allowed
+    assert "longer" in validate_labels(series_labels({**LABELS, "v": "x" * 3000}))
+    server = ConnectPushServer([200])
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        assert not pusher.push([PushSeries({"service_name": "a"}, b"p")])
+        pusher.close(2)
+    finally:
+        server.close()
+    assert server.requests == [] and pusher.metrics.snapshot()["dropped_items"] == 1
+
+
+def test_gzip_raw_profile_is_sent_as_given():
+    raw = gzip.compress(b"\x0a\x00")
+    server = ConnectPushServer([200])
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        pusher.push([PushSeries(LABELS, raw), PushSeries({**LABELS, "service_name": "b"}, raw)])
+        pusher.close(5)
+    finally:
+        server.close()
+    [request] = server.accepted()
+    assert len(request.series) == 2 and all(s.samples[0].raw_profile == raw for s in request.series)
