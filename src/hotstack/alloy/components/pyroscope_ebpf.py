@@ -111,6 +111,9 @@ class PyroscopeEbpf(Component):
         self.metrics.active_targets.labels(component=self.id).set(len(args["targets"]))
         if self.args["verbose_mode"]:
             self.log.setLevel("DEBUG")
+        engine = self.profiler
+        if engine is not None:
+            engine.set_keep(self._keep_pid(index, engine) if args["targets_only"] else None)
         if restart:
             self._restart_profiler()
         elif self._started and self.profiler is None and self._should_run() and not self._starting:
@@ -138,6 +141,7 @@ class PyroscopeEbpf(Component):
         for attempt in range(3):
             try:
                 profiler = self._make_engine()
+                profiler.cpu.keep_pid = self._keep_pid(self.index, profiler) if self.args["targets_only"] else None
                 profiler.start()
             except HotstackError as e:
                 error = str(e)
@@ -186,7 +190,6 @@ class PyroscopeEbpf(Component):
     def _flush(self, profiler) -> None:
         with self._lock:
             index, args = self.index, self.args
-        profiler.cpu.keep_pid = self._keep_pid(index, profiler) if args["targets_only"] else None
         for profile in profiler.collect():
             self.metrics.observe_profile(profile, profiler)
             for labels, sub in self.split(profile, index, args):
