@@ -25,6 +25,9 @@ SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_NOBITS, SHT_RELA = 2, 11, 7, 8, 4
 EM_X86_64 = 62
 R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT = 6, 7
 MAX_PLT_BYTES = 4 << 20
+MAX_ENTRY_SIZE = 256     # program/section header entries are 56/64 bytes: larger is hostile
+MAX_TABLES = 4           # symbol tables, relocation tables and notes read per file: a real file
+MAX_NOTES = 16           # has one or two, a hostile one may declare thousands over the same bytes
 PT_LOAD, PT_NOTE = 1, 4
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 
@@ -128,7 +131,8 @@ class ElfFile:
         if offset >= table.size:
             return ""
         start = table.offset + offset
-        end = self._mm.find(b"\0", start, table.offset + table.size)
+        # Never scan further than a name can be long, whatever the table claims.
+        end = self._mm.find(b"\0", start, min(table.offset + table.size, start + 4096))
         if end < 0:
             end = table.offset + table.size
         return self._mm[start:min(end, start + 4096)].decode("utf-8", "replace")
@@ -144,7 +148,7 @@ class ElfFile:
          shentsize, shnum, shstrndx) = struct.unpack("<HHIQQQIHHHHHH", self.read(16, 48))
         self.segments: list[LoadSegment] = []
         self.note_ranges: list[tuple[int, int]] = []
-        if phnum and phentsize >= 56:
+        if phnum and 56 <= phentsize <= MAX_ENTRY_SIZE:
             raw = self.read(phoff, phnum * phentsize)
             for i in range(phnum):
                 p_type, p_flags, p_off, p_vaddr, _paddr, p_filesz, p_memsz, _align = struct.unpack_from(
@@ -156,7 +160,7 @@ class ElfFile:
         self.sections: list[ElfSection] = []
         if shnum > MAX_SECTIONS:
             raise ElfError(f"{self.path}: {shnum} sections is absurd")
-        if shnum and shentsize >= 64 and shoff + shnum * shentsize <= self.size:
+        if shnum and 64 <= shentsize <= MAX_ENTRY_SIZE and shoff + shnum * shentsize <= self.size:
             raw = self.read(shoff, shnum * shentsize)
             headers = [struct.unpack_from("<IIQQQQIIQQ", raw, i * shentsize) for i in range(shnum)]
             names = None
@@ -184,7 +188,7 @@ class ElfFile:
     # -- identity -----------------------------------------------------------------------------
     def build_id(self) -> str:
         """The GNU build id as hex, or ''."""
-        ranges = list(self.note_ranges) + [(s.offset, s.size) for s in self.sections if s.type == SHT_NOTE]
+        ranges = (list(self.note_ranges) + [(s.offset, s.size) for s in self.sections if s.type == SHT_NOTE])[:MAX_NOTES]
         for off, size in ranges:
             if off + size > self.size or size > 1 << 20:
                 continue
@@ -233,8 +237,8 @@ class ElfFile:
         values, sizes, names, tables = [], [], [], []
         strtabs: list[ElfSection] = []
         for kind in (SHT_SYMTAB, SHT_DYNSYM):   # .symtab first: it wins where both name an address
-            for s in self.sections:
-                if s.type != kind or s.size == 0 or s.link >= len(self.sections):
+            for s in [s for s in self.sections if s.type == kind][:MAX_TABLES]:
+                if s.size == 0 or s.link >= len(self.sections):
                     continue
                 count = s.size // _SYM_DTYPE.itemsize
                 if count > MAX_SYMBOLS or s.offset + count * _SYM_DTYPE.itemsize > self.size:
@@ -268,8 +272,8 @@ class ElfFile:
         if self.machine != EM_X86_64:
             return []
         slots: dict[int, str] = {}
-        for s in self.sections:
-            if s.type != SHT_RELA or s.link >= len(self.sections) or s.size > MAX_PLT_BYTES:
+        for s in [s for s in self.sections if s.type == SHT_RELA][:MAX_TABLES]:
+            if s.link >= len(self.sections) or s.size > MAX_PLT_BYTES:
                 continue
             symtab = self.sections[s.link]
             if symtab.type != SHT_DYNSYM or symtab.link >= len(self.sections):

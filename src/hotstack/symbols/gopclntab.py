@@ -246,10 +246,12 @@ def find_pclntab(elf) -> GoPclntab | None:
         if s is None or not s.size:
             continue
         data = elf.view(s.offset, s.size)
-        raw = elf.read(s.offset, s.size) if s.size <= 256 << 20 else b""
+        raw = elf.read(s.offset, s.size) if s.size <= 64 << 20 else b""
         for magic in (GO120, GO118, GO116, GO12):
             pos = raw.find(struct.pack("<IH", magic, 0))
-            while pos >= 0:
+            attempts = 0
+            while pos >= 0 and attempts < 16:    # a hostile section may repeat the magic everywhere
+                attempts += 1
                 try:
                     return GoPclntab(data[pos:], text_start)
                 except GoPclntabError:
