@@ -19,17 +19,28 @@ def is_eval_frame(frame: Frame) -> bool:
     return frame.name.split(".", 1)[0] == EVAL_FRAME     # also its `.cold` part
 
 
+# A native stack that reaches one of these was unwound to its root: its count of evaluation-loop
+# frames is complete.
+ROOT_FRAMES = frozenset({"_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone",
+                         "clone3", "__clone", "__clone3", "thread_start"})
+
+
 def merge(native: list[Frame], groups: list[list[Frame]]) -> list[Frame]:
-    """Leaf-first native frames + leaf-first groups of Python frames -> one leaf-first stack."""
+    """Leaf-first native frames + leaf-first groups of Python frames -> one leaf-first stack.
+
+    Groups are matched to evaluation-loop frames from the root when the native stack is complete
+    and has at least as many of them: a call of the loop that has just started (its frames not
+    yet linked into the thread's chain) is then the leaf one left native. Otherwise they are
+    matched from the leaf, and groups left over go at the root end.
+    """
+    evals = [i for i, f in enumerate(native) if is_eval_frame(f)]
+    skip = 0
+    if native and native[-1].name in ROOT_FRAMES and len(evals) > len(groups):
+        skip = len(evals) - len(groups)
+    replace = {pos: groups[j - skip] for j, pos in enumerate(evals) if 0 <= j - skip < len(groups)}
     out: list[Frame] = []
-    pending = iter(groups)
-    for frame in native:
-        if is_eval_frame(frame):
-            group = next(pending, None)
-            if group is not None:
-                out.extend(group)
-                continue
-        out.append(frame)
-    for group in pending:
-        out.extend(group)
+    for i, frame in enumerate(native):
+        group = replace.get(i)
+        out.extend(group if group is not None else (frame,))
+    out.extend(f for group in groups[len(replace):] for f in group)
     return out
