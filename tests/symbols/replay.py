@@ -14,6 +14,7 @@ from hotstack.symbols.symtab import SymbolTable
 
 
 def _probe_addresses(low: int, high: int) -> list[int]:
+    high = min(high, (1 << 64) - 1)     # addresses are u64: a corrupt table may claim more
     if high <= low:
         return [low]
     step = max(1, (high - low) // 64)

@@ -122,3 +122,11 @@ def test_pid_reuse_is_a_new_process(c_programs, workloads):
     info.mappings = MappingIndex(read_maps(w.pid))
     sym.user_frames(w.pid, [addr])
     assert sym.pid_cache.peek(key).mappings_id == id(info.mappings)
+
+
+def test_zero_and_top_addresses_do_not_break_lookups(c_programs, workloads):
+    w = workloads([c_programs["plain"]])
+    sym = Symbolizer(ProcessTable())
+    frames = sym.user_frames(w.pid, [0, 0, (1 << 64) - 1, 1])
+    assert [f.name for f in frames] == ["[unknown]"] * 4
+    assert len(sym.kernel_frames([0, 0, (1 << 64) - 1])) == 3

@@ -169,7 +169,7 @@ class Symbolizer:
 
     def kernel_frames(self, addresses: list[int]) -> list[Frame]:
         # Non-leaf addresses are return addresses: look up the call instruction (addr - 1).
-        lookups = [a if i == 0 else a - 1 for i, a in enumerate(addresses)]
+        lookups = [a if i == 0 or a == 0 else a - 1 for i, a in enumerate(addresses)]
         names = self.kernel.lookup_many(lookups)
         return [Frame(name or UNKNOWN, FrameKind.KERNEL, KERNEL_MODULE, addr, resolved=name is not None)
                 for addr, name in zip(addresses, names)]
@@ -191,7 +191,7 @@ class Symbolizer:
         frames: list[Frame | None] = [None] * len(addresses)
         for i, address in enumerate(addresses):
             mapping = self.processes.find_mapping(info, address)
-            lookup = address if i == 0 else address - 1
+            lookup = address if i == 0 or address == 0 else address - 1
             if mapping is None or not mapping.is_file:
                 if self.perf_maps and (mapping is None or not mapping.path.startswith("[")
                                        or mapping.path in ("[anon]", "[heap]")):
