@@ -118,6 +118,8 @@ def save_crasher(target: str, data: bytes, error: str) -> Path:
     name = f"{target}-{hashlib.sha1(data).hexdigest()[:16]}.bin"
     path = CRASHERS / name
     path.write_bytes(data)
+    # The traceback names where it failed, with paths relative to the repo (no machine paths).
+    error = error.replace(str(ROOT) + "/", "").replace(os.path.dirname(os.__file__), "<python>")
     (CRASHERS / (name + ".txt")).write_text(error)
     return path
 
