@@ -192,16 +192,26 @@ _TEMPLATE = """<!DOCTYPE html>
   document.addEventListener("keydown", function (ev) { if (ev.key === "Escape") { zoomed = null; render(); } });
   window.addEventListener("resize", render);
   window.hotstackFlamegraph = {
-    zoom: function (name) {   // zoom into the widest frame with this name (for tests and links)
+    zoom: function (name) {   // zoom into the widest frame with this name
       var best = null;
       (function walk(n) { if (n[0] === name && (!best || n[1] > best[1])) best = n; n[3].forEach(walk); })(root);
-      zoomed = best; render(); return !!best;
+      zoomed = best === root ? null : best; render(); return !!best;
     },
     search: function (text) { search.value = text; search.dispatchEvent(new Event("input")); return matched.textContent; }
   };
-  var hashZoom = decodeURIComponent((location.hash || "").replace(/^#zoom=/, ""));
-  if (location.hash.indexOf("#zoom=") === 0) window.hotstackFlamegraph.zoom(hashZoom);
-  else render();
+  render();
+  // Links into the graph: #zoom=NAME clicks the widest frame of that name, #search=TEXT searches.
+  (location.hash || "").replace(/^#/, "").split("&").forEach(function (part) {
+    var eq = part.indexOf("="), key = part.slice(0, eq), value = decodeURIComponent(part.slice(eq + 1));
+    if (key === "search") window.hotstackFlamegraph.search(value);
+    if (key === "zoom") {
+      var best = null;
+      graph.querySelectorAll(".frame").forEach(function (el) {
+        if (el.node[0] === value && (!best || el.node[1] > best.node[1])) best = el;
+      });
+      if (best) best.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+    }
+  });
 })();
 </script>
 </body>
