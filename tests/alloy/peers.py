@@ -183,6 +183,7 @@ class KubernetesServer:
         self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
         self.version = 100
         self.requests: list[str] = []
+        self.authorization: list[str] = []
         self.watchers: list[queue.Queue] = []
         self.lock = threading.Lock()
         server = self
@@ -190,6 +191,7 @@ class KubernetesServer:
         class Handler(_Quiet):
             def do_GET(self) -> None:
                 server.requests.append(self.path)
+                server.authorization.append(self.headers.get("Authorization", ""))
                 url = urllib.parse.urlsplit(self.path)
                 q = dict(urllib.parse.parse_qsl(url.query))
                 parts = url.path.strip("/").split("/")

@@ -1,0 +1,170 @@
+"""discovery.process against the real /proc, discovery.docker against a Docker Engine API on a
+unix socket, discovery.kubernetes against a Kubernetes API (list + watch): labels and updates."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from hotstack.alloy.components.discovery_process import join
+from hotstack.alloy.controller import load_config
+
+from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_pod
+
+
+def wait(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
+
+
+def started(cfg: str):
+    c = load_config(cfg, "t.alloy")
+    c.start()
+    return c
+
+
+def test_process_discovery_reads_proc(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "marker-arg"], cwd=tmp_path)
+    try:
+        c = started('discovery.process "p" {\n  discover_config {\n    username = true\n    uid = true\n'
+                    '    cgroup_path = true\n  }\n}\n')
+        try:
+            targets = c.component("discovery.process.p").exports["targets"]
+            mine = [t for t in targets if t["__process_pid__"] == str(p.pid)]
+            assert len(mine) == 1
+            t = mine[0]
+            assert t["__meta_process_exe"] == os.path.realpath(sys.executable)
+            assert t["__meta_process_cwd"] == str(tmp_path)
+            assert t["__meta_process_commandline"].endswith("import time; time.sleep(60) marker-arg")
+            assert t["__meta_process_uid"] == str(os.getuid())
+            assert t["__meta_process_username"] == __import__("pwd").getpwuid(os.getuid()).pw_name
+            assert "__meta_process_cgroup_path" in t
+            assert not any(k.startswith("__meta_process_pid") for k in t)
+            assert str(os.getpid()) in {t["__process_pid__"] for t in targets}
+        finally:
+            c.stop()
+        # defaults: no username/uid labels
+        c = load_config('discovery.process "p" {}\n', "t.alloy")
+        c.start()
+        try:
+            t = next(t for t in c.component("discovery.process.p").exports["targets"]
+                     if t["__process_pid__"] == str(p.pid))
+            assert "__meta_process_uid" not in t and "__meta_process_username" not in t
+        finally:
+            c.stop()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_process_join_by_container_id():
+    cid = "a" * 64
+    procs = [{"__process_pid__": "1", "__container_id__": cid}, {"__process_pid__": "2"}]
+    external = [{"__meta_kubernetes_pod_container_id": f"containerd://{cid}", "pod": "p"},
+                {"__meta_kubernetes_pod_container_id": "other://" + "b" * 64, "pod": "q"}, {"x": "y"}]
+    out = join(procs, external)
+    assert {"__process_pid__": "1", "__container_id__": cid,
+            "__meta_kubernetes_pod_container_id": f"containerd://{cid}", "pod": "p"} in out
+    assert {"__process_pid__": "2"} in out
+    assert {"x": "y"} in out
+    assert external[0] in out   # targets with a container id are also kept as they are
+    assert external[1] in out
+
+
+def test_docker_discovery_labels_ports_and_filters(tmp_path):
+    cid = "c" * 64
+    containers = [docker_container(cid, "web", labels={"com.docker.compose.service": "web"},
+                                   ports=[{"PrivatePort": 8080, "PublicPort": 80, "IP": "0.0.0.0", "Type": "tcp"},
+                                          {"PrivatePort": 9090, "Type": "tcp"}, {"PrivatePort": 53, "Type": "udp"}]),
+                  docker_container("d" * 64, "db", ip="172.17.0.3", labels={"tier": "db"})]
+    server = DockerServer(str(tmp_path / "d.sock"), containers, DOCKER_NETWORKS)
+    try:
+        c = started(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  refresh_interval = "200ms"\n'
+                    f'  filter {{\n    name = "label"\n    values = ["com.docker.compose.service"]\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.docker.d")
+            targets = comp.exports["targets"]
+            assert len(targets) == 2, targets   # the db container is filtered out; udp port skipped
+            by_port = {t["__meta_docker_port_private"]: t for t in targets}
+            t = by_port["8080"]
+            assert t["__meta_docker_container_id"] == cid and t["__meta_docker_container_name"] == "/web"
+            assert t["__meta_docker_port_public"] == "80" and t["__meta_docker_port_public_ip"] == "0.0.0.0"
+            assert t["__address__"] == "172.17.0.2:8080"
+            assert t["__meta_docker_network_name"] == "bridge" and t["__meta_docker_network_scope"] == "local"
+            assert t["__meta_docker_container_label_com_docker_compose_service"] == "web"
+            assert t["__meta_docker_container_network_mode"] == "bridge"
+            assert "__meta_docker_port_public" not in by_port["9090"]
+            assert any("filters=" in r and "com.docker.compose.service" in r for r in server.requests)
+            # the daemon goes away at run time: unhealthy, with the reason, last targets kept
+            server.close()
+            server = None
+            assert wait(lambda: comp.health.state == "unhealthy")
+            assert "cannot reach unix://" in comp.health.message
+            assert len(comp.exports["targets"]) == 2
+        finally:
+            c.stop()
+    finally:
+        if server is not None:
+            server.close()
+
+
+def test_kubernetes_list_and_watch(tmp_path):
+    pods = [k8s_pod("a", "ns1", "n1", "app", "containerd://" + "1" * 64, labels={"app.kubernetes.io/name": "x"},
+                    annotations={"pyroscope.io/service_name": "svc-a"},
+                    ports=[{"name": "http", "containerPort": 8080, "protocol": "TCP"}]),
+            k8s_pod("b", "ns2", "n1", "app", "cri-o://" + "2" * 64)]
+    k8s = KubernetesServer(pods)
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+current-context: test
+contexts:
+- name: test
+  context: {{cluster: c, user: u, namespace: ns1}}
+clusters:
+- name: c
+  cluster: {{server: "{k8s.url}"}}
+users:
+- name: u
+  user: {{tokenFile: {token}}}
+""")
+    try:
+        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  kubeconfig_file = "{kubeconfig}"\n'
+                    f'  namespaces {{\n    own_namespace = true\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.kubernetes.k")
+            targets = comp.exports["targets"]
+            assert len(targets) == 1   # only ns1 (own namespace from the kubeconfig context)
+            t = targets[0]
+            assert t["__meta_kubernetes_pod_annotation_pyroscope_io_service_name"] == "svc-a"
+            assert t["__meta_kubernetes_pod_annotationpresent_pyroscope_io_service_name"] == "true"
+            assert t["__meta_kubernetes_pod_label_app_kubernetes_io_name"] == "x"
+            assert t["__meta_kubernetes_pod_container_id"] == "containerd://" + "1" * 64
+            assert t["__meta_kubernetes_pod_container_port_name"] == "http"
+            assert t["__address__"] == "10.1.0.5:8080"
+            assert (t["__meta_kubernetes_pod_controller_kind"], t["__meta_kubernetes_pod_ready"]) == ("ReplicaSet", "true")
+            assert any(r.startswith("/api/v1/namespaces/ns1/pods") for r in k8s.requests)
+            assert k8s.authorization[0] == "Bearer s3cret"
+            # watch: modified, added, deleted
+            wait(lambda: k8s.watchers)
+            modified = k8s_pod("a", "ns1", "n1", "app", "containerd://" + "1" * 64, phase="Succeeded")
+            k8s.push_event("MODIFIED", modified)
+            assert wait(lambda: comp.exports["targets"] and
+                        comp.exports["targets"][0]["__meta_kubernetes_pod_phase"] == "Succeeded")
+            k8s.push_event("ADDED", k8s_pod("c", "ns1", "n2", "side", "containerd://" + "3" * 64))
+            assert wait(lambda: len(comp.exports["targets"]) == 2)
+            k8s.push_event("DELETED", modified)
+            assert wait(lambda: [t["__meta_kubernetes_pod_name"] for t in comp.exports["targets"]] == ["c"])
+        finally:
+            c.stop()
+    finally:
+        k8s.close()
