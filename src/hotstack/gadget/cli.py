@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unwind", choices=("auto", "fp", "dwarf"), default="auto",
                    help="user stacks: fp = frame pointers in the kernel; dwarf = stack copies unwound with "
                         ".eh_frame; auto = dwarf for processes built without frame pointers (default)")
+    p.add_argument("--python", action=argparse.BooleanOptionalAction, default=True,
+                   help="show the Python functions (file, line) that CPython 3.8-3.14 processes run, in place "
+                        "of the interpreter's frames (default: on)")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",
@@ -86,7 +89,8 @@ def profile_run_options(args: argparse.Namespace):
         kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
         output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
         file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
-        sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"))
+        sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
+        python_enabled=getattr(args, "python", True))
 
 
 # Gadgets beyond profile_cpu register themselves on import.

@@ -40,6 +40,7 @@ class RunOptions:
     otel_profiles_exporter: str = ""
     sanitize_labels: bool = False
     unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
+    python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
 
     def validate(self) -> None:
         if not 1 <= self.sample_rate <= 1000:
@@ -60,7 +61,8 @@ class RunOptions:
     def sampler_config(self) -> SamplerConfig:
         return SamplerConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
                              include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
-                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind)
+                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
+                             python_enabled=self.python_enabled)
 
 
 ProfileSink = Callable[[Profile], None]
