@@ -38,11 +38,13 @@ def start_workload(python: str, seconds: float) -> subprocess.Popen:
     return proc
 
 
-def finish(proc: subprocess.Popen, seconds: float) -> float:
+def finish(proc: subprocess.Popen, seconds: float) -> tuple[float, float]:
+    """(caller() calls per second of the workload's CPU time, the workload's CPU seconds)."""
     out = proc.stdout.read()
     proc.wait()
-    calls = int(out.split("calls", 1)[1].split()[0])
-    return calls / seconds
+    fields = out.split("calls", 1)[1].split()
+    calls, cpu = int(fields[0]), float(fields[2])
+    return calls / cpu, cpu
 
 
 def shares(stacks: Counter) -> dict[str, float]:
@@ -65,7 +67,7 @@ def run_hotstack(python: str, seconds: float, rate: int, python_enabled: bool):
         last = prof.run(max(0.5, seconds - 0.5))
         bpf_ns = prof.session.bpf_run_time_ns()
         cpu = time.process_time() - cpu1
-    rate_calls = finish(proc, seconds)
+    rate_calls, _cpu = finish(proc, seconds)
     stacks = Counter()
     for s in last.samples if last else []:
         names = tuple(f.name for f in s.stack if f.kind is FrameKind.PYTHON)
@@ -83,19 +85,21 @@ def run_pyspy(pyspy: str, python: str, seconds: float, rate: int):
         spy = subprocess.run([pyspy, "record", "--pid", str(proc.pid), "--rate", str(rate), "--duration",
                               str(int(max(1, seconds - 1))), "--format", "raw", "--output", str(out)],
                              capture_output=True, text=True)
-        rate_calls = finish(proc, seconds)
+        rate_calls, workload_cpu = finish(proc, seconds)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if spy.returncode != 0:
             raise SystemExit(f"py-spy failed: {spy.stderr.strip()[-300:]}")
         stacks = Counter()
         for line in out.read_text().splitlines():
             folded, _, count = line.rpartition(" ")
-            frames = folded.split(";")[1:]          # the first entry names the process
+            frames = folded.split(";")
+            if frames and frames[0].startswith("process "):
+                frames = frames[1:]
             names = tuple(f.split(" (", 1)[0] for f in frames)
             stacks[names] += int(count)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    # the workload is a child too: take its CPU out of py-spy's
-    return rate_calls, cpu, stacks
+    # The workload is a child too: take its own CPU out of py-spy's.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) - workload_cpu
+    return rate_calls, max(0.0, cpu), stacks
 
 
 def main() -> None:
@@ -111,17 +115,12 @@ def main() -> None:
     version = subprocess.run([args.python, "-V"], capture_output=True, text=True).stdout.strip()
     print(f"workload: {WORKLOAD.name} on {version}, {T:.0f} s per phase, {R} Hz")
 
-    base = finish(start_workload(args.python, T), T)
+    base, _cpu = finish(start_workload(args.python, T), T)
     hs_calls, hs_cpu, hs_ready, hs_bpf, hs_stacks, hs_total = run_hotstack(args.python, T, R, True)
     nopy_calls, nopy_cpu, _ready, nopy_bpf, _s, _t = run_hotstack(args.python, T, R, False)
-    # py-spy's CPU: children rusage includes the workload; measure the workload alone the same way.
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    spy_calls, spy_and_workload_cpu, spy_stacks = run_pyspy(pyspy, args.python, T, R)
-    workload_cpu_estimate = T   # the workload is single-threaded and CPU-bound: ~1 CPU-second per second
-    spy_cpu = max(0.0, spy_and_workload_cpu - workload_cpu_estimate)
-    del before
+    spy_calls, spy_cpu, spy_stacks = run_pyspy(pyspy, args.python, T, R)
 
-    print(f"\nthroughput (caller() calls/s): alone {base:.0f}")
+    print(f"\nworkload throughput (caller() calls per CPU-second of the workload): alone {base:.0f}")
     for name, calls in (("hotstack, python frames", hs_calls), ("hotstack, no python frames", nopy_calls),
                         ("py-spy record", spy_calls)):
         print(f"  {name:28s} {calls:8.0f}  slowdown {100 * (1 - calls / base):+5.1f}%")
@@ -131,8 +130,7 @@ def main() -> None:
           f"{100 * hs_bpf / 1e9 / sampled:5.3f}% BPF   (startup {hs_ready:.2f} s CPU, not counted)")
     print(f"  hotstack, no python frames  {100 * nopy_cpu / sampled:5.2f}% userspace + "
           f"{100 * nopy_bpf / 1e9 / sampled:5.3f}% BPF")
-    print(f"  py-spy record               {100 * spy_cpu / (T - 1):5.2f}% (children CPU minus the workload's"
-          f" ~{workload_cpu_estimate:.0f} s)")
+    print(f"  py-spy record               {100 * spy_cpu / (T - 1):5.2f}%")
     bpf_per_sample_us = hs_bpf / 1e3 / max(1, hs_total)
     print(f"  BPF time per sample with python frames: {bpf_per_sample_us:.1f} us"
           f" (without: {nopy_bpf / 1e3 / max(1, hs_total):.1f} us)")
