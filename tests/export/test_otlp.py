@@ -1,0 +1,146 @@
+"""OTLP profiles export of real runs, decoded by the Python receiver built on the official
+opentelemetry-proto package (layout v1.10), independently of hotstack's own modules."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hotstack.profile.otlp import encode_profile
+from hotstack.profile.model import Frame, FrameKind, Profile, Sample
+
+from ..conftest import hotstack
+from .collectors import free_port
+from .conftest import pprof
+from .otlp_checks import check_dictionary, profile_types
+from .otlp_receiver import OfficialReceiver, resolve
+from .pprof_raw import parse_raw
+
+HZ = 99
+PERIOD = 10**9 // HZ
+
+CONFIG = """\
+operator:
+  otel-profiles:
+    exporters:
+      test:
+        exporter: otlp-grpc
+        compression: {compression}
+        endpoint: "{endpoint}"
+        insecure: true
+"""
+
+
+@pytest.fixture
+def receiver():
+    r = OfficialReceiver()
+    yield r
+    r.stop()
+
+
+def write_config(tmp_path, endpoint: str, compression: str = "gzip", extra: str = "") -> str:
+    path = tmp_path / "ig-config.yaml"
+    path.write_text(CONFIG.format(endpoint=endpoint, compression=compression) + extra)
+    return str(path)
+
+
+def workload_samples(requests, comm: str) -> list[dict]:
+    return [s for req in requests for s in resolve(req) if s["attributes"].get("proc.comm") == comm]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_export_of_a_run_decodes_with_the_official_package(export_busy, workloads, receiver, tmp_path, go_pprof,
+                                                           compression):
+    w = workloads([export_busy])
+    pb = tmp_path / "same-run.pb.gz"
+    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
+                 "--config", write_config(tmp_path, receiver.endpoint, compression),
+                 "--otel-profiles-exporter", "test", "-o", "pprof", "--file", str(pb))
+    assert r.returncode == 0, r.stderr
+    requests = receiver.wait_for(1)
+    assert len(requests) == 1, "one export per fetch (--map-fetch-interval 0: one at the end)"
+    request = requests[0]
+    check_dictionary(request)
+    assert profile_types(request) == (("samples", "count"), ("cpu", "nanoseconds"), PERIOD)
+    samples = resolve(request)
+    assert samples and all(s["attributes"] == {"proc.comm": "export_busy"} for s in samples)
+    assert samples[0]["resource"]["service.name"] == "hotstack" and samples[0]["resource"]["service.version"]
+    profile = samples[0]["profile"]
+    assert profile.time_unix_nano > 1_600_000_000 * 10**9 and profile.duration_nano > 2 * 10**9
+    leaf = [s for s in samples if s["frames"][:3] == ["export_leaf", "export_outer", "main"]]
+    assert leaf and sum(s["value"] for s in leaf) >= 0.3 * sum(s["value"] for s in samples)
+    assert any("__x64_sys_getppid" in s["frames"] for s in samples)
+    strings = set(request.dictionary.string_table)
+    assert str(export_busy) in strings                              # the mapping's file
+    assert "process.executable.build_id.gnu" in strings and "profile.frame.type" in strings
+    # The same run written as pprof counts exactly the same samples.
+    raw = parse_raw(pprof(go_pprof, "-raw", str(pb)))
+    assert sum(s["value"] for s in samples) == sum(s["values"][0] for s in raw.samples) // PERIOD
+
+
+@pytest.mark.root
+def test_one_export_per_interval_and_none_when_empty(export_busy, workloads, receiver, tmp_path):
+    busy = workloads([export_busy])
+    idle = workloads(["sleep", "100"])
+    config = write_config(tmp_path, receiver.endpoint)
+    r = hotstack("run", "profile_cpu", "--pid", str(busy.pid), "--timeout", "3.5", "--map-fetch-interval", "1s",
+                 "--config", config, "--otel-profiles-exporter", "samples:test", "-o", "none")
+    assert r.returncode == 0, r.stderr
+    requests = receiver.wait_for(3)
+    assert len(requests) >= 3, len(requests)
+    starts = [req.resource_profiles[0].scope_profiles[0].profiles[0].time_unix_nano for req in requests]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert all(workload_samples([req], "export_busy") for req in requests)
+    before = len(receiver.requests)
+    r = hotstack("run", "profile_cpu", "--pid", str(idle.pid), "--timeout", "2", "--map-fetch-interval", "500ms",
+                 "--config", config, "--otel-profiles-exporter", "test", "-o", "none")
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)
+    assert len(receiver.requests) == before, "an interval without samples sends nothing"
+
+
+@pytest.mark.root
+def test_absent_receiver_does_not_hold_up_the_run(export_busy, workloads, tmp_path):
+    w = workloads([export_busy])
+    args = ["run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--map-fetch-interval", "500ms", "-o", "folded"]
+    start = time.monotonic()
+    assert hotstack(*args).returncode == 0
+    baseline = time.monotonic() - start
+    config = write_config(tmp_path, f"127.0.0.1:{free_port()}")
+    start = time.monotonic()
+    r = hotstack(*args, "--config", config, "--otel-profiles-exporter", "test")
+    elapsed = time.monotonic() - start
+    assert r.returncode == 0, r.stderr
+    assert "export_leaf" in r.stdout                 # sampling and output went on
+    assert "dropped" in r.stderr and "Traceback" not in r.stderr
+    # At most the flush deadline (5 s) more than the same run without the exporter.
+    assert elapsed < baseline + 5 + 3, (elapsed, baseline)
+
+
+def test_every_layout_encodes_the_same_samples():
+    """v1.8 and v1.9 requests decode with hotstack's modules to the same samples as v1.10 with the
+    official package: only field numbers differ."""
+    from hotstack.profile.otlp.encode import MODULES
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import \
+        ExportProfilesServiceRequest
+
+    k = Frame("do_syscall_64", FrameKind.KERNEL, "[kernel.kallsyms]", 0xffffffff81000000)
+    a = Frame("spin", FrameKind.NATIVE, "/bin/app", 0x1139, "ab" * 20)
+    b = Frame("main", FrameKind.NATIVE, "/bin/app", 0x1160, "ab" * 20)
+    p = Profile([Sample((k, a, b), 10, 1, 1, "app"), Sample((a, b), 5, 1, 2, "app"), Sample((a, b), 2, 1, 3, "app")],
+                1, 2, 49)
+    official = ExportProfilesServiceRequest.FromString(encode_profile(p, "v1.10"))
+    check_dictionary(official)
+    expected = sorted((s["frames"], s["value"], tuple(s["attributes"].items())) for s in resolve(official))
+    assert expected == [(["do_syscall_64", "spin", "main"], 10, (("proc.comm", "app"),)),
+                        (["spin", "main"], 7, (("proc.comm", "app"),))]   # equal identities merged
+    for version in ("v1.8", "v1.9"):
+        req = MODULES[version].ExportProfilesServiceRequest.FromString(encode_profile(p, version))
+        check_dictionary(req)
+        assert sorted((s["frames"], s["value"], tuple(s["attributes"].items())) for s in resolve(req)) == expected
+        # Read with the v1.10 layout, a v1.8/v1.9 sample's values land in the wrong fields.
+        misread = ExportProfilesServiceRequest.FromString(encode_profile(p, version))
+        assert [list(s.values) for s in misread.resource_profiles[0].scope_profiles[0].profiles[0].samples] != \
+               [[10], [7]]
