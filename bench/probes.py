@@ -19,15 +19,37 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from hotstack import ebpf  # noqa: E402
+from hotstack.sampling.offcpu import OffCpuConfig, OffCpuProfiler  # noqa: E402
 from hotstack.sampling.probes import ProbeConfig, ProbeProfiler  # noqa: E402
 
 WORKLOAD = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 __attribute__((noinline)) int probed(int x) { __asm__ volatile(""); return x + 1; }
 __attribute__((noinline)) int never_called(int x) { __asm__ volatile(""); return x - 1; }
+
+/* ping N: N round trips of one byte through two pipes with a child process; prints ns per round trip. */
+static int ping(long n)
+{
+    int a[2], b[2];
+    char c = 0;
+    if (pipe(a) || pipe(b)) return 1;
+    if (fork() == 0) {
+        close(a[1]); close(b[0]);   /* so that the parent's exit ends the child (EOF) */
+        while (read(a[0], &c, 1) == 1) if (write(b[1], &c, 1) != 1) break;
+        _exit(0);
+    }
+    close(a[0]); close(b[1]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < n; i++) { if (write(a[1], &c, 1) != 1 || read(b[0], &c, 1) != 1) return 1; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%.0f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n);
+    return 0;
+}
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 
@@ -36,6 +58,8 @@ int main(int argc, char **argv)
     /* tight N: N calls as fast as possible, prints ns per call.
        rate R S: R calls per second for S seconds, in batches every millisecond. */
     volatile int acc = 0;
+    if (argv[1][0] == 'p')
+        return ping(atol(argv[2]));
     if (argv[1][0] == 't') {
         long n = atol(argv[2]);
         double t0 = now();
@@ -91,6 +115,26 @@ def agent_cpu(binary: Path, symbol: str, rate: int, seconds: float) -> tuple[flo
     return usage.ru_utime + usage.ru_stime, wall, hits
 
 
+def offcpu_cost(binary: Path, trips: int = 20000) -> str:
+    """Pipe ping-pong between two processes (two context switches per round trip), with and
+    without off-CPU profiling of every switch."""
+    def round_trip() -> float:
+        return min(float(subprocess.run([str(binary), "ping", str(trips)], capture_output=True, text=True,
+                                        check=True).stdout) for _ in range(3))
+
+    base = round_trip()
+    stats_fd = ebpf.enable_run_time_stats()
+    with OffCpuProfiler(OffCpuConfig()) as profiler:
+        traced = round_trip()
+        profile = profiler.collect()
+        stats = profiler.session._collection.programs["offcpu_sched_switch"].stats()
+    os.close(stats_fd)
+    return (f"off-CPU: pipe round trip {base / 1000:.1f} us without, {traced / 1000:.1f} us with every switch "
+            f"recorded (+{(traced - base) / 2000:.1f} us per context switch, x{traced / base:.2f}); hotstack's "
+            f"sched_switch program: {stats.run_time_ns / max(1, stats.run_count) / 1000:.1f} us per switch "
+            f"(two stack ids, three map ops); {profile.stats.samples} switches recorded machine-wide")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2_000_000)
@@ -115,6 +159,8 @@ def main() -> None:
               f"(+{probed - base:.0f} ns per hit, x{probed / base:.0f}; of which {program_ns:.0f} ns in hotstack's "
               f"BPF program, the rest the kernel's uprobe trap); {recorded} hits recorded of "
               f"{3 * (args.calls // 10)} calls")
+
+        print(offcpu_cost(binary))
 
         results = {label: agent_cpu(binary, symbol, args.rate, args.seconds)
                    for label, symbol in (("idle", "never_called"), ("busy", "probed"))}
