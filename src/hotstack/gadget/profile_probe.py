@@ -41,7 +41,8 @@ def run_profile_probe(args: argparse.Namespace) -> int:
 
     reject_cpu_only_flags(args, "profile_probe")
     if not args.probe:
-        raise ConfigError("profile_probe needs at least one --probe LINK, e.g. --probe uprobe:/path/to/libc.so.6:malloc")
+        raise ConfigError("profile_probe needs at least one --probe LINK, "
+                          "e.g. --probe uprobe:/path/to/libc.so.6:malloc")
     opts = profile_run_options(args)
     config = ProbeConfig.from_strings(args.probe, pids=opts.pids)   # bad links fail here, before any BPF
     ds = event_datasource("process_cpu", "uprobe", "count", "uprobe", "count")
