@@ -188,7 +188,9 @@ def _python_312() -> str | None:
     candidates += [shutil.which(n) or "" for n in ("python3.14", "python3.13", "python3.12")]
     if shutil.which("pyenv"):
         versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True).stdout.split()
-        for v in sorted(versions, reverse=True):
+        recent = [v for v in versions if v.split(".")[0] == "3" and v.split(".")[1:2] and v.split(".")[1].isdigit()
+                  and int(v.split(".")[1]) >= 12]
+        for v in sorted(recent, reverse=True)[:2]:
             prefix = subprocess.run(["pyenv", "prefix", v], capture_output=True, text=True).stdout.strip()
             if prefix:
                 candidates.append(f"{prefix}/bin/python3")
