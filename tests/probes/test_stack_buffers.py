@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from hotstack.sampling.obi import trace_labels
-from hotstack.sampling.stack_buffers import EVENT_KEY, parse_stack, with_caller
+from hotstack.sampling.stack_buffers import EVENT_KEY, EVENT_VALUE, parse_stack, with_caller
 
 
 def test_caller_is_put_after_the_leaf_once():
@@ -21,9 +21,17 @@ def test_stack_map_values_end_at_the_first_zero():
     assert parse_stack(raw) == (1, 2, 3)
 
 
-def test_event_key_layout_matches_event_counts_h():
-    # pid, tid, user stack id, kernel stack id, caller, trace id, span id: 56 bytes, no padding.
-    assert EVENT_KEY.size == 4 + 4 + 4 + 4 + 8 + 16 + 8
+def test_layouts_match_the_committed_objects():
+    """The Python mirrors of event_counts.h/offcpu.bpf.c against the maps the objects declare."""
+    from hotstack.ebpf import load_spec
+    from hotstack.sampling import offcpu, probes
+
+    for path in (probes.object_path(), offcpu.object_path()):
+        spec = load_spec(path)
+        assert (spec.maps["counts_0"].key_size, spec.maps["counts_0"].value_size) == (EVENT_KEY.size, EVENT_VALUE.size)
+        assert (spec.maps["traces_ctx_v1"].key_size, spec.maps["traces_ctx_v1"].value_size) == (8, 24)
+    entry = load_spec(offcpu.object_path()).maps["off_cpu_threads"].value_size
+    assert entry == offcpu.OFF_CPU_ENTRY.size + 24   # then the OBI trace context
 
 
 def test_trace_labels_hex_and_absent_when_zero():
