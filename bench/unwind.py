@@ -143,23 +143,104 @@ def run_perf(pid: int, seconds: float, frequency: int, workdir: Path) -> dict | 
 
 
 # -- OpenTelemetry eBPF profiler -----------------------------------------------------------------
-def run_otel(binary: str, seconds: float, frequency: int, workdir: Path) -> dict:
-    """Runs it for `seconds` and reports its CPU; it needs a collector to report stacks to."""
+def run_otel(binary: str, pid: int, seconds: float, frequency: int, workdir: Path) -> dict:
+    """Runs it against a loopback OTLP receiver (tests/export/otlp_receiver.py, the official
+    opentelemetry-proto servicer) and reads back the target's stacks. It reports native frames as
+    file addresses without names (symbolization is a backend's job there), so they are named here
+    with hotstack's ELF symbol tables, through the target's /proc/PID/maps."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.export.otlp_receiver import OfficialReceiver
+
+    receiver = OfficialReceiver()
     log = workdir / "otel.log"
     start = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(log, "w") as f:
-        proc = subprocess.Popen([binary, "-samples-per-second", str(frequency), "-collection-agent",
-                                 "127.0.0.1:4317", "-disable-tls"], stdout=f, stderr=subprocess.STDOUT)
-        time.sleep(seconds)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    end = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        with open(log, "w") as f:
+            proc = subprocess.Popen([binary, "-samples-per-second", str(frequency), "-collection-agent",
+                                     receiver.endpoint, "-disable-tls", "-reporter-interval", "2s",
+                                     "-send-error-frames"], stdout=f, stderr=subprocess.STDOUT)
+            time.sleep(seconds)
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        end = resource.getrusage(resource.RUSAGE_CHILDREN)
+        requests = receiver.wait_for(1, timeout=1)
+    finally:
+        receiver.stop()
+    stacks, host_samples = _otel_stacks(requests, pid)
     return {"cpu_s": (end.ru_utime - start.ru_utime) + (end.ru_stime - start.ru_stime),
-            "returncode": proc.returncode, "log_tail": log.read_text(errors="replace")[-600:]}
+            "returncode": proc.returncode, "log_tail": log.read_text(errors="replace")[-600:],
+            "stacks": stacks, "host_samples": host_samples, "requests": len(requests)}
+
+
+def _otel_stacks(requests, pid: int) -> tuple[list, int]:
+    from hotstack.symbols.elf import ElfError, ElfFile
+    from hotstack.symbols.symtab import SymbolTable
+
+    files: dict[str, tuple | None] = {}
+    maps = {}
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[5].startswith("/"):
+                    maps.setdefault(os.path.basename(parts[5]), parts[5])
+    except OSError:
+        pass
+
+    def name_of(filename: str, address: int) -> str:
+        path = maps.get(os.path.basename(filename), filename)
+        if path not in files:
+            try:
+                elf = ElfFile(path)
+                files[path] = (elf, SymbolTable(elf))
+            except ElfError:
+                files[path] = None
+        entry = files[path]
+        if entry is None:
+            return "[unknown]"
+        found = entry[1].lookup_many([address])[0]
+        return found[0] if found else "[unknown]"
+
+    stacks, host = [], 0
+    for request in requests:
+        d = request.dictionary
+        strings = list(d.string_table)
+        for rp in request.resource_profiles:
+            resource_attrs = {kv.key: kv.value for kv in rp.resource.attributes}
+            for sp in rp.scope_profiles:
+                for profile in sp.profiles:
+                    for sample in profile.samples:
+                        count = max(1, sum(sample.values) if sample.values else len(sample.timestamps_unix_nano))
+                        host += count
+                        attrs = {strings[d.attribute_table[i].key_strindex]: d.attribute_table[i].value
+                                 for i in sample.attribute_indices}
+                        attrs.update(resource_attrs)
+                        pid_value = next((v for k, v in attrs.items() if k in ("process.pid", "pid")), None)
+                        if pid_value is None or pid_value.int_value != pid:
+                            continue
+                        names = []
+                        for li in d.stack_table[sample.stack_index].location_indices:
+                            loc = d.location_table[li]
+                            frame_type = ""
+                            for i in loc.attribute_indices:
+                                kv = d.attribute_table[i]
+                                if strings[kv.key_strindex] == "profile.frame.type":
+                                    frame_type = kv.value.string_value
+                            if frame_type == "kernel":
+                                continue
+                            if loc.lines:
+                                names.extend(strings[d.function_table[ln.function_index].name_strindex]
+                                             for ln in loc.lines)
+                            else:
+                                mapping = d.mapping_table[loc.mapping_index] if loc.mapping_index else None
+                                filename = strings[mapping.filename_strindex] if mapping is not None else ""
+                                names.append(name_of(filename, loc.address) if filename else f"[{frame_type or '?'}]")
+                        stacks.append((list(reversed(names)), count))
+    return stacks, host
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -260,7 +341,7 @@ def main() -> int:
                 auto = run_hotstack(pid, args.seconds, args.frequency, "auto")
                 fp = run_hotstack(pid, args.seconds, args.frequency, "fp")
                 perf = run_perf(pid, args.seconds, args.frequency, workdir)
-                otel = run_otel(args.otel, args.seconds, args.frequency, workdir) if args.otel else None
+                otel = run_otel(args.otel, pid, args.seconds + 10, args.frequency, workdir) if args.otel else None
             finally:
                 proc.kill()
                 proc.wait()
@@ -305,8 +386,16 @@ def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None
               f"CPU/sample auto/perf {a_cpu / max(p_cpu, 1e-12):.2f}, auto/fp {a_cpu / max(f_cpu, 1e-12):.1f}")
     print(f"unwind ends (auto): {auto['ends']}")
     if otel is not None:
-        print(f"otel ebpf-profiler: CPU {otel['cpu_s']:.2f} s over the run, exit {otel['returncode']}; "
-              f"log tail: {otel['log_tail'][-300:]!r}")
+        ratio, total = completeness(otel["stacks"])
+        print(f"{'otel ebpf-profiler':28s} samples {total:5d}  complete {ratio * 100:5.1f}%  agent CPU/sample "
+              f"{otel['cpu_s'] / max(otel['host_samples'], 1) * 1e6:7.1f} µs  (whole host, startup included: "
+              f"{otel['cpu_s']:.2f} s for {otel['host_samples']} samples in {otel['requests']} exports)")
+        if perf is not None and otel["stacks"]:
+            gap, fn = top_gap(otel["stacks"], perf["stacks"])
+            print(f"otel top-20 inclusive vs perf: largest gap {gap:.1f} pp ({fn})")
+        if not otel["stacks"]:
+            print(f"otel ebpf-profiler: no stacks of the target (exit {otel['returncode']}); "
+                  f"log tail: {otel['log_tail'][-400:]!r}")
 
 
 if __name__ == "__main__":

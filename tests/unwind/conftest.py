@@ -23,7 +23,7 @@ def unwind_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOTSTACK_UNWIND_CACHE", str(tmp_path_factory.mktemp("unwind-cache")))
 
 
-def profile(pids: list[int], seconds: float = 2.0, unwind: str = "auto", frequency: int = 99):
+def profile(pids: list[int], seconds: float = 3.0, unwind: str = "auto", frequency: int = 99):
     """Sample `pids` for `seconds` with the real profiler; returns (profile, profiler)."""
     from hotstack.sampling.profiler import CpuProfiler
     from hotstack.sampling.session import SamplerConfig

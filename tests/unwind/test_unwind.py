@@ -45,7 +45,7 @@ def test_omit_frame_pointer_chain_is_intact(chain, workloads):
     assert w.pid in profiler._snapshot_pids, "a binary without frame pointers must get snapshots"
     ratio, total = share(prof.samples, lambda n: contains(n, CHAIN) and n[0] == "_start",
                          of=lambda n: leaf_is(n, "c"))
-    assert total >= 40, prof.samples
+    assert total >= 20, prof.samples
     assert ratio >= 0.95, [user_names(s) for s in prof.samples]
     assert profiler.unwinder.stats.ends["root"] >= 0.95 * profiler.unwinder.stats.snapshots
 
@@ -56,7 +56,7 @@ def test_frame_pointer_mode_stays_in_kernel(chain, workloads):
     prof, profiler = profile([w.pid], seconds=1.5, unwind="fp")
     assert profiler.unwinder.stats.snapshots == 0
     ratio, total = share(prof.samples, lambda n: contains(n, CHAIN), of=lambda n: leaf_is(n, "c"))
-    assert total >= 30
+    assert total >= 15
     assert ratio < 0.5
 
 
@@ -71,7 +71,7 @@ def test_debian_python3_reaches_main_through_libpython(workloads, tmp_path):
     assert w.pid in profiler._snapshot_pids, "Debian's python3 has no frame pointers"
     ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and "Py_BytesMain" in n
                          and "_PyEval_EvalFrameDefault" in n)
-    assert total >= 50
+    assert total >= 25
     assert ratio >= 0.95, (profiler.unwinder.stats, [user_names(s) for s in prof.samples
                                                       if user_names(s)[:1] != ["_start"]][:5])
 
@@ -84,7 +84,7 @@ def test_signal_handler_frame(chain, workloads):
         lambda n: n[:1] == ["_start"] and contains(n, ["main", "a"]) and contains(n, ["on_signal", "b", "c"])
         and n.index("a") < n.index("on_signal"),
         of=lambda n: leaf_is(n, "c"))
-    assert total >= 40
+    assert total >= 20
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
 
 
@@ -94,7 +94,7 @@ def test_eight_busy_threads(chain, workloads):
     in_c = [s for s in prof.samples if leaf_is(user_names(s), "c")]
     assert len({s.tid for s in in_c}) >= 8
     ratio, total = share(in_c, lambda n: contains(n, ["start_thread", "thread_main", "a", "b", "c"]))
-    assert total >= 100
+    assert total >= 50
     assert ratio >= 0.95
     stats = profiler.unwinder.stats
     assert stats.ends["root"] >= 0.95 * stats.snapshots   # down to clone3, the thread's root
@@ -114,7 +114,7 @@ def test_code_without_unwind_info_falls_back_to_frame_pointers(chain, workloads)
     prof, profiler = profile([w.pid])
     ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, ["main", "a", "b"])
                          and n[-1] == "c" and n.index("b") == len(n) - 3, of=lambda n: leaf_is(n, "c"))
-    assert total >= 40
+    assert total >= 20
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
     assert profiler.unwinder.stats.fp_steps > 0
 
@@ -128,7 +128,7 @@ def test_deleted_executable(chain, workloads, tmp_path):
     assert w.pid in profiler._snapshot_pids
     ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, CHAIN),
                          of=lambda n: leaf_is(n, "c"))
-    assert total >= 40
+    assert total >= 20
     assert ratio >= 0.95
 
 

@@ -11,6 +11,7 @@ collected, before symbolization.
 from __future__ import annotations
 
 import struct
+import queue
 import threading
 import time
 
@@ -34,7 +35,10 @@ class CpuProfiler:
         self.symbolizer = symbolizer or Symbolizer(self.processes)
         self.session = SamplingSession(config)
         self.unwinder = Unwinder(self.processes)
+        self.session.early_unwind = lambda pid, ip, sp, bp, stack: self.unwinder.unwind(pid, ip, sp, bp, stack)[0]
         self._snapshot_pids: set[int] = set()
+        self._to_classify: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._classifier: threading.Thread | None = None
         self.python = PythonUnwinder(enabled=config.python_enabled, pids=config.pids)
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
@@ -49,6 +53,9 @@ class CpuProfiler:
         self.symbolizer.kernel  # parse kallsyms now, not in the first interval
         self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
         self._watcher.start()
+        if self.config.unwind == "auto":
+            self._classifier = threading.Thread(target=self._classify_new_pids, name="hotstack-unwind", daemon=True)
+            self._classifier.start()
 
     def _watch_new_pids(self) -> None:
         while not self._stop.wait(self._watch_interval):
@@ -68,11 +75,31 @@ class CpuProfiler:
             return
         for key, _ in entries:
             pid = struct.unpack_from("<I", key)[0]
-            if self._wants_snapshots(pid) and pid not in self._snapshot_pids:
-                self.session.mark_snapshot_pid(pid)
-                self._snapshot_pids.add(pid)
+            self.processes.observe(pid)
+            if self.config.unwind == "auto" and pid not in self._snapshot_pids:
+                self._to_classify.put(pid)
             self.python.observe(struct.unpack_from("<I", key)[0])
         self.python.prefetch(self.session._active)
+
+    def _classify_new_pids(self) -> None:
+        """Marks new processes built without frame pointers for snapshots (unwind mode "auto").
+
+        Its own thread: a first parse of an executable's table can take a second, and the
+        watcher must keep reading new processes' maps and draining the ring meanwhile.
+        """
+        while not self._stop.is_set():
+            try:
+                pid = self._to_classify.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                info = self.processes.get(pid)
+                if info is not None and pid not in self._snapshot_pids and self.unwinder.needs_snapshots(info):
+                    self.session.mark_snapshot_pid(pid)
+                    self._snapshot_pids.add(pid)
+            except Exception:
+                if self.session._collection is None:   # the session is closing under us
+                    return
 
     def _wants_snapshots(self, pid: int) -> bool:
         """Observe a process; True if its user stacks need snapshots (unwind mode "auto")."""
@@ -97,7 +124,8 @@ class CpuProfiler:
         """The batch's user-stack snapshots, unwound and counted per distinct stack."""
         counts: dict[tuple, int] = {}
         for snap in batch.snapshots:
-            user, _end = self.unwinder.unwind(snap.pid, snap.ip, snap.sp, snap.bp, snap.stack)
+            user = snap.unwound if snap.unwound is not None else \
+                self.unwinder.unwind(snap.pid, snap.ip, snap.sp, snap.bp, snap.stack)[0]
             key = (snap.pid, snap.tid, snap.comm, user, snap.kernel_stack, snap.kernel_stack_lost, snap.python_stack,
                    snap.trace)
             counts[key] = counts.get(key, 0) + 1

@@ -76,9 +76,10 @@ class StackSnapshot:
     ip: int
     sp: int
     bp: int
-    stack: bytes                      # the user stack from sp upwards
+    stack: bytes                      # the user stack from sp upwards (b"" once unwound)
     kernel_stack: tuple[int, ...]
     kernel_stack_lost: bool = False
+    unwound: tuple[int, ...] | None = None   # the user stack, if `early_unwind` already walked it
     python_stack: int = 0             # as RawSample.python_stack: carry it to the RawSample
     trace: bytes = b""                # as RawSample.trace
 
@@ -120,6 +121,10 @@ class SamplingSession:
         self._pending: list[tuple] = []     # parsed snapshot records not yet handed over
         self._ring_lock = threading.Lock()
         self.snapshot_bytes_read = 0
+        # (pid, ip, sp, bp, stack) -> user stack. Set by the owner of the session, it walks each
+        # snapshot as it leaves the ring, so that only addresses wait for the end of the interval
+        # (18 KB per sample would add up to hundreds of MB over a long interval).
+        self.early_unwind = None
 
     def start(self, snapshot_pids: tuple[int, ...] = ()) -> None:
         """Load and attach; `snapshot_pids` are marked for snapshots before the first sample."""
@@ -186,6 +191,8 @@ class SamplingSession:
                 start = layout.SNAPSHOT_HEADER_SIZE
                 stack = rec[start:start + min(stack_len, layout.SNAPSHOT_STACK_BYTES)]
                 self.snapshot_bytes_read += len(rec)
+                if self.early_unwind is not None:
+                    stack = self.early_unwind(pid, ip, sp, bp, stack)     # a tuple of addresses now
                 self._pending.append((buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack, python_stack, trace))
             return len(records)
 
@@ -241,10 +248,12 @@ class SamplingSession:
         snapshots = []
         for _buffer, pid, tid, kstack_id, comm, ip, sp, bp, stack_bytes, python_stack, trace in pending:
             kstack = stack(kstacks, kern_cache, kstack_id)
+            unwound = stack_bytes if isinstance(stack_bytes, tuple) else None
             snapshots.append(StackSnapshot(
-                pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ip, sp, bp, stack_bytes,
+                pid, tid, comm.split(b"\0", 1)[0].decode("utf-8", "replace"), ip, sp, bp,
+                b"" if unwound is not None else stack_bytes,
                 kstack or (), kernel_stack_lost=kstack is None or kstack_id < -1, python_stack=python_stack,
-                trace=trace))
+                trace=trace, unwound=unwound))
         for m, cache in ((ustacks, user_cache), (kstacks, kern_cache)):
             for stack_id in cache:
                 m.delete(struct.pack("<I", stack_id))
