@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from hotstack.alloy.controller import load_config
-from hotstack.errors import ConfigError
 
 from ..conftest import hotstack
 from .conftest import CONFIGS, seed_config

@@ -178,3 +178,32 @@ def test_unreachable_kubernetes_api_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("hotstack: error:")]
     assert len(errors) == 1 and "discovery.kubernetes.all_pods: cannot reach http://127.0.0.1:" in errors[0]
+
+
+def test_off_cpu_and_probe_links_reach_pyroscope(agent, pyroscope, spin_binary, workloads):
+    import sys
+    sleeper = workloads([sys.executable, "-c", "import time\nwhile True: time.sleep(0.02)"])
+    spin = workloads([spin_binary])
+    text = f'''
+pyroscope.write "local" {{
+  endpoint {{
+    url = "{pyroscope.url}"
+  }}
+}}
+pyroscope.ebpf "events" {{
+  targets           = [{{"__process_pid__" = "{sleeper.pid}", "service_name" = "sleeper"}},
+                       {{"__process_pid__" = "{spin.pid}", "service_name" = "spin"}}]
+  forward_to        = [pyroscope.write.local.receiver]
+  collect_interval  = "2s"
+  off_cpu_threshold = 1.0
+  probe_links       = ["uprobe:{spin_binary}:hotstack_alloy_spin_leaf"]
+}}
+'''
+    a = agent(text)
+    a.wait_ready()
+    off = pyroscope.wait_for(lambda s: s.labels.get("__name__") == "offcpu" and s.labels["service_name"] == "sleeper")
+    assert off, ([s.labels for s in pyroscope.series], a.log.read_text()[-2000:])
+    assert off[0].sample_type() == ("offcpu", "nanoseconds") and off[0].total() > 0
+    probe = pyroscope.wait_for(lambda s: s.sample_type() == ("uprobe", "count") and s.labels["service_name"] == "spin")
+    assert probe, [(s.labels, s.sample_type()) for s in pyroscope.series]
+    assert probe[0].labels["__name__"] == "process_cpu" and SPIN in probe[0].functions()

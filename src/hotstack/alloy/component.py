@@ -58,6 +58,7 @@ class Component:
         self.args: dict = {}
         self.exports: dict = dict(self.initial_exports)
         self.health = Health()
+        self.eval_error = ""     # set while the last re-evaluation failed
         self.log = logging.getLogger(f"hotstack.agent.{self.id}")
         self._lock = threading.RLock()
 

@@ -177,10 +177,16 @@ class Controller:
                 comp = self.nodes[dep].component
                 try:
                     self.evaluate(dep)
-                    if comp.health.state in ("unknown", "unhealthy") and not getattr(comp, "_health_owned", False):
-                        comp.set_health("healthy", "component evaluated")
                 except ConfigError as e:
+                    comp.eval_error = str(e)
                     comp.set_health("unhealthy", str(e))   # keeps its last good arguments
+                except Exception as e:  # a component bug must not stop the graph
+                    comp.eval_error = f"evaluation failed: {e}"
+                    comp.set_health("unhealthy", comp.eval_error)
+                else:
+                    if comp.eval_error:   # only clear what evaluation itself reported
+                        comp.eval_error = ""
+                        comp.set_health("healthy", "component evaluated")
 
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:

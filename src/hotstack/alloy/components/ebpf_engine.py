@@ -92,15 +92,17 @@ class Engine:
         self.processes = ProcessTable()
         # Alloy's default is demangle = "none"; the symbolizer's own default differs, so always pass it.
         self.symbolizer = Symbolizer(self.processes, demangle=args["demangle"])
-        fields = {"frequency": args["sample_rate"], "kernel_stacks": args["kernel_frames"]}
-        if ebpf_args._sampler_field("python_enabled"):
-            fields["python_enabled"] = args["python_enabled"]
-        self.cpu = TargetCpuProfiler(SamplerConfig(**fields), symbolizer=self.symbolizer, processes=self.processes)
-        self.profilers: list = [self.cpu]
         obi = None
         if ebpf_args.OBI_AVAILABLE():
             from ...sampling.obi import ObiConfig
             obi = ObiConfig(enabled=args["obi_process_context_enabled"], bpf_fs_root=args["bpf_fs_root"])
+        fields = {"frequency": args["sample_rate"], "kernel_stacks": args["kernel_frames"]}
+        if ebpf_args._sampler_field("obi"):
+            fields["obi"] = obi   # trace_id/span_id sample labels from OBI's pinned map, when there is one
+        if ebpf_args._sampler_field("python_enabled"):
+            fields["python_enabled"] = args["python_enabled"]
+        self.cpu = TargetCpuProfiler(SamplerConfig(**fields), symbolizer=self.symbolizer, processes=self.processes)
+        self.profilers: list = [self.cpu]
         if args["off_cpu_threshold"] > 0:
             from ...sampling.offcpu import OffCpuConfig, OffCpuProfiler
             config = OffCpuConfig(threshold=args["off_cpu_threshold"], obi=obi)

@@ -22,6 +22,7 @@ from .ebpf_metrics import EbpfMetrics
 from .targets import container_id_of_target, infer_service_name, pid_of_target
 
 SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
+STOP_TIMEOUT_S = 60.0
 DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
 # Arguments the running samplers were built from: a change restarts them.
 ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "off_cpu_threshold", "probe_links",
@@ -96,6 +97,7 @@ class PyroscopeEbpf(Component):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
+        self._flush_lock = threading.Lock()
         self._starting = False     # a session is being started (it takes seconds): start it once
         self.metrics = EbpfMetrics.of(controller.metrics_registry)
         self.last_error = ""
@@ -180,17 +182,23 @@ class PyroscopeEbpf(Component):
             next_at += self.args["collect_interval"]
             if next_at < time.monotonic():     # we fell behind (e.g. suspended): don't burst
                 next_at = time.monotonic() + self.args["collect_interval"]
-            profiler = self.profiler
-            if profiler is not None:
-                try:
-                    self._flush(profiler)
-                except Exception as e:   # one bad interval must not end profiling
-                    self.log.exception("%s: collect failed: %s", self.id, e)
+            self._flush_safely()
+        self._flush_safely()   # on stop: the last partial interval is not lost
+
+    def _flush_safely(self) -> None:
+        profiler = self.profiler
+        if profiler is not None:
+            try:
+                self._flush(profiler)
+            except Exception as e:   # one bad interval must not end profiling
+                self.log.exception("%s: collect failed: %s", self.id, e)
 
     def _flush(self, profiler) -> None:
         with self._lock:
             index, args = self.index, self.args
-        for profile in profiler.collect():
+        with self._flush_lock:   # the loop and a restart may both flush: one drain at a time
+            profiles = profiler.collect()
+        for profile in profiles:
             self.metrics.observe_profile(profile, profiler)
             for labels, sub in self.split(profile, index, args):
                 self._send(labels, sub, args)
@@ -212,13 +220,11 @@ class PyroscopeEbpf(Component):
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            # the thread sends the last interval, then ends; symbolizing it can take a while
+            self._thread.join(timeout=STOP_TIMEOUT_S)
         profiler, self.profiler = self.profiler, None
         if profiler is not None:
-            try:
-                self._flush(profiler)   # the last partial interval is not lost
-            finally:
-                profiler.close()
+            profiler.close()
 
     # -- attribution and encoding ---------------------------------------------------------------
     @staticmethod
