@@ -194,6 +194,9 @@ def test_demangle_modes_cpp(mode, expected):
      "test::foo::<alloc::string::String>"),
     ("_Z3maxIiET_S0_S0_", "max", "int max<int>(int, int)"),
     ("_ZN3app4workIdEEvT_.cold", "app::work", "void app::work<double>(double)"),
+    ("_RNvMs4_NtCsgY6Mt91CT9J_14rustc_demangle2v0NtB5_7Printer30print_path_maybe_open_generics",
+     "rustc_demangle::v0::Printer::print_path_maybe_open_generics",
+     "<rustc_demangle::v0::Printer>::print_path_maybe_open_generics"),
     ("plain_c_function", "plain_c_function", "plain_c_function"),
     ("_Zgarbage", "_Zgarbage", "_Zgarbage"),
 ])
@@ -224,3 +227,12 @@ def test_file_truncated_in_place_is_noticed(c_binary, tmp_path):
         f.truncate(100)                 # same inode, shorter: reading the mapping would SIGBUS
     assert not elf.intact()
     elf.close()
+
+
+def test_unreadable_rust_name_stays_mangled_and_prints_nothing(capsys):
+    # A real std symbol (a `dyn for<'a> Fn` binder) that rust-demangler 1.0 cannot read.
+    name = ("_RINvNtCsgEmfK2I1SDS_4core3ptr13drop_in_placeINtNtCslNYArtu3iFV_5alloc5boxed3BoxDG0_INtNtNtB4_3ops"
+            "8function2FnTRL1_INtNtCsjrHSEGnQ3l9_3std5panic13PanicHookInfoL0_EEEp6OutputuNtNtB4_6marker4Sync"
+            "NtB2N_4SendEL_EEB1T_")
+    assert Demangler("full")(name) == name
+    assert capsys.readouterr().out == ""

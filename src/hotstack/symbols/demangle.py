@@ -72,13 +72,21 @@ _cxa = _CxaDemangler()
 def _rust(name: str) -> str | None:
     try:
         import rust_demangler
+        import rust_demangler.rust_v0 as v0
     except ImportError:
         return None
+    # rust-demangler 1.0 print()s the partial result of a name it cannot read, which would land
+    # in our output (folded, json): a module global named `print` shadows the builtin for it alone.
+    v0.print = _quiet
     try:
         out = rust_demangler.demangle(name)
     except Exception:    # the package raises its own exception types on names it cannot read
         return None
     return _RUST_HASH.sub("", out) if out and out != name else None
+
+
+def _quiet(*_args, **_kw) -> None:
+    pass
 
 
 def demangle_full(name: str) -> str | None:
@@ -167,6 +175,31 @@ def _drop_params(full: str) -> str:
     return text.strip()
 
 
+def _unqualify(text: str) -> str:
+    """Rust's qualified paths: `<a::Type<T>>::f` and `<a::Type as b::Trait>::f` -> `a::Type<T>::f`."""
+    if not text.startswith("<"):
+        return text
+    depth = 0
+    for j, c in enumerate(text):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+            if depth == 0:
+                inner, rest = text[1:j], text[j + 1:]
+                as_at, d = -1, 0
+                for k, ch in enumerate(inner):
+                    if ch == "<":
+                        d += 1
+                    elif ch == ">":
+                        d -= 1
+                    elif d == 0 and inner.startswith(" as ", k):
+                        as_at = k
+                        break
+                return (inner[:as_at] if as_at >= 0 else inner) + rest
+    return text
+
+
 class Demangler:
     """Names as the chosen mode shows them, cached (bounded)."""
 
@@ -204,4 +237,4 @@ class Demangler:
         if self.mode == "templates":
             return no_params
         # Rust generic paths (`foo::<T>`) leave a dangling `::` once the arguments are gone.
-        return _strip_brackets(no_params, "<", ">").replace("::::", "::").rstrip(":") or no_params
+        return _strip_brackets(_unqualify(no_params), "<", ">").replace("::::", "::").rstrip(":") or no_params
