@@ -1,0 +1,126 @@
+"""pyroscope.ebpf attribution without the kernel: target matching (pid first, then container id),
+label injection, service_name inference order, targets_only, comm, stubs; the local store."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from hotstack.alloy.components.ebpf_args import SCHEMA
+from hotstack.alloy.components.pyroscope_ebpf import SCOPE_NAME, PyroscopeEbpf, TargetIndex, series_labels
+from hotstack.alloy.components.targets import container_id_of_target, infer_service_name
+from hotstack.profile.model import Frame, Profile, Sample
+
+CID = "ab" * 32
+
+
+def args(**kw) -> dict:
+    a = SCHEMA.defaults()
+    a.update(kw)
+    return a
+
+
+def profile(*samples: Sample) -> Profile:
+    return Profile(samples=list(samples), start_ns=1, duration_ns=2, frequency_hz=19)
+
+
+def sample(pid: int, cid: str = "", name: str = "work", resolved: bool = True) -> Sample:
+    frame = Frame(name, module="/bin/w", address=0x1234, resolved=resolved)
+    return Sample((frame,), 3, pid, pid, "comm-x", (("container_id", cid),) if cid else ())
+
+
+@pytest.mark.parametrize("target,want", [
+    ({"service_name": "mine", "__meta_docker_container_name": "/web"}, "mine"),
+    ({"__meta_kubernetes_pod_annotation_pyroscope_io_service_name": "annotated",
+      "__meta_kubernetes_namespace": "ns", "__meta_kubernetes_pod_container_name": "c"}, "annotated"),
+    ({"__meta_kubernetes_namespace": "ns", "__meta_kubernetes_pod_container_name": "c",
+      "__meta_docker_container_name": "/web"}, "ebpf/ns/c"),
+    ({"__meta_kubernetes_namespace": "ns", "__meta_docker_container_name": "/web"}, "/web"),
+    ({"__meta_dockerswarm_container_label_service_name": "swarm1", "__meta_dockerswarm_service_name": "s2"}, "swarm1"),
+    ({"__meta_dockerswarm_service_name": "s2"}, "s2"),
+    ({}, "unspecified"),
+])
+def test_service_name_inference_order(target, want):
+    assert series_labels(target, pid=1)["service_name"] == want
+    if "service_name" not in target:
+        assert infer_service_name(target) == want
+
+
+@pytest.mark.parametrize("target,cid", [
+    ({"__container_id__": "x1", "__meta_docker_container_id": "x2"}, "x1"),
+    ({"__meta_kubernetes_pod_container_id": "containerd://" + CID}, CID),
+    ({"__meta_kubernetes_pod_container_id": "docker://" + CID}, CID),
+    ({"__meta_kubernetes_pod_container_id": "cri-o://" + CID}, CID),
+    ({"__meta_kubernetes_pod_container_id": "rkt://" + CID}, ""),
+    ({"__meta_docker_container_id": CID}, CID),
+    ({"__meta_dockerswarm_task_container_id": CID}, CID),
+    ({"foo": "bar"}, ""),
+])
+def test_container_id_of_target(target, cid):
+    assert container_id_of_target(target) == cid
+
+
+def test_labels_injected():
+    labels = series_labels({"__meta_x": "1", "__name__": "custom", "team": "a"}, container_id=CID)
+    assert labels["__container_id__"] == CID and "__meta_x" not in labels
+    assert labels["__name__"] == "process_cpu" and labels["team"] == "a"
+    assert labels["otel.scope.name"] == SCOPE_NAME and "otel.scope.version" in labels
+    own = series_labels({"otel.scope.name": "mine"}, pid=3)
+    assert own["otel.scope.name"] == "mine" and "otel.scope.version" not in own
+    assert own["__process_pid__"] == "3"
+
+
+def test_pid_targets_win_over_container_targets():
+    index = TargetIndex([{"__container_id__": CID, "service_name": "by-container"},
+                         {"__process_pid__": "10", "service_name": "by-pid"},
+                         {"__process_pid__": "not-a-pid", "service_name": "ignored"},
+                         {"service_name": "no-identity"}])
+    assert len(index) == 2
+    assert index.match(10, CID).labels["service_name"] == "by-pid"
+    assert index.match(11, CID).labels["service_name"] == "by-container"
+    assert index.match(12, "") is None
+
+
+def test_split_per_target_and_pid():
+    index = TargetIndex([{"__container_id__": CID, "service_name": "c"}, {"__process_pid__": "10", "service_name": "p"}])
+    prof = profile(sample(10), sample(20, CID), sample(21, CID), sample(30), sample(0))
+    out = list(PyroscopeEbpf.split(prof, index, args()))
+    got = sorted((labels["service_name"], [s.pid for s in sub.samples]) for labels, sub in out)
+    assert got == [("c", [20]), ("c", [21]), ("p", [10])]   # pid 30 matches nothing; pid 0 is idle
+    for _, sub in out:
+        assert all(s.labels == () for s in sub.samples)    # the container id is not a sample label
+        assert sub.frequency_hz == 19
+
+
+def test_targets_only_false_sends_the_rest_to_the_default_target():
+    out = list(PyroscopeEbpf.split(profile(sample(30)), TargetIndex([]), args(targets_only=False)))
+    assert len(out) == 1 and out[0][0]["service_name"] == "ebpf/unspecified"
+
+
+def test_comm_stackframe_and_unsymbolized_stubs():
+    index = TargetIndex([{"__process_pid__": "10"}])
+    [(labels, sub)] = PyroscopeEbpf.split(profile(sample(10, resolved=False)), index,
+                                          args(comm="stackframe", reporter_unsymbolized_stubs=True))
+    stack = sub.samples[0].stack
+    assert stack[0].name == "$ /bin/w + 0x1234"
+    assert stack[-1].name == "comm-x"     # the root frame (stacks are leaf first)
+
+
+def test_local_store_rotates(tmp_path):
+    from hotstack.alloy.controller import load_config
+    c = load_config(f'hotstack.local_store "s" {{\n  directory = "{tmp_path}"\n  retention = "1h"\n'
+                    f'  max_files = 3\n}}\n', "s.alloy")
+    store = c.component("hotstack.local_store.s")
+    for i in range(5):
+        assert store.receiver.append({"service_name": "svc/a", "__process_pid__": str(i)}, b"\x1f\x8b" + bytes(10),
+                                     profile(sample(i)))
+    files = sorted((tmp_path / "svc_a").glob("*.pb.gz"))
+    assert len(files) == 5
+    old = files[0]
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert store.rotate() == 2     # one past retention, one beyond max_files
+    assert len(list((tmp_path / "svc_a").glob("*.pb.gz"))) == 3 and not old.exists()
+    assert store.services() == ["svc/a"]
+    assert store.folded("svc/a", 5)["work"] == 15
