@@ -16,7 +16,7 @@ from hotstack.symbols.symbolizer import Symbolizer
 from hotstack.sampling.profiler import CpuProfiler
 from hotstack.sampling.session import SamplerConfig
 
-from pyframes_helpers import HERE, Target
+from pyframes_helpers import HERE, INTERPRETERS, Target
 
 pytestmark = pytest.mark.root
 
@@ -48,6 +48,12 @@ def profile_until(pid: int, enough, max_seconds: float) -> list:
             time.sleep(0.5)
             samples.extend(prof.collect().samples)
     return samples
+
+
+def newest() -> str:
+    if not INTERPRETERS:
+        pytest.skip("no CPython 3.8+ interpreter on this machine")
+    return max(INTERPRETERS, key=lambda i: tuple(int(x) for x in i[0].split("-")[1].split(".")))[1]
 
 
 def root_first(sample) -> list[str]:
@@ -223,8 +229,10 @@ def test_asyncio_and_generators(python, target):
     assert hits > 0.3 * prof.total, (hits, prof.total)
 
 
-def test_target_exiting_mid_profile(python):
-    """The target exits while being profiled: its samples keep their frames, nothing fails."""
+def test_target_exiting_mid_profile():
+    """The target exits while being profiled: its samples keep their frames, nothing fails.
+    (Process lifecycle, not version-specific: one interpreter.)"""
+    python = newest()
     short = Target(python, "import json, sys, time; print(json.dumps({}), flush=True); sys.stdin.readline()\n"
                            "end = time.time() + 0.3\nwhile time.time() < end: sum(range(1000))", stdin=True)
     try:
@@ -234,3 +242,24 @@ def test_target_exiting_mid_profile(python):
         assert any("<module>" in python_names(s) for s in prof.samples)
     finally:
         short.stop()
+
+
+def test_process_that_becomes_python_while_profiled():
+    """First sampled as a shell, then exec'ed into CPython: it is looked at again and gets its frames.
+    (Process lifecycle, not version-specific: one interpreter.)"""
+    python = newest()
+    script = ("read go; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; "
+              f"exec {python} {HERE / 'workload_abc.py'} 30")
+    sh = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+    def go():
+        sh.stdin.write("go\n")
+        sh.stdin.flush()
+    try:
+        prof = profile(sh.pid, 4, started=go)
+    finally:
+        sh.kill()
+        sh.wait()
+    comms = {s.comm for s in prof.samples}
+    assert "sh" in comms, comms          # it was sampled before it ran Python
+    assert any("caller" in python_names(s) for s in prof.samples), comms

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 
 from ...profile.model import Frame
 from .code import CodeCache
@@ -26,7 +27,9 @@ PY_MAX_FRAMES = 96
 # enum py_stat_index
 PY_STAT_WALKS, PY_STAT_NO_THREAD, PY_STAT_TRUNCATED, PY_STAT_STACKS_FULL, PY_STAT_MAX = range(5)
 
-MAX_DETECT_TRIES = 20     # a process may map libpython before its interpreter is initialized
+# A process first seen before it runs CPython (still in the parent's code before exec, or before
+# the interpreter is initialized) is looked at again at these ages (seconds since first seen).
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 
 def proc_record(proc: PythonProcess) -> bytes:
@@ -68,7 +71,7 @@ class PythonUnwinder:
         self.enabled = enabled
         self._collection = None
         self._procs: dict[int, tuple[PythonProcess, tuple | None]] = {}
-        self._retry: dict[int, int] = {}
+        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self._stacks: dict[int, list[RawPyFrame]] = {}
         self._lock = threading.Lock()
         self.codes = CodeCache()
@@ -108,8 +111,7 @@ class PythonUnwinder:
             return None
         proc = detect(pid)
         if proc is None:
-            if self._might_be_python(pid):
-                self._retry[pid] = self._retry.get(pid, 0) + 1
+            self._retry.setdefault(pid, (time.monotonic(), 0))
             return None
         self._retry.pop(pid, None)
         return proc if self._list(proc) else None
@@ -124,19 +126,13 @@ class PythonUnwinder:
                 return False
         return True
 
-    @staticmethod
-    def _might_be_python(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                return "python3" in f.read()
-        except OSError:
-            return False
-
     def retry_pending(self) -> None:
-        for pid, tries in list(self._retry.items()):
-            if tries >= MAX_DETECT_TRIES:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES):
                 self._retry.pop(pid, None)
-            else:
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
 
     def prefetch(self, active_buffer: int) -> None:
@@ -144,6 +140,7 @@ class PythonUnwinder:
         ~100 ms), so that a process which exits before the interval ends keeps its names."""
         if self._collection is None:
             return
+        self.retry_pending()
         stacks = self._collection.maps[f"py_stacks_{active_buffer}"]
         if active_buffer != self._prefetch_buffer:
             self._prefetch_buffer, self._prefetched = active_buffer, set()
@@ -169,7 +166,6 @@ class PythonUnwinder:
             return
         stacks = self._collection.maps[f"py_stacks_{buffer}"]
         self._stacks = {struct.unpack_from("<Q", k)[0]: parse_stack(v) for k, v in stacks.drain()}
-        self.retry_pending()
 
     def frames(self, pid: int, stack_id: int) -> list[list[Frame]]:
         """Leaf-first groups of symbolized Python frames (one group per evaluation-loop call)."""
