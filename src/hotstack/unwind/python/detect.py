@@ -17,7 +17,7 @@ import numpy as np
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
 from .memory import MemoryReadError, ProcessMemory
-from .offsets import DEBUG_COOKIE, PyOffsets, from_debug_offsets, table_offsets
+from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
 _NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")
 _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
@@ -93,8 +93,8 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
                 return None
             offsets = None
             off = _vaddr_to_offset(elf, runtime)
-            if off is not None and off + 8 * 80 <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
-                offsets = from_debug_offsets(elf.read(off, 8 * 80))
+            if off is not None and off + DEBUG_SIZE <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
+                offsets = from_debug_offsets(elf.read(off, DEBUG_SIZE))
             version = offsets.version if offsets else None
             if version is None and b"Py_Version" in syms:
                 voff = _vaddr_to_offset(elf, syms[b"Py_Version"])

@@ -98,6 +98,8 @@ def table_offsets(version: tuple[int, int]) -> PyOffsets | None:
 
 
 DEBUG_COOKIE = b"xdebugpy"
+DEBUG_WORDS = 128                 # u64 words read from the start of _PyRuntime (3.14 uses ~110)
+DEBUG_SIZE = 8 * DEBUG_WORDS
 
 
 def from_debug_offsets(blob: bytes) -> PyOffsets | None:
@@ -107,9 +109,9 @@ def from_debug_offsets(blob: bytes) -> PyOffsets | None:
     each starting with the struct's size. 3.14 inserted `threads_main` (interpreter state),
     `stackpointer` (frame) and a set-object block; indexes below follow each layout.
     """
-    if len(blob) < 8 * 80 or blob[:8] != DEBUG_COOKIE:
+    if len(blob) < DEBUG_SIZE or blob[:8] != DEBUG_COOKIE:
         return None
-    u = struct.unpack_from("<80Q", blob)
+    u = struct.unpack_from(f"<{DEBUG_WORDS}Q", blob)
     hexversion = u[1]
     version = ((hexversion >> 24) & 0xFF, (hexversion >> 16) & 0xFF)
     if version < (3, 13) or u[2]:       # free-threaded builds keep frames elsewhere: not supported
