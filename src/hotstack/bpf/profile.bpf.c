@@ -374,7 +374,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	 * function already uses about 100 of them.
 	 */
 	if (collect_user_stacks && key.pid != 0)
-		key.python_stack = python_walk(key.pid, buffer);
+		key.python_stack = python_walk(key.pid, key.tid, buffer);
 
 	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
 		return 0;

@@ -21,7 +21,7 @@
 #define HOTSTACK_PYTHON_H
 
 #define PY_MAX_FRAMES 96
-#define PY_MAX_THREADS 64
+#define PY_MAX_THREADS 256
 #define PY_NONE 0xFFFF
 
 struct py_proc {
@@ -81,6 +81,14 @@ struct {
 	__type(value, struct py_stack);
 } py_scratch SEC(".maps");
 
+/* tid -> its PyThreadState, so that a thread's state is searched for once, not per sample. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_tstates SEC(".maps");
+
 #define PY_STACKS_MAP(name)                               \
 	struct {                                          \
 		__uint(type, BPF_MAP_TYPE_HASH);          \
@@ -125,25 +133,31 @@ static __always_inline __u32 py_read_u32(__u64 addr)
 	return v;
 }
 
-static __always_inline __u64 py_find_tstate(const struct py_proc *proc)
+static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 tid)
 {
-	__u64 fsbase = 0, tstate;
+	__u64 fsbase = 0, tstate, *cached;
 	void *task = (void *)bpf_get_current_task();
 	int i;
 
 	if (!py_fsbase_offset || bpf_probe_read_kernel(&fsbase, sizeof(fsbase), task + py_fsbase_offset) || !fsbase)
 		return 0;
+	/* A cached state is used only if it still names this thread (states are freed and reused). */
+	cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	if (cached && *cached && py_read_u64(*cached + proc->thread_id) == fsbase)
+		return *cached;
 	tstate = py_read_u64(proc->threads_head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
-		if (py_read_u64(tstate + proc->thread_id) == fsbase)
+		if (py_read_u64(tstate + proc->thread_id) == fsbase) {
+			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
 			return tstate;
+		}
 		tstate = py_read_u64(tstate + proc->tstate_next);
 	}
 	return 0;
 }
 
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames). */
-static __always_inline __u64 python_walk(__u32 pid, __u32 buffer)
+static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 {
 	const struct py_proc *proc = bpf_map_lookup_elem(&python_procs, &pid);
 	struct py_stack *stack;
@@ -158,7 +172,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 buffer)
 	stack = bpf_map_lookup_elem(&py_scratch, &zero);
 	if (!stack)
 		return 0;
-	tstate = py_find_tstate(proc);
+	tstate = py_find_tstate(proc, tid);
 	if (!tstate) {
 		py_count(PY_STAT_NO_THREAD);
 		return 0;
