@@ -144,3 +144,28 @@ def test_reevaluation_updates_dependents():
         assert c.component("discovery.relabel.b").exports["output"] == [{"x": "2", "y": "2"}, {"x": "3", "y": "3"}]
     finally:
         c.stop()
+
+
+def test_failed_reevaluation_marks_unhealthy_and_keeps_last_arguments():
+    import time
+    c = load_config('discovery.relabel "a" {\n  targets = [{"x" = "1"}]\n}\n'
+                    'discovery.relabel "b" {\n  targets = [{"y" = discovery.relabel.a.output[0]["x"]}]\n}\n', "r.alloy")
+    c.start()
+    try:
+        a, b = c.component("discovery.relabel.a"), c.component("discovery.relabel.b")
+        a.publish(output=[])          # b's expression now indexes an empty array
+        for _ in range(100):
+            if b.health.state == "unhealthy":
+                break
+            time.sleep(0.05)
+        assert b.health.state == "unhealthy"
+        assert b.health.message.startswith("r.alloy:5:") and "out of range" in b.health.message
+        assert b.exports["output"] == [{"y": "1"}]     # the last good evaluation stays
+        a.publish(output=[{"x": "2"}])
+        for _ in range(100):
+            if b.health.state == "healthy":
+                break
+            time.sleep(0.05)
+        assert b.health.state == "healthy" and b.exports["output"] == [{"y": "2"}]
+    finally:
+        c.stop()
