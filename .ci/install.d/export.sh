@@ -13,7 +13,7 @@ mkdir -p "$CACHE"
 #   v1.8 -> v0.139.0 (0.136-0.139), v1.9 -> v0.146.1 (0.140-0.147), v1.10 -> v0.165.0 (>= 0.148).
 # Not 0.147.0 for v1.9: `go install .../builder@v0.147.0` needs module zips the proxy refuses (403).
 # tests/export/collectors.py holds the same table.
-COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.139.0 0.146.1 0.165.0}"
+COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.165.0 0.139.0 0.146.1}"
 COMPONENTS="otlpreceiver debugexporter otlpexporter envprovider fileprovider"
 
 if ! command -v chromium >/dev/null; then

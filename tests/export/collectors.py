@@ -48,26 +48,34 @@ receivers:
 exporters:
   debug:
     verbosity: detailed
-service:
+{forward}service:
   telemetry:
     metrics:
       level: none
   pipelines:
     profiles:
       receivers: [otlp]
-      exporters: [debug]
+      exporters: [debug{forward_name}]
+"""
+FORWARD = """\
+  otlp:
+    endpoint: {endpoint}
+    tls:
+      insecure: true
 """
 
 
 class Collector:
     """A real collector on a free loopback port, printing every profile it decodes (debug exporter)."""
 
-    def __init__(self, version: str, workdir: Path) -> None:
+    def __init__(self, version: str, workdir: Path, forward_to: str = "") -> None:
+        """`forward_to`: also re-export what it decoded, over OTLP/gRPC, to this endpoint."""
         self.version = version
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         config = workdir / f"otelcol-{version}.yaml"
-        config.write_text(CONFIG.format(port=self.port))
+        config.write_text(CONFIG.format(port=self.port, forward=FORWARD.format(endpoint=forward_to) if forward_to else "",
+                                        forward_name=", otlp" if forward_to else ""))
         self.log_path = workdir / f"otelcol-{version}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([str(collector_binary(version)), "--config", str(config),
@@ -109,3 +117,23 @@ class Collector:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def debug_samples(output: str) -> list[dict]:
+    """Samples as the debug exporter printed them: {"values": [...], "attributes": {...}}."""
+    samples: list[dict] = []
+    current = None
+    for line in output.splitlines():
+        text = line.strip()
+        if text.startswith("Sample #"):
+            current = {"values": [], "attributes": {}}
+            samples.append(current)
+        elif current is not None and text.startswith("Values:"):
+            current["values"] = [int(v) for v in text.split(":", 1)[1].strip(" []").split() if v]
+        elif current is not None and text.startswith("-> ") and ": " in text:
+            key, _, value = text[3:].partition(": ")
+            current["attributes"][key] = value
+        elif current is not None and text and not text.startswith(("Attributes", "->", "Stack", "Link",
+                                                                   "Timestamps", "Location")):
+            current = None
+    return samples

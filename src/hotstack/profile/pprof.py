@@ -46,6 +46,8 @@ class _Tables:
         self.mappings: dict[tuple[str, str], int] = {}
         self.functions: dict[tuple[str, str], int] = {}
         self.locations: dict[Frame, int] = {}
+        # Identity first: hashing a Frame (a dataclass of 8 fields) is the costliest step otherwise.
+        self.locations_by_id: dict[int, int] = {}
         self.mapping_msgs: list[Mapping] = []
         self.kernel_mappings: set[int] = set()
         self.function_msgs: list[Function] = []
@@ -91,6 +93,7 @@ class _Tables:
             lid = self.locations[frame] = len(self.locations) + 1
             self.location_msgs.append(Location(id=lid, mapping_id=self.mapping(frame), address=frame.address,
                                                line=[Line(function_id=self.function(frame), line=frame.line)]))
+        self.locations_by_id[id(frame)] = lid
         return lid
 
     def label(self, key: str, value: str) -> Label:
@@ -111,9 +114,13 @@ def build_pprof(profile: Profile, *, comm_label: bool = True, pid_label: bool = 
     period_type = ValueType(type=t.string(profile.period_type.type), unit=t.string(profile.period_type.unit))
 
     samples = []
-    location = t.location
+    by_id, location = t.locations_by_id, t.location
+    known = by_id.get
     for sample in profile.samples:
-        samples.append(PprofSample(location_id=[location(f) for f in sample.stack], value=[sample.value * scale],
+        ids = list(map(known, map(id, sample.stack)))   # C speed when every frame was seen before
+        if None in ids:
+            ids = [known(id(f)) or location(f) for f in sample.stack]
+        samples.append(PprofSample(location_id=ids, value=[sample.value * scale],
                                    label=_labels(t, sample, comm_label, pid_label)))
 
     # pprof takes the first mapping for the main binary: put user-space files before the kernel.

@@ -65,6 +65,9 @@ class _Dictionary:
         self.functions: dict[tuple[str, str], int] = {}
         self.function_msgs = [pb.Function()]
         self.locations: dict[Frame, int] = {}
+        # Frames are mostly shared objects, and a dataclass hash (8 fields) costs more than the
+        # rest of the encoding: look them up by identity first (valid while the rows are alive).
+        self.locations_by_id: dict[int, int] = {}
         self.location_msgs = [pb.Location()]
         self.stacks: dict[tuple[int, ...], int] = {(): 0}
         self.stack_msgs = [pb.Stack()]
@@ -116,11 +119,14 @@ class _Dictionary:
             self.location_msgs.append(pb.Location(
                 mapping_index=self.mapping(frame), address=frame.address, **{self._lines_field: [line]},
                 attribute_indices=[self.attribute(FRAME_TYPE_ATTRIBUTE, FRAME_TYPES.get(frame.kind, "native"))]))
+        self.locations_by_id[id(frame)] = index
         return index
 
     def stack(self, frames: Sequence[Frame]) -> int:
-        location = self.location
-        key = tuple([location(f) for f in frames])
+        key = tuple(map(self.locations_by_id.get, map(id, frames)))   # C speed when all are known
+        if None in key:
+            by_id, location = self.locations_by_id, self.location
+            key = tuple([by_id.get(id(f)) or location(f) for f in frames])
         index = self.stacks.get(key)
         if index is None:
             index = self.stacks[key] = len(self.stack_msgs)

@@ -1,0 +1,134 @@
+"""Real OpenTelemetry Collectors, one per OTLP profiles layout, decode what `profile_cpu` exports.
+
+One run of the known workload exports with six exporters at once (three layouts, gzip and none).
+Each collector prints what it decoded (debug exporter) and re-encodes it to a Python receiver, so
+both its text and its re-encoded data are checked: frames, sample counts, attributes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import hotstack
+from .collectors import COLLECTORS, Collector, collector_binary, debug_samples
+from .conftest import pprof
+from .otlp_receiver import LayoutReceiver, OfficialReceiver, resolve
+from .pprof_raw import parse_raw
+
+pytestmark = pytest.mark.root
+
+HZ = 99
+PERIOD = 10**9 // HZ
+VERSIONS = tuple(COLLECTORS)
+
+SEED_GUIDE_CONFIG = """\
+# ig-config.yaml
+operator:
+  otel-profiles:
+    exporters:
+      my-profiles-exporter:
+        exporter: otlp-grpc
+        compression: gzip
+        endpoint: "{endpoint}"
+        insecure: true
+"""
+
+
+@pytest.fixture(scope="module")
+def collectors(tmp_path_factory):
+    for v in VERSIONS:
+        collector_binary(v)   # fail (CI) or skip early when one is missing
+    workdir = tmp_path_factory.mktemp("otelcol")
+    started = {}
+    try:
+        for v in VERSIONS:
+            receiver = OfficialReceiver() if v == "v1.10" else LayoutReceiver(v)
+            started[v] = (Collector(v, workdir, forward_to=receiver.endpoint), receiver)
+        yield started
+    finally:
+        for collector, receiver in started.values():
+            collector.stop()
+            receiver.stop()
+
+
+def exporters_config(collectors) -> str:
+    blocks = []
+    for v, (collector, _) in collectors.items():
+        for compression in ("gzip", "none"):
+            blocks.append(f"""\
+      {v}-{compression}:
+        exporter: otlp-grpc
+        compression: {compression}
+        endpoint: "{collector.endpoint}"
+        insecure: true
+        protocol-version: {v}
+""")
+    return "operator:\n  otel-profiles:\n    exporters:\n" + "".join(blocks)
+
+
+def test_each_collector_decodes_the_workload(collectors, export_busy, workloads, tmp_path, go_pprof):
+    config = tmp_path / "ig-config.yaml"
+    config.write_text(exporters_config(collectors))
+    names = ",".join(f"{v}-{c}" for v in VERSIONS for c in ("gzip", "none"))
+    w = workloads([export_busy])
+    pb = tmp_path / "run.pb.gz"
+    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
+                 "--config", str(config), "--otel-profiles-exporter", names, "-o", "pprof", "--file", str(pb))
+    assert r.returncode == 0, r.stderr
+    assert "dropped" not in r.stderr, r.stderr
+    raw = parse_raw(pprof(go_pprof, "-raw", str(pb)))
+    count = sum(s["values"][0] for s in raw.samples) // PERIOD
+    assert count > 0
+
+    for v, (collector, receiver) in collectors.items():
+        # The collector's own decoding, as its debug exporter prints it.
+        text = collector.wait_for("proc.comm: export_busy")
+        ours = [s for s in debug_samples(text) if s["attributes"].get("proc.comm") == "export_busy"]
+        assert sum(sum(s["values"]) for s in ours) == 2 * count, (v, collector.log_path)
+        for name in ("export_leaf", "export_outer", "__x64_sys_getppid", str(export_busy), "service.name"):
+            assert name in text, (v, name)
+        assert "hotstack" in text
+        # What it decoded, encoded again by the collector: frames in order, counts, attributes.
+        requests = receiver.wait_for(2)
+        assert len(requests) == 2, (v, len(requests))
+        for request in requests:
+            samples = resolve(request)
+            assert sum(s["value"] for s in samples) == count, v
+            assert all(s["attributes"] == {"proc.comm": "export_busy"} for s in samples), v
+            assert any(s["frames"][:3] == ["export_leaf", "export_outer", "main"] for s in samples), v
+            assert samples[0]["resource"]["service.name"] == "hotstack"
+
+
+def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy, workloads, tmp_path):
+    collector, _ = collectors["v1.10"]
+    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
+    workloads([export_busy])
+    # `sudo ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`,
+    # stopped by --timeout instead of Ctrl-C.
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+                        "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "SAMPLES" in r.stdout                          # the usual table is still printed
+    text = collector.wait_for("proc.comm: export_busy")
+    assert "proc.comm: export_busy" in text and "export_leaf" in text
+
+
+def test_sanitized_attribute_names_reach_the_collector(collectors, export_busy, workloads, tmp_path):
+    collector, receiver = collectors["v1.10"]
+    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
+    w = workloads([export_busy])
+    before = len(receiver.requests)
+    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "-o", "none",
+                 "--config", str(tmp_path / "ig-config.yaml"), "--otel-profiles-exporter", "my-profiles-exporter",
+                 "--otel-profiles-sanitize-labels", "--annotate", "samples.proc.pid:profiles.sample-attribute=true")
+    assert r.returncode == 0, r.stderr
+    text = collector.wait_for("proc_comm: export_busy")
+    assert f"proc_pid: {w.pid}" in text
+    requests = receiver.wait_for(before + 1)[before:]
+    samples = [s for req in requests for s in resolve(req)]
+    assert samples and all(s["attributes"] == {"proc_comm": "export_busy", "proc_pid": w.pid} for s in samples)
+    assert samples[0]["resource"]["service.name"] == "hotstack"     # resource names keep their dots
