@@ -129,7 +129,12 @@ def test_container_matching_by_cgroup(agent, pyroscope, spin_binary, container_c
     text = f'''
 pyroscope.write "local" {{
   endpoint {{
-    url = "{pyroscope.url}"
+    url     = "{pyroscope.url}"
+    headers = {{"X-Scope-OrgID" = "tenant-1"}}
+    basic_auth {{
+      username = "alloy"
+      password = "s3cret"
+    }}
   }}
   external_labels = {{"cluster" = "test"}}
 }}
@@ -145,6 +150,8 @@ pyroscope.ebpf "matching" {{
     a.wait_ready()
     found = pyroscope.wait_for(has_spin)
     assert found
+    assert found[0].headers["X-Scope-OrgID"] == "tenant-1"
+    assert found[0].headers["Authorization"] == "Basic " + __import__("base64").b64encode(b"alloy:s3cret").decode()
     time.sleep(2.5)
     pids = set()
     for s in pyroscope.series:
