@@ -56,18 +56,21 @@ YAML
         [ "$try" = 3 ] && { rm -rf "$work"; return 1; }
         sleep 5
     done
-    # The builder writes the sources; we resolve modules and compile. `go mod tidy -e` because the
-    # proxy lacks some modules that only tests of the collector's own packages import (e.g.
-    # service/telemetry/telemetrytest before 0.148): the builder's strict tidy stops on them, and
-    # they are not part of the binary.
-    "$work/bin/builder" --config "$work/builder.yaml" --skip-get-modules --skip-compilation \
-        >"$work/build.log" 2>&1 &&
-    (cd "$work/out" && go mod tidy -e >>"$work/build.log" 2>&1 &&
-        go build -trimpath -buildvcs=false -ldflags="-s -w" -o otelcol . >>"$work/build.log" 2>&1) || {
-        tail -40 "$work/build.log" >&2
-        rm -rf "$work"
-        return 1
-    }
+    # The builder's own build first. Its strict `go mod tidy` stops where the proxy lacks modules
+    # that only tests of the collector's packages import (service/telemetry/telemetrytest before
+    # 0.148): then let it write the sources only, and resolve with `go mod tidy -e` (those modules
+    # are not part of the binary) and compile ourselves.
+    if ! "$work/bin/builder" --config "$work/builder.yaml" --ldflags="-s -w" >"$work/build.log" 2>&1; then
+        rm -rf "$work/out"
+        "$work/bin/builder" --config "$work/builder.yaml" --skip-get-modules --skip-compilation \
+            >>"$work/build.log" 2>&1 &&
+        (cd "$work/out" && go mod tidy -e >>"$work/build.log" 2>&1 &&
+            go build -trimpath -buildvcs=false -ldflags="-s -w" -o otelcol . >>"$work/build.log" 2>&1) || {
+            tail -40 "$work/build.log" >&2
+            rm -rf "$work"
+            return 1
+        }
+    fi
     # The wire layout comes from pdata's pprofile module: it must be the version asked for.
     if ! go version -m "$work/out/otelcol" | grep -q "go.opentelemetry.io/collector/pdata/pprofile[[:space:]]*v$version"; then
         echo "export.sh: collector $version was built with another pdata/pprofile:" >&2
