@@ -169,3 +169,14 @@ def test_failed_reevaluation_marks_unhealthy_and_keeps_last_arguments():
         assert b.health.state == "healthy" and b.exports["output"] == [{"y": "2"}]
     finally:
         c.stop()
+
+
+def test_validate_lists_every_component_error(tmp_path):
+    r, path = validate(tmp_path, 'pyroscope.ebpf "a" {\n  forward_to = []\n  sample_rate = "x"\n}\n'
+                                 'discovery.relabel "r" {\n  targets = 3\n}\n'
+                                 'discovery.relabel "s" {\n  targets = discovery.relabel.r.output\n}\n')
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines == [f"hotstack: error: {path}:3:17: pyroscope.ebpf.a: argument 'sample_rate': expected number, "
+                     "got string",
+                     f"{path}:6:13: discovery.relabel.r: argument 'targets': expected list(map(string)), got number"]

@@ -150,9 +150,22 @@ class Controller:
                 raise SyntaxError_(node.block.pos, f"{node_id}: {e}") from None
 
     def evaluate_all(self) -> None:
-        """First evaluation, in dependency order: any error is a config error (exit 2)."""
+        """First evaluation, in dependency order: any error is a config error (exit 2). Every
+        component is tried (those that read a failed one are skipped), so that one run of
+        --validate lists every error, one line each."""
+        errors: list[str] = []
+        failed: set[str] = set()
         for node_id in self.order:
-            self.evaluate(node_id)
+            if self.nodes[node_id].deps & failed:
+                failed.add(node_id)
+                continue
+            try:
+                self.evaluate(node_id)
+            except ConfigError as e:
+                errors.append(str(e))
+                failed.add(node_id)
+        if errors:
+            raise ConfigError("\n".join(errors))
 
     def exports_changed(self, component: Component) -> None:
         if self.running:
