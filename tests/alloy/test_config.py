@@ -94,8 +94,14 @@ BAD = [
 
 
 @pytest.mark.parametrize("name,text,message", BAD, ids=[b[0] for b in BAD])
-def test_bad_config_is_one_line_exit_2(tmp_path, name, text, message):
-    r, path = validate(tmp_path, text)
+def test_bad_config_is_one_line_exit_2(tmp_path, capsys, name, text, message):
+    # In-process through the CLI's main() (the same code a user runs, without a Python start each).
+    from hotstack.cli import main
+    path = str(tmp_path / "c.alloy")
+    (tmp_path / "c.alloy").write_text(text)
+    code = main(["agent", "--validate", path])
+    err = capsys.readouterr().err
+    r = type("R", (), {"returncode": code, "stderr": err, "stdout": ""})
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
