@@ -53,17 +53,12 @@ class CpuProfiler:
         self.symbolizer.kernel  # parse kallsyms now, not in the first interval
         self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
         self._watcher.start()
-        if self.config.unwind == "auto":
-            self._classifier = threading.Thread(target=self._classify_new_pids, name="hotstack-unwind", daemon=True)
-            self._classifier.start()
+        self._classifier = threading.Thread(target=self._unwind_loop, name="hotstack-unwind", daemon=True)
+        self._classifier.start()
 
     def _watch_new_pids(self) -> None:
         while not self._stop.wait(self._watch_interval):
             self.observe_new_pids()
-            try:
-                self.session.poll_snapshots()
-            except Exception:   # the session is closing under us
-                return
 
     def observe_new_pids(self) -> None:
         collection = self.session._collection
@@ -81,22 +76,26 @@ class CpuProfiler:
             self.python.observe(struct.unpack_from("<I", key)[0])
         self.python.prefetch(self.session._active)
 
-    def _classify_new_pids(self) -> None:
-        """Marks new processes built without frame pointers for snapshots (unwind mode "auto").
+    def _unwind_loop(self) -> None:
+        """Drains the snapshot ring (unwinding as it goes) and marks new processes built without
+        frame pointers for snapshots (unwind mode "auto").
 
-        Its own thread: a first parse of an executable's table can take a second, and the
-        watcher must keep reading new processes' maps and draining the ring meanwhile.
+        Its own thread, apart from the watcher: a first parse of a binary's table can take a
+        second, and new processes' maps must be read before they exit all the same.
         """
-        while not self._stop.is_set():
+        while not self._stop.wait(self._watch_interval):
             try:
-                pid = self._to_classify.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            try:
-                info = self.processes.get(pid)
-                if info is not None and pid not in self._snapshot_pids and self.unwinder.needs_snapshots(info):
-                    self.session.mark_snapshot_pid(pid)
-                    self._snapshot_pids.add(pid)
+                while True:
+                    try:
+                        pid = self._to_classify.get_nowait()
+                    except queue.Empty:
+                        break
+                    info = self.processes.get(pid)
+                    if info is not None and pid not in self._snapshot_pids and self.unwinder.needs_snapshots(info):
+                        self.session.mark_snapshot_pid(pid)
+                        self._snapshot_pids.add(pid)
+                    self.session.poll_snapshots()
+                self.session.poll_snapshots()
             except Exception:
                 if self.session._collection is None:   # the session is closing under us
                     return
