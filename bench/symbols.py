@@ -142,6 +142,34 @@ def bench_file(path: str, with_pyelftools: bool) -> dict:
     return row
 
 
+def bench_symbolizer(stacks: int = 500, depth: int = 20) -> dict:
+    """Symbolizer.user_frames on this process: random 20-frame stacks over its mapped files, first
+    pass (files opened, tables built) and again (as an agent sees the same stacks each interval)."""
+    import random
+
+    from hotstack.procs import ProcessTable
+    from hotstack.symbols.symbolizer import Symbolizer
+
+    pid = os.getpid()
+    sym = Symbolizer(ProcessTable())
+    info = sym.processes.get(pid)
+    execs = [m for m in info.mappings.mappings if "x" in m.perms and m.is_file]
+    rnd = random.Random(1)
+    work = [[rnd.randrange(m.start, m.end) for m in (rnd.choice(execs) for _ in range(depth))]
+            for _ in range(stacks)]
+    t = time.perf_counter()
+    for st in work:
+        sym.user_frames(pid, st)
+    cold = time.perf_counter() - t
+    t = time.perf_counter()
+    for _ in range(5):
+        for st in work:
+            sym.user_frames(pid, st)
+    hot = (time.perf_counter() - t) / 5
+    return {"files": len(sym.elf_cache), "cold_frames_per_s": stacks * depth / cold,
+            "hot_frames_per_s": stacks * depth / hot, "us_per_stack": hot / stacks * 1e6}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*")
@@ -154,6 +182,7 @@ def main() -> int:
         natives, go = largest_elf_files(args.count)
         files = natives + ([go] if go else [])
     rows = [bench_file(f, not args.no_pyelftools) for f in files]
+    live = bench_symbolizer()
     print(f"{'file':40s} {'MB':>6s} {'symbols':>8s} {'source':>15s} {'hotstack':>9s} {'nm':>8s} {'pyelftools':>10s} "
           f"{'x pyelf':>8s} {'/nm':>5s} {'lookups/s':>10s} {'named/s':>9s} {'a2l/s':>7s}")
     for r in rows:
@@ -163,6 +192,9 @@ def main() -> int:
               f"{(py * 1e3 if py else 0):8.0f}ms {(py / r['hotstack_build_s'] if py else 0):7.0f}x "
               f"{r['hotstack_build_s'] / r['nm_build_s']:5.2f} {r['lookups_per_s'] / 1e6:8.1f}M "
               f"{r['named_lookups_per_s'] / 1e3:7.0f}k {r.get('addr2line_lookups_per_s', 0):7.0f}")
+    print(f"Symbolizer.user_frames on this process ({live['files']} files): first pass "
+          f"{live['cold_frames_per_s']:,.0f} frames/s (tables built), then {live['hot_frames_per_s']:,.0f} "
+          f"frames/s ({live['us_per_stack']:.0f} us per 20-frame stack)")
     return 0
 
 

@@ -40,7 +40,11 @@ from .symtab import SymbolTable
 KERNEL_MODULE = "[kernel.kallsyms]"
 DEFAULT_ELF_CACHE_BYTES = 256 << 20
 DEFAULT_PID_CACHE_BYTES = 64 << 20
-MAX_LINE_CACHE = 65536
+MAX_RESULT_CACHE = 65536       # resolved addresses remembered per file (profiles repeat them)
+RESULT_BYTES = 160             # what one remembered address costs, for the byte budget
+MAX_FRAMES_PER_PROCESS = 100_000
+FRAME_BYTES = 200              # a remembered Frame and its dict slot
+_MISSING = object()
 
 
 @dataclass
@@ -57,12 +61,14 @@ class ModuleSymbols:
     sources: tuple[str, ...] = ()
     checked_at: float = 0.0      # when the files were last seen intact (see ElfFile.intact)
     refused: list[str] = field(default_factory=list)
-    _lines: dict[int, tuple[str, int]] = field(default_factory=dict)
+    key: tuple = ()
+    _results: dict[int, tuple | None] = field(default_factory=dict)
+    _accounted: int = 0            # len(_results) when the cache last weighed this entry
     _debug: ElfFile | None = None
 
     @property
     def nbytes(self) -> int:
-        n = 512 + 120 * len(self._lines)
+        n = 512 + RESULT_BYTES * len(self._results)
         if self.table is not None:
             n += self.table.nbytes
         if self.go is not None:
@@ -91,8 +97,7 @@ class ModuleSymbols:
                 if found is None:
                     rest.append(i)
                 else:
-                    file, line = self._go_line(vaddrs[i])
-                    out[i] = (found[0], found[1], file, line)
+                    out[i] = (found[0], found[1], "", 0)
             todo = rest
         if self.table is not None and todo:
             for i, found in zip(todo, self.table.lookup_many([vaddrs[i] for i in todo])):
@@ -100,13 +105,22 @@ class ModuleSymbols:
                     out[i] = (found[0], found[1], "", 0)
         return out
 
-    def _go_line(self, vaddr: int) -> tuple[str, int]:
-        hit = self._lines.get(vaddr)
-        if hit is None:
-            hit = self.go.line(vaddr)
-            if len(self._lines) < MAX_LINE_CACHE:
-                self._lines[vaddr] = hit
-        return hit
+    def resolve(self, vaddrs: list[int], demangle) -> list[tuple[str, int, str, int] | None]:
+        """lookup_many with shown names (demangled) and file:line, remembered per address."""
+        cache = self._results
+        out = [cache.get(v, _MISSING) for v in vaddrs]
+        missing = [i for i, r in enumerate(out) if r is _MISSING]
+        if missing:
+            for i, found in zip(missing, self.lookup_many([vaddrs[i] for i in missing])):
+                if found is not None:
+                    if self.go is not None and not found[2]:
+                        file, line = self.go.line(vaddrs[i])
+                        found = (found[0], found[1], file, line)
+                    found = (demangle(found[0]),) + tuple(found[1:])
+                out[i] = found
+                if len(cache) < MAX_RESULT_CACHE:
+                    cache[vaddrs[i]] = found
+        return out
 
 
 @dataclass
@@ -118,10 +132,13 @@ class ProcessSymbols:
     mappings_id: int
     modules: dict[tuple, tuple] = field(default_factory=dict)   # mapping -> elf_cache key
     perf_map: PerfMap | None = None
+    frames: dict[int, Frame] = field(default_factory=dict)   # address*2 + is_leaf -> file frame
+    accounted: int = 0
 
     @property
     def nbytes(self) -> int:
-        return 256 + 200 * len(self.modules) + (self.perf_map.nbytes if self.perf_map is not None else 0)
+        return (256 + 200 * len(self.modules) + FRAME_BYTES * len(self.frames)
+                + (self.perf_map.nbytes if self.perf_map is not None else 0))
 
 
 @dataclass
@@ -189,7 +206,13 @@ class Symbolizer:
         per_module: dict[tuple[int, str], tuple[ModuleSymbols, list[int], list[int]]] = {}
         jit: list[tuple[int, int]] = []
         frames: list[Frame | None] = [None] * len(addresses)
+        # Profiles repeat the same return addresses: a process remembers the frames of its files.
+        known = proc.frames
         for i, address in enumerate(addresses):
+            hit = known.get(address * 2 + (i == 0))
+            if hit is not None:
+                frames[i] = hit
+                continue
             mapping = self.processes.find_mapping(info, address)
             lookup = address if i == 0 or address == 0 else address - 1
             if mapping is None or not mapping.is_file:
@@ -210,7 +233,10 @@ class Symbolizer:
             entry[1].append(i)
             entry[2].append(vaddr)
         for (_, path), (module, indexes, vaddrs) in per_module.items():
-            results = module.lookup_many(vaddrs)
+            results = module.resolve(vaddrs, self.demangler)
+            if len(module._results) - module._accounted >= 1024:
+                module._accounted = len(module._results)
+                self.elf_cache.resize(module.key)
             base = posixpath.basename(path)
             for i, vaddr, found in zip(indexes, vaddrs, results):
                 # Report the frame's own address (undo the -1 applied for the lookup).
@@ -219,8 +245,13 @@ class Symbolizer:
                     frames[i] = Frame(f"{base}+0x{address:x}", FrameKind.NATIVE, path, address,
                                       module.build_id, resolved=False)
                 else:
-                    frames[i] = Frame(self.demangler(found[0]), FrameKind.NATIVE, path, address,
+                    frames[i] = Frame(found[0], FrameKind.NATIVE, path, address,
                                       module.build_id, found[2], found[3])
+                if len(known) < MAX_FRAMES_PER_PROCESS:
+                    known[addresses[i] * 2 + (i == 0)] = frames[i]
+        if len(known) - proc.accounted >= 1024:
+            proc.accounted = len(known)
+            self.pid_cache.resize((info.pid, info.start_time))
         if jit:
             self._jit_frames(info, proc, jit, addresses, frames)
         out = [f for f in frames if f is not None]
@@ -307,6 +338,7 @@ class Symbolizer:
             if module is None:
                 root = info.root if info.root and not info.root_is_host else ""
                 module = self._load(elf, path, build_id, root)
+                module.key = ekey
                 self.elf_cache.put(ekey, module)
             else:
                 elf.close()
