@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -99,11 +100,12 @@ class Collector:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def wait_for(self, text: str, timeout: float = 15) -> str:
+    def wait_for(self, attribute: str, value: str, total: int = 1, timeout: float = 20) -> str:
+        """The output once the samples with this attribute value add up to `total` (or the timeout)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             out = self.output()
-            if text in out:
+            if sum(sum(s["values"]) for s in debug_samples(out) if s["attributes"].get(attribute) == value) >= total:
                 return out
             time.sleep(0.2)
         return self.output()
@@ -119,6 +121,9 @@ class Collector:
         self._log.close()
 
 
+_TYPED = re.compile(r"^(Str|Int|Bool|Double)\((.*)\)$")
+
+
 def debug_samples(output: str) -> list[dict]:
     """Samples as the debug exporter printed them: {"values": [...], "attributes": {...}}."""
     samples: list[dict] = []
@@ -132,7 +137,7 @@ def debug_samples(output: str) -> list[dict]:
             current["values"] = [int(v) for v in text.split(":", 1)[1].strip(" []").split() if v]
         elif current is not None and text.startswith("-> ") and ": " in text:
             key, _, value = text[3:].partition(": ")
-            current["attributes"][key] = value
+            current["attributes"][key] = _TYPED.sub(r"\2", value)   # newer versions print Str(x)
         elif current is not None and text and not text.startswith(("Attributes", "->", "Stack", "Link",
                                                                    "Timestamps", "Location")):
             current = None
