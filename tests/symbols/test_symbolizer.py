@@ -130,3 +130,12 @@ def test_zero_and_top_addresses_do_not_break_lookups(c_programs, workloads):
     frames = sym.user_frames(w.pid, [0, 0, (1 << 64) - 1, 1])
     assert [f.name for f in frames] == ["[unknown]"] * 4
     assert len(sym.kernel_frames([0, 0, (1 << 64) - 1])) == 3
+
+
+def test_bad_demangle_mode_is_one_line_exit_2():
+    from tests.conftest import hotstack
+
+    r = hotstack("run", "profile_cpu", "--demangle", "fancy", "--timeout", "1")
+    assert r.returncode == 2
+    assert "demangle 'fancy': expected one of none, simplified, templates, full" in r.stderr
+    assert "Traceback" not in r.stderr
