@@ -187,3 +187,22 @@ def test_disk_cache_round_trip(tmp_path):
     assert (loaded.pcs == table.pcs).all() and (loaded.rule_ids == table.rule_ids).all()
     for address in range(int(table.pcs[0]), int(table.pcs[-1]), 4099):
         assert loaded.find(address) == table.find(address)
+
+
+def test_debug_frame_of_a_separate_debug_file(workloads, tmp_path):
+    """Code without .eh_frame rows, whose rules live in the .debug_frame of a debuglink'ed file."""
+    from .conftest import HERE
+
+    exe = tmp_path / "split"
+    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-fno-asynchronous-unwind-tables",
+                    "-fno-unwind-tables", "-pthread", str(HERE / "workloads" / "chain.c"), "-o", str(exe)], check=True)
+    subprocess.run(["objcopy", "--only-keep-debug", str(exe), f"{exe}.debug"], check=True)
+    subprocess.run(["objcopy", "--strip-debug", f"--add-gnu-debuglink={exe}.debug", str(exe)], check=True,
+                   cwd=tmp_path)
+    w = workloads([exe, "busy"])
+    prof, profiler = profile([w.pid], unwind="dwarf")
+    ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, CHAIN),
+                         of=lambda n: leaf_is(n, "c"))
+    assert total >= 20
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
+    assert any("debug:.debug_frame" in t.source for t in profiler.unwinder.tables._by_id.values())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..procs import Mapping, ProcessInfo
+from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from .table import Rule, UnwindTable, build_table
 
@@ -72,6 +73,8 @@ class TableStore:
             if table is None:
                 start = time.perf_counter()
                 table = build_table(elf)
+                if table.fdes < 8:
+                    table = self._with_debug_file(info, mapping, elf, table)
                 self.parse_seconds += time.perf_counter() - start
                 self.files_parsed += 1
                 self._disk.save(table_id, table)
@@ -81,6 +84,22 @@ class TableStore:
             return MappedTable(table, bias, mapping.path)
         finally:
             elf.close()
+
+    @staticmethod
+    def _with_debug_file(info: ProcessInfo, mapping: Mapping, elf: ElfFile, table: UnwindTable) -> UnwindTable:
+        """Little or no .eh_frame: try the .debug_frame of the separate debug file (build id, debuglink)."""
+        root = "" if info.root_is_host else info.root
+        try:
+            debug, _refused = find_debug_file(elf, mapping.file_path, root)
+        except (ElfError, OSError):
+            return table
+        if debug is None:
+            return table
+        try:
+            better = build_table(elf, debug)
+        finally:
+            debug.close()
+        return better if better.fdes > table.fdes else table
 
     def _evict(self) -> None:
         total = sum(t.nbytes for t in self._by_id.values())
