@@ -11,6 +11,7 @@ memory without bound.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -56,14 +57,20 @@ class PerfMap:
     def __init__(self, path: str) -> None:
         self.path = path
         self._stamp: tuple | None = None
+        self._checked_at = -1e9
         self.starts = np.zeros(0, np.uint64)
         self.sizes = np.zeros(0, np.uint64)
         self.names: list[str] = []
         self.error = ""
         self.loads = 0
 
-    def refresh(self) -> bool:
-        """Re-read the file if it changed; False when there is no map."""
+    def refresh(self, min_interval: float = 0.0) -> bool:
+        """Re-read the file if it changed; False when there is no map. With `min_interval`, the
+        file is looked at no more often than that (stacks of a JIT process come by the thousand)."""
+        now = time.monotonic()
+        if min_interval and now - self._checked_at < min_interval:
+            return bool(self.names)
+        self._checked_at = now
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:

@@ -43,6 +43,7 @@ DEFAULT_PID_CACHE_BYTES = 64 << 20
 MAX_RESULT_CACHE = 65536       # resolved addresses remembered per file (profiles repeat them)
 RESULT_BYTES = 160             # what one remembered address costs, for the byte budget
 MAX_FRAMES_PER_PROCESS = 100_000
+PERF_MAP_RECHECK_S = 0.5       # a perf map is looked at (stat) at most this often per process
 FRAME_BYTES = 200              # a remembered Frame and its dict slot
 _MISSING = object()
 
@@ -267,7 +268,7 @@ class Symbolizer:
             proc.perf_map = PerfMap(f"{root}/tmp/perf-{namespace_pid(info.pid)}.map")
         pm = proc.perf_map
         before = pm.loads
-        if not pm.refresh():
+        if not pm.refresh(PERF_MAP_RECHECK_S):
             return
         if pm.loads != before:
             self.pid_cache.resize((info.pid, info.start_time))
