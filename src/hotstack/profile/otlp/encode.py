@@ -3,7 +3,7 @@
 One request carries one Profile (one interval) of one resource and scope. Everything a sample
 points to lives in the request's dictionary, each table deduplicated and starting with its zero
 entry at index 0 (as every layout since v1.7 demands): strings, mappings, functions, locations,
-stacks, attributes (and links, which we never set). Rows whose stack and attributes are the same
+stacks, attributes and links (a sample's OBI trace/span). Rows whose stack and attributes are the same
 become one sample with their values summed, since that pair is a sample's identity.
 
 Frames keep what we know of them: each location has its mapping (file, with the GNU build id as a
@@ -32,6 +32,9 @@ FRAME_TYPE_ATTRIBUTE = "profile.frame.type"
 # Frame types as the OpenTelemetry eBPF profiler names them.
 FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind.PYTHON: "cpython",
                FrameKind.JIT: "jit"}
+
+# Sample labels that OBI trace correlation sets (sampling/obi.py): they become the sample's Link.
+LINK_ATTRIBUTES = ("trace_id", "span_id")
 
 AttributeValue = str | bool | int | float
 # One row: frames (leaf first), value, sample attributes.
@@ -71,6 +74,8 @@ class _Dictionary:
         self.location_msgs = [pb.Location()]
         self.stacks: dict[tuple[int, ...], int] = {(): 0}
         self.stack_msgs = [pb.Stack()]
+        self.links: dict[tuple[bytes, bytes], int] = {(b"", b""): 0}
+        self.link_msgs = [pb.Link()]
 
     def string(self, s: str) -> int:
         index = self.strings.get(s)
@@ -133,10 +138,22 @@ class _Dictionary:
             self.stack_msgs.append(self.pb.Stack(location_indices=key))
         return index
 
+    def link(self, attributes) -> tuple[int, list]:
+        """A row's trace/span (OBI's `trace_id`/`span_id` labels, hex) as a link; the other attributes."""
+        ids = {k: v for k, v in attributes if k in LINK_ATTRIBUTES}
+        if not ids:
+            return 0, attributes
+        key = (bytes.fromhex(str(ids.get("trace_id", ""))), bytes.fromhex(str(ids.get("span_id", ""))))
+        index = self.links.get(key)
+        if index is None:
+            index = self.links[key] = len(self.link_msgs)
+            self.link_msgs.append(self.pb.Link(trace_id=key[0], span_id=key[1]))
+        return index, [(k, v) for k, v in attributes if k not in LINK_ATTRIBUTES]
+
     def message(self):
         return self.pb.ProfilesDictionary(
             mapping_table=self.mapping_msgs, location_table=self.location_msgs,
-            function_table=self.function_msgs, link_table=[self.pb.Link()], string_table=list(self.strings),
+            function_table=self.function_msgs, link_table=self.link_msgs, string_table=list(self.strings),
             attribute_table=self.attribute_msgs, stack_table=self.stack_msgs)
 
 
@@ -162,17 +179,19 @@ def build_request(rows: Iterable[Row], header: ProfileHeader, version: str = DEF
         raise ValueError(f"unknown OTLP profiles protocol version {version!r}: expected {', '.join(VERSIONS)}") \
             from None
     d = _Dictionary(pb)
-    # (stack index, attribute indices) -> summed value: one sample per identity.
-    merged: dict[tuple[int, tuple[int, ...]], int] = {}
+    # (stack index, attribute indices, link index) -> summed value: one sample per identity.
+    merged: dict[tuple[int, tuple[int, ...], int], int] = {}
     stack, attribute = d.stack, d.attribute
     for frames, value, attributes in rows:
         if not value:
             continue
-        key = (stack(frames), tuple(sorted({attribute(k, v) for k, v in attributes})))
+        link, attributes = d.link(attributes)
+        key = (stack(frames), tuple(sorted({attribute(k, v) for k, v in attributes})), link)
         merged[key] = merged.get(key, 0) + value
 
     Sample = pb.Sample
-    samples = [Sample(stack_index=s, attribute_indices=a, values=[v]) for (s, a), v in merged.items()]
+    samples = [Sample(stack_index=s, attribute_indices=a, link_index=k, values=[v])
+               for (s, a, k), v in merged.items()]
     profile = pb.Profile(
         sample_type=pb.ValueType(type_strindex=d.string(header.sample_type.type),
                                  unit_strindex=d.string(header.sample_type.unit)),
@@ -195,9 +214,11 @@ def response_class(version: str):
 
 
 def profile_rows(profile: Profile, *, comm_attribute: str = "proc.comm") -> Iterable[Row]:
-    """Rows of a model Profile, with the thread's command name as the one attribute."""
+    """Rows of a model Profile, with the thread's command name as the one attribute (and its
+    OBI trace/span, which becomes the sample's link)."""
     for s in profile.samples:
-        yield s.stack, s.value, ((comm_attribute, s.comm),) if s.comm else ()
+        trace = tuple(label for label in s.labels if label[0] in LINK_ATTRIBUTES)
+        yield s.stack, s.value, (((comm_attribute, s.comm),) if s.comm else ()) + trace
 
 
 def encode_profile(profile: Profile, version: str = DEFAULT_VERSION, **header) -> bytes:
