@@ -13,7 +13,7 @@ from .component import NOT_IMPLEMENTED_PREFIXES, REGISTRY, Component
 from .schema import decode
 from .syntax import parse
 from .syntax.ast import Block, body_references
-from .syntax.errors import Pos, SyntaxError_
+from .syntax.errors import SyntaxError_
 from .syntax.eval import Evaluator
 from .syntax.stdlib import build as build_stdlib
 
@@ -240,7 +240,3 @@ def load_config(text: str, filename: str, registry=None) -> Controller:
     controller.load_text(text, filename)
     controller.evaluate_all()
     return controller
-
-
-def position(pos: Pos) -> str:
-    return str(pos)
