@@ -124,3 +124,24 @@ def test_local_store_rotates(tmp_path):
     assert len(list((tmp_path / "svc_a").glob("*.pb.gz"))) == 3 and not old.exists()
     assert store.services() == ["svc/a"]
     assert store.folded("svc/a", 5)["work"] == 15
+
+
+def test_lazy_mode_waits_for_targets_without_loading_anything():
+    from hotstack.alloy.controller import load_config
+    c = load_config('pyroscope.write "w" {}\npyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n'
+                    '  lazy_mode = true\n}\n', "l.alloy")
+    c.start()
+    try:
+        e = c.component("pyroscope.ebpf.e")
+        assert e.health.state == "healthy" and "waiting for targets" in e.health.message
+        assert e.profiler is None and e.debug_info()["session"] == "stopped"
+    finally:
+        c.stop()
+
+
+def test_builtin_config_validates():
+    from hotstack.alloy.controller import load_config
+    from hotstack.alloy.default_config import default_config
+    c = load_config(default_config("/tmp/x"), "<built-in>")
+    assert c.order[-1] == "pyroscope.ebpf.default"
+    assert c.component("hotstack.local_store.default").args["directory"] == "/tmp/x"
