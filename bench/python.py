@@ -131,9 +131,7 @@ def main() -> None:
     print(f"  hotstack, no python frames  {100 * nopy_cpu / sampled:5.2f}% userspace + "
           f"{100 * nopy_bpf / 1e9 / sampled:5.3f}% BPF")
     print(f"  py-spy record               {100 * spy_cpu / (T - 1):5.2f}%")
-    bpf_per_sample_us = hs_bpf / 1e3 / max(1, hs_total)
-    print(f"  BPF time per sample with python frames: {bpf_per_sample_us:.1f} us"
-          f" (without: {nopy_bpf / 1e3 / max(1, hs_total):.1f} us)")
+    print("  (BPF time is the sampler program's on every CPU sample of the host, not only the workload's)")
 
     hs, spy = shares(hs_stacks), shares(spy_stacks)
     top_hs = sorted(hs, key=hs.get, reverse=True)[:10]
