@@ -186,3 +186,12 @@ def test_validate_lists_every_component_error(tmp_path):
     assert lines == [f"hotstack: error: {path}:3:17: pyroscope.ebpf.a: argument 'sample_rate': expected number, "
                      "got string",
                      f"{path}:6:13: discovery.relabel.r: argument 'targets': expected list(map(string)), got number"]
+
+
+def test_seed_placeholder_examples_validate_once_filled(tmp_path):
+    """The usage and probes examples hold placeholders (<LABEL>, <TARGET_LIST>): filled in, they validate."""
+    for name in ("usage.alloy", "probes.alloy"):
+        text = (CONFIGS / name).read_text().replace('"<LABEL>"', '"main"').replace("<TARGET_LIST>", "[]")
+        text = text.replace("<RECEIVER_LIST>", "[pyroscope.write.w.receiver]") + W
+        r, _ = validate(tmp_path, text)
+        assert r.returncode == 0, (name, r.stderr)
