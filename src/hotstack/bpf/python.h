@@ -12,7 +12,7 @@
  * musl) equals task->thread.fsbase. Per-version offsets come in the map value, so one program
  * serves 3.8-3.14 at once.
  *
- * Transport (mirrored in unwind/python/bpf.py): the frames go into py_stacks_<buffer> under a
+ * Transport (mirrored in unwind/python/unwinder.py): the frames go into py_stacks_<buffer> under a
  * 64-bit hash of their content, and that hash is the sample key's `python_stack` (0: none).
  * Every read is bpf_probe_read_user: a target that exits or frees memory mid-walk ends the
  * chain early (a truncated stack), never an error.
@@ -55,7 +55,7 @@ struct py_stack {
 	struct py_frame frames[PY_MAX_FRAMES];
 };
 
-/* Indexes of the per-CPU `py_stats` counters; mirrored in unwind/python/bpf.py. */
+/* Indexes of the per-CPU `py_stats` counters; mirrored in unwind/python/unwinder.py. */
 enum py_stat_index {
 	PY_STAT_WALKS = 0,      /* samples of a Python process */
 	PY_STAT_NO_THREAD,      /* no thread state for the sampled thread (not a Python thread, or new) */

@@ -62,7 +62,7 @@ class RawSample:
     count: int
     user_stack_lost: bool = False
     kernel_stack_lost: bool = False
-    python_stack: int = 0             # key of its Python frames (unwind/python/bpf.py), 0: none
+    python_stack: int = 0             # key of its Python frames (unwind/python/unwinder.py), 0: none
     trace: bytes = b""                # OBI trace id (16 bytes) + span id (8) of the thread; zero: none
 
 

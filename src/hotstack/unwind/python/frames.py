@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .code import checksum
 from .detect import PythonProcess
 from .memory import MemoryReadError, ProcessMemory
-from .offsets import FRAME_CFRAME, FRAME_DIRECT, NONE, OWNED_BY_CSTACK_312, SHIM_OWNER_MIN_314, PyOffsets
+from .offsets import FRAME_CFRAME, NONE, OWNED_BY_CSTACK_312, SHIM_OWNER_MIN_314, PyOffsets
 
 MAX_FRAMES = 96          # frames walked per sample, in BPF and here
 MAX_THREADS = 64         # thread states searched per sample
