@@ -145,7 +145,7 @@ def main() -> None:
         print(f"  {name:12s} {hs.get(name, 0):8.1f}% {spy.get(name, 0):8.1f}% {d:+6.1f}")
     same = set(top_hs) == set(top_spy)
     print(f"\ntop-10 sets agree: {same}; largest share difference: {worst:.1f} points")
-    print("own-time shares a/b/c under caller (hotstack): "
+    print("a/b/c as shares of the samples under caller (hotstack): "
           + ", ".join(f"{k} {hs.get(k, 0) / max(1e-9, hs.get('caller', 0)) * 100:.1f}%" for k in "abc"))
 
 
