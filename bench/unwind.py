@@ -11,7 +11,8 @@ file) it measures, one after the other on the same running process:
   may not run here.
 
 Printed per workload: samples, completeness (share of samples whose outermost user frame is the
-process or thread root: _start, __libc_start_main, clone3, start_thread), the largest gap in
+process or thread root: _start, __libc_start_main, clone3, start_thread; the unnamed entry of a
+stripped executable below __libc_start_main), the largest gap in
 percentage points between hotstack's and perf's inclusive share over perf's top-20 user functions,
 and agent CPU per sample: hotstack's process CPU time (unwinding, symbolizing) plus the BPF
 program's run time; perf's `record` plus `script` CPU time (its unwinding happens in `script`).
@@ -101,6 +102,38 @@ def run_hotstack(pid: int, seconds: float, frequency: int, unwind: str) -> dict:
     return {"stacks": stacks, "cpu_s": cpu, "bpf_s": bpf_ns / 1e9, "snapshot_bytes": snapshot_bytes,
             "tables_parse_s": profiler.unwinder.tables.parse_seconds - warm_parse,
             "unwind_s": profiler.unwinder.stats.seconds - warm_unwind, "ends": dict(profiler.unwinder.stats.ends)}
+
+
+def unwinder_alone(pid: int, seconds: float, frequency: int) -> dict:
+    """Snapshots of `pid` captured for `seconds`, then unwound again and again offline: the CPU cost
+    of the unwinder per sample without the agent's fixed costs (which dominate when the workload
+    gets few samples, as on a loaded machine)."""
+    from hotstack.procs import ProcessTable
+    from hotstack.sampling import SamplerConfig, SamplingSession
+    from hotstack.unwind import Unwinder
+
+    fields = SamplerConfig.__dataclass_fields__
+    extra = {"python_enabled": False} if "python_enabled" in fields else {}
+    snaps = []
+    with SamplingSession(SamplerConfig(frequency=frequency, pids=(pid,), unwind="dwarf", **extra)) as session:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            session.poll_snapshots()
+        snaps = session.collect().snapshots
+    unwinder = Unwinder(ProcessTable())
+    for s in snaps:                       # first pass: parses the tables
+        unwinder.unwind(s.pid, s.ip, s.sp, s.bp, s.stack)
+    rounds, frames = 0, 0
+    start = time.process_time()
+    while time.process_time() - start < 1.0 and snaps:
+        for s in snaps:
+            frames += len(unwinder.unwind(s.pid, s.ip, s.sp, s.bp, s.stack)[0])
+        rounds += 1
+    spent = time.process_time() - start
+    n = max(rounds * len(snaps), 1)
+    return {"snapshots": len(snaps), "us_per_sample": spent / n * 1e6, "frames_per_sample": frames / n,
+            "table_bytes": unwinder.tables.nbytes, "tables": len(unwinder.tables)}
 
 
 # -- perf -----------------------------------------------------------------------------------------
@@ -244,9 +277,14 @@ def _otel_stacks(requests, pid: int) -> tuple[list, int]:
 
 
 # -- figures --------------------------------------------------------------------------------------
+def reaches_root(stack: list[str]) -> bool:
+    """Root first. A stripped executable's `_start` has no name: below __libc_start_main it is the root."""
+    return bool(stack) and (is_root(stack[0]) or (len(stack) > 1 and stack[1].startswith("__libc_start_main")))
+
+
 def completeness(stacks) -> tuple[float, int]:
     total = sum(c for _, c in stacks)
-    complete = sum(c for s, c in stacks if s and is_root(s[0]))
+    complete = sum(c for s, c in stacks if reaches_root(s))
     return (complete / total if total else 0.0), total
 
 
@@ -341,13 +379,14 @@ def main() -> int:
                 auto = run_hotstack(pid, args.seconds, args.frequency, "auto")
                 fp = run_hotstack(pid, args.seconds, args.frequency, "fp")
                 perf = run_perf(pid, args.seconds, args.frequency, workdir)
+                alone = unwinder_alone(pid, min(args.seconds, 4), args.frequency)
                 otel = run_otel(args.otel, pid, args.seconds + 10, args.frequency, workdir) if args.otel else None
             finally:
                 proc.kill()
                 proc.wait()
                 if name == "xz":
                     subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
-            report(name, auto, fp, perf, otel)
+            report(name, auto, fp, perf, otel, alone)
     binaries, nbytes, seconds = table_memory()
     print(f"\nunwind tables for every binary mapped on this host: {binaries} files, {nbytes / 2**20:.1f} MiB "
           f"({nbytes / max(binaries, 1) / 1024:.0f} KiB per file; x100 files = {nbytes / max(binaries, 1) * 100 / 2**20:.1f} MiB), "
@@ -355,7 +394,7 @@ def main() -> int:
     return 0
 
 
-def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None) -> None:
+def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None, alone: dict) -> None:
     print(f"\n== {name}")
     rows = []
     for label, r in (("hotstack auto (snapshots)", auto), ("hotstack fp", fp)):
@@ -385,6 +424,9 @@ def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None
         print(f"ratios: completeness auto/perf {a_ratio / max(p_ratio, 1e-9):.2f}; "
               f"CPU/sample auto/perf {a_cpu / max(p_cpu, 1e-12):.2f}, auto/fp {a_cpu / max(f_cpu, 1e-12):.1f}")
     print(f"unwind ends (auto): {auto['ends']}")
+    print(f"unwinder alone (offline, {alone['snapshots']} snapshots): {alone['us_per_sample']:.1f} µs CPU per sample, "
+          f"{alone['frames_per_sample']:.1f} frames; tables of this process: {alone['tables']} files, "
+          f"{alone['table_bytes'] / 1024:.0f} KiB")
     if otel is not None:
         ratio, total = completeness(otel["stacks"])
         print(f"{'otel ebpf-profiler':28s} samples {total:5d}  complete {ratio * 100:5.1f}%  agent CPU/sample "
