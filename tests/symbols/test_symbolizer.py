@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -139,3 +140,38 @@ def test_bad_demangle_mode_is_one_line_exit_2():
     assert r.returncode == 2
     assert "demangle 'fancy': expected one of none, simplified, templates, full" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_exec_invalidates_the_process_cache(c_programs, workloads, tmp_path):
+    """exec keeps pid and start time: the symbolizer notices the new executable and starts afresh."""
+    import sys
+
+    script = tmp_path / "exec_later.py"
+    script.write_text(f"import os, time\ntime.sleep(1.5)\nos.execv({str(c_programs['plain'])!r}, ['hot_c'])\n")
+    w = workloads([sys.executable, script])
+    sym = Symbolizer(ProcessTable())
+    info = sym.processes.get(w.pid)
+    python_text = next(m for m in info.mappings.mappings if m.is_file and "x" in m.perms)
+    sym.user_frames(w.pid, [python_text.start + 0x10])
+    before = sym.pid_cache.peek((w.pid, info.start_time))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.readlink(f"/proc/{w.pid}/exe") != str(c_programs["plain"]):
+        time.sleep(0.1)
+    time.sleep(1.1)     # past the once-a-second check
+    # Without noticing the exec, the old interpreter's mapping would still "resolve" this address.
+    stale = sym.user_frames(w.pid, [python_text.start + 0x10])[0]
+    assert stale.module != python_text.path, stale
+    # The address from the maps as they are now (the symbolizer's copy is still the old one).
+    from hotstack.procs.maps import read_maps
+    from hotstack.symbols.elf import ElfFile
+
+    text = next(m for m in read_maps(w.pid) if m.path == str(c_programs["plain"]))
+    nm = run("nm", c_programs["plain"]).stdout
+    value = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith(" stripped_hot_loop"))
+    with ElfFile(str(c_programs["plain"])) as elf:
+        seg = next(g for g in elf.segments if g.offset <= text.offset < g.offset + g.filesz)
+    addr = value - seg.vaddr + seg.offset - text.offset + text.start
+    assert sym.user_frames(w.pid, [addr])[0].name == "stripped_hot_loop"
+    after = sym.pid_cache.peek((w.pid, info.start_time))
+    assert after is not before and after.exe == (os.stat(c_programs["plain"]).st_dev,
+                                                  os.stat(c_programs["plain"]).st_ino)

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..procs import Mapping, ProcessInfo, ProcessTable
+from ..procs.maps import MappingIndex, read_maps
 from ..profile.model import UNKNOWN, Frame, FrameKind
 from .cache import ByteLRU
 from .debugfile import DEFAULT_DEBUG_DIRS, find_debug_file
@@ -44,6 +45,7 @@ MAX_RESULT_CACHE = 65536       # resolved addresses remembered per file (profile
 RESULT_BYTES = 160             # what one remembered address costs, for the byte budget
 MAX_FRAMES_PER_PROCESS = 100_000
 PERF_MAP_RECHECK_S = 0.5       # a perf map is looked at (stat) at most this often per process
+EXEC_RECHECK_S = 1.0           # how often a process's executable is checked for exec
 FRAME_BYTES = 200              # a remembered Frame and its dict slot
 _MISSING = object()
 
@@ -134,12 +136,22 @@ class ProcessSymbols:
     modules: dict[tuple, tuple] = field(default_factory=dict)   # mapping -> elf_cache key
     perf_map: PerfMap | None = None
     frames: dict[int, Frame] = field(default_factory=dict)   # address*2 + is_leaf -> file frame
+    exe: tuple | None = None       # (dev, inode) of /proc/PID/exe: changes on exec
+    exe_checked_at: float = 0.0
     accounted: int = 0
 
     @property
     def nbytes(self) -> int:
         return (256 + 200 * len(self.modules) + FRAME_BYTES * len(self.frames)
                 + (self.perf_map.nbytes if self.perf_map is not None else 0))
+
+
+def _exe_identity(pid: int) -> tuple | None:
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 @dataclass
@@ -281,9 +293,20 @@ class Symbolizer:
     def _process(self, info: ProcessInfo) -> ProcessSymbols:
         key = (info.pid, info.start_time)
         proc = self.pid_cache.get(key)
+        now = time.monotonic()
+        if proc is not None and info.alive and now - proc.exe_checked_at >= EXEC_RECHECK_S:
+            proc.exe_checked_at = now
+            exe = _exe_identity(info.pid)
+            if exe is not None and proc.exe is not None and exe != proc.exe:
+                # exec keeps the pid and its start time: only the executable tells. Its maps are
+                # read again (as the process table does on a miss) and everything cached goes.
+                fresh = read_maps(info.pid)
+                if fresh:
+                    info.mappings = MappingIndex(fresh)
         if proc is None or proc.mappings_id != id(info.mappings):
             # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
             proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, id(info.mappings)))
+            proc.exe, proc.exe_checked_at = _exe_identity(info.pid), now
         return proc
 
     def _module(self, info: ProcessInfo, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
