@@ -59,11 +59,17 @@ exporters:
       exporters: [debug{forward_name}]
 """
 FORWARD = """\
-  otlp:
+  {otlp}:
     endpoint: {endpoint}
     tls:
       insecure: true
 """
+
+
+def otlp_exporter_type(binary: Path) -> str:
+    """The OTLP/gRPC exporter is `otlp` in older collectors and `otlp_grpc` in newer ones."""
+    listing = subprocess.run([str(binary), "components"], capture_output=True, text=True, timeout=60).stdout
+    return "otlp_grpc" if "name: otlp_grpc" in listing else "otlp"
 
 
 class Collector:
@@ -75,8 +81,10 @@ class Collector:
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         config = workdir / f"otelcol-{version}.yaml"
-        config.write_text(CONFIG.format(port=self.port, forward=FORWARD.format(endpoint=forward_to) if forward_to else "",
-                                        forward_name=", otlp" if forward_to else ""))
+        otlp = otlp_exporter_type(collector_binary(version))
+        config.write_text(CONFIG.format(
+            port=self.port, forward=FORWARD.format(otlp=otlp, endpoint=forward_to) if forward_to else "",
+            forward_name=f", {otlp}" if forward_to else ""))
         self.log_path = workdir / f"otelcol-{version}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([str(collector_binary(version)), "--config", str(config),
