@@ -117,3 +117,19 @@ def test_stripped_go_binary(go_binaries):
         text = elf.section(".text").addr
         entry = text + names["main.crunchNumbers"]
         assert go.lookup_many([entry + 3])[0] == ("main.crunchNumbers", 3)
+
+
+def test_table_found_by_scanning_when_the_section_has_no_name(go_binaries, tmp_path):
+    """PIE binaries of older Go keep the table inside .data.rel.ro: found by its magic number."""
+    renamed = tmp_path / "renamed"
+    subprocess.run(["objcopy", "--rename-section", ".gopclntab=.data.rel.ro", str(go_binaries["plain"]),
+                    str(renamed)], check=True)
+    with ElfFile(str(go_binaries["plain"])) as plain:
+        reference = find_pclntab(plain)
+        entry = int(reference.entries[reference.nfunc // 2])
+        expected = reference.lookup_many([entry + 1])
+    with ElfFile(str(renamed)) as elf:
+        assert elf.section(".gopclntab") is None
+        go = find_pclntab(elf)
+        assert go is not None and len(go) == len(reference)
+        assert go.lookup_many([entry + 1]) == expected
