@@ -11,8 +11,9 @@ processes in containers resolve against their own filesystem.
 Two caches, both LRU bounded by bytes, as Alloy's pyroscope.ebpf has them:
   elf_cache  per build id (or file identity without one): the symbol tables of a file, shared by
              every process that maps it;
-  pid_cache  per process (pid + start time, so pid reuse is a new entry; dropped when the process
-             re-reads its maps, as after exec): mapping -> elf_cache key, and its perf map.
+  pid_cache  per process (pid + start time, so pid reuse is a new entry; started afresh when its
+             maps are read again or its executable changes, i.e. after exec): mapping -> elf_cache
+             key, the frames already resolved, and its perf map.
 
 What cannot be named follows the seed's rules: process gone, no mapping, or the file is gone
 -> `[unknown]`; a file without a symbol for the address -> `module+0xOFF`.
