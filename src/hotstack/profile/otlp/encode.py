@@ -57,25 +57,25 @@ class ProfileHeader:
 
 
 class _Dictionary:
-    def __init__(self, pb: ModuleType) -> None:
+    """The request's dictionary, filled in place (`.add()`: no message is built twice)."""
+
+    def __init__(self, pb: ModuleType, msg) -> None:
         self.pb = pb
+        self.msg = msg   # the ProfilesDictionary inside the request
         self._lines_field = "line" if pb is v1_8_pb2 else "lines"
         self.strings: dict[str, int] = {"": 0}
         self.attributes: dict[tuple[str, type, AttributeValue], int] = {}
-        self.attribute_msgs = [pb.KeyValueAndUnit()]
         self.mappings: dict[tuple[str, str], int] = {}
-        self.mapping_msgs = [pb.Mapping()]
         self.functions: dict[tuple[str, str], int] = {}
-        self.function_msgs = [pb.Function()]
         self.locations: dict[Frame, int] = {}
         # Frames are mostly shared objects, and a dataclass hash (8 fields) costs more than the
         # rest of the encoding: look them up by identity first (valid while the rows are alive).
         self.locations_by_id: dict[int, int] = {}
-        self.location_msgs = [pb.Location()]
         self.stacks: dict[tuple[int, ...], int] = {(): 0}
-        self.stack_msgs = [pb.Stack()]
         self.links: dict[tuple[bytes, bytes], int] = {(b"", b""): 0}
-        self.link_msgs = [pb.Link()]
+        for table in (msg.mapping_table, msg.location_table, msg.function_table, msg.link_table,
+                      msg.attribute_table, msg.stack_table):
+            table.add()   # the zero entry at index 0
 
     def string(self, s: str) -> int:
         index = self.strings.get(s)
@@ -88,9 +88,9 @@ class _Dictionary:
         dedup = (key, type(value), value)
         index = self.attributes.get(dedup)
         if index is None:
-            index = self.attributes[dedup] = len(self.attribute_msgs)
-            self.attribute_msgs.append(self.pb.KeyValueAndUnit(key_strindex=self.string(key),
-                                                               value=any_value(self.pb, value)))
+            table = self.msg.attribute_table
+            index = self.attributes[dedup] = len(table)
+            table.add(key_strindex=self.string(key), value=any_value(self.pb, value))
         return index
 
     def mapping(self, frame: Frame) -> int:
@@ -99,31 +99,30 @@ class _Dictionary:
         key = (frame.module, frame.build_id)
         index = self.mappings.get(key)
         if index is None:
-            index = self.mappings[key] = len(self.mapping_msgs)
+            table = self.msg.mapping_table
+            index = self.mappings[key] = len(table)
             attrs = [self.attribute(BUILD_ID_ATTRIBUTE, frame.build_id)] if frame.build_id else []
-            self.mapping_msgs.append(self.pb.Mapping(filename_strindex=self.string(frame.module),
-                                                     attribute_indices=attrs))
+            table.add(filename_strindex=self.string(frame.module), attribute_indices=attrs)
         return index
 
     def function(self, frame: Frame) -> int:
         key = (frame.name, frame.file)
         index = self.functions.get(key)
         if index is None:
-            index = self.functions[key] = len(self.function_msgs)
+            table = self.msg.function_table
+            index = self.functions[key] = len(table)
             name = self.string(frame.name)
-            self.function_msgs.append(self.pb.Function(name_strindex=name, system_name_strindex=name,
-                                                       filename_strindex=self.string(frame.file)))
+            table.add(name_strindex=name, system_name_strindex=name, filename_strindex=self.string(frame.file))
         return index
 
     def location(self, frame: Frame) -> int:
         index = self.locations.get(frame)
         if index is None:
-            index = self.locations[frame] = len(self.location_msgs)
-            pb = self.pb
-            line = pb.Line(function_index=self.function(frame), line=frame.line)
-            self.location_msgs.append(pb.Location(
-                mapping_index=self.mapping(frame), address=frame.address, **{self._lines_field: [line]},
-                attribute_indices=[self.attribute(FRAME_TYPE_ATTRIBUTE, FRAME_TYPES.get(frame.kind, "native"))]))
+            table = self.msg.location_table
+            index = self.locations[frame] = len(table)
+            loc = table.add(mapping_index=self.mapping(frame), address=frame.address, attribute_indices=[
+                self.attribute(FRAME_TYPE_ATTRIBUTE, FRAME_TYPES.get(frame.kind, "native"))])
+            getattr(loc, self._lines_field).add(function_index=self.function(frame), line=frame.line)
         self.locations_by_id[id(frame)] = index
         return index
 
@@ -134,27 +133,24 @@ class _Dictionary:
             key = tuple([by_id.get(id(f)) or location(f) for f in frames])
         index = self.stacks.get(key)
         if index is None:
-            index = self.stacks[key] = len(self.stack_msgs)
-            self.stack_msgs.append(self.pb.Stack(location_indices=key))
+            index = self.stacks[key] = len(self.stacks)
+            self.msg.stack_table.add(location_indices=key)
         return index
 
     def link(self, attributes) -> tuple[int, list]:
         """A row's trace/span (OBI's `trace_id`/`span_id` labels, hex) as a link; the other attributes."""
-        ids = {k: v for k, v in attributes if k in LINK_ATTRIBUTES}
-        if not ids:
+        if not any(k in LINK_ATTRIBUTES for k, _ in attributes):
             return 0, attributes
+        ids = {k: v for k, v in attributes if k in LINK_ATTRIBUTES}
         key = (bytes.fromhex(str(ids.get("trace_id", ""))), bytes.fromhex(str(ids.get("span_id", ""))))
         index = self.links.get(key)
         if index is None:
-            index = self.links[key] = len(self.link_msgs)
-            self.link_msgs.append(self.pb.Link(trace_id=key[0], span_id=key[1]))
+            index = self.links[key] = len(self.links)
+            self.msg.link_table.add(trace_id=key[0], span_id=key[1])
         return index, [(k, v) for k, v in attributes if k not in LINK_ATTRIBUTES]
 
-    def message(self):
-        return self.pb.ProfilesDictionary(
-            mapping_table=self.mapping_msgs, location_table=self.location_msgs,
-            function_table=self.function_msgs, link_table=self.link_msgs, string_table=list(self.strings),
-            attribute_table=self.attribute_msgs, stack_table=self.stack_msgs)
+    def finish(self) -> None:
+        self.msg.string_table.extend(self.strings)
 
 
 def any_value(pb: ModuleType, value: AttributeValue):
@@ -178,7 +174,8 @@ def build_request(rows: Iterable[Row], header: ProfileHeader, version: str = DEF
     except KeyError:
         raise ValueError(f"unknown OTLP profiles protocol version {version!r}: expected {', '.join(VERSIONS)}") \
             from None
-    d = _Dictionary(pb)
+    request = pb.ExportProfilesServiceRequest()
+    d = _Dictionary(pb, request.dictionary)
     # (stack index, attribute indices, link index) -> summed value: one sample per identity.
     merged: dict[tuple[int, tuple[int, ...], int], int] = {}
     stack, attribute = d.stack, d.attribute
@@ -189,24 +186,22 @@ def build_request(rows: Iterable[Row], header: ProfileHeader, version: str = DEF
         key = (stack(frames), tuple(sorted({attribute(k, v) for k, v in attributes})), link)
         merged[key] = merged.get(key, 0) + value
 
-    Sample = pb.Sample
-    samples = [Sample(stack_index=s, attribute_indices=a, link_index=k, values=[v])
-               for (s, a, k), v in merged.items()]
-    profile = pb.Profile(
-        sample_type=pb.ValueType(type_strindex=d.string(header.sample_type.type),
-                                 unit_strindex=d.string(header.sample_type.unit)),
-        period_type=pb.ValueType(type_strindex=d.string(header.period_type.type),
-                                 unit_strindex=d.string(header.period_type.unit)),
-        period=header.period, time_unix_nano=header.start_ns, duration_nano=header.duration_ns,
-        **{"sample" if pb is v1_8_pb2 else "samples": samples})
-    resource = pb.Resource(attributes=[_key_value(pb, "service.name", header.service_name),
-                                       _key_value(pb, "service.version", header.service_version)])
-    scope = pb.InstrumentationScope(name=header.scope_name, version=header.scope_version)
-    return pb.ExportProfilesServiceRequest(
-        resource_profiles=[pb.ResourceProfiles(
-            resource=resource, schema_url=SCHEMA_URL,
-            scope_profiles=[pb.ScopeProfiles(scope=scope, profiles=[profile], schema_url=SCHEMA_URL)])],
-        dictionary=d.message())
+    profile = request.resource_profiles.add(schema_url=SCHEMA_URL).scope_profiles.add(schema_url=SCHEMA_URL) \
+        .profiles.add(period=header.period, time_unix_nano=header.start_ns, duration_nano=header.duration_ns)
+    add = getattr(profile, "sample" if pb is v1_8_pb2 else "samples").add
+    for (s, a, k), v in merged.items():
+        add(stack_index=s, attribute_indices=a, link_index=k, values=(v,))
+    profile.sample_type.type_strindex = d.string(header.sample_type.type)
+    profile.sample_type.unit_strindex = d.string(header.sample_type.unit)
+    profile.period_type.type_strindex = d.string(header.period_type.type)
+    profile.period_type.unit_strindex = d.string(header.period_type.unit)
+    rp = request.resource_profiles[0]
+    rp.resource.attributes.extend([_key_value(pb, "service.name", header.service_name),
+                                   _key_value(pb, "service.version", header.service_version)])
+    scope = rp.scope_profiles[0].scope
+    scope.name, scope.version = header.scope_name, header.scope_version
+    d.finish()
+    return request
 
 
 def response_class(version: str):
