@@ -79,9 +79,16 @@ class LayoutReceiver(_Base):
         self.server.start()
 
 
-def _any(value):
+def _any(value, strings=()):
     kind = value.WhichOneof("value")
+    if kind == "string_value_strindex":   # v1.10: strings of profiles may point into the string table
+        return strings[value.string_value_strindex]
     return getattr(value, kind) if kind else None
+
+
+def _key(kv, strings) -> str:
+    # v1.10 lets KeyValue name its key by index into the string table (key_strindex).
+    return kv.key or (strings[kv.key_strindex] if getattr(kv, "key_strindex", 0) else "")
 
 
 def resolve(request) -> list[dict]:
@@ -94,7 +101,7 @@ def resolve(request) -> list[dict]:
         out = {}
         for i in indices:
             kv = d.attribute_table[i]
-            out[strings[kv.key_strindex]] = _any(kv.value)
+            out[strings[kv.key_strindex]] = _any(kv.value, strings)
         return out
 
     def frames(stack_index):
@@ -108,7 +115,7 @@ def resolve(request) -> list[dict]:
 
     out = []
     for rp in request.resource_profiles:
-        resource = {kv.key: _any(kv.value) for kv in rp.resource.attributes}
+        resource = {_key(kv, strings): _any(kv.value, strings) for kv in rp.resource.attributes}
         for sp in rp.scope_profiles:
             for profile in sp.profiles:
                 samples = profile.samples if hasattr(profile, "samples") else profile.sample
