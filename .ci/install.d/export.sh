@@ -4,7 +4,8 @@
 #    profiles wire layout we speak (v1.8, v1.9, v1.10), with the OTLP receiver, the debug exporter
 #    (prints what it decoded) and the OTLP exporter (re-encodes it for a test receiver); cached by
 #    version under $HOTSTACK_CACHE/otelcol-<version>/otelcol.
-#  - Debian's Chromium for the flame graph page test; `go tool pprof` comes with the Go toolchain.
+#  - Debian's Chromium for the flame graph page test, openssl for the TLS test; `go tool pprof` comes
+#    with the Go toolchain.
 set -euo pipefail
 CACHE="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}"
 mkdir -p "$CACHE"
@@ -16,8 +17,9 @@ mkdir -p "$CACHE"
 COLLECTOR_VERSIONS="${HOTSTACK_COLLECTOR_VERSIONS:-0.165.0 0.139.0 0.146.1}"
 COMPONENTS="otlpreceiver debugexporter otlpexporter envprovider fileprovider"
 
-if ! command -v chromium >/dev/null; then
-    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+if ! command -v chromium >/dev/null || ! command -v openssl >/dev/null; then
+    # chromium: the flame graph page test; openssl: a self-signed certificate for the TLS test.
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core openssl >/dev/null
 fi
 
 if ! command -v go >/dev/null; then

@@ -18,12 +18,16 @@ SERVICE = "opentelemetry.proto.collector.profiles.v1development.ProfilesService"
 
 
 class _Base:
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[bytes, bytes] | None = None) -> None:
+        """`tls`: (PEM key, PEM certificate) to serve TLS instead of plaintext."""
         self.requests: list = []
         self.metadata: list[dict] = []
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        if tls is not None:
+            self.port = self.server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([tls]))
+        else:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.endpoint = f"127.0.0.1:{self.port}"
 
     def _record(self, request, context) -> None:
@@ -46,8 +50,8 @@ class _Base:
 
 
 class OfficialReceiver(_Base):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, tls: tuple[bytes, bytes] | None = None) -> None:
+        super().__init__(tls)
         from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
         from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2_grpc as svc_grpc
 

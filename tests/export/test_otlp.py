@@ -3,6 +3,7 @@ opentelemetry-proto package (layout v1.10), independently of hotstack's own modu
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -144,3 +145,42 @@ def test_every_layout_encodes_the_same_samples():
         misread = ExportProfilesServiceRequest.FromString(encode_profile(p, version))
         assert [list(s.values) for s in misread.resource_profiles[0].scope_profiles[0].profiles[0].samples] != \
                [[10], [7]]
+
+
+def _self_signed(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return key, cert
+
+
+def _export_once(cfg) -> dict:
+    from hotstack.export.otlp_grpc import OtlpProfilesExporter
+
+    exporter = OtlpProfilesExporter(cfg)
+    p = Profile([Sample((Frame("spin"),), 3, 1, 1, "app")], 1, 2, 49)
+    exporter.export(lambda version: encode_profile(p, version))
+    exporter.close(3)
+    return exporter.metrics.snapshot()
+
+
+def test_tls_with_a_ca_file_and_without_it(tmp_path):
+    from hotstack.export.otlp_grpc import OtlpGrpcConfig
+
+    key, cert = _self_signed(tmp_path)
+    receiver = OfficialReceiver(tls=(key.read_bytes(), cert.read_bytes()))
+    try:
+        fast = dict(min_backoff_s=0.05, max_backoff_s=0.1, max_retries=1, timeout_s=2)
+        # insecure: false and our CA: TLS handshake, request decoded.
+        m = _export_once(OtlpGrpcConfig("tls", receiver.endpoint, ca_file=str(cert), **fast))
+        assert m["sent_items"] == 1 and len(receiver.wait_for(1)) == 1
+        # The system's roots do not know this certificate: refused, counted, no crash.
+        m = _export_once(OtlpGrpcConfig("tls", receiver.endpoint, **fast))
+        assert m["sent_items"] == 0 and m["dropped_items"] == 1
+        # Plaintext to a TLS server fails the same way.
+        m = _export_once(OtlpGrpcConfig("plain", receiver.endpoint, insecure=True, **fast))
+        assert m["dropped_items"] == 1
+        assert len(receiver.requests) == 1
+    finally:
+        receiver.stop()
