@@ -18,7 +18,7 @@ from .collectors import require_peer
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--window-size=1200,900"]
-FRAME = re.compile(r'<div class="frame[^"]*"[^>]*data-name="([^"]*)" data-samples="(\d+)"[^>]*style="([^"]*)"')
+FRAME = re.compile(r'<div class="frame[^"]*"[^>]*?data-name="([^"]*)" data-samples="(\d+)"[^>]*style="([^"]*)"')
 
 
 def dump_dom(page: Path, fragment: str, profile_dir: Path) -> str:
@@ -63,6 +63,8 @@ def test_renders_all_frames(page, tmp_path):
     assert f["spin"][0] == 40 and f["other_branch"][0] == 20
     # Widths are proportional to samples: spin is twice other_branch.
     assert abs(f["spin"][1] / f["other_branch"][1] - 2) < 0.01
+    # The hover text: samples and share of the total.
+    assert 'aria-label="spin (40 samples, 66.67%)"' in dom
 
 
 def test_click_zoom_and_search(page, tmp_path):

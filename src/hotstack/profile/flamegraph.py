@@ -141,7 +141,7 @@ _TEMPLATE = """<!DOCTYPE html>
       el.style.top = ((maxDepth - node.depth) * ROW) + "px";
       el.style.background = color(node);
       el.textContent = f[2] > 20 ? node[0] : "";
-      el.title = "";
+      el.setAttribute("aria-label", label(node));   // what the hover tooltip shows, for screen readers too
       el.setAttribute("data-name", node[0]);
       el.setAttribute("data-samples", node[1]);
       el.setAttribute("role", "treeitem");
