@@ -427,7 +427,7 @@ def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None
     print(f"unwinder alone (offline, {alone['snapshots']} snapshots): {alone['us_per_sample']:.1f} µs CPU per sample, "
           f"{alone['frames_per_sample']:.1f} frames; tables of this process: {alone['tables']} files, "
           f"{alone['table_bytes'] / 1024:.0f} KiB")
-    if otel is not None:
+    if otel is not None and otel["stacks"]:
         ratio, total = completeness(otel["stacks"])
         print(f"{'otel ebpf-profiler':28s} samples {total:5d}  complete {ratio * 100:5.1f}%  agent CPU/sample "
               f"{otel['cpu_s'] / max(otel['host_samples'], 1) * 1e6:7.1f} µs  (whole host, startup included: "
@@ -435,9 +435,9 @@ def report(name: str, auto: dict, fp: dict, perf: dict | None, otel: dict | None
         if perf is not None and otel["stacks"]:
             gap, fn = top_gap(otel["stacks"], perf["stacks"])
             print(f"otel top-20 inclusive vs perf: largest gap {gap:.1f} pp ({fn})")
-        if not otel["stacks"]:
-            print(f"otel ebpf-profiler: no stacks of the target (exit {otel['returncode']}); "
-                  f"log tail: {otel['log_tail'][-400:]!r}")
+    if otel is not None and not otel["stacks"]:
+        print(f"otel ebpf-profiler: no stacks of the target (exit {otel['returncode']}); "
+              f"log tail: {otel['log_tail'][-400:]!r}")
 
 
 if __name__ == "__main__":
