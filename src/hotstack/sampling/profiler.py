@@ -153,11 +153,14 @@ class CpuProfiler:
         for pid in list(self._snapshot_pids):
             if self.processes.get(pid) is None or not self.processes.get(pid).alive:
                 self._snapshot_pids.discard(pid)
-                self.unwinder.forget(pid)
                 try:
                     self.session.forget_snapshot_pid(pid)
                 except Exception:
                     pass
+        for pid in self.unwinder.cached_pids():
+            info = self.processes.get(pid)
+            if info is None or not info.alive:
+                self.unwinder.forget(pid)
         self.python.forget_dead()
 
     def stop(self) -> None:

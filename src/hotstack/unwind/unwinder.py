@@ -84,9 +84,13 @@ class Unwinder:
         return False
 
     def forget(self, pid: int) -> None:
+        """Drop what is cached for an exited process (its tables stay in the store, per build id)."""
         with self._lock:
-            for key in [k for k in self._mapped if k[0] == pid]:
-                del self._mapped[key]
+            for key in [k for k in list(self._mapped) if k[0] == pid]:   # list(): one step under the GIL
+                self._mapped.pop(key, None)
+
+    def cached_pids(self) -> set[int]:
+        return {key[0] for key in list(self._mapped)}
 
     # -- one stack --------------------------------------------------------------------------
     def unwind(self, pid: int, ip: int, sp: int, bp: int, stack: bytes) -> tuple[tuple[int, ...], str]:
