@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import ssl
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
