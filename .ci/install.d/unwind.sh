@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peers of tests/unwind (issue 6): Debian's python3 (built without frame pointers, the test's
-# target), binutils' readelf (the reference CFI interpreter the table test compares against), a C
-# compiler with pthreads for the workloads. linux-perf (bench/unwind.py's ground truth) is installed
+# target), binutils' readelf (the reference CFI interpreter the table test compares against) and
+# objcopy (split debug files), a C compiler with pthreads and a Go toolchain for the workloads. linux-perf (bench/unwind.py's ground truth) is installed
 # by .ci/run.
 #
 # With HOTSTACK_BENCH_PEERS=1 it also builds the OpenTelemetry eBPF profiler for bench/unwind.py,
@@ -13,6 +13,9 @@ need=()
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v readelf >/dev/null || need+=(binutils)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v objcopy >/dev/null || need+=(binutils)
+# Go for the Go workload (export.sh needs a Go toolchain too; Debian's is enough here).
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

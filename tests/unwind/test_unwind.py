@@ -206,3 +206,47 @@ def test_debug_frame_of_a_separate_debug_file(workloads, tmp_path):
     assert total >= 20
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
     assert any("debug:.debug_frame" in t.source for t in profiler.unwinder.tables._by_id.values())
+
+
+def _go() -> str | None:
+    return shutil.which("go") or next((p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.path.exists(p)),
+                                      None)
+
+
+@pytest.fixture(scope="module")
+def gochain(build_dir):
+    go = _go()
+    if go is None:
+        if os.environ.get("CI"):
+            pytest.fail("Go toolchain missing (.ci/install.d/unwind.sh installs it)")
+        pytest.skip("no Go toolchain here")
+    from .conftest import HERE
+
+    out = build_dir / "gochain"
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    subprocess.run([go, "build", "-o", str(out), "."], cwd=HERE / "workloads" / "gochain", env=env, check=True)
+    return out
+
+
+def test_go_binary_stays_on_frame_pointers_in_auto_mode(gochain, workloads):
+    """Go keeps frame pointers (its CFI never says so): no snapshots, frames from the kernel's walk."""
+    w = workloads([gochain])
+    prof, profiler = profile([w.pid], seconds=2)
+    assert w.pid not in profiler._snapshot_pids
+    assert profiler.unwinder.stats.snapshots == 0
+    ratio, total = share(prof.samples, lambda n: contains(n, ["runtime.main", "main.main", "main.a"]),
+                         of=lambda n: leaf_is(n, "main.c"))
+    assert total >= 20
+    assert ratio >= 0.9
+
+
+def test_go_binary_with_tables(gochain, workloads):
+    """unwind="dwarf": Go's compressed .debug_frame gives the frameless leaf's caller (main.b), which
+    a frame-pointer walk skips."""
+    w = workloads([gochain])
+    prof, _ = profile([w.pid], unwind="dwarf")
+    ratio, total = share(prof.samples, lambda n: n[:2] == ["runtime.goexit", "runtime.main"]
+                         and contains(n, ["main.main", "main.a", "main.b", "main.c"]),
+                         of=lambda n: leaf_is(n, "main.c"))
+    assert total >= 20
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]

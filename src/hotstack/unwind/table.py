@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,7 @@ class UnwindTable:
         self.fdes = fdes
         self.fp_fdes = fp_fdes               # FDEs whose CFA moves to RBP somewhere
         self.source = source                 # which sections the rows came from
+        self.go = False                      # a Go binary: frame pointers by the Go ABI
         self._pcs_array: array.array | None = None
         self._memo: dict[int, Rule | None] = {}
 
@@ -58,6 +60,8 @@ class UnwindTable:
     @property
     def uses_frame_pointers(self) -> bool | None:
         """True/False when the file's code visibly does/doesn't keep frame pointers; None: unknown."""
+        if self.go:
+            return True          # its CFI never mentions RBP, yet every Go frame keeps one
         if self.fdes < MIN_FDES_FOR_VERDICT:
             return None
         return self.fp_fdes >= FRAME_POINTER_SHARE * self.fdes
@@ -153,11 +157,11 @@ def build_table(elf: ElfFile, debug_elf: ElfFile | None = None) -> UnwindTable:
             continue
         if debug and fdes >= 8 and source_elf is debug_elf:
             break          # .eh_frame already covers the file
-        try:
-            data = source_elf.section_data(section, cap=256 << 20)
-        except ElfError:
+        if section.type == 8:       # SHT_NOBITS: the section was stripped to a debug file
             continue
-        if debug and section.type == 8:
+        try:
+            data = _decompressed(source_elf.section_data(section, cap=256 << 20))
+        except (ElfError, zlib.error):
             continue
         section_rows, n = cfi.parse(data, section.addr, debug_frame=debug)
         if section_rows:
@@ -165,4 +169,17 @@ def build_table(elf: ElfFile, debug_elf: ElfFile | None = None) -> UnwindTable:
             rows = section_rows + rows if debug else rows + section_rows
             fdes += n
             sources.append(name if source_elf is elf else f"debug:{name}")
-    return UnwindTable.from_rows(rows, fdes, "+".join(sources))
+    table = UnwindTable.from_rows(rows, fdes, "+".join(sources))
+    table.go = elf.section(".gopclntab") is not None or elf.section(".go.buildinfo") is not None
+    return table
+
+
+def _decompressed(data: bytes) -> bytes:
+    """Section bytes, inflated if compressed: SHF_COMPRESSED (an Elf64_Chdr, ch_type 1 = zlib; Go
+    compresses its DWARF this way) or the older .zdebug "ZLIB" header. A real .debug_frame starts
+    with a CIE length, never 1, so the check needs no section flags."""
+    if len(data) >= 24 and int.from_bytes(data[:4], "little") == 1:
+        return zlib.decompress(data[24:])
+    if data[:4] == b"ZLIB" and len(data) >= 12:
+        return zlib.decompress(data[12:])
+    return data

@@ -120,7 +120,7 @@ def default_cache_dir() -> str:
 class DiskCache:
     """Parsed tables on disk, one .npz per build id: parsing libpython takes ~0.6 s, loading ~5 ms."""
 
-    VERSION = 1
+    VERSION = 2
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -137,8 +137,10 @@ class DiskCache:
         try:
             with np.load(path) as z:
                 rules = [Rule(*map(int, r)) for r in z["rules"]]
-                fdes, fp_fdes = (int(x) for x in z["meta"])
-                return UnwindTable(z["pcs"], z["rule_ids"], rules, fdes, fp_fdes, str(z["source"]))
+                fdes, fp_fdes, go = (int(x) for x in z["meta"])
+                table = UnwindTable(z["pcs"], z["rule_ids"], rules, fdes, fp_fdes, str(z["source"]))
+                table.go = bool(go)
+                return table
         except (OSError, ValueError, KeyError):
             return None
 
@@ -152,7 +154,7 @@ class DiskCache:
             rules = np.array([(r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset) for r in table.rules],
                              dtype=np.int64).reshape(-1, 4)
             np.savez(tmp, pcs=table.pcs, rule_ids=table.rule_ids, rules=rules,
-                     meta=np.array([table.fdes, table.fp_fdes]), source=np.array(table.source))
+                     meta=np.array([table.fdes, table.fp_fdes, int(table.go)]), source=np.array(table.source))
             os.replace(tmp, path)
         except OSError:
             pass      # a cache that cannot be written is only slower

@@ -7,7 +7,8 @@ without unwind info such as Go binaries) it follows the frame pointer instead,
 so Go and JIT frames in the middle of a stack do not end it.
 
 Ends (`UnwindStats.ends`): "root" (a rule says the return address is undefined:
-`_start`, `clone3`, thread start), "zero" (a zero return address), "truncated"
+`_start`, `clone3`, thread start), "zero" (a zero return address or frame pointer
+where frame pointers are followed: Go's goroutine start), "truncated"
 (the next read is beyond the copied stack), "no-progress" (a bad rule or corrupt
 stack would loop), "bad-fp" (no rule and no usable frame pointer), "depth".
 """
@@ -133,7 +134,10 @@ class Unwinder:
                         rule = at
             if rule is None:
                 self.stats.fp_steps += 1
-                if bp < sp or bp == 0:
+                if bp == 0:
+                    end = "zero"       # a zero frame pointer ends the chain (process, Go goroutine start)
+                    break
+                if bp < sp:
                     end = "bad-fp"
                     break
                 ra, new_bp, new_sp = read(bp + 8), read(bp), bp + 16
