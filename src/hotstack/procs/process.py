@@ -149,3 +149,7 @@ class ProcessTable:
 
     def __len__(self) -> int:
         return len(self._by_pid)
+
+    def __bool__(self) -> bool:
+        # An empty table is still a table: `table or ProcessTable()` must not replace it.
+        return True

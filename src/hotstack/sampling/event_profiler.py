@@ -40,8 +40,10 @@ class EventProfiler:
     def __init__(self, session: EventSession, symbolizer: Symbolizer | None = None,
                  processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
         self.session = session
-        self.processes = processes or (symbolizer.processes if symbolizer else ProcessTable())
-        self.symbolizer = symbolizer or Symbolizer(self.processes)
+        if processes is None:
+            processes = symbolizer.processes if symbolizer is not None else ProcessTable()
+        self.processes = processes
+        self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(self.processes)
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None

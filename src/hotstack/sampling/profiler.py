@@ -31,8 +31,8 @@ class CpuProfiler:
     def __init__(self, config: SamplerConfig, symbolizer: Symbolizer | None = None,
                  processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
         self.config = config
-        self.processes = processes or ProcessTable()
-        self.symbolizer = symbolizer or Symbolizer(self.processes)
+        self.processes = processes if processes is not None else ProcessTable()
+        self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(self.processes)
         self.session = SamplingSession(config)
         self.unwinder = Unwinder(self.processes)
         self.session.early_unwind = lambda pid, ip, sp, bp, stack: self.unwinder.unwind(pid, ip, sp, bp, stack)[0]
