@@ -48,9 +48,13 @@ class CpuProfiler:
         # Processes named by --pid are classified before the first sample, not 100 ms later.
         marked = tuple(pid for pid in self.config.pids if self._wants_snapshots(pid))
         self._snapshot_pids.update(marked)
+        # Parse kallsyms now, not in the first interval, and while the kernel verifies the
+        # programs (the bpf() call releases the GIL): start-up is that much shorter.
+        kallsyms = threading.Thread(target=lambda: self.symbolizer.kernel, name="hotstack-kallsyms", daemon=True)
+        kallsyms.start()
         self.session.start(snapshot_pids=marked)
         self.python.start(self.session._collection)
-        self.symbolizer.kernel  # parse kallsyms now, not in the first interval
+        kallsyms.join()
         self._watcher = threading.Thread(target=self._watch_new_pids, name="hotstack-pids", daemon=True)
         self._watcher.start()
         self._classifier = threading.Thread(target=self._unwind_loop, name="hotstack-unwind", daemon=True)
