@@ -250,3 +250,18 @@ def test_go_binary_with_tables(gochain, workloads):
                          of=lambda n: leaf_is(n, "main.c"))
     assert total >= 20
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
+
+
+def test_executable_in_a_memfd(chain, workloads):
+    """Code mapped from a memfd (no path on any filesystem): tables come through /proc/PID/map_files."""
+    launcher = ("import os, sys\n"
+                "fd = os.memfd_create('chainmem', 0)\n"
+                "os.write(fd, open(sys.argv[1], 'rb').read())\n"
+                "os.execv(f'/proc/self/fd/{fd}', ['chainmem', 'busy'])\n")
+    w = workloads(["/usr/bin/python3", "-c", launcher, chain], settle=0.5)
+    prof, profiler = profile([w.pid])
+    assert w.pid in profiler._snapshot_pids
+    ratio, total = share(prof.samples, lambda n: n[:1] == ["_start"] and contains(n, CHAIN),
+                         of=lambda n: leaf_is(n, "c"))
+    assert total >= 20
+    assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
