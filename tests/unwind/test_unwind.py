@@ -265,3 +265,21 @@ def test_executable_in_a_memfd(chain, workloads):
                          of=lambda n: leaf_is(n, "c"))
     assert total >= 20
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
+
+
+def test_plt_and_signal_trampoline_rules(chain):
+    """The PLT's CFA expression becomes a PLT rule; libc's signal trampoline a signal rule;
+    _start's undefined return address a stop."""
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind import cfi
+    from hotstack.unwind.table import build_table
+
+    elf = ElfFile(str(chain))
+    table = build_table(elf)
+    plt = elf.section(".plt")
+    assert plt is not None
+    rules = [table.find(a) for a in range(plt.addr + 16, plt.addr + plt.size, 5)]
+    assert rules and all(r is not None and r.kind == cfi.KIND_PLT and r.rbp_offset in (10, 11) for r in rules)
+    assert table.find(elf.entry).kind == cfi.KIND_STOP
+    libc = build_table(ElfFile("/lib/x86_64-linux-gnu/libc.so.6"))
+    assert any(r.kind == cfi.KIND_SIGNAL for r in libc.rules)
