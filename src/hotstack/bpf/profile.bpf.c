@@ -14,9 +14,11 @@
  * Two ways to get a user stack (unwind/__init__.py has the measurements behind the choice):
  *  - frame pointers (default, cheapest): bpf_get_stackid(BPF_F_USER_STACK) into
  *    user_stacks_<buffer>, counted in counts_<buffer> under struct sample_key.
- *  - snapshot ("dwarf"), for processes in `snapshot_pids` (or all, snapshot_all):
- *    the sample is not counted in the kernel; instead one record goes to the
- *    `snapshots` ring buffer, and userspace unwinds it with .eh_frame tables.
+ *  - snapshot ("dwarf"), for processes in `snapshot_pids` (snapshot_mode 1) or for
+ *    every process (snapshot_mode 2): the sample is not counted in the kernel;
+ *    one record goes to the `snapshots` ring buffer instead, and userspace unwinds
+ *    it with .eh_frame tables. If the ring is full the sample falls back to the
+ *    frame-pointer path (counted in STAT_SNAPSHOT_RING_FULL), so none is lost.
  *
  * Sample transport (mirrored in sampling/layout.py; keep the two in step):
  *   counts_<b>:  struct sample_key -> struct sample_value   (frame-pointer samples)
@@ -29,8 +31,9 @@
  *     __u64  ip, sp, bp         user registers (the task's pt_regs if the sample hit the kernel)
  *     __u8   stack[SNAPSHOT_STACK_BYTES]
  *   A field added to struct sample_key travels through both paths unchanged.
- *   Userspace drains `snapshots` often, keeps records until their buffer is
- *   drained, and clears the stack maps of a buffer only after that.
+ *   Userspace drains `snapshots` often (unwinding the copies as they come), keeps
+ *   the records' keys until their buffer is drained, and clears the stack maps of
+ *   a buffer only after that.
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
