@@ -24,11 +24,12 @@ def folded_lines(stdout: str) -> list[tuple[list[str], int]]:
 
 def test_hot_a_hot_b_shares_and_stack_order(hot_ab, workloads):
     w = workloads([hot_ab])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "5", "--sample-rate", "99", "-o", "folded")
+    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "8", "--sample-rate", "99", "-o", "folded")
     assert r.returncode == 0, r.stderr
     lines = folded_lines(r.stdout)
     total = sum(c for _, c in lines)
-    assert total > 200, r.stdout
+    # ~790 on an idle machine; with 300 the +-7 point bound is over 3 standard deviations wide.
+    assert total > 300, r.stdout
     by_fn = Counter()
     for frames, count in lines:
         assert frames[0] == "hot_ab"   # comm first
