@@ -184,3 +184,75 @@ def test_tls_with_a_ca_file_and_without_it(tmp_path):
         assert len(receiver.requests) == 1
     finally:
         receiver.stop()
+
+
+class _CountingRelay:
+    """A TCP relay on loopback that counts the bytes the client sends (HTTP/2 frames, as on the wire)."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.sent = 0
+        self._lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._target = target_port
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._target))
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, src, dst, count: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if count:
+                    with self._lock:
+                        self.sent += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_gzip_compression_is_on_the_wire():
+    from hotstack.export.otlp_grpc import OtlpGrpcConfig, OtlpProfilesExporter
+
+    frames = [Frame(f"function_number_{i}", module="/usr/lib/libexample.so", address=0x1000 + 16 * i) for i in range(400)]
+    p = Profile([Sample(tuple(frames[i:i + 40]), 1 + i % 7, 1, 1, "app") for i in range(300)], 1, 2, 49)
+    receiver = OfficialReceiver()
+    sizes = {}
+    try:
+        for compression in ("none", "gzip"):
+            relay = _CountingRelay(receiver.port)
+            exporter = OtlpProfilesExporter(OtlpGrpcConfig("c", f"127.0.0.1:{relay.port}", insecure=True,
+                                                           compression=compression))
+            exporter.export(lambda version: encode_profile(p, version))
+            exporter.close(5)
+            relay.close()
+            sizes[compression] = relay.sent
+        requests = receiver.wait_for(2)
+        assert len(requests) == 2 and requests[0] == requests[1]     # the same request, decoded both times
+    finally:
+        receiver.stop()
+    body = len(encode_profile(p))
+    assert sizes["none"] > body                       # the whole request crossed uncompressed
+    assert sizes["gzip"] < 0.6 * sizes["none"], sizes
