@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 from typing import Protocol
 
 from ..procs import ProcessTable
 from ..profile.model import Frame, Profile, Sample, ValueType
 from ..symbols.symbolizer import Symbolizer
+from .lifecycle import IntervalProfiler
 from .obi import trace_labels
 from .stack_buffers import EventBatch, EventSample
 
@@ -36,7 +36,7 @@ class EventSession(Protocol):
     def close(self) -> None: ...
 
 
-class EventProfiler:
+class EventProfiler(IntervalProfiler):
     def __init__(self, session: EventSession, symbolizer: Symbolizer | None = None,
                  processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
         self.session = session
@@ -93,44 +93,6 @@ class EventProfiler:
         labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
         return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm,
                       labels + trace_labels(raw.trace_id, raw.span_id))
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=1)
-        self.session.stop()
-
-    def close(self) -> None:
-        self.stop()
-        self.session.close()
-
-    def __enter__(self) -> "EventProfiler":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def run(self, duration_s: float, interval_s: float = 0, on_profile=None,
-            stop: threading.Event | None = None) -> Profile | None:
-        """Collect for `duration_s` (0 = until `stop`), a profile every `interval_s` (0 = one at the end)."""
-        stop = stop or threading.Event()
-        deadline = time.monotonic() + duration_s if duration_s > 0 else None
-        last = None
-        while True:
-            wait = [interval_s] if interval_s > 0 else []
-            if deadline is not None:
-                wait.append(max(0.0, deadline - time.monotonic()))
-            finished = stop.wait(min(wait)) if wait else stop.wait()
-            expired = deadline is not None and time.monotonic() >= deadline
-            if finished or expired:
-                self.session.stop()   # flush on stop: no event may arrive after the final drain
-            if finished or expired or interval_s > 0:
-                last = self.collect()
-                if on_profile is not None:
-                    on_profile(last)
-            if finished or expired:
-                return last
 
 
 # The leaf frames of a stack taken inside a BPF program are the program and its dispatcher.

@@ -13,13 +13,13 @@ from __future__ import annotations
 import struct
 import queue
 import threading
-import time
 
 from ..procs import ProcessTable
 from ..profile.model import Frame, Profile, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind import Unwinder
 from ..unwind.python.unwinder import PythonUnwinder
+from .lifecycle import IntervalProfiler
 from .obi import trace_labels
 from .session import RawBatch, RawSample, SamplerConfig, SamplingSession
 
@@ -27,7 +27,7 @@ _LOST_USER = Frame("[lost user stack]", resolved=False)
 _LOST_KERNEL = Frame("[lost kernel stack]", resolved=False)
 
 
-class CpuProfiler:
+class CpuProfiler(IntervalProfiler):
     def __init__(self, config: SamplerConfig, symbolizer: Symbolizer | None = None,
                  processes: ProcessTable | None = None, watch_interval_s: float = 0.1) -> None:
         self.config = config
@@ -166,44 +166,3 @@ class CpuProfiler:
             if info is None or not info.alive:
                 self.unwinder.forget(pid)
         self.python.forget_dead()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=1)
-        self.session.stop()
-
-    def close(self) -> None:
-        self.stop()
-        self.session.close()
-
-    def __enter__(self) -> "CpuProfiler":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def run(self, duration_s: float, interval_s: float = 0, on_profile=None,
-            stop: threading.Event | None = None) -> Profile | None:
-        """Sample for `duration_s` (0 = until `stop`), emitting a profile every `interval_s`
-        (0 = one at the end). Returns the last profile."""
-        stop = stop or threading.Event()
-        deadline = time.monotonic() + duration_s if duration_s > 0 else None
-        last = None
-        while True:
-            now = time.monotonic()
-            wait = [interval_s] if interval_s > 0 else []
-            if deadline is not None:
-                wait.append(max(0.0, deadline - now))
-            finished = stop.wait(min(wait)) if wait else stop.wait()
-            expired = deadline is not None and time.monotonic() >= deadline
-            if finished or expired:
-                # Flush on stop: no sample may arrive after the final drain.
-                self.session.stop()
-            if finished or expired or interval_s > 0:
-                last = self.collect()
-                if on_profile is not None:
-                    on_profile(last)
-            if finished or expired:
-                return last
