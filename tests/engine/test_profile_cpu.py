@@ -149,7 +149,7 @@ def test_periodic_output_is_a_delta(hot_ab, workloads):
     assert len(footers) == 4, r.stdout[-2000:]
     counts = [int(n) for n, _ in footers]
     durations = [float(d) for _, d in footers]
-    assert 3.0 <= sum(durations) <= 5.5, durations
+    assert 3.0 <= sum(durations) <= 7.0, durations   # cumulative windows would sum to >= 9.5 s
     assert sum(counts) > 20, counts
     assert all(n <= 50 * d * 1.2 + 3 for n, d in footers_as_numbers(footers)), footers
 
