@@ -9,7 +9,6 @@ are read while it still runs.
 
 from __future__ import annotations
 
-import struct
 import threading
 from typing import Protocol
 
@@ -105,6 +104,3 @@ def _without_bpf_frames(frames: list[Frame]) -> list[Frame]:
         skip += 1
     return frames[skip:]
 
-
-def drain_new_pids(m) -> list[int]:
-    return [struct.unpack_from("<I", key)[0] for key, _ in m.drain()]

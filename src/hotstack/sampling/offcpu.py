@@ -20,9 +20,9 @@ from .. import ebpf
 from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
-from .event_profiler import EventProfiler, drain_new_pids
+from .event_profiler import EventProfiler
 from .obi import ObiConfig, attach_trace_context
-from .stack_buffers import EventBatch, StackBuffers
+from .stack_buffers import EventBatch, LinkedEventSession, StackBuffers
 
 OFFCPU_PROFILE_NAME = "offcpu"
 OFFCPU_SAMPLE_TYPE = ValueType("offcpu", "nanoseconds")
@@ -52,7 +52,7 @@ def object_path() -> str:
     return str(resources.files("hotstack.bpf").joinpath("offcpu.bpf.o"))
 
 
-class OffCpuSession:
+class OffCpuSession(LinkedEventSession):
     profile_name = OFFCPU_PROFILE_NAME
     sample_type = OFFCPU_SAMPLE_TYPE
     period_type = NO_PERIOD
@@ -97,21 +97,6 @@ class OffCpuSession:
     def collect(self) -> EventBatch:
         assert self._buffers is not None, "start() first"
         return self._buffers.collect(keep_stacks=self._still_off_cpu)
-
-    def new_pids(self) -> list[int]:
-        return drain_new_pids(self._collection.maps["new_pids"]) if self._collection is not None else []
-
-    def stop(self) -> None:
-        for link in self._links:
-            link.close()
-        self._links = []
-
-    def close(self) -> None:
-        self.stop()
-        if self._collection is not None:
-            self._collection.close()
-            self._collection = None
-        self._buffers = None
 
 
 class OffCpuProfiler(EventProfiler):

@@ -20,10 +20,10 @@ from .. import ebpf
 from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
-from .event_profiler import EventProfiler, drain_new_pids
+from .event_profiler import EventProfiler
 from .obi import ObiConfig, attach_trace_context
 from .probe_links import ProbeLink, parse_probe_links, resolve_uprobe
-from .stack_buffers import EventBatch, StackBuffers
+from .stack_buffers import EventBatch, LinkedEventSession, StackBuffers
 
 PROBE_SAMPLE_TYPE = ValueType("uprobe", "count")
 PROBE_PROFILE_NAME = "process_cpu"
@@ -44,7 +44,7 @@ def object_path() -> str:
     return str(resources.files("hotstack.bpf").joinpath("probe.bpf.o"))
 
 
-class ProbeSession:
+class ProbeSession(LinkedEventSession):
     profile_name = PROBE_PROFILE_NAME
     sample_type = PROBE_SAMPLE_TYPE
     period_type = PROBE_SAMPLE_TYPE
@@ -116,22 +116,6 @@ class ProbeSession:
     def collect(self) -> EventBatch:
         assert self._buffers is not None, "start() first"
         return self._buffers.collect()
-
-    def new_pids(self) -> list[int]:
-        return drain_new_pids(self._collection.maps["new_pids"]) if self._collection is not None else []
-
-    def stop(self) -> None:
-        """Detach every probe (the counts stay readable)."""
-        for link in self._links:
-            link.close()
-        self._links = []
-
-    def close(self) -> None:
-        self.stop()
-        if self._collection is not None:
-            self._collection.close()
-            self._collection = None
-        self._buffers = None
 
 
 class ProbeProfiler(EventProfiler):

@@ -145,3 +145,32 @@ class StackBuffers:
             user_stacks_lost=delta[STAT_USTACK_COLLISION] + delta[STAT_USTACK_ERROR],
             kernel_stacks_lost=delta[STAT_KSTACK_COLLISION] + delta[STAT_KSTACK_ERROR],
             stack_collisions=delta[STAT_USTACK_COLLISION] + delta[STAT_KSTACK_COLLISION])
+
+
+def drain_new_pids(m: "ebpf.Map") -> list[int]:
+    return [struct.unpack_from("<I", key)[0] for key, _ in m.drain()]
+
+
+class LinkedEventSession:
+    """What probe and off-CPU sessions share: programs attached by links, counts in StackBuffers,
+    new pids announced by the program. Subclasses load the collection and attach in start()."""
+
+    _collection: "ebpf.Collection | None" = None
+    _buffers: "StackBuffers | None" = None
+    _links: list
+
+    def new_pids(self) -> list[int]:
+        return drain_new_pids(self._collection.maps["new_pids"]) if self._collection is not None else []
+
+    def stop(self) -> None:
+        """Detach every link (the counts stay readable)."""
+        for link in self._links:
+            link.close()
+        self._links = []
+
+    def close(self) -> None:
+        self.stop()
+        if self._collection is not None:
+            self._collection.close()
+            self._collection = None
+        self._buffers = None
