@@ -58,9 +58,14 @@ exporters:
       receivers: [otlp]
       exporters: [debug{forward_name}]
 """
+# A slow receiver on a loaded machine must not see the same export twice: no retries, and a
+# timeout long enough that the first attempt is the only one.
 FORWARD = """\
   {otlp}:
     endpoint: {endpoint}
+    timeout: 60s
+    retry_on_failure:
+      enabled: false
     tls:
       insecure: true
 """
