@@ -9,35 +9,44 @@ from . import __version__
 from .errors import HotstackError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser. Each front door's flags are imported only when its command runs (or for
+    help), so that `hotstack run` does not pay for importing the Alloy pipeline and back."""
     parser = argparse.ArgumentParser(prog="hotstack", description="Continuous CPU profiler for Linux (eBPF).")
     parser.add_argument("--version", action="version", version=f"hotstack {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    from .gadget import cli as gadget_cli
     run = sub.add_parser("run", help="run a gadget, e.g. `hotstack run profile_cpu` (Inspektor Gadget style)")
-    gadget_cli.add_arguments(run)
-    run.set_defaults(func=gadget_cli.run)
+    if command in (None, "run"):
+        from .gadget import cli as gadget_cli
+        gadget_cli.add_arguments(run)
+        run.set_defaults(func=gadget_cli.run)
 
     doctor = sub.add_parser("doctor", help="check what this host offers for profiling")
     doctor.set_defaults(func=lambda args: __import__("hotstack.doctor", fromlist=["report"]).report(sys.stdout))
 
-    try:
+    agent = sub.add_parser("agent", help="run an Alloy pipeline: `hotstack agent CONFIG.alloy`")
+    if command in (None, "agent"):
         from .alloy import cli as alloy_cli
-    except ImportError:
-        alloy_cli = None
-    if alloy_cli is not None and hasattr(alloy_cli, "add_arguments"):
-        agent = sub.add_parser("agent", help="run an Alloy pipeline: `hotstack agent CONFIG.alloy`")
         alloy_cli.add_arguments(agent)
         agent.set_defaults(func=alloy_cli.run)
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if any (None: build every front door)."""
+    for word in argv:
+        if word in ("run", "doctor", "agent"):
+            return word
+        if not word.startswith("-"):
+            return None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -11,9 +11,7 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-import grpc
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import ConfigError
 from ..profile.otlp import DEFAULT_VERSION, VERSIONS, response_class
@@ -23,9 +21,11 @@ EXPORT_METHOD = "/opentelemetry.proto.collector.profiles.v1development.ProfilesS
 COMPRESSIONS = ("none", "gzip")
 
 # OTLP/gRPC: these codes may succeed later; the rest never will.
-RETRYABLE = {grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
-             grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
-             grpc.StatusCode.RESOURCE_EXHAUSTED}
+RETRYABLE = {"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS",
+             "RESOURCE_EXHAUSTED"}
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger("hotstack.export.otlp")
 
@@ -76,7 +76,9 @@ def split_host_port(endpoint: str) -> tuple[str, int | None]:
     return host.strip("[]"), int(port)
 
 
-def _credentials(cfg: OtlpGrpcConfig) -> grpc.ChannelCredentials:
+def _credentials(cfg: OtlpGrpcConfig) -> "grpc.ChannelCredentials":
+    import grpc
+
     path = cfg.ca_file or ssl.get_default_verify_paths().cafile
     roots = Path(path).read_bytes() if path and Path(path).is_file() else None   # None: gRPC's own roots
     return grpc.ssl_channel_credentials(root_certificates=roots)
@@ -91,6 +93,11 @@ class OtlpProfilesExporter:
         self.metrics = DeliveryMetrics()
         self.rejected = 0                  # profiles the receiver reported as rejected (partial success)
         self._log = logger
+        # grpc is imported here, not at module level: it costs ~0.1 s of start-up to every run
+        # that exports nothing over OTLP.
+        import grpc
+
+        self._grpc = grpc
         if cfg.insecure:
             self._channel = grpc.insecure_channel(cfg.endpoint)
         else:
@@ -112,13 +119,14 @@ class OtlpProfilesExporter:
         body = request.bytes()
         try:
             response = self._call(body, timeout=self.cfg.timeout_s, compression=self._compression)
-        except grpc.RpcError as e:
+        except self._grpc.RpcError as e:
+            grpc = self._grpc
             code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
             message = f"Export to {self.cfg.endpoint}: {code.name}: {e.details() if hasattr(e, 'details') else e}"
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 message += " (does the receiver accept profiles? the Collector needs " \
                            "--feature-gates=service.profilesSupport)"
-            if code in RETRYABLE:
+            if code.name in RETRYABLE:
                 raise RetryableError(message) from None
             raise PermanentError(message) from None
         partial = response.partial_success
