@@ -4,6 +4,8 @@
  * right in those functions (inline `syscall`), so a frame-pointer walk names them.
  */
 #define _GNU_SOURCE
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +43,10 @@ int main(void)
 	if (fork() == 0) {
 		struct timespec two_ms = {0, 2000000};
 
+		/* Never outlive the workload: the test stops only the parent (by its pid). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(to_helper[1]);
+		close(from_helper[0]);
 		while (read(to_helper[0], &byte, 1) == 1) {
 			nanosleep(&two_ms, NULL);
 			if (write(from_helper[1], &byte, 1) != 1)
@@ -48,6 +54,8 @@ int main(void)
 		}
 		return 0;
 	}
+	close(to_helper[0]);
+	close(from_helper[1]);
 	for (;;) {
 		sleep_eight_ms();
 		wait_on_pipe(to_helper[1], from_helper[0]);
