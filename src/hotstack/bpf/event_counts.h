@@ -16,6 +16,7 @@
 #define HOTSTACK_EVENT_COUNTS_H
 
 #include "obi.h"
+#include "pids.h"
 
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
@@ -94,21 +95,6 @@ struct {
 	__type(value, __u8);
 } filter_pids SEC(".maps");
 
-/* Processes seen for the first time, drained often by userspace so it reads their maps in time. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u8);
-} seen_pids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} new_pids SEC(".maps");
-
 static __always_inline void count_stat(__u32 index)
 {
 	__u64 *value = bpf_map_lookup_elem(&stats, &index);
@@ -150,13 +136,8 @@ static __always_inline void count_event(void *ctx, __u64 value, int kernel_stack
 	key.tid = (__u32)pid_tgid;
 	key.caller = caller;
 	obi_trace_context(pid_tgid, &key.trace);
-
-	if (key.pid != 0 && !bpf_map_lookup_elem(&seen_pids, &key.pid)) {
-		__u8 one = 1;
-
-		bpf_map_update_elem(&seen_pids, &key.pid, &one, BPF_ANY);
-		bpf_map_update_elem(&new_pids, &key.pid, &one, BPF_ANY);
-	}
+	bpf_get_current_comm(init.comm, sizeof(init.comm));
+	announce_pid(key.pid, init.comm);
 
 	buffer = active_buffer & 1;
 	key.kern_stack_id = -1;
@@ -175,7 +156,6 @@ static __always_inline void count_event(void *ctx, __u64 value, int kernel_stack
 		return;
 	}
 	init.value = value;
-	bpf_get_current_comm(init.comm, sizeof(init.comm));
 	if (bpf_map_update_elem(counts, &key, &init, BPF_NOEXIST) == 0)
 		return;
 	/* Another CPU inserted the same key first: add to its entry. */

@@ -44,12 +44,6 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	struct off_cpu entry = {};
 	__u32 buffer = active_buffer & 1;
 
-	if (pid != 0 && !bpf_map_lookup_elem(&seen_pids, &pid)) {
-		__u8 one = 1;
-
-		bpf_map_update_elem(&seen_pids, &pid, &one, BPF_ANY);
-		bpf_map_update_elem(&new_pids, &pid, &one, BPF_ANY);
-	}
 	entry.pid = pid;
 	entry.buffer = buffer;
 	entry.kern_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&kern_stacks_1 : (void *)&kern_stacks_0, 0);
@@ -58,6 +52,7 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 					      BPF_F_USER_STACK);
 	stack_lost(entry.user_stack_id, EV_STAT_USTACK_COLLISION, EV_STAT_USTACK_ERROR);
 	bpf_get_current_comm(entry.comm, sizeof(entry.comm));
+	announce_pid(pid, entry.comm);
 	obi_trace_context(pid_tgid, &entry.trace);
 	entry.since = bpf_ktime_get_ns();
 	bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);

@@ -42,6 +42,7 @@
 
 #include "python.h"
 #include "obi.h"
+#include "pids.h"
 
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
@@ -159,26 +160,6 @@ struct {
 	__type(key, char[COMM_LEN]);
 	__type(value, __u8);
 } filter_comms SEC(".maps");
-
-/*
- * Processes seen for the first time are announced in `new_pids`, which userspace
- * drains often, so that it reads their maps while they still exist. `seen_pids`
- * keeps the comm each pid was announced with: an exec changes the comm, and the
- * pid is announced again so that userspace rereads the new image's maps.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64[2]);
-} seen_pids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} new_pids SEC(".maps");
 
 static __always_inline void count_stat(__u32 index)
 {
@@ -332,18 +313,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	if (key.pid != 0) {
-		__u64 comm_words[2];
-		__u64 *seen_comm;
-		__u8 one = 1;
-
-		__builtin_memcpy(comm_words, comm, sizeof(comm_words));
-		seen_comm = bpf_map_lookup_elem(&seen_pids, &key.pid);
-		if (!seen_comm || seen_comm[0] != comm_words[0] || seen_comm[1] != comm_words[1]) {
-			bpf_map_update_elem(&seen_pids, &key.pid, comm_words, BPF_ANY);
-			bpf_map_update_elem(&new_pids, &key.pid, &one, BPF_ANY);
-		}
-	}
+	announce_pid(key.pid, comm);
 
 	buffer = active_buffer & 1;
 	/* A sample taken in user mode has no kernel stack: do not ask for one. */
