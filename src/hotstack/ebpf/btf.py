@@ -8,6 +8,7 @@ callers compute struct member offsets instead of relying on CO-RE relocations.
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -56,10 +57,12 @@ class Btf:
         type_off, type_len, str_off, str_len = struct.unpack_from("<IIII", data, 8)
         self._blob = data[hdr_len + type_off: hdr_len + type_off + type_len]
         self._strings = data[hdr_len + str_off: hdr_len + str_off + str_len]
-        self._offsets: list[int] = [0]        # type id -> offset of its btf_type in the blob (id 0: void)
-        self._name_offsets: list[int] = [0]
+        # type id -> offset of its btf_type in the blob, and of its name in the string table (id 0:
+        # void). Compact arrays: the kernel's BTF has ~130k types, and lists of ints cost 10x more.
+        self._offsets = array("I", [0])
+        self._name_offsets = array("I", [0])
         self._decoded: dict[int, BtfType] = {}
-        self._by_name: dict[int, list[int]] | None = None
+        self._by_name: dict[int, list[int]] | None = None   # name offset -> type ids, built on first find
         self._index()
 
     @classmethod
@@ -155,22 +158,21 @@ class Btf:
 
     def find(self, name: str, kind: int | None = None) -> BtfType:
         if self._by_name is None:
-            # String-table offset -> type ids, built once; names are matched as bytes in the
-            # string table instead of decoding 100k+ names.
-            by_offset: dict[int, list[int]] = {}
-            for type_id, name_off in enumerate(self._name_offsets):
-                if name_off:
-                    by_offset.setdefault(name_off, []).append(type_id)
-            self._by_name = by_offset
+            self._by_name = {}
         needle = b"\0" + name.encode() + b"\0"
         pos = self._strings.find(needle)
         while pos >= 0:
-            for type_id in self._by_name.get(pos + 1, ()):
+            ids = self._by_name.get(pos + 1)
+            if ids is None:
+                # Types named by this string-table offset: one scan of the compact index.
+                ids = self._by_name[pos + 1] = [i for i, off in enumerate(self._name_offsets) if off == pos + 1]
+            for type_id in ids:
                 t = self.type(type_id)
                 if kind is None or t.kind == kind:
                     return t
             pos = self._strings.find(needle, pos + 1)
         raise KeyError(name)
+
 
     def member_offset(self, struct_name: str, path: str) -> int:
         """Byte offset of a (dotted, possibly nested) member: `task_struct`, `thread.fsbase`."""
