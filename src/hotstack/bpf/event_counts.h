@@ -17,8 +17,8 @@
 
 #include "obi.h"
 #include "pids.h"
+#include "buffers.h"
 
-#define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
 
 struct event_key {
@@ -48,38 +48,13 @@ enum event_stat_index {
 	EV_STAT_MAX,
 };
 
-const volatile __u32 filter_by_pid = 0;
-
-/* Which of the two buffers the programs write to (0 or 1); set by userspace. */
-volatile __u32 active_buffer = 0;
-
-#define EVENT_COUNTS_MAP(name)                            \
-	struct {                                          \
-		__uint(type, BPF_MAP_TYPE_HASH);          \
-		__uint(max_entries, 16384);               \
-		__type(key, struct event_key);            \
-		__type(value, struct event_value);        \
-	} name SEC(".maps")
-
-/*
- * Stack maps are hash tables that refuse a stack whose bucket is taken, so they
- * lose stacks long before they are full: probes on busy code see many distinct
- * user stacks, hence more buckets for those than for kernel stacks.
- */
-#define EVENT_STACK_MAP(name, entries)                    \
-	struct {                                          \
-		__uint(type, BPF_MAP_TYPE_STACK_TRACE);   \
-		__uint(max_entries, entries);             \
-		__uint(key_size, sizeof(__u32));          \
-		__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64)); \
-	} name SEC(".maps")
-
-EVENT_COUNTS_MAP(counts_0);
-EVENT_COUNTS_MAP(counts_1);
-EVENT_STACK_MAP(user_stacks_0, 16384);
-EVENT_STACK_MAP(user_stacks_1, 16384);
-EVENT_STACK_MAP(kern_stacks_0, 4096);
-EVENT_STACK_MAP(kern_stacks_1, 4096);
+/* Probes on busy code see many distinct user stacks: more buckets for those than for kernel stacks. */
+COUNTS_MAP(counts_0, struct event_key, struct event_value);
+COUNTS_MAP(counts_1, struct event_key, struct event_value);
+STACK_MAP(user_stacks_0, 16384);
+STACK_MAP(user_stacks_1, 16384);
+STACK_MAP(kern_stacks_0, 4096);
+STACK_MAP(kern_stacks_1, 4096);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -87,13 +62,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u8);
-} filter_pids SEC(".maps");
 
 static __always_inline void count_stat(__u32 index)
 {
@@ -142,14 +110,14 @@ static __always_inline void count_event(void *ctx, __u64 value, int kernel_stack
 	buffer = active_buffer & 1;
 	key.kern_stack_id = -1;
 	if (kernel_stack) {
-		key.kern_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&kern_stacks_1 : (void *)&kern_stacks_0, 0);
+		key.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 		stack_lost(key.kern_stack_id, EV_STAT_KSTACK_COLLISION, EV_STAT_KSTACK_ERROR);
 	}
-	key.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
+	key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 					    BPF_F_USER_STACK);
 	stack_lost(key.user_stack_id, EV_STAT_USTACK_COLLISION, EV_STAT_USTACK_ERROR);
 
-	counts = buffer ? (void *)&counts_1 : (void *)&counts_0;
+	counts = BUFFER_MAP(buffer, counts);
 	entry = bpf_map_lookup_elem(counts, &key);
 	if (entry) {
 		__sync_fetch_and_add(&entry->value, value);

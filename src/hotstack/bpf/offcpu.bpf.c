@@ -46,9 +46,9 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 
 	entry.pid = pid;
 	entry.buffer = buffer;
-	entry.kern_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&kern_stacks_1 : (void *)&kern_stacks_0, 0);
+	entry.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 	stack_lost(entry.kern_stack_id, EV_STAT_KSTACK_COLLISION, EV_STAT_KSTACK_ERROR);
-	entry.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
+	entry.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 					      BPF_F_USER_STACK);
 	stack_lost(entry.user_stack_id, EV_STAT_USTACK_COLLISION, EV_STAT_USTACK_ERROR);
 	bpf_get_current_comm(entry.comm, sizeof(entry.comm));
@@ -78,7 +78,7 @@ static __always_inline void switch_in(__u32 tid)
 	key.user_stack_id = entry.user_stack_id;
 	key.kern_stack_id = entry.kern_stack_id;
 	key.trace = entry.trace;
-	counts = entry.buffer ? (void *)&counts_1 : (void *)&counts_0;
+	counts = BUFFER_MAP(entry.buffer, counts);
 
 	count_stat(EV_STAT_EVENTS);
 	value = bpf_map_lookup_elem(counts, &key);

@@ -43,8 +43,8 @@
 #include "python.h"
 #include "obi.h"
 #include "pids.h"
+#include "buffers.h"
 
-#define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
 #define PAGE_BYTES 4096
 /* The copy is the rest of sp's page plus SNAPSHOT_PAGES whole pages: 16-20 KB. */
@@ -92,7 +92,6 @@ enum stat_index {
 	STAT_MAX,
 };
 
-const volatile __u32 filter_by_pid = 0;
 const volatile __u32 filter_by_comm = 0;
 const volatile __u32 include_idle = 0;
 const volatile __u32 collect_user_stacks = 1;
@@ -100,31 +99,12 @@ const volatile __u32 collect_kernel_stacks = 1;
 /* 0: frame pointers only; 1: snapshots for pids in snapshot_pids; 2: snapshots for every process. */
 const volatile __u32 snapshot_mode = 0;
 
-/* Which of the two buffers the program writes to (0 or 1); set by userspace. */
-volatile __u32 active_buffer = 0;
-
-#define COUNTS_MAP(name)                                  \
-	struct {                                          \
-		__uint(type, BPF_MAP_TYPE_HASH);          \
-		__uint(max_entries, 16384);               \
-		__type(key, struct sample_key);           \
-		__type(value, struct sample_value);       \
-	} name SEC(".maps")
-
-#define STACK_MAP(name)                                   \
-	struct {                                          \
-		__uint(type, BPF_MAP_TYPE_STACK_TRACE);   \
-		__uint(max_entries, 8192);                \
-		__uint(key_size, sizeof(__u32));          \
-		__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64)); \
-	} name SEC(".maps")
-
-COUNTS_MAP(counts_0);
-COUNTS_MAP(counts_1);
-STACK_MAP(user_stacks_0);
-STACK_MAP(user_stacks_1);
-STACK_MAP(kern_stacks_0);
-STACK_MAP(kern_stacks_1);
+COUNTS_MAP(counts_0, struct sample_key, struct sample_value);
+COUNTS_MAP(counts_1, struct sample_key, struct sample_value);
+STACK_MAP(user_stacks_0, 8192);
+STACK_MAP(user_stacks_1, 8192);
+STACK_MAP(kern_stacks_0, 8192);
+STACK_MAP(kern_stacks_1, 8192);
 
 /* Processes whose user stacks are snapshotted (set by userspace: binaries without frame pointers). */
 struct {
@@ -146,13 +126,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u8);
-} filter_pids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -265,7 +238,7 @@ static __always_inline void count_sample(struct sample_key *key, const char *com
 {
 	struct sample_value init = {};
 	struct sample_value *value;
-	void *counts = buffer ? (void *)&counts_1 : (void *)&counts_0;
+	void *counts = BUFFER_MAP(buffer, counts);
 
 	value = bpf_map_lookup_elem(counts, key);
 	if (value) {
@@ -321,14 +294,14 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	key.kern_stack_id = -1;
 	if (collect_kernel_stacks && in_kernel) {
-		key.kern_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&kern_stacks_1 : (void *)&kern_stacks_0, 0);
+		key.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	}
 
 	snapshot = collect_user_stacks && key.pid != 0 && wants_snapshot(key.pid);
 	key.user_stack_id = -1;
 	if (collect_user_stacks && key.pid != 0 && !snapshot) {
-		key.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
+		key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 						    BPF_F_USER_STACK);
 		/* Kernel threads have no user stack: -EFAULT there is not a loss. */
 		if (key.user_stack_id == -14 && in_kernel)
@@ -353,7 +326,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	if (snapshot && collect_user_stacks) {
 		/* No room for a snapshot: keep the sample with its frame-pointer stack. */
-		key.user_stack_id = bpf_get_stackid(ctx, buffer ? (void *)&user_stacks_1 : (void *)&user_stacks_0,
+		key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 						    BPF_F_USER_STACK);
 		if (key.user_stack_id == -14 && in_kernel)
 			key.user_stack_id = -1;
