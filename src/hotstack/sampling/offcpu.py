@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from importlib import resources
 
 from .. import ebpf
+from ..bpf import object_path as bpf_object_path
 from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
@@ -49,7 +49,7 @@ class OffCpuConfig:
 
 
 def object_path() -> str:
-    return str(resources.files("hotstack.bpf").joinpath("offcpu.bpf.o"))
+    return bpf_object_path("offcpu")
 
 
 class OffCpuSession(LinkedEventSession):
@@ -59,10 +59,7 @@ class OffCpuSession(LinkedEventSession):
 
     def __init__(self, config: OffCpuConfig) -> None:
         config.validate()
-        self.config = config
-        self._collection: ebpf.Collection | None = None
-        self._buffers: StackBuffers | None = None
-        self._links: list[ebpf_links.Link] = []
+        super().__init__(config)
 
     def start(self) -> None:
         spec = ebpf.load_spec(object_path(), map_prefix="hsoffcpu")

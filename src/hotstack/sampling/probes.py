@@ -14,9 +14,9 @@ from __future__ import annotations
 import errno
 import struct
 from dataclasses import dataclass
-from importlib import resources
 
 from .. import ebpf
+from ..bpf import object_path as bpf_object_path
 from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
@@ -41,7 +41,7 @@ class ProbeConfig:
 
 
 def object_path() -> str:
-    return str(resources.files("hotstack.bpf").joinpath("probe.bpf.o"))
+    return bpf_object_path("probe")
 
 
 class ProbeSession(LinkedEventSession):
@@ -52,10 +52,7 @@ class ProbeSession(LinkedEventSession):
     def __init__(self, config: ProbeConfig) -> None:
         if not config.links:
             raise ConfigError("no probe links given")
-        self.config = config
-        self._collection: ebpf.Collection | None = None
-        self._buffers: StackBuffers | None = None
-        self._links: list[ebpf_links.Link] = []
+        super().__init__(config)
         # Bad links fail here, before anything is loaded.
         self._uprobes = {link: resolve_uprobe(link) for link in config.links if link.is_user}
 

@@ -18,9 +18,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 
 from .. import ebpf
+from ..bpf import object_path as bpf_object_path
 from ..profile.model import ProfileStats
 from . import layout
 from .obi import ObiConfig, attach_trace_context
@@ -102,7 +102,7 @@ class RawBatch:
 
 
 def object_path() -> str:
-    return str(resources.files("hotstack.bpf").joinpath("profile.bpf.o"))
+    return bpf_object_path("profile")
 
 
 class SamplingSession:

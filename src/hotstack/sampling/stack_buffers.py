@@ -155,9 +155,11 @@ class LinkedEventSession:
     """What probe and off-CPU sessions share: programs attached by links, counts in StackBuffers,
     new pids announced by the program. Subclasses load the collection and attach in start()."""
 
-    _collection: "ebpf.Collection | None" = None
-    _buffers: "StackBuffers | None" = None
-    _links: list
+    def __init__(self, config) -> None:
+        self.config = config
+        self._collection: ebpf.Collection | None = None
+        self._buffers: StackBuffers | None = None
+        self._links: list = []
 
     def new_pids(self) -> list[int]:
         return drain_new_pids(self._collection.maps["new_pids"]) if self._collection is not None else []
