@@ -8,17 +8,22 @@ BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 CLANG ?= clang
 ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
 
-.PHONY: run test venv bpf proto check-generated clean
+.PHONY: run test test-peers venv bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
 	$(VENV)/bin/hotstack run profile_cpu --timeout 10
 
-# The whole test suite, as root, against the real kernel. A test that fails is run once more
-# (reported as a rerun): a few tests measure shares and timings on a real, possibly busy, machine;
-# a real regression fails both runs.
-test: venv
+# The whole test suite, as root, against the real kernel, with every peer it needs installed first
+# (the same install scripts as CI; a missing peer is a failure, never a skip). A test that fails is
+# run once more (reported as a rerun): a few tests measure shares and timings on a real, possibly
+# busy, machine; a real regression fails both runs.
+test: venv test-peers
 	$(VPY) -m pytest -ra --reruns 1 --reruns-delay 2 tests
+
+# Compilers, perf, bpftool, the OpenTelemetry Collectors, Chromium... (cached; seconds once installed).
+test-peers:
+	bash .ci/install-test-peers
 
 venv: $(VENV)/.installed
 

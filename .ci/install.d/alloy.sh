@@ -4,7 +4,7 @@
 # extra of pyproject.toml. What the tests need from the host: a C compiler for the known workload
 # and a writable cgroup hierarchy (v2 or v1) to make a container-like cgroup.
 set -euo pipefail
-command -v cc >/dev/null || apt-get install -y -qq --no-install-recommends gcc >/dev/null
+command -v cc >/dev/null || "$(dirname "$0")/../apt-install" gcc
 if [ ! -e /sys/fs/cgroup/cgroup.procs ] && [ ! -e /sys/fs/cgroup/unified/cgroup.procs ] \
         && [ ! -e /sys/fs/cgroup/pids/cgroup.procs ]; then
     echo "alloy.sh: no writable cgroup hierarchy under /sys/fs/cgroup: the container-matching tests will fail" >&2

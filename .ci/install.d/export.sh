@@ -22,7 +22,7 @@ COMPONENTS="otlpreceiver debugexporter otlpexporter envprovider fileprovider"
 
 if ! command -v chromium >/dev/null || ! command -v openssl >/dev/null; then
     # chromium: the flame graph page test; openssl: a self-signed certificate for the TLS test.
-    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core openssl >/dev/null
+    "$(dirname "$0")/../apt-install" chromium fonts-dejavu-core openssl
 fi
 
 if ! command -v go >/dev/null; then

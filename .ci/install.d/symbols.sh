@@ -15,5 +15,5 @@ command -v go >/dev/null || need+=(golang-go)
 command -v node >/dev/null || need+=(nodejs)
 { command -v javac && command -v jcmd; } >/dev/null || need+=(default-jdk-headless)
 if [ ${#need[@]} -gt 0 ]; then
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    "$(dirname "$0")/../apt-install" "${need[@]}"
 fi

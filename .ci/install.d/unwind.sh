@@ -17,7 +17,7 @@ command -v objcopy >/dev/null || need+=(binutils)
 # Go for the Go workload (export.sh needs a Go toolchain too; Debian's is enough here).
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 if [ ${#need[@]} -gt 0 ]; then
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    "$(dirname "$0")/../apt-install" "${need[@]}"
 fi
 
 if [ "${HOTSTACK_BENCH_PEERS:-0}" = "1" ]; then

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
 
@@ -12,6 +11,8 @@ from hotstack import ebpf
 from hotstack.ebpf.spec import MapSpec, ProgramSpec
 from hotstack.sampling import layout
 from hotstack.sampling.session import object_path
+
+from ..peers import require_tool
 
 pytestmark = pytest.mark.root
 
@@ -97,8 +98,8 @@ def test_object_format_errors():
             ebpf.load_spec(f.read())
 
 
-@pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool not installed")
 def test_kernel_btf_offsets_match_bpftool():
+    require_tool("bpftool")
     btf = ebpf.kernel_btf()
     offset = btf.member_offset("task_struct", "thread.fsbase")
     dump = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "raw"],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import shutil
 
 import pytest
 
@@ -11,6 +10,7 @@ from hotstack import ebpf
 from hotstack.sampling import diagnose
 
 from ..conftest import hotstack
+from ..peers import require_tool
 
 # Root without the capabilities that eBPF needs: capsh drops them from the bounding set, then execs.
 WITHOUT_CAPS = ["capsh", "--drop=cap_sys_admin,cap_bpf,cap_perfmon", "--", "-c", 'exec "$0" "$@"']
@@ -26,15 +26,15 @@ def assert_one_line_error(r, *needles: str) -> None:
 
 
 @pytest.mark.root
-@pytest.mark.skipif(shutil.which("capsh") is None, reason="capsh (libcap2-bin) not installed")
 def test_without_capabilities():
+    require_tool("capsh")
     r = hotstack("run", "profile_cpu", "--timeout", "1", prefix=WITHOUT_CAPS)
     assert_one_line_error(r, "missing privileges", "CAP_BPF", "CAP_PERFMON")
 
 
 @pytest.mark.root
-@pytest.mark.skipif(shutil.which("capsh") is None, reason="capsh (libcap2-bin) not installed")
 def test_doctor_reports_missing_privileges():
+    require_tool("capsh")
     r = hotstack("doctor", prefix=WITHOUT_CAPS)
     assert r.returncode == 2
     assert "privileges" in r.stdout and "MISSING" in r.stdout

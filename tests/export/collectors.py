@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from tests.peers import require_file
 
 # layout -> collector version (the same table as .ci/install.d/export.sh)
 COLLECTORS = {"v1.8": "0.139.0", "v1.9": "0.146.1", "v1.10": "0.165.0"}
@@ -19,14 +19,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HOTSTACK_CACHE", "/var/cache/hotstack-ci"))
 
 
-def require_peer(path: Path | None, what: str) -> Path:
-    """The peer's path; a missing peer fails in CI (CI=true) and skips elsewhere."""
-    if path is not None and path.exists():
-        return path
-    message = f"{what} is missing: run .ci/install.d/export.sh"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+require_peer = require_file
 
 
 def collector_binary(version: str) -> Path:

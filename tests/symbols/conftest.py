@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import hotstack
+from tests.peers import require_tool
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 
 
-def need(tool: str) -> str:
-    """The tool's path; a missing tool fails under CI (install.d must provide it), skips locally."""
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{tool} is not installed (.ci/install.d/symbols.sh should install it)")
-        pytest.skip(f"{tool} is not installed")
-    return path
+need = require_tool
 
 
 def run(*argv, **kw) -> subprocess.CompletedProcess:
