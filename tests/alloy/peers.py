@@ -10,6 +10,7 @@ import os
 import queue
 import socket
 import socketserver
+import ssl
 import threading
 import time
 import urllib.parse
@@ -111,15 +112,25 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 class DockerServer:
     """GET /v1.xx/containers/json (with filters) and /v1.xx/networks, shaped like dockerd's answers."""
 
-    def __init__(self, path: str, containers: list[dict], networks: list[dict]) -> None:
+    def __init__(self, path: str, containers: list[dict], networks: list[dict], tls: "ssl.SSLContext | None" = None,
+                 authorization: str = "") -> None:
+        """On a unix socket at `path`, or on 127.0.0.1 over TLS when `tls` is given (then `path`
+        is unused and `url` says where); with `authorization`, other requests get 401."""
         self.path = path
         self.containers, self.networks = containers, networks
         self.requests: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.client_certs: list[dict] = []
         server = self
 
         class Handler(_Quiet):
             def do_GET(self) -> None:
                 server.requests.append(self.path)
+                server.headers.append(dict(self.headers))
+                if tls is not None:
+                    server.client_certs.append(self.connection.getpeercert() or {})
+                if authorization and self.headers.get("Authorization") != authorization:
+                    return self.reply(401, b'{"message":"unauthorized"}')
                 url = urllib.parse.urlsplit(self.path)
                 route = url.path.split("/", 2)[-1] if url.path.startswith("/v1.") else url.path.lstrip("/")
                 if route == "containers/json":
@@ -130,13 +141,22 @@ class DockerServer:
                     return self.reply(200, json.dumps(server.networks).encode())
                 self.reply(404, b'{"message":"page not found"}')
 
-        self.httpd = _UnixHTTPServer(path, Handler)
+        if tls is None:
+            self.httpd = _UnixHTTPServer(path, Handler)
+            self.url = f"unix://{path}"
+        else:
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.httpd.daemon_threads = True
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            self.url = f"127.0.0.1:{self.httpd.server_address[1]}"
+        self.tls = tls
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-        os.unlink(self.path)
+        if self.tls is None:
+            os.unlink(self.path)
 
 
 def _docker_filter(container: dict, filters: dict) -> bool:
@@ -176,15 +196,21 @@ DOCKER_NETWORKS = [{"Name": "bridge", "Id": "b" * 64, "Created": "2026-01-01T00:
 
 
 class KubernetesServer:
-    """GET /api/v1/pods (and /api/v1/namespaces/NS/pods) with fieldSelector / labelSelector,
-    as a list (PodList) or a watch stream of events; `push_event` feeds the open watches."""
+    """The core/v1 API's pods (/api/v1/pods, /api/v1/namespaces/NS/pods), nodes (/api/v1/nodes)
+    and namespaces (/api/v1/namespaces), with fieldSelector / labelSelector, as a list (PodList,
+    NodeList, NamespaceList) or a watch stream of events; `push_event` feeds the open watches.
+    `port` fixes the port (to start the API after a client, as a cluster restarting does)."""
 
-    def __init__(self, pods: list[dict]) -> None:
-        self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    def __init__(self, pods: list[dict], nodes: list[dict] | None = None, namespaces: list[dict] | None = None,
+                 port: int = 0) -> None:
+        key = lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+        self.objects = {"pods": {key(p): p for p in pods}, "nodes": {key(n): n for n in nodes or []},
+                        "namespaces": {key(n): n for n in namespaces or []}}
+        self.pods = self.objects["pods"]
         self.version = 100
         self.requests: list[str] = []
         self.authorization: list[str] = []
-        self.watchers: list[queue.Queue] = []
+        self.watchers: list[tuple[str, queue.Queue]] = []
         self.lock = threading.Lock()
         server = self
 
@@ -195,23 +221,29 @@ class KubernetesServer:
                 url = urllib.parse.urlsplit(self.path)
                 q = dict(urllib.parse.parse_qsl(url.query))
                 parts = url.path.strip("/").split("/")
-                if parts[:2] != ["api", "v1"] or parts[-1] != "pods":
+                namespace = None
+                if parts[:2] == ["api", "v1"] and parts[2:] in (["pods"], ["nodes"], ["namespaces"]):
+                    resource = parts[2]
+                elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
+                    resource, namespace = "pods", parts[3]
+                else:
                     return self.reply(404, json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                                        "reason": "NotFound", "code": 404}).encode())
-                namespace = parts[3] if len(parts) == 5 else None
-                match = lambda p: _pod_matches(p, namespace, q)  # noqa: E731
+                match = lambda o: _matches(o, resource, namespace, q)  # noqa: E731
                 if q.get("watch") in ("1", "true"):
-                    return self.watch(match)
+                    return self.watch(resource, match)
                 with server.lock:
-                    items = [p for p in server.pods.values() if match(p)]
+                    items = [o for o in server.objects[resource].values() if match(o)]
                     rv = str(server.version)
-                body = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}
+                kind = {"pods": "PodList", "nodes": "NodeList", "namespaces": "NamespaceList"}[resource]
+                body = {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}
                 self.reply(200, json.dumps(body).encode())
 
-            def watch(self, match) -> None:
+            def watch(self, resource: str, match) -> None:
                 events: queue.Queue = queue.Queue()
+                entry = (resource, events)
                 with server.lock:
-                    server.watchers.append(events)
+                    server.watchers.append(entry)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -231,31 +263,46 @@ class KubernetesServer:
                     pass
                 finally:
                     with server.lock:
-                        server.watchers.remove(events)
+                        server.watchers.remove(entry)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def push_event(self, kind: str, pod: dict) -> None:
+    def push_event(self, kind: str, obj: dict, resource: str = "pods") -> None:
         with self.lock:
             self.version += 1
-            pod["metadata"]["resourceVersion"] = str(self.version)
-            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
             if kind == "DELETED":
-                self.pods.pop(key, None)
+                self.objects[resource].pop(key, None)
             else:
-                self.pods[key] = pod
-            for w in self.watchers:
-                w.put({"type": kind, "object": pod})
+                self.objects[resource][key] = obj
+            for r, w in self.watchers:
+                if r == resource:
+                    w.put({"type": kind, "object": obj})
 
     def close(self) -> None:
         with self.lock:
-            for w in self.watchers:
+            for _, w in self.watchers:
                 w.put(None)
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _matches(obj: dict, resource: str, namespace: str | None, q: dict) -> bool:
+    if resource == "pods":
+        return _pod_matches(obj, namespace, q)
+    for sel in filter(None, q.get("fieldSelector", "").split(",")):
+        key, _, value = sel.partition("=")
+        if {"metadata.name": obj["metadata"]["name"]}.get(key) != value.lstrip("="):
+            return False
+    for sel in filter(None, q.get("labelSelector", "").split(",")):
+        key, _, value = sel.partition("=")
+        if (obj["metadata"].get("labels") or {}).get(key) != value.lstrip("="):
+            return False
+    return True
 
 
 def _pod_matches(pod: dict, namespace: str | None, q: dict) -> bool:
@@ -294,7 +341,67 @@ def k8s_pod(name: str, namespace: str, node: str, container: str, container_id: 
     }
 
 
+def k8s_node(name: str, internal_ip: str, labels: dict | None = None, annotations: dict | None = None,
+             hostname: str = "") -> dict:
+    """A node as the API server returns it."""
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": labels or {},
+                     "annotations": annotations or {}},
+        "spec": {"providerID": f"kind://docker/test/{name}", "podCIDR": "10.244.0.0/24"},
+        "status": {"addresses": [{"type": "InternalIP", "address": internal_ip},
+                                 {"type": "Hostname", "address": hostname or name}],
+                   "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                   "conditions": [{"type": "Ready", "status": "True"}],
+                   "nodeInfo": {"containerRuntimeVersion": "containerd://1.7.0", "kubeletVersion": "v1.30.0"}},
+    }
+
+
+def k8s_namespace(name: str, labels: dict | None = None, annotations: dict | None = None) -> dict:
+    """A namespace as the API server returns it."""
+    return {"metadata": {"name": name, "uid": f"uid-ns-{name}", "resourceVersion": "1",
+                         "labels": {"kubernetes.io/metadata.name": name, **(labels or {})},
+                         "annotations": annotations or {}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass
+class TestPKI:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made by openssl."""
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+    def server_context(self, require_client_cert: bool = True) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.server_cert, self.server_key)
+        if require_client_cert:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(self.ca)
+        return ctx
+
+
+def make_pki(directory) -> TestPKI:
+    import subprocess
+    d = str(directory)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem",
+        "-days", "1", "-subj", "/CN=hotstack test CA")
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:docker.test"), ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/{name}.key", "-out", f"{d}/{name}.csr",
+            "-subj", f"/CN=hotstack test {name}")
+        with open(f"{d}/{name}.ext", "w") as f:
+            f.write(ext + "\n")
+        run("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
+            "-CAcreateserial", "-out", f"{d}/{name}.pem", "-days", "1", "-extfile", f"{d}/{name}.ext")
+    return TestPKI(f"{d}/ca.pem", f"{d}/server.pem", f"{d}/server.key", f"{d}/client.pem", f"{d}/client.key")

@@ -85,8 +85,12 @@ BAD = [
     ("not supported yet", W + 'pyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n  load_probe = true\n}\n',
      "load_probe: not supported yet"),
     ("bad url", 'pyroscope.write "w" {\n  endpoint {\n    url = "pyroscope:4040"\n  }\n}\n', "expected http(s)://"),
-    ("k8s role", 'discovery.kubernetes "k" {\n  role = "node"\n}\n', "role 'node': not supported yet"),
-    ("selector role", 'discovery.kubernetes "k" {\n  role = "pod"\n  selectors {\n    role = "node"\n  }\n}\n',
+    ("k8s role", 'discovery.kubernetes "k" {\n  role = "service"\n}\n', "role 'service': not supported yet"),
+    ("two auth methods", 'discovery.kubernetes "k" {\n  role = "pod"\n  bearer_token = "t"\n  basic_auth {\n'
+                         '    username = "u"\n  }\n}\n', "at most one authentication method"),
+    ("tls half a pair", 'discovery.docker "d" {\n  host = "tcp://h:2376"\n  tls_config {\n    cert_file = "c"\n'
+                        '  }\n}\n', "needs both a certificate and a key"),
+    ("selector role", 'discovery.kubernetes "k" {\n  role = "pod"\n  selectors {\n    role = "service"\n  }\n}\n',
      "does not match the component role"),
     ("docker host", 'discovery.docker "d" {\n  host = "/var/run/docker.sock"\n}\n', "must be a unix://"),
     ("top attribute", 'x = 1\n', "c.alloy:1:1: unexpected attribute 'x'"),

@@ -168,3 +168,134 @@ users:
             c.stop()
     finally:
         k8s.close()
+
+
+def test_docker_discovery_over_tls_with_client_certificate_and_basic_auth(tmp_path):
+    """Alloy's HTTP client blocks on discovery.docker: tcp:// with tls_config (CA, client
+    certificate: mTLS) and basic_auth with a password_file; the engine refuses anything else."""
+    import base64
+
+    from .peers import make_pki
+    pki = make_pki(tmp_path)
+    password = tmp_path / "password"
+    password.write_text("docker-pass\n")
+    expected = "Basic " + base64.b64encode(b"alice:docker-pass").decode()
+    server = DockerServer("", [docker_container("e" * 64, "tls-web")], DOCKER_NETWORKS,
+                          tls=pki.server_context(), authorization=expected)
+    try:
+        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
+                    f'  basic_auth {{\n    username = "alice"\n    password_file = "{password}"\n  }}\n'
+                    f'  http_headers = {{"X-Test" = ["one", "two"]}}\n'
+                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
+                    f'    key_file = "{pki.client_key}"\n    min_version = "TLS12"\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.docker.d")
+            assert comp.health.state == "healthy", comp.health
+            assert [t["__meta_docker_container_name"] for t in comp.exports["targets"]] == ["/tls-web"]
+            assert server.headers[0]["Authorization"] == expected and server.headers[0]["X-Test"] == "one, two"
+            subject = dict(x[0] for x in server.client_certs[0]["subject"])
+            assert subject["commonName"] == "hotstack test client"
+        finally:
+            c.stop()
+        # without the client certificate the TLS handshake fails: unhealthy, with the reason
+        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
+                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.docker.d")
+            assert comp.health.state == "unhealthy" and "cannot reach https://127.0.0.1:" in comp.health.message
+        finally:
+            c.stop()
+        # server_name: the certificate names docker.test, not the host we dial by IP... both are in it
+        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n  bearer_token = "wrong"\n'
+                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
+                    f'    key_file = "{pki.client_key}"\n    server_name = "docker.test"\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.docker.d")
+            assert comp.health.state == "unhealthy" and "HTTP 401" in comp.health.message
+            assert server.headers[-1]["Authorization"] == "Bearer wrong"
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
+def test_kubernetes_node_role(tmp_path):
+    from .peers import k8s_node
+    k8s = KubernetesServer([], nodes=[k8s_node("n1", "10.0.0.1", labels={"topology.kubernetes.io/zone": "z1"},
+                                               annotations={"node.alpha.kubernetes.io/ttl": "0"}),
+                                      k8s_node("n2", "10.0.0.2")])
+    try:
+        c = started(f'discovery.kubernetes "n" {{\n  role = "node"\n  api_server = "{k8s.url}"\n'
+                    f'  selectors {{\n    role = "node"\n    label = "topology.kubernetes.io/zone=z1"\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.kubernetes.n")
+            assert comp.health.state == "healthy", comp.health
+            targets = comp.exports["targets"]
+            assert len(targets) == 1, targets   # the label selector keeps n1 only
+            t = targets[0]
+            assert t == {"__meta_kubernetes_node_name": "n1", "instance": "n1", "__address__": "10.0.0.1:10250",
+                         "__meta_kubernetes_node_label_topology_kubernetes_io_zone": "z1",
+                         "__meta_kubernetes_node_labelpresent_topology_kubernetes_io_zone": "true",
+                         "__meta_kubernetes_node_annotation_node_alpha_kubernetes_io_ttl": "0",
+                         "__meta_kubernetes_node_annotationpresent_node_alpha_kubernetes_io_ttl": "true",
+                         "__meta_kubernetes_node_provider_id": "kind://docker/test/n1",
+                         "__meta_kubernetes_node_address_InternalIP": "10.0.0.1",
+                         "__meta_kubernetes_node_address_Hostname": "n1"}
+            assert any(r.startswith("/api/v1/nodes?labelSelector=topology.kubernetes.io") for r in k8s.requests)
+            wait(lambda: k8s.watchers)
+            k8s.push_event("ADDED", k8s_node("n3", "10.0.0.3", labels={"topology.kubernetes.io/zone": "z1"}),
+                           resource="nodes")
+            assert wait(lambda: {t["instance"] for t in comp.exports["targets"]} == {"n1", "n3"})
+        finally:
+            c.stop()
+    finally:
+        k8s.close()
+
+
+def test_kubernetes_attach_metadata_namespace_and_node(tmp_path):
+    """Pod targets carry their namespace's and their node's labels, kept current by watches;
+    a node selector scopes the pods to one node."""
+    from .peers import k8s_namespace, k8s_node
+    pods = [k8s_pod("a", "shop", "n1", "app", "containerd://" + "1" * 64),
+            k8s_pod("b", "shop", "n2", "app", "containerd://" + "2" * 64)]
+    k8s = KubernetesServer(pods, nodes=[k8s_node("n1", "10.0.0.1", labels={"pool": "gpu"}),
+                                        k8s_node("n2", "10.0.0.2", labels={"pool": "cpu"})],
+                           namespaces=[k8s_namespace("shop", labels={"team": "payments"},
+                                                     annotations={"owner": "alice@example.com"})])
+    try:
+        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n'
+                    f'  selectors {{\n    role = "pod"\n    field = "spec.nodeName=n1"\n  }}\n'
+                    f'  attach_metadata {{\n    namespace = true\n    node = true\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.kubernetes.k")
+            assert comp.health.state == "healthy", comp.health
+            targets = comp.exports["targets"]
+            assert [t["__meta_kubernetes_pod_name"] for t in targets] == ["a"]   # pods of node n1 only
+            t = targets[0]
+            assert t["__meta_kubernetes_namespace_label_team"] == "payments"
+            assert t["__meta_kubernetes_namespace_labelpresent_team"] == "true"
+            assert t["__meta_kubernetes_namespace_label_kubernetes_io_metadata_name"] == "shop"
+            assert t["__meta_kubernetes_namespace_annotation_owner"] == "alice@example.com"
+            assert t["__meta_kubernetes_node_name"] == "n1" and t["__meta_kubernetes_node_label_pool"] == "gpu"
+            assert t["__meta_kubernetes_pod_node_name"] == "n1"
+            wait(lambda: len(k8s.watchers) == 3)
+            k8s.push_event("MODIFIED", k8s_namespace("shop", labels={"team": "search"}), resource="namespaces")
+            assert wait(lambda: comp.exports["targets"][0].get("__meta_kubernetes_namespace_label_team") == "search")
+            assert "__meta_kubernetes_namespace_annotation_owner" not in comp.exports["targets"][0]
+            k8s.push_event("MODIFIED", k8s_node("n1", "10.0.0.1", labels={"pool": "spot"}), resource="nodes")
+            assert wait(lambda: comp.exports["targets"][0].get("__meta_kubernetes_node_label_pool") == "spot")
+        finally:
+            c.stop()
+        # without attach_metadata: none of those labels, and no node or namespace request
+        before = len(k8s.requests)
+        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n}}\n')
+        try:
+            targets = c.component("discovery.kubernetes.k").exports["targets"]
+            assert len(targets) == 2
+            assert not any(k.startswith(("__meta_kubernetes_namespace_", "__meta_kubernetes_node_"))
+                           for t in targets for k in t)
+            assert all("/pods" in r for r in k8s.requests[before:])
+        finally:
+            c.stop()
+    finally:
+        k8s.close()

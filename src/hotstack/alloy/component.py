@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .schema import Schema
+from .secret import Secret, shown
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -97,6 +98,8 @@ class Component:
 
 
 def _jsonable(value: object) -> object:
+    if isinstance(value, Secret):   # every page and API answer is built from this
+        return shown(value)
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .secret import Secret
 from .syntax.ast import Attribute, Block, Body
 from .syntax.errors import Pos, SyntaxError_
 from .syntax.eval import Evaluator
@@ -38,6 +39,19 @@ class _String(Type):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)   # Alloy converts numbers to strings
         raise TypeMismatch(f"expected string, got {type_name(value)}")
+
+
+class _Secret(Type):
+    """Alloy's `secret`: a string (or number) in the config, a Secret once decoded, so that it
+    is shown as `(secret)` wherever arguments are shown (secret.py)."""
+    name = "secret"
+
+    def check(self, value):
+        if isinstance(value, Secret):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeMismatch(f"expected secret (a string), got {type_name(value)}")
+        return Secret(str(value))
 
 
 class _Bool(Type):
@@ -153,6 +167,7 @@ class CapsuleOf(Type):
 
 
 STRING, BOOL, INT, FLOAT, DURATION = _String(), _Bool(), _Int(), _Float(), _Duration()
+SECRET = _Secret()
 TARGETS = ListOf(MapOf(STRING))
 
 

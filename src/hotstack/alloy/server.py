@@ -1,10 +1,17 @@
 """The agent's HTTP server: /metrics, /-/ready, /-/healthy, a JSON and an HTML page per
-component, and the flame graph page of the local store."""
+component, and the flame graph page of the local store.
+
+It listens where a DaemonSet exposes it to the pod network, so it is built for that: GET only
+(other methods get 405), no route reads a file or changes state, secrets are shown as
+`(secret)` (component.py), a slow or idle client is dropped after SOCKET_TIMEOUT_S, at most
+MAX_CONNECTIONS are served at once (more are closed at once), query values are bounded, and
+every answer says not to sniff, frame or load anything from elsewhere."""
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +23,17 @@ from . import flamegraph
 from .controller import Controller
 
 DEFAULT_LISTEN = "127.0.0.1:12345"
+SOCKET_TIMEOUT_S = 30
+MAX_CONNECTIONS = 64
+MAX_QUERY_VALUE = 256
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    # the pages' scripts and styles are inline; nothing is loaded from anywhere else
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+}
 
 
 def parse_listen(addr: str) -> tuple[str, int]:
@@ -38,14 +56,21 @@ class AgentServer:
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = SOCKET_TIMEOUT_S   # a client that sends nothing does not hold a thread
+
             def log_message(self, *args) -> None:   # quiet: the agent logs what matters
                 pass
 
             def do_GET(self) -> None:
                 agent.handle(self)
 
+            def _not_allowed(self) -> None:
+                agent.not_allowed(self)
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_CONNECT = do_TRACE = _not_allowed
+
         try:
-            self.httpd = ThreadingHTTPServer((host, port), Handler)
+            self.httpd = _BoundedServer((host, port), Handler)
         except OSError as e:
             raise ConfigError(f"cannot listen on {listen}: {e.strerror} (use --server.http.listen-addr)") from None
         self.httpd.daemon_threads = True
@@ -58,6 +83,14 @@ class AgentServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def not_allowed(self, req: BaseHTTPRequestHandler) -> None:
+        req.send_response(405)
+        req.send_header("Allow", "GET")
+        req.send_header("Content-Length", "0")
+        for k, v in _SECURITY_HEADERS.items():
+            req.send_header(k, v)
+        req.end_headers()
 
     # -- routes -------------------------------------------------------------------------------
     def handle(self, req: BaseHTTPRequestHandler) -> None:
@@ -101,8 +134,12 @@ class AgentServer:
         try:
             minutes = float(query.get("minutes", "15"))
         except ValueError:
-            return self._text(req, 400, "minutes must be a number\n")
+            minutes = math.nan
+        if not (0 < minutes <= 7 * 24 * 60):
+            return self._text(req, 400, "minutes must be a number of minutes between 0 and 10080\n")
         service = query.get("service_name", "")
+        if len(service) > MAX_QUERY_VALUE:
+            return self._text(req, 400, f"service_name is longer than {MAX_QUERY_VALUE} characters\n")
         folded = store.folded(service, minutes)
         if query.get("format") == "json":
             return self._json(req, 200, flamegraph.tree(folded))
@@ -125,6 +162,8 @@ class AgentServer:
         req.send_response(status)
         req.send_header("Content-Type", content_type)
         req.send_header("Content-Length", str(len(body)))
+        for k, v in _SECURITY_HEADERS.items():
+            req.send_header(k, v)
         req.end_headers()
         req.wfile.write(body)
 
@@ -136,6 +175,32 @@ class AgentServer:
 
     def _html(self, req, status: int, text: str) -> None:
         self._send(req, status, text.encode(), "text/html; charset=utf-8")
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once: more are closed unanswered
+    rather than queued without bound."""
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def _summary(c) -> dict:

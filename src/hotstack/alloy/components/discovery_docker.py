@@ -1,4 +1,8 @@
-"""discovery.docker: containers of a Docker Engine, listed over its API (unix socket or HTTP)."""
+"""discovery.docker: containers of a Docker Engine, listed over its API (unix socket, HTTP or
+HTTPS with Alloy's HTTP client settings: tls_config, basic_auth, bearer_token, ...).
+
+An engine that does not answer yet (a DaemonSet may start before it) makes the component
+unhealthy, and the list is retried with backoff until it answers."""
 
 from __future__ import annotations
 
@@ -7,13 +11,13 @@ import re
 import threading
 import urllib.parse
 
-from ...errors import ConfigError
 from ..component import Component, register
 from ..schema import BOOL, DURATION, INT, STRING, Arg, BlockArg, ListOf, Schema
-from .httpclient import HTTPError, get_json
+from .httpclient import HTTP_CLIENT, HTTPClientConfig, HTTPError, get_json, validate_http_client
 
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
-API = "/v1.41"   # a version every Docker Engine since 20.10 serves
+API = "/v1.41"
+MAX_BACKOFF_S = 30.0   # a version every Docker Engine since 20.10 serves
 
 
 def sanitize(name: str) -> str:
@@ -24,6 +28,7 @@ def _validate(args: dict) -> None:
     host = args["host"]
     if not re.match(r"^(unix|tcp|http|https)://", host):
         raise ValueError(f"host {host!r} must be a unix://, tcp://, http:// or https:// URL")
+    validate_http_client(args)
 
 
 def targets_from(containers: list[dict], networks: list[dict], port: int, match_first_network: bool,
@@ -86,6 +91,7 @@ class DiscoveryDocker(Component):
         Arg("refresh_interval", DURATION, 60.0), Arg("match_first_network", BOOL, True),
         BlockArg("filter", Schema([Arg("name", STRING, required=True),
                                    Arg("values", ListOf(STRING), required=True)]), repeated=True),
+        *HTTP_CLIENT,
     ], validate=_validate)
     initial_exports = {"targets": []}
 
@@ -96,37 +102,52 @@ class DiscoveryDocker(Component):
         self._containers = 0
 
     def _url(self) -> str:
-        host = self.args["host"]
-        return "http://" + host[len("tcp://"):] if host.startswith("tcp://") else host
+        host, tls = self.args["host"], self.args["tls_config"]
+        if host.startswith("tcp://"):   # as the Docker client: TLS when TLS settings are given
+            uses_tls = any(tls[k] for k in ("ca_file", "ca_pem", "cert_file", "cert_pem", "insecure_skip_verify"))
+            return ("https://" if uses_tls else "http://") + host[len("tcp://"):]
+        return host
 
     def refresh(self) -> None:
         filters = {}
         for f in self.args["filter"]:
             filters.setdefault(f["name"], []).extend(f["values"])
         query = "?" + urllib.parse.urlencode({"filters": json.dumps(filters)}) if filters else ""
-        containers = get_json(self._url(), f"{API}/containers/json{query}")
-        networks = get_json(self._url(), f"{API}/networks")
+        client = HTTPClientConfig(self.args)
+        containers = get_json(self._url(), f"{API}/containers/json{query}", client=client)
+        networks = get_json(self._url(), f"{API}/networks", client=client)
         if not isinstance(containers, list) or not isinstance(networks, list):
             raise HTTPError("the Docker API answered with an unexpected shape")
         self._containers = len(containers)
         self.publish(targets=targets_from(containers, networks, self.args["port"],
                                           self.args["match_first_network"], self.args["host_networking_host"]))
+        self.set_health("healthy", f"{self._containers} containers")
 
     def start(self) -> None:
+        """List once now; an engine that does not answer is retried in the background."""
         try:
             self.refresh()
+            delay = self.args["refresh_interval"]
         except HTTPError as e:
-            raise ConfigError(f"{self.id}: {e} (is the Docker daemon running and its socket mounted?)") from None
-        self._thread = threading.Thread(target=self._loop, name=f"hotstack-{self.id}", daemon=True)
+            self._unreachable(e)
+            delay = 1.0
+        self._thread = threading.Thread(target=self._loop, args=(delay,), name=f"hotstack-{self.id}", daemon=True)
         self._thread.start()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.args["refresh_interval"]):
+    def _unreachable(self, e: HTTPError) -> None:
+        self.set_health("unhealthy", f"{e} (is the Docker daemon running and its socket mounted? retrying)")
+
+    def _loop(self, delay: float) -> None:
+        """Every refresh_interval; after a failure, sooner: 1 s doubling up to refresh_interval."""
+        backoff = 1.0
+        while not self._stop.wait(delay):
             try:
                 self.refresh()
-                self.set_health("healthy", f"{self._containers} containers")
+                backoff, delay = 1.0, self.args["refresh_interval"]
             except HTTPError as e:
-                self.set_health("unhealthy", str(e))
+                self._unreachable(e)
+                delay = min(backoff, self.args["refresh_interval"])
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def stop(self) -> None:
         self._stop.set()

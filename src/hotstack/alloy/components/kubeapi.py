@@ -8,46 +8,52 @@ stream of JSON lines `{"type": ADDED|MODIFIED|DELETED|ERROR, "object": ...}`.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
-import ssl
-import tempfile
+import threading
+from typing import Callable
 import urllib.parse
 from dataclasses import dataclass, field
 
 import yaml
 
 from ...errors import ConfigError
-from .httpclient import HTTPError, connection_for, get_json
+from ..schema import Schema
+from ..secret import Secret
+from .httpclient import HTTP_CLIENT, TLS_CONFIG, HTTPClientConfig, HTTPError, connection_for, get_json
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def client_args(**given) -> dict:
+    """HTTP client settings with every default filled in (as a decoded block has them)."""
+    args = Schema(HTTP_CLIENT).defaults()
+    tls = given.pop("tls_config", {})
+    args.update(given)
+    args["tls_config"] = {**TLS_CONFIG.defaults(), **tls}
+    return args
 
 
 @dataclass
 class KubeClient:
     server: str
-    token: str = ""
-    token_file: str = ""
-    context: ssl.SSLContext | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    http: HTTPClientConfig = field(default_factory=lambda: HTTPClientConfig(client_args()))
     namespace: str = "default"
 
     def _headers(self) -> dict[str, str]:
-        h = {"Accept": "application/json", **self.headers}
-        token = self.token
-        if self.token_file:
-            try:
-                with open(self.token_file) as f:
-                    token = f.read().strip()   # re-read: projected tokens rotate
-            except OSError as e:
-                raise HTTPError(f"cannot read bearer token file {self.token_file}: {e.strerror}") from None
-        if token:
-            h["Authorization"] = f"Bearer {token}"
-        return h
+        # credentials are read at each request: projected service-account tokens rotate
+        return {"Accept": "application/json", **self.http.headers()}
 
     def list(self, path: str, params: dict[str, str]) -> dict:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v})
-        result = get_json(self.server, f"{path}?{query}" if query else path, self._headers(), context=self.context)
+        result = get_json(self.server, f"{path}?{query}" if query else path, self._headers(), client=self.http)
+        if not isinstance(result, dict):
+            raise HTTPError("the Kubernetes API answered with an unexpected shape")
+        return result
+
+    def get(self, path: str) -> dict:
+        result = get_json(self.server, path, self._headers(), client=self.http)
         if not isinstance(result, dict):
             raise HTTPError("the Kubernetes API answered with an unexpected shape")
         return result
@@ -57,14 +63,14 @@ class KubeClient:
         query = urllib.parse.urlencode({**{k: v for k, v in params.items() if v}, "watch": "1",
                                         "allowWatchBookmarks": "true",
                                         "timeoutSeconds": str(int(timeout_s))})
-        conn, base = connection_for(self.server, timeout_s + 30, self.context)
+        conn, base, absolute = connection_for(self.server, timeout_s + 30, client=self.http)
         try:
-            conn.request("GET", f"{base}{path}?{query}", headers=self._headers())
+            conn.request("GET", f"{absolute}{base}{path}?{query}", headers=self._headers())
             resp = conn.getresponse()
             if resp.status != 200:
-                raise HTTPError(f"watch {path}: HTTP {resp.status}: {resp.read()[:200].decode(errors='replace')}")
+                raise HTTPError(f"watch {path}: HTTP {resp.status}: {resp.read(200).decode(errors='replace')}")
             while True:
-                line = resp.readline()
+                line = resp.readline(64 << 20)
                 if not line:
                     return
                 if line.strip():
@@ -75,27 +81,102 @@ class KubeClient:
             conn.close()
 
 
-def _tls_context(ca_file: str = "", ca_data: bytes = b"", insecure: bool = False, cert_file: str = "",
-                 key_file: str = "") -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    if insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if ca_file:
-        ctx.load_verify_locations(cafile=ca_file)
-    if ca_data:
-        ctx.load_verify_locations(cadata=ca_data.decode())
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file or None)
-    return ctx
+WATCH_TIMEOUT_S = 300
+MAX_BACKOFF_S = 30.0
 
 
-def _data_file(data_b64: str, suffix: str) -> str:
-    """kubeconfig *-data fields inlined as base64: ssl wants files for client certificates."""
-    f = tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False)
-    with f:
-        f.write(base64.b64decode(data_b64))
-    return f.name
+def object_key(obj: dict) -> tuple[str, str]:
+    m = obj.get("metadata") or {}
+    return m.get("namespace", ""), m.get("name", "")
+
+
+class ResourceWatch:
+    """One list+watch of a resource path, kept current in `objects`, as client-go's informer:
+    list, then watch from the list's resourceVersion; on any error (API unreachable, 410
+    Gone) report it and list again after a backoff (1 s doubling to 30 s), forever."""
+
+    def __init__(self, client: KubeClient, path: str, params: Callable[[], dict[str, str]],
+                 on_change: Callable[[], None], on_status: Callable[["ResourceWatch"], None]) -> None:
+        self.client, self.path, self.params = client, path, params
+        self.on_change, self.on_status = on_change, on_status
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.lock = threading.Lock()
+        self.error = ""        # the last failure, '' once a list succeeded
+        self.synced = False
+        self._version = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"hotstack-watch{path}", daemon=True)
+
+    def start(self) -> None:
+        """List once now (so that targets exist when start returns), then watch in a thread;
+        an unreachable API is reported (on_status) and retried there."""
+        try:
+            self._version = self.list()
+        except (HTTPError, ValueError) as e:
+            self.error = str(e)
+            self.on_status(self)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def snapshot(self) -> list[dict]:
+        with self.lock:
+            return [o for _, o in sorted(self.objects.items())]
+
+    def list(self) -> str:
+        result = self.client.list(self.path, self.params())
+        with self.lock:
+            self.objects = {object_key(o): o for o in result.get("items") or []}
+        self.synced, self.error = True, ""
+        self.on_change()
+        self.on_status(self)
+        return (result.get("metadata") or {}).get("resourceVersion", "")
+
+    def _loop(self) -> None:
+        backoff, version = 1.0, self._version
+        if self.error and self._stop.wait(backoff):
+            return
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    version = self.list()
+                    backoff = 1.0
+                for event in self.client.watch(self.path, {**self.params(), "resourceVersion": version},
+                                               WATCH_TIMEOUT_S):
+                    if self._stop.is_set():
+                        return
+                    version = self._apply(event, version)
+                    if not version:
+                        break
+            except (HTTPError, ValueError) as e:
+                self.error, version = str(e), ""
+                self.on_status(self)
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _apply(self, event: dict, version: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            return ""   # e.g. 410 Gone: list again
+        version = (obj.get("metadata") or {}).get("resourceVersion", version)
+        if kind == "BOOKMARK":
+            return version
+        with self.lock:
+            if kind == "DELETED":
+                self.objects.pop(object_key(obj), None)
+            else:
+                self.objects[object_key(obj)] = obj
+        self.on_change()
+        return version
+
+
+def _b64(value: str, what: str, path: str) -> str:
+    try:
+        return base64.b64decode(value).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise ConfigError(f"kubeconfig {path}: {what} is not base64 PEM") from None
 
 
 def from_kubeconfig(path: str) -> KubeClient:
@@ -118,17 +199,21 @@ def from_kubeconfig(path: str) -> KubeClient:
         raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server")
     base = os.path.dirname(os.path.abspath(path))
     rel = lambda p: p if not p or os.path.isabs(p) else os.path.join(base, p)  # noqa: E731
-    context = None
-    if server.startswith("https://"):
-        cert = rel(user.get("client-certificate", "")) or (
-            _data_file(user["client-certificate-data"], ".crt") if user.get("client-certificate-data") else "")
-        key = rel(user.get("client-key", "")) or (
-            _data_file(user["client-key-data"], ".key") if user.get("client-key-data") else "")
-        context = _tls_context(ca_file=rel(cluster.get("certificate-authority", "")),
-                               ca_data=base64.b64decode(cluster.get("certificate-authority-data", "")),
-                               insecure=bool(cluster.get("insecure-skip-tls-verify")), cert_file=cert, key_file=key)
-    return KubeClient(server, token=user.get("token", ""), token_file=rel(user.get("tokenFile", "")),
-                      context=context, namespace=ctx.get("namespace", "default"))
+    tls = {"ca_file": rel(cluster.get("certificate-authority", "")),
+           "insecure_skip_verify": bool(cluster.get("insecure-skip-tls-verify")),
+           "cert_file": rel(user.get("client-certificate", "")), "key_file": rel(user.get("client-key", ""))}
+    if cluster.get("certificate-authority-data"):
+        tls["ca_pem"] = _b64(cluster["certificate-authority-data"], "certificate-authority-data", path)
+    if user.get("client-certificate-data"):   # inline PEMs stay in memory (httpclient loads them)
+        tls["cert_pem"] = _b64(user["client-certificate-data"], "client-certificate-data", path)
+    if user.get("client-key-data"):
+        tls["key_pem"] = Secret(_b64(user["client-key-data"], "client-key-data", path))
+    http = client_args(bearer_token=Secret(user.get("token", "")), bearer_token_file=rel(user.get("tokenFile", "")),
+                       tls_config=tls)
+    if user.get("username"):
+        http["basic_auth"] = {"username": user["username"], "password": Secret(user.get("password", "")),
+                              "password_file": ""}
+    return KubeClient(server, HTTPClientConfig(http), namespace=ctx.get("namespace", "default"))
 
 
 def in_cluster() -> KubeClient:
@@ -142,5 +227,5 @@ def in_cluster() -> KubeClient:
     except OSError:
         namespace = "default"
     host = f"[{host}]" if ":" in host else host
-    return KubeClient(f"https://{host}:{port}", token_file=f"{SERVICE_ACCOUNT}/token",
-                      context=_tls_context(ca_file=f"{SERVICE_ACCOUNT}/ca.crt"), namespace=namespace)
+    http = client_args(bearer_token_file=f"{SERVICE_ACCOUNT}/token", tls_config={"ca_file": f"{SERVICE_ACCOUNT}/ca.crt"})
+    return KubeClient(f"https://{host}:{port}", HTTPClientConfig(http), namespace=namespace)

@@ -11,7 +11,8 @@ from ...errors import ConfigError
 from ...export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
 from ...profile.model import Profile
 from ..component import Component, register
-from ..schema import BOOL, DURATION, INT, STRING, Arg, BlockArg, MapOf, Schema
+from ..schema import BOOL, DURATION, INT, SECRET, STRING, Arg, BlockArg, MapOf, Schema
+from ..secret import Secret, reveal
 from .receiver import ProfilesReceiver
 
 # HTTP client settings of Alloy that hotstack's push client does not have yet: a value other
@@ -21,13 +22,13 @@ _UNSUPPORTED_HTTP = {"proxy_url": "", "no_proxy": "", "proxy_from_environment": 
 
 ENDPOINT = Schema([
     Arg("url", STRING, required=True), Arg("name", STRING, ""), Arg("remote_timeout", DURATION, 10.0),
-    Arg("headers", MapOf(STRING), {}), Arg("min_backoff_period", DURATION, 0.5),
+    Arg("headers", MapOf(SECRET), {}), Arg("min_backoff_period", DURATION, 0.5),
     Arg("max_backoff_period", DURATION, 300.0), Arg("max_backoff_retries", INT, 10),
     Arg("retry_on_http_429", BOOL, True), Arg("debug_info_upload_timeout", DURATION, 120.0),
-    Arg("bearer_token", STRING, ""), Arg("bearer_token_file", STRING, ""),
+    Arg("bearer_token", SECRET, Secret()), Arg("bearer_token_file", STRING, ""),
     Arg("proxy_url", STRING, ""), Arg("no_proxy", STRING, ""), Arg("proxy_from_environment", BOOL, False),
     Arg("follow_redirects", BOOL, True), Arg("enable_http2", BOOL, True),
-    BlockArg("basic_auth", Schema([Arg("username", STRING, ""), Arg("password", STRING, ""),
+    BlockArg("basic_auth", Schema([Arg("username", STRING, ""), Arg("password", SECRET, Secret()),
                                    Arg("password_file", STRING, "")])),
     BlockArg("tls_config", Schema([Arg("ca_file", STRING, ""), Arg("insecure_skip_verify", BOOL, False),
                                    Arg("server_name", STRING, "")])),
@@ -49,9 +50,9 @@ def _validate_endpoint(a: dict) -> None:
 
 def to_endpoint(a: dict) -> PyroscopeEndpoint:
     return PyroscopeEndpoint(
-        url=a["url"], name=a["name"], headers=dict(a["headers"]),
-        basic_auth_username=a["basic_auth"]["username"], basic_auth_password=a["basic_auth"]["password"],
-        basic_auth_password_file=a["basic_auth"]["password_file"], bearer_token=a["bearer_token"],
+        url=a["url"], name=a["name"], headers={k: reveal(v) for k, v in a["headers"].items()},
+        basic_auth_username=a["basic_auth"]["username"], basic_auth_password=reveal(a["basic_auth"]["password"]),
+        basic_auth_password_file=a["basic_auth"]["password_file"], bearer_token=reveal(a["bearer_token"]),
         bearer_token_file=a["bearer_token_file"], remote_timeout_s=a["remote_timeout"],
         min_backoff_s=a["min_backoff_period"], max_backoff_s=a["max_backoff_period"],
         max_backoff_retries=a["max_backoff_retries"], retry_on_http_429=a["retry_on_http_429"],
