@@ -1,0 +1,224 @@
+"""No secret is shown: a run of the agent with known secrets in every place a config holds one
+(tokens, passwords, header values, a credentials file), profiles flowing and errors happening;
+then every page, API answer, the metrics and the whole log are searched for them. The agent's
+HTTP server is also tried as an attacker on the pod network would."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import socket
+import time
+
+import pytest
+
+from ..conftest import hotstack
+from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_node, k8s_pod
+
+pytestmark = pytest.mark.root
+
+SECRETS = {
+    "bearer": "S3cr3t-bearer-7f1e", "header": "S3cr3t-header-9a2b", "password": "S3cr3t-password-4c3d",
+    "file_token": "S3cr3t-filetoken-5e4f", "k8s": "S3cr3t-k8s-6a5b", "credentials": "S3cr3t-credfile-7c6d",
+    "docker_password": "S3cr3t-dockerpw-8e7f", "docker_header": "S3cr3t-dockerhdr-9f80", "dead": "S3cr3t-dead-0a91",
+    "oauth": "S3cr3t-oauth-1b2c",
+}
+
+
+def _forms(secret: str) -> set[str]:
+    """The secret and the encodings it may leak in (Basic auth base64, JSON escapes are the same)."""
+    out = {secret}
+    for user in ("u", "alice", "client"):
+        out.add(base64.b64encode(f"{user}:{secret}".encode()).decode())
+    return out
+
+
+def _config(pyroscope_url: str, k8s_url: str, docker_sock: str, files: dict, spin_pid: int) -> str:
+    return f'''
+pyroscope.write "bearer" {{
+  endpoint {{
+    url          = "{pyroscope_url}"
+    bearer_token = "{SECRETS["bearer"]}"
+    headers      = {{"X-Scope-OrgID" = "{SECRETS["header"]}"}}
+  }}
+}}
+pyroscope.write "basic" {{
+  endpoint {{
+    url = "{pyroscope_url}"
+    basic_auth {{
+      username = "u"
+      password = "{SECRETS["password"]}"
+    }}
+  }}
+}}
+pyroscope.write "from_file" {{
+  endpoint {{
+    url               = "{pyroscope_url}"
+    bearer_token_file = "{files["file_token"]}"
+  }}
+}}
+pyroscope.write "dead" {{
+  endpoint {{
+    url                 = "http://127.0.0.1:9"
+    bearer_token        = "{SECRETS["dead"]}"
+    max_backoff_retries = 1
+    min_backoff_period  = "100ms"
+    max_backoff_period  = "200ms"
+  }}
+}}
+discovery.kubernetes "pods" {{
+  role         = "pod"
+  api_server   = "{k8s_url}"
+  bearer_token = "{SECRETS["k8s"]}"
+}}
+discovery.kubernetes "nodes" {{
+  role       = "node"
+  api_server = "{k8s_url}"
+  authorization {{
+    type             = "Bearer"
+    credentials_file = "{files["credentials"]}"
+  }}
+}}
+discovery.kubernetes "oauth" {{
+  role       = "node"
+  api_server = "{k8s_url}"
+  oauth2 {{
+    client_id     = "client"
+    client_secret = "{SECRETS["oauth"]}"
+    token_url     = "http://127.0.0.1:9/token"
+  }}
+}}
+discovery.docker "engine" {{
+  host         = "unix://{docker_sock}"
+  http_headers = {{"X-Docker-Token" = ["{SECRETS["docker_header"]}"]}}
+  basic_auth {{
+    username = "alice"
+    password = "{SECRETS["docker_password"]}"
+  }}
+}}
+pyroscope.ebpf "spin" {{
+  targets          = [{{"__process_pid__" = "{spin_pid}", "service_name" = "spin"}}]
+  forward_to       = [pyroscope.write.bearer.receiver, pyroscope.write.basic.receiver,
+                      pyroscope.write.from_file.receiver, pyroscope.write.dead.receiver]
+  collect_interval = "2s"
+}}
+'''
+
+
+def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloads, tmp_path):
+    files = {}
+    for name in ("file_token", "credentials"):
+        files[name] = tmp_path / name
+        files[name].write_text(SECRETS[name] + "\n")
+    k8s = KubernetesServer([k8s_pod("a", "ns1", "n1", "app", "containerd://" + "1" * 64)],
+                           nodes=[k8s_node("n1", "10.0.0.1")])
+    sock = tmp_path / "docker.sock"
+    docker = DockerServer(str(sock), [docker_container("e" * 64, "web")], DOCKER_NETWORKS)
+    spin = workloads([spin_binary])
+    try:
+        a = agent(_config(pyroscope.url, k8s.url, str(sock), files, spin.pid), extra=["--log.level", "debug"])
+        a.wait_ready()
+        # the secrets are used where they belong: by the receivers of the requests
+        assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['bearer']}"
+                                  and s.headers.get("X-Scope-OrgID") == SECRETS["header"])
+        assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['file_token']}")
+        assert f"Bearer {SECRETS['k8s']}" in k8s.authorization
+        assert f"Bearer {SECRETS['credentials']}" in k8s.authorization
+        assert docker.headers and docker.headers[0]["X-Docker-Token"] == SECRETS["docker_header"]
+        time.sleep(3)   # a few failed pushes to the dead endpoint, the oauth2 failure logged
+
+        pages = {path: a.get(path) for path in ("/", "/metrics", "/-/ready", "/-/healthy", "/flamegraph",
+                                                "/api/v0/web/components", "/nope")}
+        components = a.json("/api/v0/web/components")
+        assert len(components) == 9
+        for c in components:
+            for path in (f"/api/v0/web/components/{c['id']}", f"/component/{c['id']}"):
+                pages[path] = a.get(path)
+        # secrets are shown as Alloy shows them
+        bearer = a.json("/api/v0/web/components/pyroscope.write.bearer")["arguments"]["endpoint"][0]
+        assert bearer["bearer_token"] == "(secret)" and bearer["headers"] == {"X-Scope-OrgID": "(secret)"}
+        basic = a.json("/api/v0/web/components/pyroscope.write.basic")["arguments"]["endpoint"][0]["basic_auth"]
+        assert basic == {"username": "u", "password": "(secret)", "password_file": ""}
+        engine = a.json("/api/v0/web/components/discovery.docker.engine")["arguments"]
+        assert engine["http_headers"] == {"X-Docker-Token": ["(secret)"]}
+        assert engine["basic_auth"]["password"] == "(secret)"
+        oauth = a.json("/api/v0/web/components/discovery.kubernetes.oauth")
+        assert oauth["arguments"]["oauth2"]["client_secret"] == "(secret)"
+        assert oauth["health"]["state"] == "unhealthy"   # its token URL does not answer: an error was made
+        assert "(secret)" in pages["/component/pyroscope.write.bearer"][1]
+        assert a.stop() == 0
+        log = a.log.read_text()
+        assert "dead" in log or "127.0.0.1:9" in log, log[-2000:]   # errors were logged
+        for name, secret in SECRETS.items():
+            for form in _forms(secret):
+                for path, (_, body) in pages.items():
+                    assert form not in body, f"secret {name} shown on {path}"
+                assert form not in log, f"secret {name} in the agent's log"
+    finally:
+        k8s.close()
+        docker.close()
+
+
+def test_validate_and_errors_do_not_show_secrets(tmp_path):
+    """--validate output, a config error next to a secret and a --debug run show no secret."""
+    secret = SECRETS["bearer"]
+    good = tmp_path / "good.alloy"
+    good.write_text(f'pyroscope.write "w" {{\n  endpoint {{\n    url = "http://127.0.0.1:9"\n'
+                    f'    bearer_token = "{secret}"\n    headers = {{"X-Key" = "{secret}"}}\n  }}\n}}\n')
+    bad = tmp_path / "bad.alloy"
+    bad.write_text(f'discovery.kubernetes "k" {{\n  role = "pod"\n  bearer_token = "{secret}"\n'
+                   f'  bearer_token_file = "/nonexistent"\n  api_server = "{secret}"\n}}\n'
+                   f'pyroscope.write "w" {{\n  endpoint {{\n    url = "http://x"\n    bearer_token = ["{secret}"]\n'
+                   f'  }}\n}}\n')
+    runs = [hotstack("agent", "--validate", str(good)), hotstack("agent", "--validate", str(bad)),
+            hotstack("--debug", "agent", "--validate", str(bad))]
+    assert runs[0].returncode == 0 and runs[1].returncode == 2
+    assert "at most one of bearer_token and bearer_token_file" in runs[1].stderr
+    assert "expected secret" in runs[1].stderr
+    for r in runs:
+        assert secret not in r.stdout + r.stderr, r.stderr
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+
+
+def test_http_server_as_an_attacker_sees_it(agent, tmp_path):
+    """Only GET; no path reaches a file; bounded query values; every answer with the headers
+    that stop sniffing and framing; idle connections are dropped."""
+    a = agent('discovery.relabel "r" {\n  targets = [{"a" = "<script>alert(1)</script>"}]\n}\n',
+              )
+    a.wait_ready()
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"):
+        conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=10)
+        conn.request(method, "/api/v0/web/components", body=b"x" * 10)
+        resp = conn.getresponse()
+        assert resp.status == 405 and resp.getheader("Allow") == "GET", (method, resp.status)
+        conn.close()
+    for path in ("/../../../../etc/passwd", "/component/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
+                 "/api/v0/web/components/..%2f..%2fetc%2fpasswd", "//etc/passwd", "/flamegraph?format=/etc/passwd"):
+        status, body = a.get(path)
+        assert "root:x:0:0" not in body and status in (400, 404), (path, status)
+    for query in ("minutes=nan", "minutes=inf", "minutes=-1", "minutes=1e400", "service_name=" + "x" * 5000):
+        assert a.get(f"/flamegraph?{query}")[0] in (400, 404), query
+    conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=10)
+    conn.request("GET", "/component/discovery.relabel.r")
+    resp = conn.getresponse()
+    page = resp.read().decode()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert resp.getheader("X-Content-Type-Options") == "nosniff" and resp.getheader("X-Frame-Options") == "DENY"
+    assert "default-src 'none'" in resp.getheader("Content-Security-Policy")
+    conn.close()
+    # a request line far too long is refused, and the server still serves afterwards
+    assert _raw(a.port, b"GET /" + b"a" * 70000 + b" HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 414")
+    # a client that connects and sends nothing is dropped (it does not hold a thread forever)
+    from hotstack.alloy.server import SOCKET_TIMEOUT_S
+    assert SOCKET_TIMEOUT_S <= 60
+    assert a.get("/-/ready")[0] == 200
