@@ -20,7 +20,6 @@ import base64
 import http.client
 import json
 import os
-import socket
 import ssl
 import tempfile
 import threading
@@ -29,6 +28,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from ...containers.unix_http import UnixHTTPConnection
 from ..schema import BOOL, SECRET, STRING, Arg, BlockArg, ListOf, MapOf, Schema
 from ..secret import Secret, reveal
 
@@ -280,18 +280,6 @@ def _bypassed(host: str, no_proxy: str) -> bool:
 
 
 # -- the transport ------------------------------------------------------------------------------
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.socket_path)
-        self.sock = sock
-
-
 class _HTTPSConnection(http.client.HTTPSConnection):
     """HTTPS whose certificate is checked against tls_config.server_name when it is set."""
 

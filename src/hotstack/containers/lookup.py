@@ -1,0 +1,73 @@
+"""Ask each runtime in turn which container an id is; remember the answers for a while."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+from .docker import DockerRuntime, socket_from_env
+from .model import ContainerMetadata, RuntimeUnavailable
+
+FOUND_TTL_S = 300.0     # names of a container do not change while it runs
+MISSING_TTL_S = 10.0    # an unknown id (a container starting, a runtime down) is asked again soon
+
+
+class Runtime(Protocol):
+    name: str
+    endpoint: str
+
+    def inspect(self, container_id: str) -> ContainerMetadata | None: ...
+
+
+class ContainerRuntimes:
+    """The runtimes of this host, asked in order; the first that knows the id answers."""
+
+    def __init__(self, runtimes: list[Runtime], clock=time.monotonic) -> None:
+        self.runtimes = runtimes
+        self._clock = clock
+        self._cache: dict[str, tuple[float, ContainerMetadata | None]] = {}
+        self._lock = threading.Lock()
+        self.errors: dict[str, str] = {}   # runtime endpoint -> last reason it could not be asked
+
+    def container_metadata(self, container_id: str) -> ContainerMetadata | None:
+        if not container_id:
+            return None
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(container_id)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        found = None
+        for runtime in self.runtimes:
+            try:
+                found = runtime.inspect(container_id)
+            except RuntimeUnavailable as e:
+                self.errors[runtime.endpoint] = str(e)
+                continue
+            self.errors.pop(runtime.endpoint, None)
+            if found is not None:
+                break
+        with self._lock:
+            if len(self._cache) > 10000:   # bounded: drop what has expired
+                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            self._cache[container_id] = (now + (FOUND_TTL_S if found else MISSING_TTL_S), found)
+        return found
+
+
+def default_runtimes() -> ContainerRuntimes:
+    """Docker at $DOCKER_HOST or /var/run/docker.sock."""
+    return ContainerRuntimes([DockerRuntime(socket_from_env())])
+
+
+_default: ContainerRuntimes | None = None
+_default_lock = threading.Lock()
+
+
+def container_metadata(container_id: str) -> ContainerMetadata | None:
+    """The metadata of a container id from this host's runtimes (shared, cached)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = default_runtimes()
+    return _default.container_metadata(container_id)

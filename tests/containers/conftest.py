@@ -1,0 +1,32 @@
+"""A real Docker Engine (tests/docker_engine.py) and an image holding a static spin workload."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import compile_c
+from ..docker_engine import DockerEngine, dockerd_path
+
+SPIN_C = r"""
+#include <unistd.h>
+volatile unsigned long counter;
+__attribute__((noinline)) void hotstack_container_spin(void) { for (int i = 0; i < 2000000; i++) counter += i; }
+int main(void) { for (;;) { hotstack_container_spin(); usleep(500); } }
+"""
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory):
+    if dockerd_path() is None:
+        pytest.skip("dockerd not installed (Debian's docker.io: .ci/install.d/parity.sh)")
+    engine = DockerEngine(tmp_path_factory.mktemp("dockerd"))
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def spin_image(docker_engine, build_dir) -> str:
+    src = build_dir / "container-spin.c"
+    src.write_text(SPIN_C)
+    binary = compile_c(src, build_dir / "container-spin", "-static", "-O1", "-g", "-fno-omit-frame-pointer")
+    return docker_engine.import_image("hotstack-test/spin:1", {"/spin": binary})

@@ -1,0 +1,96 @@
+"""A real Docker Engine for tests: Debian's dockerd, started with its own data-root, exec-root,
+pidfile and socket under a temporary directory, making no networks (--bridge=none, no
+iptables), so it touches nothing of the host. No registry is reachable: images are made with
+`docker import` of a small root filesystem (a static workload), containers run with
+--network none. Stopped by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from hotstack.containers.unix_http import get_json
+
+
+def dockerd_path() -> str | None:
+    return shutil.which("dockerd")
+
+
+class DockerEngine:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.socket = str(root / "docker.sock")
+        self.host = f"unix://{self.socket}"
+        self.log = root / "dockerd.log"
+        for d in ("data", "exec"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        self._logf = open(self.log, "w")
+        self.proc = subprocess.Popen(
+            [dockerd_path(), "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip6tables=false",
+             "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+             "--pidfile", str(root / "docker.pid"), "-H", self.host],
+            stdout=self._logf, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dockerd exited: {self.log.read_text()[-2000:]}")
+            try:
+                if get_json(self.socket, "/_ping")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"dockerd did not answer: {self.log.read_text()[-2000:]}")
+
+    def docker(self, *args: str, timeout: float = 120) -> str:
+        r = subprocess.run(["docker", "-H", self.host, *args], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout.strip()
+
+    def import_image(self, name: str, files: dict[str, Path]) -> str:
+        """An image whose root filesystem holds exactly `files` (path in image -> host file)."""
+        tar = self.root / f"{name.replace(':', '_').replace('/', '_')}.tar"
+        with tarfile.open(tar, "w") as t:
+            for inside, host in files.items():
+                t.add(str(host), arcname=inside.lstrip("/"))
+        self.docker("import", str(tar), name)
+        return name
+
+    def run(self, image: str, name: str, argv: list[str], labels: dict[str, str] | None = None) -> str:
+        """Start a container (no network); its full id."""
+        label_args = [a for k, v in (labels or {}).items() for a in ("--label", f"{k}={v}")]
+        return self.docker("run", "-d", "--network", "none", "--name", name, *label_args, image, *argv)
+
+    def inspect(self, container: str) -> dict:
+        return json.loads(self.docker("inspect", container))[0]
+
+    def pid(self, container: str) -> int:
+        return int(self.inspect(container)["State"]["Pid"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                ids = self.docker("ps", "-aq", timeout=30).split()
+                if ids:
+                    self.docker("rm", "-f", *ids, timeout=60)
+            except (RuntimeError, subprocess.TimeoutExpired):
+                pass
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._logf.close()
+        # dockerd unmounts its layers on shutdown; remove what is left of its state
+        subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)
+        shutil.rmtree(self.root / "data", ignore_errors=True)
+        shutil.rmtree(self.root / "exec", ignore_errors=True)
