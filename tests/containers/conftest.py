@@ -30,3 +30,30 @@ def spin_image(docker_engine, build_dir) -> str:
     src.write_text(SPIN_C)
     binary = compile_c(src, build_dir / "container-spin", "-static", "-O1", "-g", "-fno-omit-frame-pointer")
     return docker_engine.import_image("hotstack-test/spin:1", {"/spin": binary})
+
+
+PAUSE_C = "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n"
+
+
+@pytest.fixture(scope="session")
+def containerd_cri(tmp_path_factory, build_dir):
+    """containerd with its CRI plugin, the pause and spin images imported."""
+    from ..containerd_cri import Containerd, containerd_path, oci_archive
+    if containerd_path() is None:
+        pytest.skip("containerd not installed (Debian's docker.io brings it: .ci/install.d/parity.sh)")
+    root = tmp_path_factory.mktemp("containerd")
+    binaries = {}
+    for name, text in (("pause", PAUSE_C), ("spin", SPIN_C)):
+        src = build_dir / f"cri-{name}.c"
+        src.write_text(text)
+        binaries[name] = compile_c(src, build_dir / f"cri-{name}", "-static", "-O1", "-g")
+    c = Containerd(root, "docker.io/hotstack-test/pause:1")
+    try:
+        for name in ("pause", "spin"):
+            c.import_image(oci_archive(root / f"{name}.tar", f"docker.io/hotstack-test/{name}:1",
+                                       {f"/{name}": binaries[name]}, [f"/{name}"]))
+    except Exception:
+        c.stop()
+        raise
+    yield c
+    c.stop()

@@ -62,3 +62,20 @@ def test_unknown_ids_and_absent_runtimes(docker_engine, tmp_path, monkeypatch):
     monkeypatch.setattr(lookup, "_default", None)
     meta = container_metadata(cid)
     assert meta is not None and meta.container_id == cid
+
+
+def test_names_from_containerd_over_the_cri(containerd_cri):
+    """A pod made over the CRI as kubelet makes it: the container's name, image and pid, and the
+    Kubernetes names from its labels, through RuntimeService.ContainerStatus."""
+    from hotstack.containers.cri import CRIRuntime
+    cid = containerd_cri.run_pod("shop", "checkout-1", "uid-1", "checkout", "docker.io/hotstack-test/spin:1",
+                                 ["/spin"], cgroup_parent=f"/hotstack-cri-test-{os.getpid()}")
+    runtimes = ContainerRuntimes([DockerRuntime("/nonexistent/docker.sock"), CRIRuntime(containerd_cri.socket)])
+    meta = runtimes.container_metadata(cid)
+    assert meta is not None
+    assert (meta.name, meta.runtime, meta.image) == ("checkout", "containerd", "docker.io/hotstack-test/spin:1")
+    assert meta.fields()["k8s.namespace"] == "shop" and meta.fields()["k8s.podName"] == "checkout-1"
+    assert meta.fields()["k8s.containerName"] == "checkout" and meta.k8s_pod_uid == "uid-1"
+    assert meta.pid > 0 and _cgroup_id(meta.pid) == cid   # the process's cgroup names the same container
+    assert meta.started_at.startswith("20")
+    assert runtimes.container_metadata("0" * 64) is None   # NOT_FOUND from the runtime: unknown, no error

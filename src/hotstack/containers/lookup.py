@@ -6,6 +6,10 @@ import threading
 import time
 from typing import Protocol
 
+import os
+
+from .cri import DEFAULT_SOCKETS as CRI_SOCKETS
+from .cri import CRIRuntime
 from .docker import DockerRuntime, socket_from_env
 from .model import ContainerMetadata, RuntimeUnavailable
 
@@ -55,9 +59,18 @@ class ContainerRuntimes:
         return found
 
 
+def cri_sockets_from_env() -> list[str]:
+    """$CONTAINER_RUNTIME_ENDPOINT (as crictl reads it) or the runtimes' usual sockets."""
+    endpoint = os.environ.get("CONTAINER_RUNTIME_ENDPOINT", "")
+    if endpoint:
+        return [endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint]
+    return list(CRI_SOCKETS)
+
+
 def default_runtimes() -> ContainerRuntimes:
-    """Docker at $DOCKER_HOST or /var/run/docker.sock."""
-    return ContainerRuntimes([DockerRuntime(socket_from_env())])
+    """Docker ($DOCKER_HOST or /var/run/docker.sock), then the CRI endpoints (containerd, CRI-O);
+    a runtime that is not there is skipped at each lookup."""
+    return ContainerRuntimes([DockerRuntime(socket_from_env()), *(CRIRuntime(s) for s in cri_sockets_from_env())])
 
 
 _default: ContainerRuntimes | None = None
