@@ -1,0 +1,290 @@
+"""Per-file unwind tables in the form the kernel unwinder reads (bpf/native_unwind.h).
+
+A FileTable is one file's rows, keyed by *file offset* (so that the kernel can look a PC up
+from the VMA alone: offset = pc - vm_start + vm_pgoff * PAGE_SIZE) with a rule id local to the
+file. Rules are tiny and few (a few hundred per file, ~10k on a whole desktop): the BPF side keeps
+one deduplicated rule array for every file, and `RuleSet` maps local ids to global ones when a
+table is loaded.
+
+Sources: .eh_frame (+ .debug_frame of the file and of its separate debug file) through the
+vectorized builder (builder.py), and Go's .gopclntab: every Go function gets one frame-pointer
+row (the Go ABI keeps RBP as a frame pointer), as the OpenTelemetry profiler does.
+
+TableCache: built tables, bounded in bytes (LRU), and on disk keyed by *content*: the file's
+size and a hash of every section the rows came from plus the program headers (issue 18: a copy
+with the same build id but other bytes must never be served another copy's rows). What is read
+back is checked against that key and for sanity (sorted, ids in range) before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..symbols.elf import ElfError, ElfFile
+from ..symbols.gopclntab import GoPclntabError, find_pclntab
+from . import cfi
+from .builder import build_table_fast
+from .table import UnwindTable
+
+KIND_FP_GO = 7              # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
+RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
+RULE_DTYPE = np.dtype([("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"), ("rbp", "<i2"), ("ra", "<i2")])
+MAX_ROWS_PER_FILE = 1 << 22
+CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
+DEFAULT_MAX_BYTES = 32 << 20
+
+
+@dataclass
+class FileTable:
+    """Rows of one file: offsets (uint32, sorted) and rule ids into `rules` (a RULE_DTYPE array)."""
+
+    offsets: np.ndarray
+    rule_ids: np.ndarray
+    rules: np.ndarray
+    key: str                  # content key (see content_key)
+    source: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.offsets.nbytes + self.rule_ids.nbytes + self.rules.nbytes) + 200
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def rows_u64(self, global_ids: np.ndarray) -> np.ndarray:
+        """The kernel's row words: file offset << 32 | global rule id (sorted, so one u64 compare
+        per binary-search step)."""
+        return (self.offsets.astype(np.uint64) << np.uint64(32)) | global_ids[self.rule_ids].astype(np.uint64)
+
+
+def content_key(elf: ElfFile) -> str:
+    """size + hash of the program headers and of every section the rows are built from."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(elf.size.to_bytes(8, "little"))
+    for seg in elf.segments:
+        h.update(b"%d:%d:%d:%d:%d;" % (seg.vaddr, seg.offset, seg.filesz, seg.memsz, seg.flags))
+    for name in CONTENT_SECTIONS:
+        section = elf.section(name)
+        if section is None or section.type == 8:
+            continue
+        h.update(name.encode() + b"%d:%d;" % (section.addr, section.size))
+        h.update(elf.view(section.offset, section.size))
+    return f"{elf.size:x}-{h.hexdigest()}"
+
+
+def kernel_rules(table: UnwindTable) -> np.ndarray:
+    """cfi rules -> RULE_DTYPE (offsets that do not fit in 16 bits make the rule invalid)."""
+    out = np.zeros(len(table.rules), RULE_DTYPE)
+    for i, r in enumerate(table.rules):
+        kind, cfa, rbp, ra = r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset
+        if kind in (cfi.KIND_CFA_SP, cfi.KIND_CFA_FP, cfi.KIND_PLT):
+            rbp = RBP_SAME_K if rbp == cfi.RBP_SAME else rbp
+            if not all(-32767 <= v <= 32767 for v in (cfa, ra)) or not -32768 <= rbp <= 32767:
+                kind, cfa, rbp, ra = cfi.KIND_INVALID, 0, 0, 0
+        else:
+            cfa = rbp = ra = 0
+        out[i] = (kind, 0, cfa, rbp, ra)
+    return out
+
+
+def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | None = None) -> FileTable:
+    go = _go_rows(elf)
+    table = build_table_fast(elf, debug_elf, debug_frame=go is None)
+    rules = kernel_rules(table)
+    pcs, ids = table.pcs, table.rule_ids.astype(np.int64)
+    source = table.source
+    if go is not None:
+        go_pcs, go_ends = go
+        # Go functions: one frame-pointer row at each entry, an invalid row at each end; CFI rows
+        # (C code of cgo binaries) win where both describe an address, except the CFI's end rows.
+        fp_id, inv_id = len(rules), len(rules) + 1
+        rules = np.concatenate((rules, np.array([(KIND_FP_GO, 0, 16, -16, -8), (cfi.KIND_INVALID, 0, 0, 0, 0)],
+                                                RULE_DTYPE)))
+        cfi_invalid = rules["kind"][ids] == cfi.KIND_INVALID if len(ids) else np.zeros(0, bool)
+        all_pcs = np.concatenate((go_ends, go_pcs, pcs))
+        all_ids = np.concatenate((np.full(len(go_ends), inv_id), np.full(len(go_pcs), fp_id), ids))
+        prio = np.concatenate((np.zeros(len(go_ends)), np.ones(len(go_pcs)), np.where(cfi_invalid, 0.5, 2)))
+        order = np.lexsort((prio, all_pcs))
+        all_pcs, all_ids = all_pcs[order], all_ids[order]
+        last = np.ones(len(all_pcs), bool)
+        last[:-1] = all_pcs[1:] != all_pcs[:-1]
+        pcs, ids = all_pcs[last], all_ids[last]
+        source = "+".join(filter(None, (source, ".gopclntab")))
+    offsets, keep = _to_file_offsets(elf, pcs.astype(np.uint64))
+    ids = ids[keep]
+    # consecutive rows with the same rule: one row
+    change = np.ones(len(ids), bool)
+    change[1:] = ids[1:] != ids[:-1]
+    offsets, ids = offsets[change], ids[change]
+    if len(offsets) > MAX_ROWS_PER_FILE:
+        offsets, ids = offsets[:0], ids[:0]
+    return FileTable(offsets.astype(np.uint32), ids.astype(np.uint16 if len(rules) < 1 << 16 else np.uint32),
+                     rules, key or content_key(elf), source)
+
+
+def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray] | None:
+    try:
+        tab = find_pclntab(elf)
+    except (GoPclntabError, ElfError):
+        return None
+    if tab is None or not len(tab):
+        return None
+    return tab.entries.astype(np.uint64), tab.ends.astype(np.uint64)
+
+
+def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ELF virtual addresses -> file offsets through the executable PT_LOAD segments."""
+    segs = sorted((s for s in elf.segments if s.flags & 1), key=lambda s: s.vaddr)
+    if not segs or not len(pcs):
+        return np.zeros(0, np.uint64), np.zeros(len(pcs), bool)
+    starts = np.array([s.vaddr for s in segs], np.uint64)
+    ends = np.array([s.vaddr + max(s.filesz, s.memsz) for s in segs], np.uint64)
+    delta = np.array([s.vaddr - s.offset for s in segs], np.uint64)
+    i = np.searchsorted(starts, pcs, side="right") - 1
+    safe = np.maximum(i, 0)
+    keep = (i >= 0) & (pcs < ends[safe])
+    # an end row at the very end of the segment still matters: it stops the last function
+    keep |= (i >= 0) & (pcs == ends[safe])
+    off = pcs[keep] - delta[safe[keep]]
+    keep_small = off < (1 << 32)
+    idx = np.flatnonzero(keep)
+    keep[idx[~keep_small]] = False
+    return off[keep_small], keep
+
+
+class RuleSet:
+    """The global rule array the kernel indexes: local rules -> global ids, deduplicated."""
+
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        self.capacity = capacity
+        self.rules: list[bytes] = []
+        self._ids: dict[bytes, int] = {}
+        self.dropped = 0
+
+    def ids_for(self, rules: np.ndarray) -> tuple[np.ndarray, list[tuple[int, bytes]]]:
+        """Global ids for `rules`, and the (id, bytes) of rules new to the set (to write to the kernel).
+        A rule that finds no room maps to 0 (the invalid rule, written first)."""
+        if not self.rules:
+            self._add(np.zeros(1, RULE_DTYPE).tobytes())
+        out = np.zeros(len(rules), np.uint32)
+        new = []
+        for i, raw in enumerate(rules.tobytes()[k:k + RULE_DTYPE.itemsize]
+                                for k in range(0, len(rules) * RULE_DTYPE.itemsize, RULE_DTYPE.itemsize)):
+            gid = self._ids.get(raw)
+            if gid is None:
+                if len(self.rules) >= self.capacity:
+                    self.dropped += 1
+                    continue
+                gid = self._add(raw)
+                new.append((gid, raw))
+            out[i] = gid
+        return out, new
+
+    def _add(self, raw: bytes) -> int:
+        gid = len(self.rules)
+        self.rules.append(raw)
+        self._ids[raw] = gid
+        return gid
+
+
+def default_cache_dir() -> str:
+    """$HOTSTACK_UNWIND_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/unwind or ~/.cache/..."""
+    explicit = os.environ.get("HOTSTACK_UNWIND_CACHE")
+    if explicit is not None:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hotstack", "unwind")
+
+
+class TableCache:
+    """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
+
+    VERSION = 1
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.directory = default_cache_dir() if directory is None else directory
+        self._tables: OrderedDict[str, FileTable] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.built = self.loaded = self.rejected = self.evicted = 0
+        self.build_seconds = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, elf: ElfFile, debug_elf: ElfFile | None = None) -> FileTable:
+        import time
+
+        key = content_key(elf)
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+                return table
+        table = self._load(key)
+        if table is None:
+            start = time.perf_counter()
+            table = build_file_table(elf, debug_elf, key)
+            self.build_seconds += time.perf_counter() - start
+            self.built += 1
+            self._save(table)
+        with self._lock:
+            if key not in self._tables:
+                self._tables[key] = table
+                self._bytes += table.nbytes
+                while self._bytes > self.max_bytes and len(self._tables) > 1:
+                    _, old = self._tables.popitem(last=False)
+                    self._bytes -= old.nbytes
+                    self.evicted += 1
+        return table
+
+    def _path(self, key: str) -> str | None:
+        if not self.directory or not all(c in "0123456789abcdef-" for c in key):
+            return None
+        return os.path.join(self.directory, f"k{self.VERSION}-{key}.npz")
+
+    def _load(self, key: str) -> FileTable | None:
+        path = self._path(key)
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                stored_key = str(z["key"])
+                offsets, ids, rules = z["offsets"], z["rule_ids"], z["rules"]
+                source = str(z["source"])
+            rules = np.frombuffer(rules.tobytes(), RULE_DTYPE) if rules.dtype != RULE_DTYPE else rules
+            ok = (stored_key == key and offsets.dtype == np.uint32 and ids.dtype in (np.uint16, np.uint32)
+                  and len(offsets) == len(ids) and (len(ids) == 0 or int(ids.max()) < len(rules))
+                  and bool(np.all(offsets[1:] > offsets[:-1])))
+        except (OSError, ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            self.rejected += 1
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            return None
+        self.loaded += 1
+        return FileTable(offsets, ids, rules.copy(), key, source)
+
+    def _save(self, table: FileTable) -> None:
+        path = self._path(table.key)
+        if path is None:
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp.npz"
+            np.savez(tmp, key=np.array(table.key), offsets=table.offsets, rule_ids=table.rule_ids,
+                     rules=table.rules, source=np.array(table.source))
+            os.replace(tmp, path)
+        except OSError:
+            pass

@@ -1,0 +1,158 @@
+"""The vectorized table builder and the content-keyed table cache (no BPF needed)."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from hotstack.symbols.elf import ElfFile
+from hotstack.unwind import cfi
+from hotstack.unwind.builder import build_table_fast
+from hotstack.unwind.kernel_tables import KIND_FP_GO, TableCache, build_file_table, content_key
+from hotstack.unwind.table import build_table
+
+from ..conftest import compile_c
+from .conftest import HERE
+
+
+def expanded(table):
+    rules = np.array([(r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset) for r in table.rules],
+                     np.int64).reshape(-1, 4)
+    return table.pcs, rules[table.rule_ids.astype(np.int64)]
+
+
+def system_libraries() -> list[str]:
+    out = []
+    for pattern in ("/usr/lib/*-linux-gnu/libc.so.6", "/usr/lib/*-linux-gnu/libpython3*.so.1.0",
+                    "/usr/lib/*-linux-gnu/libstdc++.so.6", "/usr/lib/*-linux-gnu/ld-linux*.so.2", "/usr/bin/xz"):
+        out.extend(sorted(glob.glob(pattern))[:1])
+    return out
+
+
+@pytest.fixture(scope="session")
+def built_binaries(build_dir):
+    src = HERE / "workloads" / "chain.c"
+    return [compile_c(src, build_dir / "chain_fast_nofp", "-O2", "-fomit-frame-pointer", "-pthread"),
+            compile_c(src, build_dir / "chain_fast_fp", "-O0", "-fno-omit-frame-pointer", "-pthread"),
+            compile_c(src, build_dir / "chain_fast_dbg", "-O2", "-g", "-fno-asynchronous-unwind-tables",
+                      "-pthread")]
+
+
+@pytest.mark.parametrize("which", range(5))
+def test_same_rows_as_the_python_builder_on_system_libraries(which):
+    files = system_libraries()
+    if which >= len(files):
+        pytest.skip("no such library here")
+    elf = ElfFile(files[which])
+    old, new = build_table(elf), build_table_fast(elf)
+    old_pcs, old_rules = expanded(old)
+    new_pcs, new_rules = expanded(new)
+    assert len(old_pcs) > 100
+    assert np.array_equal(old_pcs, new_pcs)
+    assert np.array_equal(old_rules, new_rules)
+    assert (old.fdes, old.fp_fdes, old.source) == (new.fdes, new.fp_fdes, new.source)
+
+
+def test_same_rows_on_binaries_built_here(built_binaries):
+    for path in built_binaries:
+        elf = ElfFile(str(path))
+        old_pcs, old_rules = expanded(build_table(elf))
+        new_pcs, new_rules = expanded(build_table_fast(elf))
+        assert np.array_equal(old_pcs, new_pcs), path
+        assert np.array_equal(old_rules, new_rules), path
+    # the -g build without .eh_frame has its rows from .debug_frame
+    assert "debug_frame" in build_table_fast(ElfFile(str(built_binaries[2]))).source
+
+
+def test_kernel_rows_are_file_offsets_with_a_stop_at_start(built_binaries):
+    elf = ElfFile(str(built_binaries[0]))
+    table = build_file_table(elf)
+    assert np.all(table.offsets[1:] > table.offsets[:-1])
+    seg = next(s for s in elf.segments if s.flags & 1)
+    # every row lies in the executable segment's file range
+    assert table.offsets[0] >= seg.offset and table.offsets[-1] <= seg.offset + seg.filesz
+    kinds = table.rules["kind"][table.rule_ids]
+    assert (kinds == cfi.KIND_STOP).any(), "_start's undefined return address must be a stop row"
+
+
+def test_go_functions_get_frame_pointer_rows(build_dir):
+    if shutil.which("go") is None:
+        pytest.skip("no Go toolchain")
+    src = build_dir / "gofp"
+    src.mkdir(exist_ok=True)
+    (src / "main.go").write_text("package main\nfunc f(n int) int { if n == 0 { return 0 }; return f(n-1) + 1 }\n"
+                                 "func main() { println(f(10)) }\n")
+    (src / "go.mod").write_text("module gofp\ngo 1.21\n")
+    subprocess.run(["go", "build", "-o", str(src / "gofp"), "."], cwd=src, check=True,
+                   env={"HOME": str(build_dir), "GOCACHE": str(build_dir / "gocache"), "PATH": "/usr/bin:/bin:"
+                        + shutil.which("go").rsplit("/", 1)[0], "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+    from hotstack.symbols.gopclntab import find_pclntab
+
+    elf = ElfFile(str(src / "gofp"))
+    table = build_file_table(elf)
+    assert ".gopclntab" in table.source
+    # every Go function's entry is covered by a frame-pointer row (adjacent functions share one row)
+    entries = find_pclntab(elf).entries.astype(np.int64)
+    seg = next(s for s in elf.segments if s.flags & 1)
+    offsets = entries - (seg.vaddr - seg.offset)
+    row = np.searchsorted(table.offsets.astype(np.int64), offsets, side="right") - 1
+    kinds = table.rules["kind"][table.rule_ids[row]]
+    assert len(entries) > 500 and (kinds == KIND_FP_GO).mean() > 0.99
+
+
+def test_cache_is_keyed_by_content_not_build_id(tmp_path, built_binaries):
+    """Issue 18 item 1: a same-build-id copy with corrupt .eh_frame must never serve the intact file."""
+    good = tmp_path / "good"
+    shutil.copy(built_binaries[0], good)
+    bad = tmp_path / "bad"
+    data = bytearray(good.read_bytes())
+    elf = ElfFile(str(good))
+    eh = elf.section(".eh_frame")
+    data[eh.offset + 64: eh.offset + eh.size - 64] = bytes(eh.size - 128)   # wipe the FDEs
+    bad.write_bytes(bytes(data))
+    good_elf, bad_elf = ElfFile(str(good)), ElfFile(str(bad))
+    assert good_elf.build_id() == bad_elf.build_id() and good_elf.build_id()
+    assert content_key(good_elf) != content_key(bad_elf)
+
+    cache_dir = tmp_path / "cache"
+    first = TableCache(directory=str(cache_dir))
+    bad_table = first.get(bad_elf)                    # the corrupt copy is profiled first
+    good_rows = len(first.get(good_elf))
+    assert good_rows > len(bad_table)
+    # a new process (restart): the disk cache gives each file its own rows
+    second = TableCache(directory=str(cache_dir))
+    assert len(second.get(good_elf)) == good_rows and second.loaded == 1 and second.built == 0
+    assert len(second.get(bad_elf)) == len(bad_table)
+
+
+def test_cache_rejects_a_tampered_file(tmp_path, built_binaries):
+    elf = ElfFile(str(built_binaries[0]))
+    cache_dir = tmp_path / "cache"
+    TableCache(directory=str(cache_dir)).get(elf)
+    (path,) = list(cache_dir.iterdir())
+    other = ElfFile(str(built_binaries[1]))
+    # another file's table written under this file's name: the stored key no longer matches
+    TableCache(directory=str(tmp_path / "other")).get(other)
+    (other_path,) = list((tmp_path / "other").iterdir())
+    shutil.copy(other_path, path)
+    again = TableCache(directory=str(cache_dir))
+    table = again.get(elf)
+    assert again.rejected == 1 and again.built == 1
+    assert len(table) == len(build_file_table(elf))
+    # garbage bytes: rejected too, never a traceback
+    path.write_bytes(b"not a table")
+    third = TableCache(directory=str(cache_dir))
+    assert len(third.get(elf)) == len(table) and third.rejected == 1
+
+
+def test_cache_memory_is_bounded(built_binaries):
+    files = [ElfFile(f) for f in system_libraries()[:3]]
+    cache = TableCache(max_bytes=300_000, directory="")
+    for elf in files:
+        cache.get(elf)
+    assert cache.nbytes <= 300_000 or len(cache._tables) == 1
+    assert cache.evicted >= 1
