@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 import grpc
 
 from hotstack.containers import protodesc
+
+from .docker_engine import terminate
 
 _MESSAGES = protodesc.build("runtime.v1", "tests/cri_runtime_v1_pods.proto", {
     "PodSandboxMetadata": [("name", 1, "string"), ("uid", 2, "string"), ("namespace", 3, "string"),
@@ -173,12 +174,7 @@ state = "{root}/state"
                     pass
             if hasattr(self, "channel"):
                 self.channel.close()
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            terminate(self.proc)
         self._logf.close()
         for d in ("state", "root"):
             subprocess.run(["umount", "-R", str(self.root / d)], capture_output=True)

@@ -18,6 +18,16 @@ from pathlib import Path
 from hotstack.containers.unix_http import get_json
 
 
+def terminate(proc: subprocess.Popen, grace_s: float = 60) -> None:
+    """Stop a daemon this test started, by its pid: SIGTERM, then SIGKILL after the grace time."""
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def dockerd_path() -> str | None:
     return shutil.which("dockerd")
 
@@ -83,12 +93,7 @@ class DockerEngine:
                     self.docker("rm", "-f", *ids, timeout=60)
             except (RuntimeError, subprocess.TimeoutExpired):
                 pass
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            terminate(self.proc)
         self._logf.close()
         # dockerd unmounts its layers on shutdown; remove what is left of its state
         subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)

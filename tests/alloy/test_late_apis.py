@@ -10,16 +10,7 @@ import time
 
 from .conftest import seed_config
 from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, free_port, k8s_pod
-
-
-def wait(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    return predicate()
+from .test_discovery import wait
 
 
 def _discovery_only(config: str, block: str) -> str:
@@ -38,11 +29,12 @@ def _check_late_start(a, component: str, start_api, reason: str) -> None:
     assert a.proc.poll() is None, a.log.read_text()   # still running: no crash loop
     server = start_api()
     try:
-        assert wait(lambda: a.get("/-/healthy")[0] == 200), (a.get("/-/healthy"), a.log.read_text()[-2000:])
+        assert wait(lambda: a.get("/-/healthy")[0] == 200, timeout=60), (a.get("/-/healthy"), a.log.read_text()[-2000:])
         targets = a.json(f"/api/v0/web/components/{component}")["exports"]["targets"]
         assert len(targets) == 1, targets
         relabeled = [c for c in a.json("/api/v0/web/components") if c["name"] == "discovery.relabel"]
-        assert relabeled and wait(lambda: a.json(f"/api/v0/web/components/{relabeled[0]['id']}")["exports"]["output"])
+        assert relabeled and wait(lambda: a.json(f"/api/v0/web/components/{relabeled[0]['id']}")["exports"]["output"],
+                                 timeout=60)
     finally:
         server.close()
 

@@ -18,7 +18,7 @@ int main(void) { for (;;) { hotstack_container_spin(); usleep(500); } }
 @pytest.fixture(scope="session")
 def docker_engine(tmp_path_factory):
     if dockerd_path() is None:
-        pytest.skip("dockerd not installed (Debian's docker.io: .ci/install.d/parity.sh)")
+        pytest.fail("dockerd is not installed: run `sudo bash .ci/install.d/parity.sh` (Debian's docker.io)")
     engine = DockerEngine(tmp_path_factory.mktemp("dockerd"))
     yield engine
     engine.stop()
@@ -40,7 +40,7 @@ def containerd_cri(tmp_path_factory, build_dir):
     """containerd with its CRI plugin, the pause and spin images imported."""
     from ..containerd_cri import Containerd, containerd_path, oci_archive
     if containerd_path() is None:
-        pytest.skip("containerd not installed (Debian's docker.io brings it: .ci/install.d/parity.sh)")
+        pytest.fail("containerd is not installed: run `sudo bash .ci/install.d/parity.sh` (Debian's docker.io)")
     root = tmp_path_factory.mktemp("containerd")
     binaries = {}
     for name, text in (("pause", PAUSE_C), ("spin", SPIN_C)):
