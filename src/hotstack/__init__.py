@@ -1,3 +1,27 @@
 """hotstack: a continuous CPU profiler for Linux with eBPF sampling and Python userspace."""
 
 __version__ = "0.1.0"
+
+
+def _quiet_interrupt_when_run_as_the_program() -> None:
+    """Ctrl-C in the first instants of `hotstack ...` lands while modules are still being
+    imported, before `cli.main` can catch it: without this, Python prints a KeyboardInterrupt
+    traceback. Only when hotstack is the program (the console script, or `python -m hotstack`,
+    whose argv[0] is "-m" while the package is imported); a library user keeps Python's hook."""
+    import os
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 != "-m" and os.path.basename(argv0) != "hotstack":
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            return      # Python still ends the process by SIGINT, as the shell expects
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+_quiet_interrupt_when_run_as_the_program()

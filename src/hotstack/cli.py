@@ -45,7 +45,15 @@ def _command(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    # Ctrl-C can come at any instant, also while the front door's modules are still being
+    # imported: everything, parsing included, is inside the handler.
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -58,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hotstack: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         return 0
 

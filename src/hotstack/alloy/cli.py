@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import os
 import sys
 
 from ..errors import ConfigError
@@ -32,19 +34,34 @@ def _read_config(args) -> tuple[str, str]:
     from .default_config import default_config
     if not args.config:
         return default_config(args.storage_path), "<built-in>"
+    return read_config_file(args.config), args.config
+
+
+def read_config_file(path: str) -> str:
+    """The text of a config file, read no further than the size limit (an 11 GB file is refused
+    after reading 2 MiB of it, not after filling the memory)."""
+    from .syntax.parser import MAX_CONFIG_BYTES, check_size
     try:
-        with open(args.config, encoding="utf-8") as f:
-            return f.read(), args.config
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+            size = os.fstat(f.fileno()).st_size
     except OSError as e:
-        raise ConfigError(f"cannot read config {args.config}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {args.config} is not UTF-8 text") from None
+        raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+    check_size(max(size, len(raw)), path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"config {path} is not UTF-8 text (byte {raw[e.start]:#04x} at line {line})") from None
 
 
 def run(args) -> int:
     level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="ts=%(asctime)s level=%(levelname)s component=%(name)s msg=%(message)s")
+    if not (math.isfinite(args.duration) and 0 <= args.duration <= 366 * 86400):
+        raise ConfigError(f"--duration {args.duration}: expected 0 (until SIGTERM) or a number of seconds "
+                          f"up to 366 days")
     text, filename = _read_config(args)
     if args.print_default_config:
         sys.stdout.write(text)

@@ -50,9 +50,18 @@ class PyroscopeEndpoint:
     tls_ca_file: str = ""
 
     def validate(self) -> None:
-        parts = urlsplit(self.url)
+        try:
+            parts = urlsplit(self.url)
+        except ValueError as e:    # e.g. an unclosed IPv6 bracket
+            raise ConfigError(f"pyroscope endpoint url {self.url!r}: {e}") from None
+        try:
+            port = parts.port      # ValueError when it is not a number in 0..65535
+        except ValueError:
+            port = -1
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"pyroscope endpoint url {self.url!r}: expected http(s)://host[:port][/path]")
+        if port is not None and not 0 < port < 65536:
+            raise ConfigError(f"pyroscope endpoint url {self.url!r}: the port must be a number in 1..65535")
         if self.bearer_token and self.bearer_token_file:
             raise ConfigError("pyroscope endpoint: at most one of bearer_token and bearer_token_file")
         if (self.bearer_token or self.bearer_token_file) and self.basic_auth_username:

@@ -7,10 +7,20 @@ parsed flags and returns the exit code.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import signal
+import sys
 from typing import Callable
 
 from ..errors import ConfigError
 from ..units import parse_duration
+
+# The kernel's limits: pids go up to PID_MAX_LIMIT (4M on 64-bit), and a task's comm holds 15
+# characters (TASK_COMM_LEN 16 with the NUL), so a longer --comm could never match as typed.
+PID_MAX_LIMIT = 1 << 22
+COMM_MAX = 15
+MAX_SECONDS = 366 * 86400      # a longer --timeout is a typo (0 runs until Ctrl-C)
 
 GadgetRunner = Callable[[argparse.Namespace], int]
 GADGETS: dict[str, GadgetRunner] = {}
@@ -68,7 +78,45 @@ def run(args: argparse.Namespace) -> int:
     runner = GADGETS.get(args.gadget)
     if runner is None:
         raise ConfigError(f"unknown gadget {args.gadget!r}: this build has {', '.join(GADGETS)}")
+    check_flags(args)
+    # A hang-up (the terminal closed, or `kill -HUP`) ends a run as SIGTERM does: the run stops,
+    # flushes its exporters and writes its file. Forwarding it keeps one stop path, the one of
+    # SIGTERM, which the run installs once sampling begins.
+    signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
     return runner(args)
+
+
+def _warn(message: str) -> None:
+    print(f"hotstack: warning: {message}", file=sys.stderr)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """What argparse's types cannot say: finite durations, pids the kernel could have, comm lengths.
+    Errors are one line naming the flag (exit 2); what is only suspicious is a warning."""
+    interval = parse_duration(args.map_fetch_interval, "--map-fetch-interval")
+    for flag, value in (("--timeout", args.timeout), ("--map-fetch-interval", interval)):
+        if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+            raise ConfigError(f"{flag} {args.timeout if flag == '--timeout' else args.map_fetch_interval}: "
+                              f"expected 0 or a number of seconds up to {MAX_SECONDS} (366 days)")
+    if not math.isfinite(args.off_cpu_threshold):
+        raise ConfigError(f"--off-cpu-threshold {args.off_cpu_threshold}: expected a number in (0, 1]")
+    for pid in args.pid:
+        if not 1 <= pid <= PID_MAX_LIMIT:
+            raise ConfigError(f"--pid {pid}: not a process id (expected 1..{PID_MAX_LIMIT})")
+    for pid in args.pid:
+        if not os.path.exists(f"/proc/{pid}"):
+            _warn(f"--pid {pid}: no such process (nothing will be sampled from it unless it appears)")
+    comms = []
+    for comm in args.comm:
+        if not comm:
+            raise ConfigError("--comm '': expected a command name")
+        if len(comm.encode()) > COMM_MAX:
+            short = comm.encode()[:COMM_MAX].decode("utf-8", "ignore")
+            _warn(f"--comm {comm!r} is longer than the kernel's {COMM_MAX} characters of a command name; "
+                  f"matching processes whose name is {short!r}")
+            comm = short
+        comms.append(comm)
+    args.comm = comms
 
 
 @register("profile_cpu")

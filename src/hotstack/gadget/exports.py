@@ -53,8 +53,7 @@ class RunExports:
                 log.warning("otel-profiles exporter %s: %d profile(s) sent, %d dropped, %d rejected by %s",
                             exporter.cfg.name, m["sent_items"], m["dropped_items"], exporter.rejected,
                             exporter.cfg.endpoint)
-        if self.file is not None and (self.file.profile is not None or write_empty_file):
-            if self.file.profile is None:
-                self.file.write()   # an empty but valid file: the run saw no sample
-            total = self.file.profile.total if self.file.profile else 0
-            print(f"hotstack: wrote {self.file.path} ({total} samples)", file=sys.stderr)
+        if self.file is not None:
+            said = self.file.finish(write_empty_file)   # an empty file is still a valid one
+            if said:
+                print(said, file=sys.stderr)

@@ -20,21 +20,76 @@ EXPORTERS_KEY = "operator.otel-profiles.exporters"
 EXPORTER_KEYS = ("exporter", "compression", "endpoint", "insecure", "protocol-version", "ca-file")
 
 
+MAX_CONFIG_BYTES = 1 << 20      # an ig-config.yaml is a few hundred bytes; a larger one is a mistake
+MAX_DEPTH = 64                  # nesting of mappings and lists (the file needs 4)
+
+
+class _Rejected(Exception):
+    """A problem found while composing the document; the message names its line."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, bounded in nesting (its composer recurses once per level, so a
+    deeply nested file would end in RecursionError) and refusing duplicate keys, which YAML
+    forbids and PyYAML would silently resolve as "the last one wins"."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _Rejected(f"nested deeper than {MAX_DEPTH} levels at line {mark.line + 1}")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:      # an unhashable key: PyYAML's own error follows
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise _Rejected(f"duplicate key {key!r} at line {line} (first at line {first})")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str) -> dict[str, Any]:
     p = Path(path)
     try:
-        text = p.read_text()
+        if p.is_dir():
+            raise ConfigError(f"--config {path}: is a directory")
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"--config {path}: no such file") from None
     except OSError as e:
         raise ConfigError(f"--config {path}: cannot read it: {e.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: larger than {MAX_CONFIG_BYTES >> 20} MiB (an ig-config.yaml "
+                          f"is a few lines)")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {raw[e.start]:#04x} at line {line})") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)   # noqa: S506 - a SafeLoader subclass
+    except _Rejected as e:
+        raise ConfigError(f"--config {path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"--config {path}: invalid YAML{where}: {problem}") from None
+    except RecursionError:     # a path of PyYAML the depth bound does not cover
+        raise ConfigError(f"--config {path}: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -59,7 +114,8 @@ def profile_exporters(data: dict[str, Any], path: str) -> dict[str, OtlpGrpcConf
     """Every exporter block, validated (type, compression, endpoint, protocol version)."""
     exporters = {}
     for name, block in _section(data, EXPORTERS_KEY, path).items():
-        where = f"--config {path}: {EXPORTERS_KEY}.{name}"
+        shown = name if isinstance(name, str) and name.isprintable() else repr(name)   # one line, always
+        where = f"--config {path}: {EXPORTERS_KEY}.{shown}"
         if not isinstance(block, dict):
             raise ConfigError(f"{where}: expected a mapping with exporter, endpoint, compression, insecure")
         unknown = sorted(set(map(str, block)) - set(EXPORTER_KEYS))

@@ -9,6 +9,7 @@ from .errors import Pos
 
 class Expr:
     pos: Pos
+    depth = 1        # levels of the tree under this node (set by the parser)
 
 
 @dataclass(eq=False)

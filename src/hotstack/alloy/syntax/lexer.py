@@ -6,6 +6,8 @@ lexer inserting terminator tokens, which keeps the grammar small.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import Pos, SyntaxError_
@@ -13,6 +15,15 @@ from .errors import Pos, SyntaxError_
 # Longest operators first so that `==` is not read as `=` `=`.
 OPERATORS = ("==", "!=", "<=", ">=", "&&", "||", "+", "-", "*", "/", "%", "^", "!", "<", ">", "=",
              "(", ")", "[", "]", "{", "}", ",", ".")
+
+# Numbers are ASCII digits (as in Alloy); str.isdigit() would also take '²' and fail int().
+_DIGITS = frozenset("0123456789")
+_TWO_CHAR_OPS = {op for op in OPERATORS if len(op) == 2}
+_ONE_CHAR_OPS = {op for op in OPERATORS if len(op) == 1}
+# Runs matched at once (a config of megabytes must not be read one character per Python call).
+_BLANKS = re.compile(r"[ \t\r\n]+")
+_IDENT_REST = re.compile(r"\w*")
+_STRING_RUN = re.compile(r'[^"\\\n]+')
 
 _SIMPLE_ESCAPES = {"\\": "\\", "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
                    "v": "\v", '"': '"'}
@@ -56,30 +67,34 @@ class Lexer:
         return Pos(self.filename, self.line, self.col)
 
     def _advance(self, n: int = 1) -> None:
-        for _ in range(n):
-            if self.text[self.i] == "\n":
-                self.line += 1
-                self.col = 1
-            else:
-                self.col += 1
-            self.i += 1
+        start, end = self.i, self.i + n
+        newlines = self.text.count("\n", start, end)
+        if newlines:
+            self.line += newlines
+            self.col = end - self.text.rfind("\n", start, end)
+        else:
+            self.col += n
+        self.i = end
 
     def tokens(self) -> list[Token]:
-        out: list[Token] = []
+        return list(self.iter_tokens())
+
+    def iter_tokens(self) -> Iterator[Token]:
+        """Tokens as the parser asks for them: an error deep in a huge file is found without
+        reading the rest first."""
         newline = False
         text = self.text
         while True:
             # whitespace and comments
             while self.i < len(text):
                 c = text[self.i]
-                if c == "\n":
-                    newline = True
-                    self._advance()
-                elif c in " \t\r":
-                    self._advance()
+                if c in " \t\r\n":
+                    m = _BLANKS.match(text, self.i)
+                    newline = newline or "\n" in m.group()
+                    self._advance(m.end() - self.i)
                 elif text.startswith("//", self.i):
-                    while self.i < len(text) and text[self.i] != "\n":
-                        self._advance()
+                    end = text.find("\n", self.i)
+                    self._advance((len(text) if end < 0 else end) - self.i)
                 elif text.startswith("/*", self.i):
                     start = self.pos()
                     end = text.find("*/", self.i + 2)
@@ -94,55 +109,59 @@ class Lexer:
                     break
             pos = self.pos()
             if self.i >= len(text):
-                out.append(Token("EOF", None, pos, True))
-                return out
+                yield Token("EOF", None, pos, True)
+                return
             c = text[self.i]
             if _is_ident_start(c):
-                j = self.i
-                while j < len(text) and _is_ident_char(text[j]):
-                    j += 1
+                j = self.i + 1
+                while True:    # \w is Unicode letters, digits and '_', as str.isalnum() (bar a few)
+                    j = _IDENT_REST.match(text, j).end()
+                    if j < len(text) and _is_ident_char(text[j]):
+                        j += 1
+                        continue
+                    break
                 word = text[self.i:j]
                 self._advance(j - self.i)
-                out.append(Token("IDENT", word, pos, newline))
-            elif c.isdigit():
-                out.append(Token("NUMBER", self._number(pos), pos, newline))
+                yield Token("IDENT", word, pos, newline)
+            elif c in _DIGITS:
+                yield Token("NUMBER", self._number(pos), pos, newline)
             elif c == '"':
-                out.append(Token("STRING", self._string(pos), pos, newline))
+                yield Token("STRING", self._string(pos), pos, newline)
             elif c == "`":
                 end = text.find("`", self.i + 1)
                 if end < 0:
                     raise SyntaxError_(pos, "raw string literal not terminated")
                 value = text[self.i + 1:end]
                 self._advance(end + 1 - self.i)
-                out.append(Token("STRING", value, pos, newline))
+                yield Token("STRING", value, pos, newline)
             else:
-                for op in OPERATORS:
-                    if text.startswith(op, self.i):
-                        self._advance(len(op))
-                        out.append(Token("OP", op, pos, newline))
-                        break
-                else:
-                    raise SyntaxError_(pos, f"illegal character {c!r}")
+                op = text[self.i:self.i + 2]
+                if op not in _TWO_CHAR_OPS:
+                    op = c
+                    if op not in _ONE_CHAR_OPS:
+                        raise SyntaxError_(pos, f"illegal character {c!r}")
+                self._advance(len(op))
+                yield Token("OP", op, pos, newline)
             newline = False
 
     def _number(self, pos: Pos) -> int | float:
         text, j = self.text, self.i
-        while j < len(text) and text[j].isdigit():
+        while j < len(text) and text[j] in _DIGITS:
             j += 1
         is_float = False
-        if j < len(text) and text[j] == "." and j + 1 < len(text) and text[j + 1].isdigit():
+        if j < len(text) and text[j] == "." and j + 1 < len(text) and text[j + 1] in _DIGITS:
             is_float = True
             j += 1
-            while j < len(text) and text[j].isdigit():
+            while j < len(text) and text[j] in _DIGITS:
                 j += 1
         if j < len(text) and text[j] in "eE":
             k = j + 1
             if k < len(text) and text[k] in "+-":
                 k += 1
-            if k < len(text) and text[k].isdigit():
+            if k < len(text) and text[k] in _DIGITS:
                 is_float = True
                 j = k
-                while j < len(text) and text[j].isdigit():
+                while j < len(text) and text[j] in _DIGITS:
                     j += 1
             else:
                 raise SyntaxError_(pos, "exponent has no digits")
@@ -162,8 +181,9 @@ class Lexer:
                 self._advance()
                 return "".join(out)
             if c != "\\":
-                out.append(c)
-                self._advance()
+                run = _STRING_RUN.match(text, self.i).group()
+                out.append(run)
+                self._advance(len(run))
                 continue
             esc_pos = self.pos()
             self._advance()
@@ -195,3 +215,7 @@ class Lexer:
 
 def tokenize(text: str, filename: str = "<config>") -> list[Token]:
     return Lexer(text, filename).tokens()
+
+
+def iter_tokens(text: str, filename: str = "<config>") -> Iterator[Token]:
+    return Lexer(text, filename).iter_tokens()

@@ -6,10 +6,22 @@ Grammar (by precedence, low to high): `||`, `&&`, comparisons, `+ -`, `* / %`, `
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .ast import (Access, ArrayExpr, Attribute, Binary, Block, Body, Call, Expr, Ident, Index, Literal,
                   ObjectExpr, Unary)
 from .errors import SyntaxError_
-from .lexer import Token, tokenize
+from .lexer import Token, iter_tokens
+
+# How deep a config may nest: brackets, parentheses, blocks, unary operators and chains of
+# operators or field accesses all count. The parser and every walk of the tree recurse once
+# per level; real configs nest under ten, and a hostile one (100,000 '[') must be one clear
+# line, not a RecursionError.
+MAX_NESTING = 64
+# A config is a few kilobytes to a few hundred: these bounds answer a runaway generated file in
+# well under a second with a clear error, instead of minutes and gigabytes.
+MAX_CONFIG_BYTES = 2 << 20
+MAX_COMPONENTS = 2000          # blocks at the top level
 
 _BINARY_LEVELS = (("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"))
 
@@ -19,18 +31,35 @@ def _is_identifier(text: str) -> bool:
 
 
 class Parser:
-    def __init__(self, tokens: list[Token]) -> None:
-        self.tokens = tokens
-        self.i = 0
+    def __init__(self, tokens: Iterator[Token]) -> None:
+        self._tokens = tokens
+        self._tok = next(tokens)
+        self.depth = 0      # recursion of the parser itself
+
+    def _enter(self, pos) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise SyntaxError_(pos, f"nested deeper than {MAX_NESTING} levels")
+
+    def _leave(self) -> None:
+        self.depth -= 1
+
+    @staticmethod
+    def _node(node: Expr, *children: Expr) -> Expr:
+        """Record how deep the tree under `node` is (evaluation recurses that deep)."""
+        node.depth = 1 + max((c.depth for c in children), default=0)
+        if node.depth > MAX_NESTING:
+            raise SyntaxError_(node.pos, f"expression nested deeper than {MAX_NESTING} levels")
+        return node
 
     @property
     def tok(self) -> Token:
-        return self.tokens[self.i]
+        return self._tok
 
     def next(self) -> Token:
-        t = self.tokens[self.i]
+        t = self._tok
         if t.kind != "EOF":
-            self.i += 1
+            self._tok = next(self._tokens)
         return t
 
     def expect_op(self, op: str, context: str = "") -> Token:
@@ -56,6 +85,9 @@ class Parser:
                 raise SyntaxError_(t.pos, f"expected a newline before {t.describe()}")
             body.statements.append(self.parse_statement())
             first = False
+            if not closing and len(body.statements) > MAX_COMPONENTS:
+                raise SyntaxError_(t.pos, f"more than {MAX_COMPONENTS} blocks at the top level "
+                                          f"(hotstack's limit of components in one config)")
 
     def parse_statement(self) -> Attribute | Block:
         t = self.next()
@@ -83,9 +115,10 @@ class Parser:
         if not self.tok.is_op("{"):
             what = "'=' or '{'" if len(parts) == 1 and not label else "'{'"
             raise SyntaxError_(self.tok.pos, f"expected {what} after {'.'.join(parts)}, got {self.tok.describe()}")
-        self.next()
+        self._enter(self.next().pos)
         body = self.parse_body(closing=True)
         self.expect_op("}")
+        self._leave()
         return Block(".".join(parts), label, body, t.pos)
 
     # -- expressions -----------------------------------------------------------------------
@@ -96,20 +129,26 @@ class Parser:
         while self.tok.kind == "OP" and self.tok.value in _BINARY_LEVELS[level]:
             op = self.next()
             right = self.parse_expr(level + 1)
-            left = Binary(str(op.value), left, right, op.pos)
+            left = self._node(Binary(str(op.value), left, right, op.pos), left, right)
         return left
 
     def parse_power(self) -> Expr:
         left = self.parse_unary()
         if self.tok.is_op("^"):
             op = self.next()
-            return Binary("^", left, self.parse_power(), op.pos)   # right-associative
+            self._enter(op.pos)
+            right = self.parse_power()      # right-associative
+            self._leave()
+            return self._node(Binary("^", left, right, op.pos), left, right)
         return left
 
     def parse_unary(self) -> Expr:
         if self.tok.is_op("!") or self.tok.is_op("-"):
             op = self.next()
-            return Unary(str(op.value), self.parse_unary(), op.pos)
+            self._enter(op.pos)
+            value = self.parse_unary()
+            self._leave()
+            return self._node(Unary(str(op.value), value, op.pos), value)
         return self.parse_postfix(self.parse_primary())
 
     def parse_postfix(self, expr: Expr) -> Expr:
@@ -120,16 +159,18 @@ class Parser:
                 name = self.next()
                 if name.kind != "IDENT":
                     raise SyntaxError_(name.pos, f"expected a field name after '.', got {name.describe()}")
-                expr = Access(expr, str(name.value), name.pos)
+                expr = self._node(Access(expr, str(name.value), name.pos), expr)
             elif t.is_op("[") and not t.newline_before:
-                self.next()
+                self._enter(self.next().pos)
                 index = self.parse_expr()
                 self.expect_op("]", "to close the index")
-                expr = Index(expr, index, t.pos)
+                self._leave()
+                expr = self._node(Index(expr, index, t.pos), expr, index)
             elif t.is_op("(") and not t.newline_before:
-                self.next()
+                self._enter(self.next().pos)
                 args = self.parse_list(")", "argument list", self.parse_expr)
-                expr = Call(expr, args, t.pos)
+                self._leave()
+                expr = self._node(Call(expr, args, t.pos), expr, *args)
             else:
                 return expr
 
@@ -170,17 +211,32 @@ class Parser:
                 return Literal(None, t.pos)
             return Ident(str(t.value), t.pos)
         if t.is_op("("):
+            self._enter(t.pos)
             inner = self.parse_expr()
             self.expect_op(")", "to close the parenthesis")
+            self._leave()
             return inner
         if t.is_op("["):
-            return ArrayExpr(self.parse_list("]", "expression list", self.parse_expr), t.pos)
+            self._enter(t.pos)
+            items = self.parse_list("]", "expression list", self.parse_expr)
+            self._leave()
+            return self._node(ArrayExpr(items, t.pos), *items)
         if t.is_op("{"):
-            return ObjectExpr(self.parse_list("}", "field list", self.parse_field), t.pos)
+            self._enter(t.pos)
+            fields = self.parse_list("}", "field list", self.parse_field)
+            self._leave()
+            return self._node(ObjectExpr(fields, t.pos), *(v for _, v in fields))
         raise SyntaxError_(t.pos, f"expected an expression, got {t.describe()}")
 
 
 def parse(text: str, filename: str = "<config>") -> Body:
     """Parse a whole config file; errors carry file:line:column."""
-    parser = Parser(tokenize(text, filename))
+    check_size(len(text.encode("utf-8", "surrogatepass")), filename)
+    parser = Parser(iter_tokens(text, filename))
     return parser.parse_body(closing=False)
+
+
+def check_size(size: int, filename: str) -> None:
+    if size > MAX_CONFIG_BYTES:
+        raise SyntaxError_(None, f"{filename}: {size} bytes is larger than hotstack's limit of a config "
+                                 f"({MAX_CONFIG_BYTES >> 20} MiB)")
