@@ -57,3 +57,7 @@ def containerd_cri(tmp_path_factory, build_dir):
         raise
     yield c
     c.stop()
+
+
+# The agent and Pyroscope peers of tests/alloy, for the end-to-end tests against a real engine.
+from ..alloy.conftest import agent, pyroscope  # noqa: E402,F401
