@@ -113,9 +113,9 @@ class DockerServer:
     """GET /v1.xx/containers/json (with filters) and /v1.xx/networks, shaped like dockerd's answers."""
 
     def __init__(self, path: str, containers: list[dict], networks: list[dict], tls: "ssl.SSLContext | None" = None,
-                 authorization: str = "") -> None:
-        """On a unix socket at `path`, or on 127.0.0.1 over TLS when `tls` is given (then `path`
-        is unused and `url` says where); with `authorization`, other requests get 401."""
+                 authorization: str = "", tcp: bool = False) -> None:
+        """On a unix socket at `path`, or on 127.0.0.1 (`tcp`, or over TLS when `tls` is given;
+        then `path` is unused and `url` says where); with `authorization`, other requests get 401."""
         self.path = path
         self.containers, self.networks = containers, networks
         self.requests: list[str] = []
@@ -141,21 +141,22 @@ class DockerServer:
                     return self.reply(200, json.dumps(server.networks).encode())
                 self.reply(404, b'{"message":"page not found"}')
 
-        if tls is None:
+        if tls is None and not tcp:
             self.httpd = _UnixHTTPServer(path, Handler)
             self.url = f"unix://{path}"
         else:
             self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             self.httpd.daemon_threads = True
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            if tls is not None:
+                self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
             self.url = f"127.0.0.1:{self.httpd.server_address[1]}"
-        self.tls = tls
+        self.tls, self.unix = tls, tls is None and not tcp
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-        if self.tls is None:
+        if self.unix:
             os.unlink(self.path)
 
 
@@ -405,3 +406,127 @@ def make_pki(directory) -> TestPKI:
         run("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
             "-CAcreateserial", "-out", f"{d}/{name}.pem", "-days", "1", "-extfile", f"{d}/{name}.ext")
     return TestPKI(f"{d}/ca.pem", f"{d}/server.pem", f"{d}/server.key", f"{d}/client.pem", f"{d}/client.key")
+
+
+class HTTPProxy:
+    """A forward proxy on 127.0.0.1: absolute-form GETs forwarded over plain HTTP, CONNECT
+    tunnels relayed byte for byte; every request line (and Proxy-Authorization) recorded."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self.proxy_authorization: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy.requests.append(f"GET {self.path}")
+                proxy.proxy_authorization.append(self.headers.get("Proxy-Authorization", ""))
+                u = urllib.parse.urlsplit(self.path)
+                import http.client
+                conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-authorization", "host")}
+                conn.request("GET", u.path + (f"?{u.query}" if u.query else ""), headers=headers)
+                resp = conn.getresponse()
+                body = resp.read()
+                self.send_response(resp.status)
+                self.send_header("Content-Type", resp.getheader("Content-Type", "application/json"))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                conn.close()
+
+            def do_CONNECT(self) -> None:
+                proxy.requests.append(f"CONNECT {self.path}")
+                proxy.proxy_authorization.append(self.headers.get("Proxy-Authorization", ""))
+                host, _, port = self.path.rpartition(":")
+                upstream = socket.create_connection((host, int(port)), timeout=10)
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                client = self.connection
+
+                def pump(src, dst) -> None:
+                    try:
+                        while True:
+                            data = src.recv(65536)
+                            if not data:
+                                break
+                            dst.sendall(data)
+                    except OSError:
+                        pass
+                    finally:
+                        try:
+                            dst.shutdown(socket.SHUT_WR)
+                        except OSError:
+                            pass
+                t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+                t.start()
+                pump(client, upstream)
+                t.join(timeout=10)
+                upstream.close()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class RedirectServer:
+    """Answers every GET with `status` and a Location on `target` with the same path."""
+
+    def __init__(self, target: str, status: int = 307) -> None:
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                self.send_response(status)
+                self.send_header("Location", target + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class OAuth2TokenServer:
+    """POST /token (client credentials grant, RFC 6749 4.4): the client authenticates with HTTP
+    Basic; answers an access token valid `expires_in` seconds; records every form it got."""
+
+    def __init__(self, client_id: str, client_secret: str, token: str, expires_in: int = 3600) -> None:
+        self.forms: list[dict[str, str]] = []
+        server = self
+        expected = "Basic " + __import__("base64").b64encode(f"{client_id}:{client_secret}".encode()).decode()
+
+        class Handler(_Quiet):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+                form = dict(urllib.parse.parse_qsl(body))
+                server.forms.append(form)
+                if self.headers.get("Authorization") != expected or form.get("grant_type") != "client_credentials":
+                    return self.reply(401, b'{"error":"invalid_client"}')
+                self.reply(200, json.dumps({"access_token": token, "token_type": "Bearer",
+                                            "expires_in": expires_in}).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -299,3 +299,72 @@ def test_kubernetes_attach_metadata_namespace_and_node(tmp_path):
             c.stop()
     finally:
         k8s.close()
+
+
+def test_docker_discovery_oauth2_client_credentials(tmp_path):
+    from .peers import OAuth2TokenServer
+    secret_file = tmp_path / "client-secret"
+    secret_file.write_text("cs-123\n")
+    tokens = OAuth2TokenServer("hotstack", "cs-123", "tok-abc")
+    docker = DockerServer(str(tmp_path / "d.sock"), [docker_container("a" * 64, "o")], DOCKER_NETWORKS,
+                          authorization="Bearer tok-abc")
+    try:
+        c = started(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  oauth2 {{\n'
+                    f'    client_id = "hotstack"\n    client_secret_file = "{secret_file}"\n'
+                    f'    token_url = "{tokens.url}"\n    scopes = ["read", "list"]\n'
+                    f'    endpoint_params = {{"audience" = "docker"}}\n  }}\n}}\n')
+        try:
+            comp = c.component("discovery.docker.d")
+            assert comp.health.state == "healthy", comp.health
+            assert [t["__meta_docker_container_name"] for t in comp.exports["targets"]] == ["/o"]
+            assert tokens.forms[0] == {"grant_type": "client_credentials", "scope": "read list", "audience": "docker"}
+            comp.refresh()
+            assert len(tokens.forms) == 1   # the token is kept until it expires
+        finally:
+            c.stop()
+    finally:
+        tokens.close()
+        docker.close()
+
+
+def test_docker_discovery_through_a_proxy_and_redirects(tmp_path):
+    """proxy_url (plain HTTP: absolute-form requests; HTTPS: a CONNECT tunnel), no_proxy, and
+    follow_redirects true (followed) / false (refused, with the reason)."""
+    import base64
+
+    from .peers import HTTPProxy, RedirectServer, make_pki
+    proxy = HTTPProxy()
+    plain = DockerServer("", [docker_container("b" * 64, "plain")], DOCKER_NETWORKS, tcp=True)
+    pki = make_pki(tmp_path)
+    secure = DockerServer("", [docker_container("c" * 64, "secure")], DOCKER_NETWORKS,
+                          tls=pki.server_context(require_client_cert=False))
+    redirect = RedirectServer(f"http://{plain.url}")
+    try:
+        def discover(body: str):
+            c = started(f'discovery.docker "d" {{\n{body}}}\n')
+            comp = c.component("discovery.docker.d")
+            result = (comp.health.state, comp.health.message, [t["__meta_docker_container_name"]
+                                                                for t in comp.exports["targets"]])
+            c.stop()
+            return result
+
+        with_user = proxy.url.replace("http://", "http://puser:p%40ss@")
+        state, _, names = discover(f'  host = "tcp://{plain.url}"\n  proxy_url = "{with_user}"\n')
+        assert (state, names) == ("healthy", ["/plain"])
+        assert f"GET http://{plain.url}/v1.41/containers/json" in proxy.requests
+        assert proxy.proxy_authorization[-1] == "Basic " + base64.b64encode(b"puser:p@ss").decode()
+        state, _, names = discover(f'  host = "tcp://{secure.url}"\n  proxy_url = "{proxy.url}"\n'
+                                   f'  tls_config {{\n    ca_file = "{pki.ca}"\n  }}\n')
+        assert (state, names) == ("healthy", ["/secure"])
+        assert f"CONNECT {secure.url}" in proxy.requests
+        before = len(proxy.requests)
+        state, _, names = discover(f'  host = "tcp://{plain.url}"\n  proxy_url = "{proxy.url}"\n'
+                                   f'  no_proxy = "127.0.0.1"\n')
+        assert (state, names) == ("healthy", ["/plain"]) and len(proxy.requests) == before
+        state, _, names = discover(f'  host = "tcp://{redirect.url}"\n')
+        assert (state, names) == ("healthy", ["/plain"]) and redirect.requests
+        state, message, names = discover(f'  host = "tcp://{redirect.url}"\n  follow_redirects = false\n')
+        assert state == "unhealthy" and "follow_redirects is false" in message and names == []
+    finally:
+        for s in (proxy, plain, secure, redirect):
+            s.close()

@@ -222,3 +222,18 @@ def test_http_server_as_an_attacker_sees_it(agent, tmp_path):
     from hotstack.alloy.server import SOCKET_TIMEOUT_S
     assert SOCKET_TIMEOUT_S <= 60
     assert a.get("/-/ready")[0] == 200
+
+
+def test_passwords_in_urls_are_redacted(tmp_path):
+    """A URL with a password (scheme://user:password@host) is shown as Go's url.Redacted()
+    shows it, in the arguments and in the error that names it."""
+    from hotstack.alloy.controller import load_config
+    secret = "S3cr3t-inurl-2d3e"
+    c = load_config(f'discovery.docker "d" {{\n  host = "http://admin:{secret}@127.0.0.1:9"\n}}\n', "t.alloy")
+    c.start()
+    try:
+        page = str(c.component("discovery.docker.d").describe())
+        assert secret not in page and "admin:xxxxx@127.0.0.1:9" in page
+        assert "cannot reach http://admin:xxxxx@127.0.0.1:9" in c.component("discovery.docker.d").health.message
+    finally:
+        c.stop()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .schema import Schema
-from .secret import Secret, shown
+from .secret import Secret, redact_url, shown
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -82,6 +82,7 @@ class Component:
             self.controller.exports_changed(self)
 
     def set_health(self, state: str, message: str = "") -> None:
+        message = redact_url(message)   # an error may name a URL with its password
         if state != self.health.state or message != self.health.message:
             if state == "unhealthy":
                 self.log.error("%s: unhealthy: %s", self.id, message)
@@ -98,7 +99,7 @@ class Component:
 
 
 def _jsonable(value: object) -> object:
-    if isinstance(value, Secret):   # every page and API answer is built from this
+    if isinstance(value, (Secret, str)):   # every page and API answer is built from this
         return shown(value)
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}

@@ -8,7 +8,11 @@ accident. The one way to the value is `reveal()`, called where the value leaves 
 
 from __future__ import annotations
 
+import re
+
 SHOWN = "(secret)"
+# A password in a URL (scheme://user:password@host), shown as Go's url.Redacted() shows it.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]*:)[^@/\s]+@")
 
 
 class Secret:
@@ -54,8 +58,16 @@ def reveal(value: "Secret | str") -> str:
     return value.reveal() if isinstance(value, Secret) else value
 
 
+def redact_url(text: str) -> str:
+    """Passwords of the URLs in a text replaced by `xxxxx` (user names are kept)."""
+    return _URL_PASSWORD.sub(r"\1xxxxx@", text) if "@" in text else text
+
+
 def shown(value: object) -> object:
-    """What pages and APIs show for a value: `(secret)` for a set secret, '' for an unset one."""
+    """What pages and APIs show for a value: `(secret)` for a set secret, '' for an unset one,
+    a string with the passwords of its URLs redacted."""
     if isinstance(value, Secret):
         return SHOWN if value else ""
+    if isinstance(value, str):
+        return redact_url(value)
     return value

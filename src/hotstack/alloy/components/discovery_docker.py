@@ -101,6 +101,10 @@ class DiscoveryDocker(Component):
         self._thread: threading.Thread | None = None
         self._containers = 0
 
+    def update(self, args: dict) -> None:
+        self.args = args
+        self._http = HTTPClientConfig(args)   # one per configuration: it keeps an oauth2 token until expiry
+
     def _url(self) -> str:
         host, tls = self.args["host"], self.args["tls_config"]
         if host.startswith("tcp://"):   # as the Docker client: TLS when TLS settings are given
@@ -113,9 +117,8 @@ class DiscoveryDocker(Component):
         for f in self.args["filter"]:
             filters.setdefault(f["name"], []).extend(f["values"])
         query = "?" + urllib.parse.urlencode({"filters": json.dumps(filters)}) if filters else ""
-        client = HTTPClientConfig(self.args)
-        containers = get_json(self._url(), f"{API}/containers/json{query}", client=client)
-        networks = get_json(self._url(), f"{API}/networks", client=client)
+        containers = get_json(self._url(), f"{API}/containers/json{query}", client=self._http)
+        networks = get_json(self._url(), f"{API}/networks", client=self._http)
         if not isinstance(containers, list) or not isinstance(networks, list):
             raise HTTPError("the Docker API answered with an unexpected shape")
         self._containers = len(containers)

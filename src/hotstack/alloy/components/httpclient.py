@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ...containers.unix_http import UnixHTTPConnection
 from ..schema import BOOL, SECRET, STRING, Arg, BlockArg, ListOf, MapOf, Schema
-from ..secret import Secret, reveal
+from ..secret import Secret, redact_url, reveal
 
 MAX_REDIRECTS = 10   # Go's http.Client stops after 10
 MAX_BODY = 256 << 20   # an API answer larger than this is refused, never buffered whole
@@ -265,6 +265,10 @@ class HTTPClientConfig:
         if not proxy:
             return None
         connect = {k: ", ".join(reveal(v) for v in vs) for k, vs in (self.get("proxy_connect_header") or {}).items()}
+        p = urllib.parse.urlsplit(proxy)
+        if p.username is not None:   # credentials in the proxy URL, as Go sends them
+            creds = f"{urllib.parse.unquote(p.username)}:{urllib.parse.unquote(p.password or '')}"
+            connect["Proxy-Authorization"] = "Basic " + base64.b64encode(creds.encode()).decode()
         return proxy, connect
 
     @property
@@ -298,12 +302,12 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
 def connection_for(url: str, timeout: float, context: ssl.SSLContext | None = None,
                    client: HTTPClientConfig | None = None):
-    """(connection, base path, absolute-form prefix) for http://, https:// and unix:// URLs;
-    through the client's proxy when it has one for this URL."""
+    """(connection, base path, absolute-form prefix, extra request headers) for http://,
+    https:// and unix:// URLs; through the client's proxy when it has one for this URL."""
     u = urllib.parse.urlsplit(url)
     base = u.path.rstrip("/")
     if u.scheme == "unix":
-        return UnixHTTPConnection(u.path, timeout), "", ""
+        return UnixHTTPConnection(u.path, timeout), "", "", {}
     if u.scheme not in ("http", "https"):
         raise HTTPError(f"unsupported URL scheme {u.scheme!r} in {url!r} (use unix://, http:// or https://)")
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -312,8 +316,8 @@ def connection_for(url: str, timeout: float, context: ssl.SSLContext | None = No
         if proxy:   # a plain-HTTP proxy takes the absolute URL in the request line
             p = urllib.parse.urlsplit(proxy[0])
             return (http.client.HTTPConnection(p.hostname, p.port or 80, timeout=timeout), base,
-                    f"http://{u.hostname}:{port}")
-        return http.client.HTTPConnection(u.hostname, port, timeout=timeout), base, ""
+                    f"http://{u.hostname}:{port}", proxy[1])
+        return http.client.HTTPConnection(u.hostname, port, timeout=timeout), base, "", {}
     if context is None and client is not None:
         context = client.ssl_context()
     name = client.server_name() if client else ""
@@ -321,8 +325,8 @@ def connection_for(url: str, timeout: float, context: ssl.SSLContext | None = No
         p = urllib.parse.urlsplit(proxy[0])
         conn = _HTTPSConnection(p.hostname, p.port or 80, timeout=timeout, context=context, server_name=name)
         conn.set_tunnel(u.hostname, port, headers=proxy[1])
-        return conn, base, ""
-    return _HTTPSConnection(u.hostname, port, timeout=timeout, context=context, server_name=name), base, ""
+        return conn, base, "", {}
+    return _HTTPSConnection(u.hostname, port, timeout=timeout, context=context, server_name=name), base, "", {}
 
 
 def request(url: str, method: str, headers: dict[str, str], body: bytes | None = None,
@@ -331,21 +335,21 @@ def request(url: str, method: str, headers: dict[str, str], body: bytes | None =
     """One request, following redirects (GET only) when the client allows it."""
     follow = follow and (client.follow_redirects if client else True)
     for _ in range(MAX_REDIRECTS + 1):
-        conn, base, absolute = connection_for(url, timeout, context, client)
+        conn, base, absolute, extra = connection_for(url, timeout, context, client)
         try:
-            conn.request(method, absolute + base + path, body=body, headers=headers)
+            conn.request(method, absolute + base + path, body=body, headers={**headers, **extra})
             resp = conn.getresponse()
             data = resp.read(MAX_BODY + 1)
             location = resp.getheader("Location", "")
         except (OSError, http.client.HTTPException) as e:
-            raise HTTPError(f"cannot reach {url}: {getattr(e, 'strerror', None) or e}") from None
+            raise HTTPError(f"cannot reach {redact_url(url)}: {getattr(e, 'strerror', None) or e}") from None
         finally:
             conn.close()
         if len(data) > MAX_BODY:
-            raise HTTPError(f"{method} {path or '/'} on {url}: the answer is larger than {MAX_BODY >> 20} MiB")
+            raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: the answer is larger than {MAX_BODY >> 20} MiB")
         if resp.status in (301, 302, 303, 307, 308) and location and method == "GET":
             if not follow:
-                raise HTTPError(f"GET {path or '/'} on {url}: HTTP {resp.status} redirect to {location} "
+                raise HTTPError(f"GET {path or '/'} on {redact_url(url)}: HTTP {resp.status} redirect to {location} "
                                 "(follow_redirects is false)")
             target = urllib.parse.urljoin(url.rstrip("/") + path, location)
             t = urllib.parse.urlsplit(target)
@@ -354,7 +358,7 @@ def request(url: str, method: str, headers: dict[str, str], body: bytes | None =
             url, path = f"{t.scheme}://{t.netloc}", t.path + (f"?{t.query}" if t.query else "")
             continue
         return resp.status, data
-    raise HTTPError(f"GET on {url}: more than {MAX_REDIRECTS} redirects")
+    raise HTTPError(f"GET on {redact_url(url)}: more than {MAX_REDIRECTS} redirects")
 
 
 def get_json(url: str, path: str, headers: dict[str, str] | None = None, timeout: float = 10.0,
@@ -362,8 +366,8 @@ def get_json(url: str, path: str, headers: dict[str, str] | None = None, timeout
     all_headers = {**(client.headers() if client else {}), **(headers or {})}
     status, body = request(url, "GET", all_headers, None, client, path, timeout, context)
     if status != 200:
-        raise HTTPError(f"GET {path} on {url}: HTTP {status}: {body[:200].decode(errors='replace').strip()}")
+        raise HTTPError(f"GET {path} on {redact_url(url)}: HTTP {status}: {body[:200].decode(errors='replace').strip()}")
     try:
         return json.loads(body)
     except ValueError:
-        raise HTTPError(f"GET {path} on {url}: the response is not JSON") from None
+        raise HTTPError(f"GET {path} on {redact_url(url)}: the response is not JSON") from None

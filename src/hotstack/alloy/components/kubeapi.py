@@ -63,9 +63,9 @@ class KubeClient:
         query = urllib.parse.urlencode({**{k: v for k, v in params.items() if v}, "watch": "1",
                                         "allowWatchBookmarks": "true",
                                         "timeoutSeconds": str(int(timeout_s))})
-        conn, base, absolute = connection_for(self.server, timeout_s + 30, client=self.http)
+        conn, base, absolute, extra = connection_for(self.server, timeout_s + 30, client=self.http)
         try:
-            conn.request("GET", f"{absolute}{base}{path}?{query}", headers=self._headers())
+            conn.request("GET", f"{absolute}{base}{path}?{query}", headers={**self._headers(), **extra})
             resp = conn.getresponse()
             if resp.status != 200:
                 raise HTTPError(f"watch {path}: HTTP {resp.status}: {resp.read(200).decode(errors='replace')}")
