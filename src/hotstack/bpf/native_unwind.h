@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Native user-stack unwinding in the kernel, with .eh_frame-derived tables in BPF maps.
+ *
+ * Tables (filled by userspace, unwind/kernel_maps.py; layouts mirrored there):
+ *   nu_rows   ARRAY of u64, one arena for every file: a row is (file offset << 32 | rule id),
+ *             each file's rows sorted and contiguous, so a binary search is one u64 compare
+ *             per step. Rows are keyed by file offset, not address: a PC's file offset comes
+ *             from its VMA (pc - vm_start + vm_pgoff * PAGE_SIZE), so one file's table serves
+ *             every process that maps it, at any address.
+ *   nu_rules  ARRAY of struct nu_rule: the deduplicated rules of every file (a few thousand).
+ *   nu_files  HASH (inode, dev) -> struct nu_file {first row, row count, last use}.
+ *
+ * PC -> file: nu_procs, an LRU hash tgid -> struct nu_ranges, a per-process cache of the
+ * executable mappings met so far. On a miss the program walks the process's VMA tree itself
+ * (mm->mm_mt, the maple tree of kernels 6.1+, read with bpf_probe_read_kernel; offsets from the
+ * kernel's BTF, chosen at load time: `nu_kernel_vma_walk`), so a process is unwound from its
+ * first sample with no per-process work in userspace. Neither helper made for this works from
+ * the perf-event interrupt: bpf_find_vma (5.17+) releases the mmap lock through a per-CPU
+ * irq_work that stays busy until the interrupt returns, so only one call per sample succeeds,
+ * and the task-VMA iterator kfuncs refuse any context with interrupts off (EBUSY). Where the
+ * tree cannot be walked (older kernels) userspace fills the same cache from /proc/PID/maps
+ * (mm = 0: kept as written).
+ *
+ * A PC in a file without a table is counted, its file queued in nu_missing for userspace to
+ * build, and the rest of the stack is walked with frame pointers (counted): the next samples
+ * are complete. Code that is in no file (JIT) is walked with frame pointers, counted.
+ *
+ * The walk: per-CPU state (struct nu_state), NU_FRAMES_PER_PROG frames per program, then a
+ * tail call to the same program (nu_progs slot 0) until NU_MAX_FRAMES frames, the root
+ * (a STOP row: _start, clone3, thread start), or an error. The includer defines the
+ * program that runs the steps (NU_STEP_PROGRAM) and what happens at the end (nu_done()).
+ */
+#ifndef HOTSTACK_NATIVE_UNWIND_H
+#define HOTSTACK_NATIVE_UNWIND_H
+
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+
+#ifndef NU_MAX_FRAMES
+#define NU_MAX_FRAMES 128
+#endif
+#define NU_FRAMES_PER_PROG 8
+#define NU_ROW_SEARCH_STEPS 24      /* 2^24 rows per file at most */
+#define NU_PAGE_SHIFT 12
+#define NU_VM_EXEC 0x4
+
+/* Rule kinds; the same numbers as unwind/cfi.py (+ KIND_FP_GO, unwind/kernel_tables.py). */
+#define NU_KIND_INVALID 0
+#define NU_KIND_CFA_SP 1
+#define NU_KIND_CFA_FP 2
+#define NU_KIND_PLT 3
+#define NU_KIND_STOP 4
+#define NU_KIND_SIGNAL 5
+#define NU_KIND_FP_GO 7
+#define NU_RBP_SAME (-32768)
+
+/* How a walk ended (struct nu_state.end). */
+enum nu_end {
+	NU_END_NONE = 0,
+	NU_END_ROOT,          /* a STOP row: the process or thread root */
+	NU_END_ZERO,          /* return address 0 (the outermost frame of code without CFI) */
+	NU_END_TRUNCATED,     /* NU_MAX_FRAMES reached */
+	NU_END_NO_MAPPING,    /* a PC in no executable mapping */
+	NU_END_BAD_FP,        /* a frame-pointer step found no frame */
+	NU_END_READ,          /* a stack read faulted */
+	NU_END_INVALID,       /* a rule we cannot evaluate, and no frame pointer */
+};
+
+/* Per-CPU counters (nu_stats); mirrored in unwind/kernel_maps.py. */
+enum nu_stat {
+	NU_STAT_WALKS = 0,
+	NU_STAT_FRAMES,           /* frames found from tables */
+	NU_STAT_FP_FRAMES,        /* frames found with frame pointers: no table / JIT / invalid rule */
+	NU_STAT_GO_FRAMES,        /* frames found with frame pointers where the table says so (Go) */
+	NU_STAT_NO_TABLE,         /* PCs in a file without a table yet (file queued) */
+	NU_STAT_QUEUE_FULL,       /* ... and the queue was full */
+	NU_STAT_JIT,              /* PCs in anonymous executable memory */
+	NU_STAT_INVALID_RULE,
+	NU_STAT_SIGNAL,           /* signal frames crossed */
+	NU_STAT_RANGES_BUILT,     /* mapping-cache misses: VMA tree walks */
+	NU_STAT_RANGES_BUSY,      /* ... that found no executable VMA */
+	NU_STAT_RANGES_FULL,      /* (unused) */
+	NU_STAT_NO_RANGES,        /* walks with no mapping cache for the process */
+	NU_STAT_END_ROOT,
+	NU_STAT_END_ZERO,
+	NU_STAT_END_TRUNCATED,
+	NU_STAT_END_NO_MAPPING,
+	NU_STAT_END_BAD_FP,
+	NU_STAT_END_READ,
+	NU_STAT_END_INVALID,
+	NU_STAT_TAIL_CALL_FAILED,
+	NU_STAT_MAX,
+};
+
+struct nu_rule {
+	__u8 kind;
+	__u8 pad;
+	__s16 cfa;      /* CFA offset (from RSP, RBP); PLT: from RSP */
+	__s16 rbp;      /* caller's RBP at CFA + rbp, NU_RBP_SAME: unchanged; PLT: the (RIP & 15) threshold */
+	__s16 ra;       /* return address at CFA + ra */
+};
+
+struct nu_file_key {
+	__u64 ino;
+	__u32 dev;      /* the kernel's dev_t: major << 20 | minor */
+	__u32 pad;
+};
+
+struct nu_file {
+	__u32 first;    /* first row in nu_rows */
+	__u32 count;    /* rows */
+	__u64 last_use; /* ktime of the last lookup (approximate: updated at most every ~1 s) */
+};
+
+struct nu_range {
+	__u64 start;
+	__u64 end;
+	__s64 to_offset;   /* file offset = pc + to_offset */
+	__u64 ino;         /* 0: anonymous (JIT) */
+	__u32 dev;
+	__u32 pad;
+};
+
+/*
+ * Per process: a direct-mapped cache of its executable mappings, slot = (pc >> 16) % 64. A miss
+ * walks the process's VMA tree (the maple tree of mm->mm_mt) with plain kernel reads: no lock
+ * and no helper that needs one, so it works from the perf-event interrupt. The cache is
+ * emptied when the mm changes (exec) or its mm_lock_seq moves (any mmap/munmap/mprotect).
+ */
+#define NU_CACHE_SLOTS 64
+#define NU_CACHE_SHIFT 16
+struct nu_ranges {
+	__u64 mm;          /* the mm the cache belongs to; 0: written by userspace (no tree walk) */
+	__u32 seq;         /* mm->mm_lock_seq when the cache was started */
+	__u32 pad;
+	struct nu_range r[NU_CACHE_SLOTS];
+};
+
+struct nu_missing_value {
+	__u32 pid;
+	__u32 pad;
+	__u64 start;       /* the VMA, for /proc/PID/map_files/START-END */
+	__u64 end;
+};
+
+struct nu_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 tgid;
+	__u32 n;           /* frames in pcs */
+	__u32 end;         /* enum nu_end */
+	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
+	__u64 pcs[NU_MAX_FRAMES];
+	__u64 mm;
+	__u64 ctx_words[4]; /* room for the includer's per-sample data (keys, values) */
+};
+
+/* Kernel structure offsets (from the kernel's BTF, written by userspace before loading). */
+const volatile __u32 nu_kernel_vma_walk = 0;   /* 1: walk the maple tree on a cache miss */
+const volatile __u32 nu_off_mm_root = 0;        /* mm_struct.mm_mt.ma_root */
+const volatile __u32 nu_off_mm_seq = 0;         /* mm_struct.mm_lock_seq (0: none) */
+const volatile __u32 nu_off_range_pivot = 8;    /* maple_range_64.pivot (maple_arange_64's too) */
+const volatile __u32 nu_off_range_slot = 128;
+const volatile __u32 nu_off_arange_slot = 80;
+const volatile __u32 nu_off_vma_mm = 16;
+const volatile __u32 nu_off_vma_start = 0;
+const volatile __u32 nu_off_vma_end = 8;
+const volatile __u32 nu_off_vma_flags = 0;
+const volatile __u32 nu_off_vma_pgoff = 0;
+const volatile __u32 nu_off_vma_file = 0;
+const volatile __u32 nu_off_file_inode = 0;
+const volatile __u32 nu_off_inode_ino = 0;
+const volatile __u32 nu_off_inode_sb = 0;
+const volatile __u32 nu_off_sb_dev = 0;
+const volatile __u32 nu_off_task_mm = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << 20);   /* resized by userspace before loading */
+	__type(key, __u32);
+	__type(value, __u64);
+} nu_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u32);
+	__type(value, struct nu_rule);
+} nu_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nu_file_key);
+	__type(value, struct nu_file);
+} nu_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct nu_ranges);
+} nu_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct nu_file_key);
+	__type(value, struct nu_missing_value);
+} nu_missing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nu_state);
+} nu_state_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nu_ranges);
+} nu_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NU_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} nu_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} nu_progs SEC(".maps");
+
+static __always_inline void nu_count(__u32 index)
+{
+	__u64 *value = bpf_map_lookup_elem(&nu_stats, &index);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline __u64 nu_kread(__u64 addr, __u32 off)
+{
+	__u64 value = 0;
+
+	bpf_probe_read_kernel(&value, sizeof(value), (void *)(addr + off));
+	return value;
+}
+
+static __always_inline __u64 nu_current_mm(void)
+{
+	return nu_kread((__u64)bpf_get_current_task(), nu_off_task_mm);
+}
+
+/* The file behind a VMA: inode number and the kernel's dev_t (0, 0: anonymous memory). */
+static __always_inline void nu_vma_file(__u64 vma, struct nu_range *out)
+{
+	__u64 file = nu_kread(vma, nu_off_vma_file), inode;
+
+	out->ino = 0;
+	out->dev = 0;
+	if (!file)
+		return;
+	inode = nu_kread(file, nu_off_file_inode);
+	if (!inode)
+		return;
+	out->ino = nu_kread(inode, nu_off_inode_ino);
+	out->dev = (__u32)nu_kread(nu_kread(inode, nu_off_inode_sb), nu_off_sb_dev);
+}
+
+#define NU_MAPLE_LEVELS 8
+#define NU_MAPLE_PIVOTS 15
+
+/* The executable VMA holding pc, found by walking mm's maple tree; -1 if none. */
+static __always_inline int nu_maple_find(__u64 mm, __u64 pc, struct nu_range *out)
+{
+	__u64 entry = nu_kread(mm, nu_off_mm_root), vma;
+	__u64 piv[NU_MAPLE_PIVOTS];
+	int level;
+
+	for (level = 0; level < NU_MAPLE_LEVELS; level++) {
+		__u64 node, slots;
+		__u32 type, npiv, i;
+
+		/* the root is marked internal ((entry & 3) == 2); every entry of a node that is not a leaf
+		 * is a node: type in bits 3-6, the node's address above bit 8 */
+		if (level == 0 && ((entry & 3) != 2 || entry <= 4096))
+			return -1;
+		if (entry <= 4096)
+			return -1;
+		node = entry & ~0xffULL;
+		type = (entry >> 3) & 0xf;
+		if (type == 3) {            /* maple_arange_64 */
+			npiv = 9;
+			slots = node + nu_off_arange_slot;
+		} else if (type <= 2) {     /* maple_leaf_64, maple_range_64 */
+			npiv = NU_MAPLE_PIVOTS;
+			slots = node + nu_off_range_slot;
+		} else {
+			return -1;
+		}
+		if (bpf_probe_read_kernel(piv, sizeof(piv), (void *)(node + nu_off_range_pivot)))
+			return -1;
+		/* slot i holds (pivot[i-1], pivot[i]]; a zero pivot after the first ends the node */
+		for (i = 0; i < NU_MAPLE_PIVOTS; i++) {
+			if (i >= npiv || (i > 0 && piv[i] == 0) || pc <= piv[i])
+				break;
+		}
+		entry = nu_kread(slots, i * 8);
+		if (type < 2) {
+			vma = entry;
+			if (!vma || (vma & 3))
+				return -1;
+			out->start = nu_kread(vma, nu_off_vma_start);
+			out->end = nu_kread(vma, nu_off_vma_end);
+			if (pc < out->start || pc >= out->end || nu_kread(vma, nu_off_vma_mm) != mm)
+				return -1;
+			if (!(nu_kread(vma, nu_off_vma_flags) & NU_VM_EXEC))
+				return -1;
+			out->to_offset = (__s64)(nu_kread(vma, nu_off_vma_pgoff) << NU_PAGE_SHIFT) - (__s64)out->start;
+			nu_vma_file(vma, out);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* The executable mapping holding pc, from the process's cache or the VMA tree. */
+static __always_inline int nu_lookup_range(struct nu_ranges *pr, __u64 mm, __u64 pc, struct nu_range *out)
+{
+	struct nu_range *slot = &pr->r[(pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)];
+
+	if (slot->start <= pc && pc < slot->end) {
+		*out = *slot;
+		return 0;
+	}
+	if (!nu_kernel_vma_walk || !pr->mm)
+		return -1;
+	nu_count(NU_STAT_RANGES_BUILT);
+	if (nu_maple_find(mm, pc, out)) {
+		nu_count(NU_STAT_RANGES_BUSY);
+		return -1;
+	}
+	*slot = *out;
+	return 0;
+}
+
+/* The rule for a file offset, or 0 when the file has no table (counted, queued). */
+static __always_inline struct nu_rule *nu_find_rule(struct nu_range *range, __u64 pc, __u32 tgid)
+{
+	struct nu_file_key key = {};
+	struct nu_file *file;
+	__u64 offset, target, now;
+	__u32 lo, hi, i, id;
+	__u64 *row;
+
+	key.ino = range->ino;
+	key.dev = range->dev;
+	file = bpf_map_lookup_elem(&nu_files, &key);
+	if (!file) {
+		struct nu_missing_value missing = { .pid = tgid, .start = range->start, .end = range->end };
+
+		nu_count(NU_STAT_NO_TABLE);
+		if (bpf_map_update_elem(&nu_missing, &key, &missing, BPF_NOEXIST) == -7 /* E2BIG: full */)
+			nu_count(NU_STAT_QUEUE_FULL);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	if (now - file->last_use > 1000000000ULL)
+		file->last_use = now;
+	offset = pc + range->to_offset;
+	if (offset >> 32)
+		return 0;
+	target = (offset << 32) | 0xFFFFFFFFULL;
+	lo = file->first;
+	hi = file->first + file->count;
+	for (i = 0; i < NU_ROW_SEARCH_STEPS; i++) {
+		__u32 mid;
+
+		if (lo >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(&nu_rows, &mid);
+		if (!row)
+			return 0;
+		if (*row <= target)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo <= file->first)
+		return 0;            /* before the file's first row */
+	lo -= 1;
+	row = bpf_map_lookup_elem(&nu_rows, &lo);
+	if (!row)
+		return 0;
+	id = (__u32)*row;
+	return bpf_map_lookup_elem(&nu_rules, &id);
+}
+
+static __always_inline int nu_read(__u64 *out, __u64 addr)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+}
+
+/* One frame-pointer step: the caller's frame is at [bp]: saved bp, return address. */
+static __always_inline int nu_fp_step(struct nu_state *st)
+{
+	__u64 bp = st->bp, next_bp, ra;
+
+	if (bp <= st->sp || bp - st->sp > (8 << 20) || (bp & 7)) {
+		st->end = NU_END_BAD_FP;
+		return -1;
+	}
+	if (nu_read(&next_bp, bp) || nu_read(&ra, bp + 8)) {
+		st->end = NU_END_READ;
+		return -1;
+	}
+	st->sp = bp + 16;
+	st->bp = next_bp;
+	st->pc = ra;
+	st->signal = 0;
+	if (!ra)
+		st->end = NU_END_ZERO;
+	return 0;
+}
+
+/* x86-64: the kernel's rt_sigframe at RSP after the handler returned into __restore_rt:
+ * ucontext at +0 (pretcode popped), uc_mcontext at +40; rbp, rsp, rip at +80, +120, +128 of it. */
+static __always_inline int nu_signal_step(struct nu_state *st)
+{
+	__u64 base = st->sp + 40, bp, sp, pc;
+
+	if (nu_read(&bp, base + 80) || nu_read(&sp, base + 120) || nu_read(&pc, base + 128)) {
+		st->end = NU_END_READ;
+		return -1;
+	}
+	st->bp = bp;
+	st->sp = sp;
+	st->pc = pc;
+	st->signal = 1;
+	nu_count(NU_STAT_SIGNAL);
+	return 0;
+}
+
+/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->end says why). */
+static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
+{
+	__u64 pc = st->pc, lookup, cfa, ra, bp;
+	struct nu_range range;
+	struct nu_rule *rule;
+	__u32 n = st->n;
+
+	if (n >= NU_MAX_FRAMES) {
+		st->end = NU_END_TRUNCATED;
+		return -1;
+	}
+	st->pcs[n] = pc;
+	st->n = n + 1;
+	/* a return address points after the call: look up the call itself */
+	lookup = (n == 0 || st->signal) ? pc : pc - 1;
+	if (!pr || nu_lookup_range(pr, st->mm, lookup, &range)) {
+		st->end = NU_END_NO_MAPPING;
+		return -1;
+	}
+	if (!range.ino) {
+		nu_count(NU_STAT_JIT);
+		nu_count(NU_STAT_FP_FRAMES);
+		return nu_fp_step(st);
+	}
+	rule = nu_find_rule(&range, lookup, st->tgid);
+	if (!rule) {
+		nu_count(NU_STAT_FP_FRAMES);
+		return nu_fp_step(st);
+	}
+	switch (rule->kind) {
+	case NU_KIND_CFA_SP:
+		cfa = st->sp + rule->cfa;
+		break;
+	case NU_KIND_CFA_FP:
+		cfa = st->bp + rule->cfa;
+		break;
+	case NU_KIND_PLT:
+		cfa = st->sp + rule->cfa + ((pc & 15) >= (__u64)rule->rbp ? 8 : 0);
+		break;
+	case NU_KIND_FP_GO:
+		nu_count(NU_STAT_GO_FRAMES);
+		return nu_fp_step(st);
+	case NU_KIND_STOP:
+		st->end = NU_END_ROOT;
+		return -1;
+	case NU_KIND_SIGNAL:
+		return nu_signal_step(st);
+	default:
+		nu_count(NU_STAT_INVALID_RULE);
+		nu_count(NU_STAT_FP_FRAMES);
+		return nu_fp_step(st);
+	}
+	if (nu_read(&ra, cfa + rule->ra)) {
+		st->end = NU_END_READ;
+		return -1;
+	}
+	bp = st->bp;
+	if (rule->kind != NU_KIND_PLT && rule->rbp != NU_RBP_SAME && nu_read(&bp, cfa + rule->rbp)) {
+		st->end = NU_END_READ;
+		return -1;
+	}
+	nu_count(NU_STAT_FRAMES);
+	st->pc = ra;
+	st->sp = cfa;
+	st->bp = bp;
+	st->signal = 0;
+	if (!ra) {
+		st->end = NU_END_ZERO;
+		return -1;
+	}
+	return 0;
+}
+
+static __always_inline struct nu_state *nu_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nu_state_map, &zero);
+}
+
+/*
+ * Start a walk for the current task from its user registers. Finds (or builds, in the kernel)
+ * the process's mapping list. Returns the per-CPU state, or 0 if there is nothing to walk.
+ */
+static __always_inline struct nu_state *nu_begin(__u32 tgid, __u64 pc, __u64 sp, __u64 bp)
+{
+	struct nu_state *st = nu_state();
+	struct nu_ranges *pr, *fresh;
+	__u32 zero = 0, seq = 0;
+	__u64 mm;
+
+	if (!st)
+		return 0;
+	st->pc = pc;
+	st->sp = sp;
+	st->bp = bp;
+	st->tgid = tgid;
+	st->n = 0;
+	st->end = NU_END_NONE;
+	st->signal = 0;
+	nu_count(NU_STAT_WALKS);
+	mm = nu_current_mm();
+	st->mm = mm;
+	if (!nu_kernel_vma_walk)
+		return st;
+	if (nu_off_mm_seq)
+		bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(mm + nu_off_mm_seq));
+	pr = bpf_map_lookup_elem(&nu_procs, &tgid);
+	if (pr && pr->mm == mm && pr->seq == seq)
+		return st;
+	/* a new process, an exec (new mm) or a changed address space: an empty cache */
+	fresh = bpf_map_lookup_elem(&nu_scratch, &zero);   /* never written but for these two fields */
+	if (!fresh)
+		return st;
+	fresh->mm = mm;
+	fresh->seq = seq;
+	bpf_map_update_elem(&nu_procs, &tgid, fresh, BPF_ANY);
+	return st;
+}
+
+/* Up to NU_FRAMES_PER_PROG steps; 1 if the walk is over. */
+static __always_inline int nu_steps(struct nu_state *st)
+{
+	struct nu_ranges *pr = bpf_map_lookup_elem(&nu_procs, &st->tgid);
+	int i;
+
+	if (!pr && st->n == 0)
+		nu_count(NU_STAT_NO_RANGES);
+	for (i = 0; i < NU_FRAMES_PER_PROG; i++) {
+		if (nu_step(st, pr))
+			return 1;
+	}
+	return st->n >= NU_MAX_FRAMES;
+}
+
+static __always_inline void nu_count_end(struct nu_state *st)
+{
+	switch (st->end) {
+	case NU_END_ROOT: nu_count(NU_STAT_END_ROOT); break;
+	case NU_END_ZERO: nu_count(NU_STAT_END_ZERO); break;
+	case NU_END_NONE:
+	case NU_END_TRUNCATED: st->end = NU_END_TRUNCATED; nu_count(NU_STAT_END_TRUNCATED); break;
+	case NU_END_NO_MAPPING: nu_count(NU_STAT_END_NO_MAPPING); break;
+	case NU_END_BAD_FP: nu_count(NU_STAT_END_BAD_FP); break;
+	case NU_END_READ: nu_count(NU_STAT_END_READ); break;
+	default: nu_count(NU_STAT_END_INVALID); break;
+	}
+}
+
+/* A 64-bit hash of the walked frames (the stack's key). */
+static __always_inline __u64 nu_hash(struct nu_state *st)
+{
+	__u64 h = 0xcbf29ce484222325ULL ^ st->n;
+	__u32 i;
+
+	for (i = 0; i < NU_MAX_FRAMES; i++) {
+		if (i >= st->n)
+			break;
+		h ^= st->pcs[i];
+		h *= 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	return h ? h : 1;
+}
+
+#endif

@@ -1,0 +1,325 @@
+"""Userspace side of the kernel unwinder (bpf/native_unwind.h): tables into BPF maps.
+
+- `configure(spec)`: before loading, the kernel structure offsets (from the kernel's BTF) and
+  the feature probe that picks how PCs are mapped to files: where the kernel keeps VMAs in a
+  maple tree (6.1+) the program walks it itself on a cache miss; elsewhere userspace fills
+  each process's cache (`write_process`) from /proc/PID/maps.
+- `NativeTables`: loads FileTables (kernel_tables.py) into the row arena, the rule array and
+  the file map; builds the files the kernel queued (`nu_missing`) as it meets them; evicts the
+  tables of files no sample has touched for the longest when the arena is full. Every drop is
+  counted (`counters()`).
+
+Layouts mirrored from native_unwind.h: struct nu_file_key {u64 ino; u32 dev; u32 pad},
+struct nu_file {u32 first; u32 count; u64 last_use}, struct nu_range {u64 start, end; s64
+to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_range r[64]}
+(slot = (pc >> 16) % 64), struct nu_missing_value {u32 pid, pad; u64 start, end}.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ebpf.btf import kernel_btf
+from ..symbols.elf import ElfError, ElfFile
+from .kernel_tables import FileTable, RuleSet, TableCache
+
+CACHE_SLOTS, CACHE_SHIFT = 64, 16
+FILE_KEY = struct.Struct("<QII")
+FILE_VALUE = struct.Struct("<IIQ")
+RANGE = struct.Struct("<QQqQII")
+RANGES_HEADER = struct.Struct("<QII")
+MISSING_VALUE = struct.Struct("<IIQQ")
+DEFAULT_ROWS = 1 << 21           # 16 MiB of rows: ~60 files the size of libc, hundreds of small ones
+
+STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
+              "signal", "vma_walks", "vma_walk_misses", "unused", "no_ranges", "end_root", "end_zero",
+              "end_truncated", "end_no_mapping", "end_bad_fp", "end_read", "end_invalid", "tail_call_failed")
+
+
+def kernel_dev(st_dev: int) -> int:
+    """os.stat's st_dev -> the kernel's internal dev_t (what the program reads from the superblock)."""
+    return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
+def has_maple_tree() -> bool:
+    try:
+        btf = kernel_btf()
+        btf.member_offset("mm_struct", "mm_mt")
+        btf.member_offset("maple_range_64", "slot")
+        return True
+    except (KeyError, OSError):
+        return False
+
+
+def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = None) -> bool:
+    """Write the unwinder's .rodata constants and map sizes into `spec`; True if the kernel builds the
+    mapping lists itself (else userspace must call write_process for each process)."""
+    walk = has_maple_tree() if kernel_vma_walk is None else kernel_vma_walk
+    btf = kernel_btf()
+    offsets = {
+        "nu_off_vma_mm": ("vm_area_struct", "vm_mm"),
+        "nu_off_range_pivot": ("maple_range_64", "pivot"),
+        "nu_off_range_slot": ("maple_range_64", "slot"),
+        "nu_off_arange_slot": ("maple_arange_64", "slot"),
+        "nu_off_vma_start": ("vm_area_struct", "vm_start"),
+        "nu_off_vma_end": ("vm_area_struct", "vm_end"),
+        "nu_off_vma_flags": ("vm_area_struct", "vm_flags"),
+        "nu_off_vma_pgoff": ("vm_area_struct", "vm_pgoff"),
+        "nu_off_vma_file": ("vm_area_struct", "vm_file"),
+        "nu_off_file_inode": ("file", "f_inode"),
+        "nu_off_inode_ino": ("inode", "i_ino"),
+        "nu_off_inode_sb": ("inode", "i_sb"),
+        "nu_off_sb_dev": ("super_block", "s_dev"),
+        "nu_off_task_mm": ("task_struct", "mm"),
+    }
+    for name, (struct_name, member) in offsets.items():
+        try:
+            spec.set_constant(name, btf.member_offset(struct_name, member))
+        except KeyError:
+            walk = False
+    try:
+        spec.set_constant("nu_off_mm_root", btf.member_offset("mm_struct", "mm_mt")
+                          + btf.member_offset("maple_tree", "ma_root"))
+        spec.set_constant("nu_off_mm_seq", btf.member_offset("mm_struct", "mm_lock_seq"))
+    except KeyError:
+        pass      # no maple tree (walk is off), or no mm_lock_seq (the cache lives until exec)
+    spec.set_constant("nu_kernel_vma_walk", int(walk))
+    spec.maps["nu_rows"].max_entries = rows
+    return walk
+
+
+@dataclass
+class _Loaded:
+    first: int
+    count: int
+    key: str
+    path: str
+
+
+@dataclass
+class Counters:
+    files_loaded: int = 0
+    files_evicted: int = 0
+    files_failed: int = 0          # queued files we could not open or parse
+    rows_full: int = 0             # tables that found no room even after eviction
+    rules_full: int = 0
+    build_seconds: float = 0.0
+    kernel: dict = field(default_factory=dict)
+
+
+class NativeTables:
+    """The kernel unwinder's tables for one loaded collection (maps named nu_*)."""
+
+    def __init__(self, maps: dict, cache: TableCache | None = None) -> None:
+        self.rows_map = maps["nu_rows"]
+        self.rules_map = maps["nu_rules"]
+        self.files_map = maps["nu_files"]
+        self.procs_map = maps["nu_procs"]
+        self.missing_map = maps["nu_missing"]
+        self.stats_map = maps["nu_stats"]
+        self.capacity = self.rows_map.spec.max_entries
+        self.cache = cache or TableCache()
+        self.rules = RuleSet(self.rules_map.spec.max_entries)
+        self.loaded: dict[tuple[int, int], _Loaded] = {}
+        self._free: list[tuple[int, int]] = [(0, self.capacity)]     # (first, count), sorted
+        self._lock = threading.Lock()
+        self.counters = Counters()
+
+    # -- files ---------------------------------------------------------------------------------------
+    @property
+    def rows_used(self) -> int:
+        return sum(v.count for v in self.loaded.values())
+
+    def add_path(self, path: str, ino: int, dev: int, display: str | None = None) -> bool:
+        """Build (or take from the cache) the table of the file at `path` and load it under (ino, dev)."""
+        if (ino, dev) in self.loaded:
+            return True
+        try:
+            elf = ElfFile(path)
+        except ElfError:
+            self.counters.files_failed += 1
+            return False
+        try:
+            start = time.perf_counter()
+            table = self.cache.get(elf)
+            self.counters.build_seconds += time.perf_counter() - start
+        except (ElfError, ValueError, IndexError, OverflowError):
+            self.counters.files_failed += 1
+            return False
+        finally:
+            elf.close()
+        return self.add_table(ino, dev, table, display or path)
+
+    def add_table(self, ino: int, dev: int, table: FileTable, path: str = "") -> bool:
+        with self._lock:
+            if (ino, dev) in self.loaded:
+                return True
+            count = max(len(table), 1)
+            first = self._allocate(count)
+            if first is None:
+                self._evict_for(count)
+                first = self._allocate(count)
+            if first is None:
+                self.counters.rows_full += 1
+                return False
+            ids, new_rules = self.rules.ids_for(table.rules)
+            self.counters.rules_full = self.rules.dropped
+            for gid, raw in new_rules:
+                self.rules_map.update(struct.pack("<I", gid), raw)
+            if len(table):
+                rows = table.rows_u64(ids)
+                keys = np.arange(first, first + len(rows), dtype=np.uint32)
+                self.rows_map.update_batch(keys.tobytes(), rows.astype("<u8").tobytes(), len(rows))
+            else:   # an empty table: one invalid row, so that the file is known (frame pointers)
+                self.rows_map.update(struct.pack("<I", first), struct.pack("<Q", 0))
+            self.files_map.update(FILE_KEY.pack(ino, dev, 0), FILE_VALUE.pack(first, count, time.monotonic_ns()))
+            self.loaded[(ino, dev)] = _Loaded(first, count, table.key, path)
+            self.counters.files_loaded += 1
+            return True
+
+    def _allocate(self, count: int) -> int | None:
+        for i, (first, size) in enumerate(self._free):
+            if size >= count:
+                if size == count:
+                    del self._free[i]
+                else:
+                    self._free[i] = (first + count, size - count)
+                return first
+        return None
+
+    def _release(self, first: int, count: int) -> None:
+        self._free.append((first, count))
+        self._free.sort()
+        merged: list[tuple[int, int]] = []
+        for f, c in self._free:
+            if merged and merged[-1][0] + merged[-1][1] == f:
+                merged[-1] = (merged[-1][0], merged[-1][1] + c)
+            else:
+                merged.append((f, c))
+        self._free = merged
+
+    def _evict_for(self, count: int) -> None:
+        """Drop the tables whose files were used least recently (the kernel stamps last_use) until
+        `count` contiguous rows are free or nothing is left to drop."""
+        ages = []
+        for key, loaded in self.loaded.items():
+            raw = self.files_map.lookup(FILE_KEY.pack(key[0], key[1], 0))
+            last_use = FILE_VALUE.unpack_from(raw)[2] if raw else 0
+            ages.append((last_use, key))
+        ages.sort()
+        for _, key in ages:
+            if any(size >= count for _, size in self._free):
+                return
+            self.remove(key, locked=True)
+
+    def remove(self, key: tuple[int, int], locked: bool = False) -> None:
+        loaded = self.loaded.pop(key, None)
+        if loaded is None:
+            return
+        # the file map entry goes first: no walk starts a search in rows about to be reused
+        self.files_map.delete(FILE_KEY.pack(key[0], key[1], 0))
+        self._release(loaded.first, loaded.count)
+        self.counters.files_evicted += 1
+
+    # -- what the kernel asked for --------------------------------------------------------------------
+    def serve_missing(self, limit: int = 64) -> int:
+        """Build and load the tables of files the kernel met without one; returns how many."""
+        served = 0
+        for raw_key, raw_value in self.missing_map.items():
+            ino, dev, _ = FILE_KEY.unpack(raw_key)
+            pid, _, start, end = MISSING_VALUE.unpack(raw_value)
+            self.missing_map.delete(raw_key)
+            if (ino, dev) in self.loaded:
+                continue
+            path = f"/proc/{pid}/map_files/{start:x}-{end:x}"
+            try:
+                st = os.stat(path)
+            except OSError:
+                self.counters.files_failed += 1
+                continue
+            if st.st_ino != ino or kernel_dev(st.st_dev) != dev:
+                # the mapping changed since the sample (or an overlay reports other numbers): load
+                # the table under the numbers the kernel saw, which are what it will look up
+                pass
+            display = _mapped_path(pid, start) or path
+            if self.add_path(path, ino, dev, display):
+                served += 1
+            if served >= limit:
+                break
+        return served
+
+    def preload_process(self, pid: int) -> int:
+        """Load the tables of every executable file mapping of `pid` (e.g. a process found at start)."""
+        done = 0
+        for start, end, _off, ino, dev, path in _exec_mappings(pid):
+            if ino and self.add_path(f"/proc/{pid}/map_files/{start:x}-{end:x}", ino, dev, path):
+                done += 1
+        return done
+
+    def write_process(self, pid: int) -> bool:
+        """The userspace path (kernels without a VMA tree to walk): pid's executable mappings -> its
+        cache slots (a mapping takes every slot its 64 KiB chunks fall in; where two collide the
+        larger keeps the slot, and the other's PCs there end the walk, counted as no mapping)."""
+        ranges = _exec_mappings(pid)
+        if not ranges:
+            return False
+        slots: list[tuple | None] = [None] * CACHE_SLOTS
+        for start, end, offset, ino, dev, _path in sorted(ranges, key=lambda r: r[1] - r[0]):
+            for chunk in range(start >> CACHE_SHIFT, ((end - 1) >> CACHE_SHIFT) + 1):
+                slots[chunk % CACHE_SLOTS] = (start, end, offset - start, ino, dev, 0)
+                if chunk - (start >> CACHE_SHIFT) >= CACHE_SLOTS:
+                    break
+        body = bytearray(RANGES_HEADER.size + RANGE.size * CACHE_SLOTS)
+        RANGES_HEADER.pack_into(body, 0, 0, 0, 0)
+        for i, slot in enumerate(slots):
+            if slot is not None:
+                RANGE.pack_into(body, RANGES_HEADER.size + i * RANGE.size, *slot)
+        self.procs_map.update(struct.pack("<I", pid), bytes(body))
+        return True
+
+    def kernel_counters(self) -> dict[str, int]:
+        out = {}
+        for i, name in enumerate(STAT_NAMES):
+            values = self.stats_map.lookup_percpu(struct.pack("<I", i))
+            out[name] = sum(struct.unpack_from("<Q", v)[0] for v in values)
+        return out
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Kernel memory of the unwinder's maps (value bytes as allocated, not counting hash overhead)."""
+        sizes = {}
+        for m in (self.rows_map, self.rules_map, self.files_map, self.procs_map, self.missing_map):
+            sizes[m.name] = m.spec.max_entries * (m.spec.value_size + (m.spec.key_size if m.spec.type != 2 else 0))
+        return sizes
+
+
+def _exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:
+    """(start, end, file offset, inode, kernel dev, path) of pid's executable mappings, by address."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 5 or "x" not in parts[1]:
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        major, minor = (int(x, 16) for x in parts[3].split(":"))
+        ino = int(parts[4])
+        path = parts[5] if len(parts) > 5 else ""
+        out.append((start, end, int(parts[2], 16), ino, (major << 20) | minor if ino else 0, path))
+    return out
+
+
+def _mapped_path(pid: int, start: int) -> str | None:
+    for s, _e, _o, _i, _d, path in _exec_mappings(pid):
+        if s == start:
+            return path
+    return None

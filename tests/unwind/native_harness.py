@@ -1,0 +1,103 @@
+"""The kernel unwinder alone: build tests/unwind/bpf/native_test.bpf.c with clang, load it with our
+loader, sample processes with it, and name the frames (with the symbolizer the profiler uses)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
+from hotstack.unwind.kernel_maps import NativeTables, configure
+from hotstack.unwind.kernel_tables import TableCache
+
+HERE = Path(__file__).resolve().parent
+BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"
+MAX_FRAMES = 128
+STATE = struct.Struct("<QQQIIII")           # pc sp bp tgid n end signal
+
+
+def build_object(out_dir: Path) -> Path:
+    out = out_dir / "native_test.bpf.o"
+    if not out.exists():
+        arch_include = "/usr/include/" + subprocess.check_output(["uname", "-m"], text=True).strip() + "-linux-gnu"
+        subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BPF_DIR}",
+                        f"-I{arch_include}", "-Wall", "-Werror", "-c", str(HERE / "bpf" / "native_test.bpf.c"),
+                        "-o", str(out)], check=True)
+    return out
+
+
+class NativeSampler:
+    def __init__(self, obj: Path, target: int = 0, kernel_vma_walk: bool | None = None, rows: int = 1 << 20,
+                 cache_dir: str = "") -> None:
+        spec = load_spec(str(obj))
+        self.kernel_walk = configure(spec, rows=rows, kernel_vma_walk=kernel_vma_walk)
+        spec.set_constant("target_tgid", target)
+        self.collection = Collection.load(spec)
+        maps = self.collection.maps
+        maps["nu_progs"].update(struct.pack("<I", 0), struct.pack("<I", self.collection.programs["nu_test_step"].fd))
+        self.tables = NativeTables(maps, TableCache(directory=cache_dir))
+        self.events = []
+
+    def start(self, frequency: int = 99) -> None:
+        self.events = open_cpu_clock_events(frequency, self.collection.programs["nu_test_sample"])
+
+    def stop(self) -> None:
+        for e in self.events:
+            e.close()
+        self.events = []
+
+    def close(self) -> None:
+        self.stop()
+        self.collection.close()
+
+    def run(self, seconds: float, serve_every: float = 0.05, write_pids=()) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.tables.serve_missing()
+            for pid in write_pids:
+                self.tables.write_process(pid)
+            time.sleep(serve_every)
+        self.tables.serve_missing()
+
+    def stacks(self) -> list[tuple[int, int, list[int], int, int]]:
+        """(pid, tid, pcs leaf first, end reason, count) of every counted stack."""
+        stacks = {}
+        for key, value in self.collection.maps["stacks"].items():
+            (h,) = struct.unpack("<Q", key)
+            pc, sp, bp, tgid, n, end, signal = STATE.unpack_from(value)
+            pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STATE.size))[:n]
+            stacks[h] = (pcs, end)
+        out = []
+        for key, value in self.collection.maps["counts"].items():
+            pid, tid, h = struct.unpack("<IIQ", key)
+            (count,) = struct.unpack("<Q", value)
+            if h in stacks:
+                out.append((pid, tid, stacks[h][0], stacks[h][1], count))
+        return out
+
+
+def symbolize(pid: int, stacks) -> list[tuple[list[str], int, int]]:
+    """(names root first, end reason, count) per stack of `pid`, with the profiler's symbolizer."""
+    from hotstack.procs import ProcessTable
+    from hotstack.symbols.symbolizer import Symbolizer
+
+    processes = ProcessTable()
+    processes.observe(pid)
+    sym = Symbolizer(processes)
+    out = []
+    for spid, _tid, pcs, end, count in stacks:
+        if spid != pid:
+            continue
+        names = [f.name for f in sym.user_frames(pid, pcs)]
+        out.append((list(reversed(names)), end, count))
+    return out
+
+
+def tally(named) -> Counter:
+    c = Counter()
+    for names, _end, count in named:
+        c[tuple(names)] += count
+    return c
