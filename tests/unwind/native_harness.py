@@ -6,7 +6,6 @@ from __future__ import annotations
 import struct
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
 from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
@@ -53,6 +52,12 @@ class NativeSampler:
         self.stop()
         self.collection.close()
 
+    def preload(self, pid: int) -> None:
+        """Tables for every file pid maps (a long-running host has them already)."""
+        self.tables.preload_process(pid)
+        if not self.kernel_walk:
+            self.tables.write_process(pid)
+
     def run(self, seconds: float, serve_every: float = 0.05, write_pids=()) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -79,8 +84,8 @@ class NativeSampler:
         return out
 
 
-def symbolize(pid: int, stacks) -> list[tuple[list[str], int, int]]:
-    """(names root first, end reason, count) per stack of `pid`, with the profiler's symbolizer."""
+def symbolize(pid: int, stacks) -> list[tuple[list, int, int]]:
+    """(frames root first, end reason, count) per stack of `pid`, named by the profiler's symbolizer."""
     from hotstack.procs import ProcessTable
     from hotstack.symbols.symbolizer import Symbolizer
 
@@ -89,15 +94,36 @@ def symbolize(pid: int, stacks) -> list[tuple[list[str], int, int]]:
     sym = Symbolizer(processes)
     out = []
     for spid, _tid, pcs, end, count in stacks:
-        if spid != pid:
-            continue
-        names = [f.name for f in sym.user_frames(pid, pcs)]
-        out.append((list(reversed(names)), end, count))
+        if spid == pid:
+            out.append((list(reversed(sym.user_frames(pid, pcs))), end, count))
     return out
 
 
-def tally(named) -> Counter:
-    c = Counter()
-    for names, _end, count in named:
-        c[tuple(names)] += count
-    return c
+def names(frames) -> list[str]:
+    return [f.name for f in frames]
+
+
+def run_perf_dwarf(pid: int, seconds: float, frequency: int, workdir: Path) -> list[tuple[list[str], list[str]]]:
+    """perf record --call-graph dwarf on pid: (names, dsos) root first, per sample, user frames only."""
+    data = workdir / f"perf-{pid}.data"
+    subprocess.run(["perf", "record", "-q", "-F", str(frequency), "--call-graph", "dwarf", "-p", str(pid),
+                    "-o", str(data), "--", "sleep", str(seconds)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = subprocess.run(["perf", "script", "--no-inline", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True,
+                         text=True).stdout
+    samples, cur = [], None
+    for line in out.splitlines() + [""]:
+        if not line.strip():
+            if cur:
+                samples.append((list(reversed([n for n, _ in cur])), list(reversed([d for _, d in cur]))))
+            cur = []
+            continue
+        parts = line.split(None, 1)
+        rest = parts[1] if len(parts) > 1 else "[unknown]"
+        sym, _, dso = rest.rpartition(" (")
+        if "kernel" in dso or "vdso" in dso:
+            continue
+        if cur is None:
+            cur = []
+        cur.append((sym.split("+0x")[0].strip() or "[unknown]", dso.rstrip(")")))
+    return samples
