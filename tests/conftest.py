@@ -92,3 +92,7 @@ def wait_until_sampling(pid: int, timeout: float = 30) -> None:
                 continue
         time.sleep(0.05)
     raise AssertionError(f"process {pid} did not start sampling within {timeout} s")
+
+
+# Real container runtimes (dockerd, containerd's CRI) for the tests that need them.
+from .runtime_fixtures import containerd_cri, docker_engine, spin_image, static_spin  # noqa: E402,F401

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ..conftest import hotstack
-from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_pod
+from .peers import KubernetesServer, k8s_pod
 from .conftest import seed_config
 
 pytestmark = pytest.mark.root
@@ -58,44 +58,42 @@ def test_process_example_against_real_proc(agent, pyroscope, spin_binary, worklo
     assert a.stop() == 0
 
 
-def test_docker_example(agent, pyroscope, spin_binary, container_cgroup, workloads, tmp_path):
-    web = container_cgroup("docker")
-    web.start([spin_binary])
+def test_docker_example(agent, pyroscope, spin_binary, docker_engine, spin_image, workloads):
+    """The seed's docker example against a real Docker Engine: the container has its own mount
+    namespace and filesystem (its program is only there), so frames are symbolized through
+    /proc/PID/root."""
+    cid = docker_engine.run(spin_image, "web", ["/spin"], labels={"com.example.team": "pay"})
     workloads([spin_binary])          # the same program outside every container: not profiled
-    sock = tmp_path / "docker.sock"
-    docker = DockerServer(str(sock), [docker_container(web.id, "web", labels={"com.example.team": "pay"})],
-                          DOCKER_NETWORKS)
-    try:
-        text = fast(seed_config("docker.alloy"), pyroscope.url).replace("unix:///var/run/docker.sock",
-                                                                         f"unix://{sock}")
-        a = agent(text)
-        a.wait_ready()
-        found = pyroscope.wait_for(lambda s: has_spin(s))
-        assert found
-        time.sleep(2.5)   # one more interval: anything from outside the container would be there by now
-        names = {s.labels.get("service_name") for s in pyroscope.series}
-        assert names == {"/web"}, names
-        s = found[0]
-        assert s.labels["__name__"] == "process_cpu"
-        assert "__meta_docker_container_id" not in s.labels and "__container_id__" not in s.labels
-        assert any(r.startswith("/v1.") and "/containers/json" in r for r in docker.requests)
-        targets = a.json("/api/v0/web/components/discovery.docker.linux")["exports"]["targets"]
-        assert targets[0]["__meta_docker_container_name"] == "/web"
-        assert targets[0]["__meta_docker_container_label_com_example_team"] == "pay"
-        assert targets[0]["__meta_docker_network_ip"] == "172.17.0.2"
-        assert a.json("/api/v0/web/components/discovery.docker.linux")["health"]["state"] == "healthy"
-    finally:
-        if docker is not None:
-            docker.close()
+    text = fast(seed_config("docker.alloy"), pyroscope.url).replace("unix:///var/run/docker.sock", docker_engine.host)
+    a = agent(text)
+    a.wait_ready()
+    found = pyroscope.wait_for(lambda s: has_spin(s))
+    assert found, ([s.labels for s in pyroscope.series][:5], a.log.read_text()[-3000:])
+    time.sleep(2.5)   # one more interval: anything from outside the container would be there by now
+    names = {s.labels.get("service_name") for s in pyroscope.series}
+    assert names == {"/web"}, names
+    s = found[0]
+    assert s.labels["__name__"] == "process_cpu"
+    assert "__meta_docker_container_id" not in s.labels and "__container_id__" not in s.labels
+    targets = a.json("/api/v0/web/components/discovery.docker.linux")["exports"]["targets"]
+    assert [t["__meta_docker_container_id"] for t in targets] == [cid]
+    assert targets[0]["__meta_docker_container_name"] == "/web"
+    assert targets[0]["__meta_docker_container_label_com_example_team"] == "pay"
+    assert targets[0]["__meta_docker_container_network_mode"] == "none"   # --network none: no address
+    assert a.json("/api/v0/web/components/discovery.docker.linux")["health"]["state"] == "healthy"
 
 
-def test_kubernetes_example(agent, pyroscope, spin_binary, container_cgroup):
-    c1, c2 = container_cgroup("containerd"), container_cgroup("containerd")
-    c1.start([spin_binary])
-    c2.start([spin_binary])
+def test_kubernetes_example(agent, pyroscope, containerd_cri):
+    """The seed's kubernetes example: pods made over containerd's CRI as kubelet makes them (real
+    containers), listed by a Kubernetes API test server with their real container ids."""
+    from ..runtime_fixtures import CRI_SPIN_IMAGE
+    c1 = containerd_cri.run_pod("shop", "spin-pod", "uid-spin", "spin", CRI_SPIN_IMAGE, ["/spin"],
+                                cgroup_parent="/hotstack-k8s-example")
+    c2 = containerd_cri.run_pod("shop", "other-node", "uid-other", "spin", CRI_SPIN_IMAGE, ["/spin"],
+                                cgroup_parent="/hotstack-k8s-example")
     pods = [
-        k8s_pod("spin-pod", "shop", "node-a", "spin", f"containerd://{c1.id}", labels={"app": "shop"}),
-        k8s_pod("other-node", "shop", "node-b", "spin", f"containerd://{c2.id}"),
+        k8s_pod("spin-pod", "shop", "node-a", "spin", f"containerd://{c1}", labels={"app": "shop"}),
+        k8s_pod("other-node", "shop", "node-b", "spin", f"containerd://{c2}"),
         k8s_pod("done", "shop", "node-a", "job", "containerd://" + "f" * 64, phase="Succeeded"),
     ]
     k8s = KubernetesServer(pods)
@@ -113,7 +111,7 @@ def test_kubernetes_example(agent, pyroscope, spin_binary, container_cgroup):
         assert any("fieldSelector=spec.nodeName%3Dnode-a" in r and "watch=1" not in r for r in k8s.requests)
         assert not [s for s in pyroscope.series if s.labels.get("pod") == "other-node"]
         # a pod scheduled later on this node arrives through the watch
-        k8s.push_event("ADDED", k8s_pod("other-node", "shop", "node-a", "spin", f"containerd://{c2.id}"))
+        k8s.push_event("ADDED", k8s_pod("other-node", "shop", "node-a", "spin", f"containerd://{c2}"))
         late = pyroscope.wait_for(lambda s: s.labels.get("pod") == "other-node" and has_spin(s), timeout=30)
         assert late, "the pod added through the watch was not profiled"
         ebpf = a.json("/api/v0/web/components/pyroscope.ebpf.local_pods")

@@ -44,5 +44,5 @@ pyroscope.ebpf "default" {{
     targets = a.json("/api/v0/web/components/discovery.docker.linux")["exports"]["targets"]
     assert [t["__meta_docker_container_id"] for t in targets] == [cid], targets
     found = pyroscope.wait_for(lambda s: s.labels.get("service_name") == "/hotstack-alloy-web"
-                               and "hotstack_container_spin" in s.functions(), timeout=90)
+                               and "hotstack_alloy_spin_leaf" in s.functions(), timeout=90)
     assert found, ([(s.labels, sorted(s.functions())[:10]) for s in pyroscope.series][:5], a.log.read_text()[-2000:])

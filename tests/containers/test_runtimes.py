@@ -12,6 +12,8 @@ from hotstack.containers import ContainerRuntimes, container_metadata
 from hotstack.containers.docker import DockerRuntime
 from hotstack.procs.containers import container_id_from_cgroup
 
+from ..runtime_fixtures import CRI_SPIN_IMAGE
+
 pytestmark = pytest.mark.root
 
 
@@ -68,12 +70,12 @@ def test_names_from_containerd_over_the_cri(containerd_cri):
     """A pod made over the CRI as kubelet makes it: the container's name, image and pid, and the
     Kubernetes names from its labels, through RuntimeService.ContainerStatus."""
     from hotstack.containers.cri import CRIRuntime
-    cid = containerd_cri.run_pod("shop", "checkout-1", "uid-1", "checkout", "docker.io/hotstack-test/spin:1",
+    cid = containerd_cri.run_pod("shop", "checkout-1", "uid-1", "checkout", CRI_SPIN_IMAGE,
                                  ["/spin"], cgroup_parent=f"/hotstack-cri-test-{os.getpid()}")
     runtimes = ContainerRuntimes([DockerRuntime("/nonexistent/docker.sock"), CRIRuntime(containerd_cri.socket)])
     meta = runtimes.container_metadata(cid)
     assert meta is not None
-    assert (meta.name, meta.runtime, meta.image) == ("checkout", "containerd", "docker.io/hotstack-test/spin:1")
+    assert (meta.name, meta.runtime, meta.image) == ("checkout", "containerd", CRI_SPIN_IMAGE)
     assert meta.fields()["k8s.namespace"] == "shop" and meta.fields()["k8s.podName"] == "checkout-1"
     assert meta.fields()["k8s.containerName"] == "checkout" and meta.k8s_pod_uid == "uid-1"
     assert meta.pid > 0 and _cgroup_id(meta.pid) == cid   # the process's cgroup names the same container
