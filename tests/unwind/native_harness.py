@@ -30,10 +30,13 @@ def build_object(out_dir: Path) -> Path:
 
 class NativeSampler:
     def __init__(self, obj: Path, target: int = 0, kernel_vma_walk: bool | None = None, rows: int = 1 << 20,
-                 cache_dir: str = "") -> None:
+                 cache_dir: str = "", comm: str = "") -> None:
         spec = load_spec(str(obj))
         self.kernel_walk = configure(spec, rows=rows, kernel_vma_walk=kernel_vma_walk)
         spec.set_constant("target_tgid", target)
+        if comm:
+            spec.set_constant("target_by_comm", 1)
+            spec.set_constant("target_comm", comm.encode()[:15].ljust(16, b"\0"))
         self.collection = Collection.load(spec)
         maps = self.collection.maps
         maps["nu_progs"].update(struct.pack("<I", 0), struct.pack("<I", self.collection.programs["nu_test_step"].fd))

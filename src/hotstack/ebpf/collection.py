@@ -9,8 +9,6 @@ from .maps import Map
 from .program import Program
 from .spec import PSEUDO_MAP_FD, PSEUDO_MAP_VALUE, CollectionSpec, ProgramSpec
 
-PSEUDO_KFUNC_CALL = 2
-
 
 class Collection:
     def __init__(self, spec: CollectionSpec, maps: dict[str, Map], programs: dict[str, Program]) -> None:
@@ -80,22 +78,7 @@ def _relocated(prog_spec: ProgramSpec, maps: dict[str, Map]) -> bytes:
         insns[base + 1] = (insns[base + 1] & 0x0F) | ((PSEUDO_MAP_FD if extra is None else PSEUDO_MAP_VALUE) << 4)
         struct.pack_into("<i", insns, base + 4, maps[map_key].fd)
         struct.pack_into("<i", insns, base + 12, extra or 0)
-    for index, name in prog_spec.kfunc_relocations:
-        base = index * 8
-        insns[base + 1] = (insns[base + 1] & 0x0F) | (PSEUDO_KFUNC_CALL << 4)
-        struct.pack_into("<hi", insns, base + 2, 0, kfunc_btf_id(name))
     return bytes(insns)
-
-
-def kfunc_btf_id(name: str) -> int:
-    """The kernel's BTF id of kfunc `name`, 0 if the kernel has none: like libbpf's weak kfuncs, a call
-    left at 0 is accepted only where the verifier proves it dead (a .rodata feature flag off)."""
-    from .btf import KIND_FUNC, kernel_btf
-
-    try:
-        return kernel_btf().find(name, KIND_FUNC).id
-    except (KeyError, OSError):
-        return 0
 
 
 class GlobalVariable:

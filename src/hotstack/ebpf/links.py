@@ -161,7 +161,6 @@ def tracing_variant(spec: ProgramSpec, target: str, btf: Btf | None = None) -> P
     clone = ProgramSpec(**{**spec.__dict__})
     clone.instructions = bytearray(spec.instructions)
     clone.map_relocations = list(spec.map_relocations)
-    clone.kfunc_relocations = list(spec.kfunc_relocations)
     clone.section = f"{kind}/{target}"
     clone.attach_btf_id = btf_target_id(kind, target, btf)
     return clone

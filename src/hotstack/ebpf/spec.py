@@ -74,9 +74,6 @@ class ProgramSpec:
     license: str = "GPL"
     # Kernel BTF type id of the attach target (fentry/fexit function, tp_btf typedef); set before loading.
     attach_btf_id: int = 0
-    # (instruction index, kernel function name): calls of kfuncs (`extern ... __ksym`), resolved
-    # against the running kernel's BTF at load time
-    kfunc_relocations: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -196,9 +193,6 @@ def _program(elf: BpfElf, section: Section, text: Section | None, name: str, sta
             index = base_index + (rel.offset - lo) // 8
             opcode = spec.instructions[index * 8]
             sym = rel.symbol
-            if opcode == BPF_CALL and sym.section_index == 0 and sym.name:
-                spec.kfunc_relocations.append((index, sym.name))     # an extern kernel function
-                continue
             target_section = elf.sections[sym.section_index] if sym.section_index < len(elf.sections) else None
             if target_section is None:
                 raise ObjectFormatError(f"{name}: relocation against unknown section")

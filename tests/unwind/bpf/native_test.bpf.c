@@ -12,6 +12,8 @@
 #include "native_unwind.h"
 
 const volatile __u32 target_tgid = 0;
+const volatile __u32 target_by_comm = 0;
+const volatile char target_comm[16] = {};
 
 struct count_key {
 	__u32 pid;
@@ -60,6 +62,18 @@ int nu_test_sample(struct bpf_perf_event_data *ctx)
 
 	if (!tgid || (target_tgid && tgid != target_tgid))
 		return 0;
+	if (target_by_comm) {
+		char comm[16] = {};
+		int i;
+
+		bpf_get_current_comm(comm, sizeof(comm));
+		for (i = 0; i < 16; i++) {
+			if (comm[i] != target_comm[i])
+				return 0;
+			if (!comm[i])
+				break;
+		}
+	}
 	if ((ctx->regs.cs & 3) == 3) {
 		regs.rip = ctx->regs.rip;
 		regs.rsp = ctx->regs.rsp;
