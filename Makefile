@@ -8,7 +8,7 @@ BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 CLANG ?= clang
 ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
 
-.PHONY: run test test-peers venv bpf proto check-generated clean
+.PHONY: run test test-peers venv generate bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
@@ -33,6 +33,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
+# The C header and the Python module that describe what the BPF programs and the engine share
+# (records, enums, map and variable names), from the one schema file.
+generate: venv
+	$(VPY) -m hotstack.bpf.generate
+
 # Rebuild the committed BPF objects from their C sources (Debian's clang, no kernel headers needed).
 # Debug info is dropped and .BTF kept (map definitions live there); .BTF.ext is dropped because it
 # would embed the build directory.
@@ -53,6 +58,8 @@ proto: venv
 
 # CI: the committed objects must be what their sources build into.
 check-generated:
+	$(MAKE) generate
+	git diff --exit-code -- $(BPF_DIR)/schema.h $(BPF_DIR)/schema.py
 	touch $(BPF_SOURCES)
 	$(MAKE) bpf
 	git diff --exit-code -- $(BPF_DIR)

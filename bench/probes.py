@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from hotstack import ebpf  # noqa: E402
-from hotstack.sampling.offcpu import OffCpuConfig, OffCpuProfiler  # noqa: E402
-from hotstack.sampling.probes import ProbeConfig, ProbeProfiler  # noqa: E402
+from hotstack.sampling import Engine, EngineConfig  # noqa: E402
+from hotstack.sampling.probe_links import parse_probe_links  # noqa: E402
 
 WORKLOAD = r"""
 #include <stdio.h>
@@ -124,10 +124,10 @@ def offcpu_cost(binary: Path, trips: int = 20000) -> str:
 
     base = round_trip()
     stats_fd = ebpf.enable_run_time_stats()
-    with OffCpuProfiler(OffCpuConfig()) as profiler:
+    with Engine(EngineConfig(cpu=False, off_cpu_threshold=1.0)) as engine:
         traced = round_trip()
-        profile = profiler.collect()
-        stats = profiler.session._collection.programs["offcpu_sched_switch"].stats()
+        profile = engine.collect()[0]
+        stats = engine.samplers[0].collection.programs["offcpu_sched_switch"].stats()
     os.close(stats_fd)
     return (f"off-CPU: pipe round trip {base / 1000:.1f} us without, {traced / 1000:.1f} us with every switch "
             f"recorded (+{(traced - base) / 2000:.1f} us per context switch, x{traced / base:.2f}); hotstack's "
@@ -148,10 +148,11 @@ def main() -> None:
 
         base = min(ns_per_call(binary, args.calls) for _ in range(3))
         stats_fd = ebpf.enable_run_time_stats()   # the BPF program's own time, apart from the trap's
-        with ProbeProfiler(ProbeConfig.from_strings([f"uprobe:{binary}:probed"])) as profiler:
+        links = tuple(parse_probe_links([f"uprobe:{binary}:probed"]))
+        with Engine(EngineConfig(cpu=False, probe_links=links)) as engine:
             probed = min(ns_per_call(binary, args.calls // 10) for _ in range(3))
-            profile = profiler.collect()
-            stats = profiler.session._collection.programs["probe_uprobe"].stats()
+            profile = engine.collect()[0]
+            stats = engine.samplers[0].collection.programs["probe_uprobe"].stats()
         os.close(stats_fd)
         recorded = sum(s.value for s in profile.samples)
         program_ns = stats.run_time_ns / max(1, stats.run_count)

@@ -27,8 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 WORKLOAD = ROOT / "tests" / "python" / "workload_abc.py"
 
 from hotstack.profile.model import FrameKind  # noqa: E402
-from hotstack.sampling.profiler import CpuProfiler  # noqa: E402
-from hotstack.sampling.session import SamplerConfig  # noqa: E402
+from hotstack.sampling import Engine, EngineConfig  # noqa: E402
 
 
 def start_workload(python: str, seconds: float) -> subprocess.Popen:
@@ -59,12 +58,12 @@ def shares(stacks: Counter) -> dict[str, float]:
 def run_hotstack(python: str, seconds: float, rate: int, python_enabled: bool):
     proc = start_workload(python, seconds)
     cpu0 = time.process_time()
-    config = SamplerConfig(frequency=rate, pids=(proc.pid,), python_enabled=python_enabled)
-    with CpuProfiler(config) as prof:
+    config = EngineConfig(frequency=rate, pids=(proc.pid,), runtime_frames=python_enabled)
+    with Engine(config) as prof:
         ready = time.process_time() - cpu0
         cpu1 = time.process_time()
         last = prof.run(max(0.5, seconds - 0.5))
-        bpf_ns = prof.session.bpf_run_time_ns()
+        bpf_ns = prof.bpf_run_time_ns()
         cpu = time.process_time() - cpu1
     rate_calls, _cpu = finish(proc, seconds)
     stacks = Counter()

@@ -73,27 +73,23 @@ def canonical(name: str) -> str:
 
 # -- hotstack -------------------------------------------------------------------------------------
 def run_hotstack(pid: int, seconds: float, frequency: int, unwind: str) -> dict:
-    from hotstack.sampling.profiler import CpuProfiler
-    from hotstack.sampling.session import SamplerConfig
+    from hotstack.sampling import Engine, EngineConfig
 
-    fields = SamplerConfig.__dataclass_fields__
-    extra = {"python_enabled": False} if "python_enabled" in fields else {}
-    config = SamplerConfig(frequency=frequency, pids=(pid,), unwind=unwind, **extra)
-    profiler = CpuProfiler(config)
+    profiler = Engine(EngineConfig(frequency=frequency, pids=(pid,), unwind=unwind, runtime_frames=False))
     with profiler:
         # Warm-up interval, not counted: loading, kallsyms, first table parses and symbol files.
         time.sleep(1.0)
         profiler.collect()
         warm_parse = profiler.unwinder.tables.parse_seconds
         warm_unwind = profiler.unwinder.stats.seconds
-        bpf_before = profiler.session.bpf_run_time_ns()
-        bytes_before = profiler.session.snapshot_bytes_read
+        bpf_before = profiler.bpf_run_time_ns()
+        bytes_before = profiler.cpu.snapshot_bytes_read
         before = resource.getrusage(resource.RUSAGE_SELF)
         time.sleep(seconds)
-        profile = profiler.collect()
+        profile = profiler.collect()[0]
         after = resource.getrusage(resource.RUSAGE_SELF)
-        bpf_ns = profiler.session.bpf_run_time_ns() - bpf_before
-        snapshot_bytes = profiler.session.snapshot_bytes_read - bytes_before
+        bpf_ns = profiler.bpf_run_time_ns() - bpf_before
+        snapshot_bytes = profiler.cpu.snapshot_bytes_read - bytes_before
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     stacks = []
     for s in profile.samples:
@@ -109,18 +105,29 @@ def unwinder_alone(pid: int, seconds: float, frequency: int) -> dict:
     of the unwinder per sample without the agent's fixed costs (which dominate when the workload
     gets few samples, as on a loaded machine)."""
     from hotstack.procs import ProcessTable
-    from hotstack.sampling import SamplerConfig, SamplingSession
+    from types import SimpleNamespace
+
+    from hotstack.sampling import EngineConfig
+    from hotstack.sampling.cpu import CpuSampler
     from hotstack.unwind import Unwinder
 
-    fields = SamplerConfig.__dataclass_fields__
-    extra = {"python_enabled": False} if "python_enabled" in fields else {}
     snaps = []
-    with SamplingSession(SamplerConfig(frequency=frequency, pids=(pid,), unwind="dwarf", **extra)) as session:
+
+    def keep(pid, ip, sp, bp, stack):     # the raw snapshot, kept for the offline rounds
+        snaps.append(SimpleNamespace(pid=pid, ip=ip, sp=sp, bp=bp, stack=bytes(stack)))
+        return ()
+
+    session = CpuSampler(EngineConfig(frequency=frequency, pids=(pid,), unwind="dwarf", runtime_frames=False), keep)
+    session.start()
+    try:
+        session.attach()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(0.1)
             session.poll_snapshots()
-        snaps = session.collect().snapshots
+        session.collect()
+    finally:
+        session.close()
     unwinder = Unwinder(ProcessTable())
     for s in snaps:                       # first pass: parses the tables
         unwinder.unwind(s.pid, s.ip, s.sp, s.bp, s.stack)

@@ -9,8 +9,12 @@ import pytest
 
 from hotstack import ebpf
 from hotstack.ebpf.spec import MapSpec, ProgramSpec
-from hotstack.sampling import layout
-from hotstack.sampling.session import object_path
+from hotstack.bpf import object_path as _object_path, schema
+
+
+def object_path() -> str:
+    return _object_path("profile")
+
 
 from ..peers import require_tool
 
@@ -24,8 +28,8 @@ def test_spec_reads_maps_globals_and_programs():
     assert "profile_cpu" in spec.programs
     assert spec.programs["profile_cpu"].prog_type == 7   # BPF_PROG_TYPE_PERF_EVENT
     counts = spec.maps["counts_0"]
-    assert (counts.type, counts.key_size, counts.value_size) == (HASH, layout.SAMPLE_KEY.size,
-                                                                 layout.SAMPLE_VALUE.size)
+    assert (counts.type, counts.key_size, counts.value_size) == (HASH, schema.STACK_KEY.size,
+                                                                 schema.STACK_COUNT.size)
     assert spec.maps["user_stacks_0"].value_size == 127 * 8
     assert spec.maps[".rodata"].freeze and spec.maps[".rodata"].flags & (1 << 7)
     assert {"filter_by_pid", "include_idle", "active_buffer"} <= set(spec.variables)

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from hotstack.sampling.session import SamplerConfig, SamplingSession
+from hotstack.sampling.config import EngineConfig
+from hotstack.sampling.cpu import CpuSampler
 
 pytestmark = pytest.mark.root
 
@@ -15,19 +16,24 @@ def test_no_sample_lost_or_double_counted(hot_ab, workloads):
     busy = [workloads([hot_ab]) for _ in range(2)]
     drained = 0
     seen = idle = filtered = full = 0
-    with SamplingSession(SamplerConfig(frequency=499)) as session:
+    session = CpuSampler(EngineConfig(frequency=499, unwind="fp"), unwind=lambda *a: ())
+    session.start()
+    session.attach()
+    try:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             time.sleep(0.05)   # many short intervals: flips race with samples in flight
             batch = session.collect()
-            drained += sum(s.count for s in batch.samples)
+            drained += sum(s.value for s in batch.stacks)
             seen, idle, filtered, full = (seen + batch.stats.samples, idle + batch.stats.idle,
                                           filtered + batch.stats.filtered, full + batch.stats.counts_full)
         session.stop()   # no more samples: the last drain sees everything
         batch = session.collect()
-        drained += sum(s.count for s in batch.samples)
+        drained += sum(s.value for s in batch.stacks)
         seen, idle, filtered, full = (seen + batch.stats.samples, idle + batch.stats.idle,
                                       filtered + batch.stats.filtered, full + batch.stats.counts_full)
+    finally:
+        session.close()
     assert seen > 1000, seen   # two busy CPUs at 499 Hz for 3 s
     assert full == 0
     assert drained == seen - idle - filtered, (drained, seen, idle, filtered)

@@ -76,3 +76,16 @@ def libc_path_of(pid: int) -> str:
 
 def stack_names(sample) -> list[str]:
     return [f.name for f in sample.stack]
+
+
+def probe_engine(links, pids=(), obi=None):
+    """The engine with only the probe sampler, as `hotstack run profile_probe` builds it."""
+    from hotstack.sampling import Engine, EngineConfig
+    from hotstack.sampling.probe_links import parse_probe_links
+    return Engine(EngineConfig(cpu=False, probe_links=tuple(parse_probe_links(links)), pids=tuple(pids), obi=obi))
+
+
+def offcpu_engine(threshold=1.0, pids=(), obi=None):
+    """The engine with only the off-CPU sampler, as `hotstack run profile_offcpu` builds it."""
+    from hotstack.sampling import Engine, EngineConfig
+    return Engine(EngineConfig(cpu=False, off_cpu_threshold=threshold, pids=tuple(pids), obi=obi))

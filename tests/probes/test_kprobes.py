@@ -9,7 +9,7 @@ import pytest
 
 from hotstack.ebpf import links as ebpf_links
 from hotstack.errors import HotstackError
-from hotstack.sampling.probes import ProbeConfig, ProbeProfiler
+from .conftest import probe_engine
 
 pytestmark = pytest.mark.root
 
@@ -21,7 +21,7 @@ def _open_files(stop: threading.Event) -> None:
 
 
 def test_kprobe_attaches_where_the_kernel_can_else_names_the_missing_option():
-    profiler = ProbeProfiler(ProbeConfig.from_strings(["kprobe:do_sys_openat2"]))
+    profiler = probe_engine(["kprobe:do_sys_openat2"])
     try:
         profiler.start()
     except HotstackError as e:
@@ -47,7 +47,7 @@ def test_kprobe_attaches_where_the_kernel_can_else_names_the_missing_option():
 
 
 def test_unknown_kernel_function_fails_at_start():
-    profiler = ProbeProfiler(ProbeConfig.from_strings(["kretprobe:no_such_kernel_function_xyz"]))
+    profiler = probe_engine(["kretprobe:no_such_kernel_function_xyz"])
     with pytest.raises(HotstackError) as e:
         profiler.start()
     profiler.close()

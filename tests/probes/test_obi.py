@@ -8,10 +8,8 @@ import time
 import pytest
 
 from hotstack.sampling.obi import ObiConfig
-from hotstack.sampling.offcpu import OffCpuConfig, OffCpuProfiler
-from hotstack.sampling.probes import ProbeConfig, ProbeProfiler
 
-from .conftest import libc_path_of, thread_ids
+from .conftest import libc_path_of, offcpu_engine, probe_engine, thread_ids
 
 pytestmark = pytest.mark.root
 
@@ -32,9 +30,8 @@ def test_probe_samples_carry_the_span_of_their_thread(workloads, malloc_ratio, o
     other = workloads([malloc_ratio, "5"])
     set_span(traced.pid, traced.pid, TRACE, SPAN)
     libc = libc_path_of(traced.pid)
-    config = ProbeConfig.from_strings([f"uprobe:{libc}:malloc"], pids=[traced.pid, other.pid],
-                                      obi=ObiConfig(bpf_fs_root=root))
-    with ProbeProfiler(config) as profiler:
+    config = dict(links=[f"uprobe:{libc}:malloc"], pids=[traced.pid, other.pid], obi=ObiConfig(bpf_fs_root=root))
+    with probe_engine(**config) as profiler:
         profile = profiler.run(1.0)
     labels = _labels_by_pid(profile)
     assert labels[traced.pid] == {(TRACE.hex(), SPAN.hex())}
@@ -46,8 +43,8 @@ def test_offcpu_samples_carry_the_span_they_waited_in(workloads, offcpu_split, o
     w = workloads([offcpu_split])
     helper_pid = int(open(f"/proc/{w.pid}/task/{w.pid}/children").read().split()[0])
     set_span(w.pid, w.pid, TRACE, SPAN)
-    config = OffCpuConfig(pids=(w.pid, helper_pid), obi=ObiConfig(bpf_fs_root=root))
-    with OffCpuProfiler(config) as profiler:
+    config = dict(pids=(w.pid, helper_pid), obi=ObiConfig(bpf_fs_root=root))
+    with offcpu_engine(**config) as profiler:
         profile = profiler.run(1.0)
     main = [s for s in profile.samples if s.tid == w.pid]
     helper = [s for s in profile.samples if s.pid == helper_pid]
@@ -59,10 +56,9 @@ def test_offcpu_samples_carry_the_span_they_waited_in(workloads, offcpu_split, o
 def test_absent_map_is_off_with_one_info_line(workloads, malloc_ratio, tmp_path, caplog):
     w = workloads([malloc_ratio, "5"])
     libc = libc_path_of(w.pid)
-    config = ProbeConfig.from_strings([f"uprobe:{libc}:malloc"], pids=[w.pid],
-                                      obi=ObiConfig(bpf_fs_root=str(tmp_path)))
+    config = dict(links=[f"uprobe:{libc}:malloc"], pids=[w.pid], obi=ObiConfig(bpf_fs_root=str(tmp_path)))
     with caplog.at_level(logging.INFO, logger="hotstack.obi"):
-        with ProbeProfiler(config) as profiler:
+        with probe_engine(**config) as profiler:
             profile = profiler.run(0.5)
     assert profile.samples and all(not s.label("trace_id") for s in profile.samples)
     lines = [r.getMessage() for r in caplog.records if r.name == "hotstack.obi"]
@@ -71,8 +67,7 @@ def test_absent_map_is_off_with_one_info_line(workloads, malloc_ratio, tmp_path,
 
 def test_cpu_samples_of_the_traced_thread_carry_its_span(workloads, two_spinners, obi_map):
     """The case OBI exists for: a busy thread serving a request; its CPU samples name the span."""
-    from hotstack.sampling.profiler import CpuProfiler
-    from hotstack.sampling.session import SamplerConfig
+    from hotstack.sampling import Engine, EngineConfig
 
     root, set_span = obi_map
     w = workloads([two_spinners])
@@ -83,8 +78,8 @@ def test_cpu_samples_of_the_traced_thread_carry_its_span(workloads, two_spinners
         time.sleep(0.02)
     traced, untraced = tids
     set_span(w.pid, traced, TRACE, SPAN)
-    config = SamplerConfig(frequency=97, pids=(w.pid,), obi=ObiConfig(bpf_fs_root=root))
-    with CpuProfiler(config) as profiler:
+    config = EngineConfig(frequency=97, pids=(w.pid,), obi=ObiConfig(bpf_fs_root=root))
+    with Engine(config) as profiler:
         profile = profiler.run(1.5)
     by_tid = {}
     for s in profile.samples:

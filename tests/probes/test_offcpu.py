@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hotstack.sampling.offcpu import OffCpuConfig, OffCpuProfiler
+from hotstack.sampling import EngineConfig
 
-from .conftest import stack_names
+from .conftest import offcpu_engine, stack_names
 
 pytestmark = pytest.mark.root
 
@@ -26,7 +26,7 @@ def _by_function(profiles, tid: int, functions: tuple[str, ...]) -> dict[str, in
 
 def test_sleep_and_pipe_shares(workloads, offcpu_split):
     w = workloads([offcpu_split])
-    with OffCpuProfiler(OffCpuConfig()) as profiler:
+    with offcpu_engine() as profiler:
         profile = profiler.run(3.0)
     assert profile.name == "offcpu"
     assert (profile.sample_type.type, profile.sample_type.unit) == ("offcpu", "nanoseconds")
@@ -45,7 +45,7 @@ def test_sleep_and_pipe_shares(workloads, offcpu_split):
 
 def test_threshold_records_a_fraction_with_the_same_shares(workloads, offcpu_split):
     w = workloads([offcpu_split])
-    with OffCpuProfiler(OffCpuConfig(threshold=0.5, pids=(w.pid,))) as profiler:
+    with offcpu_engine(threshold=0.5, pids=(w.pid,)) as profiler:
         profile = profiler.run(3.0)
     totals = _by_function([profile], w.pid, ("sleep_eight_ms", "wait_on_pipe"))
     both = sum(totals.values())
@@ -58,7 +58,7 @@ def test_sleeps_longer_than_the_interval_keep_their_stacks(workloads, long_sleep
     """A thread that leaves the CPU in one interval and returns in a later one is still named."""
     w = workloads([long_sleep])
     profiles = []
-    with OffCpuProfiler(OffCpuConfig(pids=(w.pid,))) as profiler:
+    with offcpu_engine(pids=(w.pid,)) as profiler:
         profiler.run(2.0, interval_s=0.1, on_profile=profiles.append)
     assert len(profiles) >= 10
     mine = [s for p in profiles for s in p.samples if s.tid == w.pid]
@@ -71,4 +71,4 @@ def test_threshold_out_of_range():
     from hotstack.errors import ConfigError
     for bad in (0, -0.1, 1.5):
         with pytest.raises(ConfigError):
-            OffCpuConfig(threshold=bad).validate()
+            EngineConfig(cpu=False, off_cpu_threshold=bad).validate()

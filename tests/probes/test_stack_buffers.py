@@ -5,7 +5,8 @@ from __future__ import annotations
 import struct
 
 from hotstack.sampling.obi import trace_labels
-from hotstack.sampling.stack_buffers import EVENT_KEY, EVENT_VALUE, parse_stack, with_caller
+from hotstack.bpf import object_path, schema
+from hotstack.sampling.buffers import parse_stack, with_caller
 
 
 def test_caller_is_put_after_the_leaf_once():
@@ -22,19 +23,45 @@ def test_stack_map_values_end_at_the_first_zero():
 
 
 def test_layouts_match_the_committed_objects():
-    """The Python mirrors of event_counts.h/offcpu.bpf.c against the maps the objects declare."""
+    """The generated records (bpf/schema.py) against the maps every committed object declares."""
     from hotstack.ebpf import load_spec
-    from hotstack.sampling import offcpu, probes
 
-    for path in (probes.object_path(), offcpu.object_path()):
-        spec = load_spec(path)
-        assert (spec.maps["counts_0"].key_size, spec.maps["counts_0"].value_size) == (EVENT_KEY.size, EVENT_VALUE.size)
-        assert (spec.maps["traces_ctx_v1"].key_size, spec.maps["traces_ctx_v1"].value_size) == (8, 24)
-    entry = load_spec(offcpu.object_path()).maps["off_cpu_threads"].value_size
-    assert entry == offcpu.OFF_CPU_ENTRY.size + 24   # then the OBI trace context
+    for name in ("profile", "probe", "offcpu"):
+        spec = load_spec(object_path(name))
+        counts = spec.maps["counts_0"]
+        assert (counts.key_size, counts.value_size) == (schema.STACK_KEY.size, schema.STACK_COUNT.size), name
+        assert (spec.maps["traces_ctx_v1"].key_size, spec.maps["traces_ctx_v1"].value_size) == (
+            8, schema.TRACE_CONTEXT.size)
+        assert spec.maps["stats"].max_entries == schema.STAT_MAX
+    assert load_spec(object_path("offcpu")).maps["off_cpu_threads"].value_size == schema.OFF_CPU.size
+    profile = load_spec(object_path("profile"))
+    assert profile.maps["python_procs"].value_size == schema.PY_PROC.size
+    assert profile.maps["py_stacks_0"].value_size == schema.PY_STACK.size
+
+
+def test_records_are_read_by_field_name():
+    key = schema.STACK_KEY.pack(pid=7, tid=8, user_stack_id=-1, kern_stack_id=3, trace_id=b"t" * 16)
+    assert len(key) == schema.STACK_KEY.size
+    r = schema.STACK_KEY.unpack(key)
+    assert (r.pid, r.tid, r.user_stack_id, r.kern_stack_id, r.runtime_stack, r.trace_id) == (7, 8, -1, 3, 0, b"t" * 16)
 
 
 def test_trace_labels_hex_and_absent_when_zero():
     assert trace_labels(bytes(16), bytes(8)) == ()
     assert trace_labels(bytes(range(16)), bytes(range(8))) == (
         ("trace_id", "000102030405060708090a0b0c0d0e0f"), ("span_id", "0001020304050607"))
+
+
+def test_generated_header_and_module_are_current():
+    """bpf/schema.h and bpf/schema.py are what bpf/schema.yaml generates (`make generate`)."""
+    from hotstack.bpf import generate
+    assert generate.main(["--check"]) == 0
+
+
+def test_schema_layout_has_c_alignment():
+    """The generator pads as C does: a u64 after a u32 starts at 8, structs end aligned."""
+    from hotstack.bpf.generate import Layout
+    layout = Layout({"structs": {"a": [{"name": "x", "type": "u32"}, {"name": "y", "type": "u64"}],
+                                 "b": [{"name": "inner", "type": "a"}, {"name": "c", "type": "u8"}]}})
+    assert (layout.size["a"], layout.size["b"]) == (16, 24)
+    assert layout.flat["a"] == ("I4xQ", ["x", "y"])

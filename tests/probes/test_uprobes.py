@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hotstack.sampling.probes import ProbeConfig, ProbeProfiler
 
-from .conftest import libc_path_of, stack_names
+from .conftest import libc_path_of, probe_engine, stack_names
 
 pytestmark = pytest.mark.root
 
@@ -26,7 +25,7 @@ def _per_caller(profile, pid: int) -> dict[str, int]:
 def test_uprobe_on_malloc_shows_callers_and_their_ratio(workloads, malloc_ratio):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)
-    with ProbeProfiler(ProbeConfig.from_strings([f"uprobe:{libc}:malloc"])) as profiler:
+    with probe_engine([f"uprobe:{libc}:malloc"]) as profiler:
         profile = profiler.run(2.0)
     assert profile.name == "process_cpu"
     assert (profile.sample_type.type, profile.sample_type.unit) == ("uprobe", "count")
@@ -49,11 +48,11 @@ def test_uprobe_hits_every_process_using_the_library_and_pid_filter(workloads, m
     a = workloads([malloc_ratio, "5"])
     b = workloads([malloc_ratio, "5"])
     libc = libc_path_of(a.pid)
-    with ProbeProfiler(ProbeConfig.from_strings([f"uprobe:{libc}:malloc"])) as profiler:
+    with probe_engine([f"uprobe:{libc}:malloc"]) as profiler:
         everyone = profiler.run(1.0)
     pids = {s.pid for s in everyone.samples if "alloc_three" in stack_names(s)}
     assert {a.pid, b.pid} <= pids
-    with ProbeProfiler(ProbeConfig.from_strings([f"uprobe:{libc}:malloc"], pids=[b.pid])) as profiler:
+    with probe_engine([f"uprobe:{libc}:malloc"], pids=[b.pid]) as profiler:
         only_b = profiler.run(1.0)
     assert only_b.samples and {s.pid for s in only_b.samples} == {b.pid}
     assert only_b.stats.filtered > 0
@@ -62,7 +61,7 @@ def test_uprobe_hits_every_process_using_the_library_and_pid_filter(workloads, m
 def test_uretprobe_stack_starts_at_the_caller(workloads, malloc_ratio):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)
-    with ProbeProfiler(ProbeConfig.from_strings([f"uretprobe:{libc}:malloc@@GLIBC_2.2.5"])) as profiler:
+    with probe_engine([f"uretprobe:{libc}:malloc@@GLIBC_2.2.5"]) as profiler:
         profile = profiler.run(1.5)
     counts = _per_caller(profile, w.pid)
     total = sum(counts.values())

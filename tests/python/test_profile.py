@@ -13,8 +13,7 @@ import pytest
 from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.symbols.symbolizer import Symbolizer
-from hotstack.sampling.profiler import CpuProfiler
-from hotstack.sampling.session import SamplerConfig
+from hotstack.sampling import Engine, EngineConfig
 
 from pyframes_helpers import HERE, INTERPRETERS, Target
 
@@ -30,8 +29,8 @@ _SYMBOLIZER = Symbolizer(_PROCESSES)
 
 
 def profile(pid: int, seconds: float, python_enabled: bool = True, started=None):
-    config = SamplerConfig(frequency=RATE, pids=(pid,), python_enabled=python_enabled)
-    with CpuProfiler(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+    config = EngineConfig(frequency=RATE, pids=(pid,), runtime_frames=python_enabled)
+    with Engine(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
         if started is not None:
             started()
         return prof.run(seconds)
@@ -41,12 +40,12 @@ def profile_until(pid: int, enough, max_seconds: float) -> list:
     """Samples collected every 0.5 s until `enough(samples)` or `max_seconds` (the CI machine may
     give the workload a fraction of a CPU)."""
     samples: list = []
-    config = SamplerConfig(frequency=997, pids=(pid,))
-    with CpuProfiler(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+    config = EngineConfig(frequency=997, pids=(pid,))
+    with Engine(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
         deadline = time.monotonic() + max_seconds
         while time.monotonic() < deadline and not enough(samples):
             time.sleep(0.5)
-            samples.extend(prof.collect().samples)
+            samples.extend(prof.collect()[0].samples)
     return samples
 
 

@@ -25,17 +25,14 @@ def unwind_cache(tmp_path_factory, monkeypatch):
 
 def profile(pids: list[int], seconds: float = 3.0, unwind: str = "auto", frequency: int = 99):
     """Sample `pids` for `seconds` with the real profiler; returns (profile, profiler)."""
-    from hotstack.sampling.profiler import CpuProfiler
-    from hotstack.sampling.session import SamplerConfig
+    from hotstack.sampling import Engine, EngineConfig
 
-    fields = SamplerConfig.__dataclass_fields__
-    extra = {"python_enabled": False} if "python_enabled" in fields else {}
-    profiler = CpuProfiler(SamplerConfig(frequency=frequency, pids=tuple(pids), unwind=unwind, **extra))
+    profiler = Engine(EngineConfig(frequency=frequency, pids=tuple(pids), unwind=unwind, runtime_frames=False))
     with profiler:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.1)
-        result = profiler.collect()
+        result = profiler.collect()[0]
     return result, profiler
 
 

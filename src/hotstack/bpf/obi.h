@@ -4,32 +4,22 @@
  *
  * OBI keeps the span each thread is serving in a pinned map, `traces_ctx_v1`
  * (<bpffs>/otel/traces_ctx_v1): key = bpf_get_current_pid_tgid() of the thread,
- * value = trace id (16 bytes) + span id (8 bytes). When userspace finds the pin,
- * it loads our programs with that map in place of the placeholder below and
- * sets `obi_enabled`; samples then carry the span their thread was in.
+ * value = trace id (16 bytes) + span id (8 bytes) (struct trace_context). When userspace
+ * finds the pin, it loads our programs with that map in place of our placeholder (shrunk to
+ * one entry otherwise) and sets `obi_enabled`; samples then carry the span their thread was in.
  */
 #ifndef HOTSTACK_OBI_H
 #define HOTSTACK_OBI_H
 
-struct obi_trace_context {
-	__u8 trace_id[16];
-	__u8 span_id[8];
-};
+#include "schema.h"
 
-const volatile __u32 obi_enabled = 0;
-
-/* A placeholder (shrunk to one entry by the loader) unless OBI's pinned map replaces it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 14);
-	__type(key, __u64);
-	__type(value, struct obi_trace_context);
-} traces_ctx_v1 SEC(".maps");
+HS_OBI_VARIABLES
+HS_OBI_MAPS
 
 /* Fill `out` with the current thread's span, if OBI knows one (else leave it zero). */
-static __always_inline void obi_trace_context(__u64 pid_tgid, struct obi_trace_context *out)
+static __always_inline void obi_trace_context(__u64 pid_tgid, struct trace_context *out)
 {
-	struct obi_trace_context *found;
+	struct trace_context *found;
 
 	if (!obi_enabled)
 		return;

@@ -14,30 +14,21 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "event_counts.h"
+/* Off-CPU stacks are many and long-lived: as many user-stack buckets as probes use. */
+#define USER_STACK_ENTRIES 16384
+#define KERN_STACK_ENTRIES 4096
 
-/* Record a switch-out when bpf_get_prandom_u32() <= threshold (0xffffffff: every one). */
-const volatile __u32 threshold = 0xffffffff;
-/* Byte offset of task_struct.pid (the thread id), read from the kernel's BTF by the loader. */
-const volatile __u32 task_pid_offset = 0;
+#include "schema.h"
+#include "obi.h"
+#include "pids.h"
+#include "counts.h"
 
-struct off_cpu {
-	__u64 since;            /* time the thread left the CPU (ns) */
-	__s32 user_stack_id;
-	__s32 kern_stack_id;
-	__u32 pid;
-	__u32 buffer;           /* the buffer whose stack maps hold the ids */
-	char comm[COMM_LEN];
-	struct obi_trace_context trace;   /* its OBI span when it left (obi.h) */
-};
-
-/* Threads off the CPU. LRU: a thread that exits while switched out never comes back. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 32768);
-	__type(key, __u32);     /* tid */
-	__type(value, struct off_cpu);
-} off_cpu_threads SEC(".maps");
+/* threshold: record a switch-out when bpf_get_prandom_u32() <= threshold (0xffffffff: every
+ * one); task_pid_offset: byte offset of task_struct.pid (the thread id), from the kernel's BTF.
+ * off_cpu_threads: threads off the CPU (LRU: a thread that exits while switched out never
+ * comes back). */
+HS_OFFCPU_VARIABLES
+HS_OFFCPU_MAPS
 
 static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u32 tid)
 {
@@ -47,10 +38,10 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	entry.pid = pid;
 	entry.buffer = buffer;
 	entry.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
-	stack_lost(entry.kern_stack_id, EV_STAT_KSTACK_COLLISION, EV_STAT_KSTACK_ERROR);
+	stack_lost(entry.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	entry.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 					      BPF_F_USER_STACK);
-	stack_lost(entry.user_stack_id, EV_STAT_USTACK_COLLISION, EV_STAT_USTACK_ERROR);
+	stack_lost(entry.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
 	bpf_get_current_comm(entry.comm, sizeof(entry.comm));
 	announce_pid(pid, entry.comm);
 	obi_trace_context(pid_tgid, &entry.trace);
@@ -62,40 +53,19 @@ static __always_inline void switch_in(__u32 tid)
 {
 	struct off_cpu *found = bpf_map_lookup_elem(&off_cpu_threads, &tid);
 	struct off_cpu entry;
-	struct event_key key = {};
-	struct event_value init = {};
-	struct event_value *value;
-	void *counts;
-	__u64 off;
+	struct stack_key key = {};
 
 	if (!found)
 		return;
 	entry = *found;   /* copied before the delete frees it */
 	bpf_map_delete_elem(&off_cpu_threads, &tid);
-	off = bpf_ktime_get_ns() - entry.since;
 	key.pid = entry.pid;
 	key.tid = tid;
 	key.user_stack_id = entry.user_stack_id;
 	key.kern_stack_id = entry.kern_stack_id;
 	key.trace = entry.trace;
-	counts = BUFFER_MAP(entry.buffer, counts);
-
-	count_stat(EV_STAT_EVENTS);
-	value = bpf_map_lookup_elem(counts, &key);
-	if (value) {
-		__sync_fetch_and_add(&value->value, off);
-		return;
-	}
-	init.value = off;
-	__builtin_memcpy(init.comm, entry.comm, sizeof(init.comm));
-	if (bpf_map_update_elem(counts, &key, &init, BPF_NOEXIST) == 0)
-		return;
-	value = bpf_map_lookup_elem(counts, &key);
-	if (value) {
-		__sync_fetch_and_add(&value->value, off);
-		return;
-	}
-	count_stat(EV_STAT_COUNTS_FULL);
+	count_stat(STAT_SAMPLES);
+	count_stack(&key, entry.comm, bpf_ktime_get_ns() - entry.since, entry.buffer);
 }
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...) */
@@ -106,7 +76,7 @@ int offcpu_sched_switch(__u64 *ctx)
 	__u32 prev_tid = (__u32)pid_tgid;
 	__u32 next_tid = 0;
 
-	if (prev_tid != 0 && event_wanted(pid_tgid >> 32) &&
+	if (prev_tid != 0 && pid_wanted(pid_tgid >> 32) &&
 	    (threshold == 0xffffffff || bpf_get_prandom_u32() <= threshold))
 		switch_out(ctx, pid_tgid, pid_tgid >> 32, prev_tid);
 

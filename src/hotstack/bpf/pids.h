@@ -10,23 +10,9 @@
 #ifndef HOTSTACK_PIDS_H
 #define HOTSTACK_PIDS_H
 
-#ifndef COMM_LEN
-#define COMM_LEN 16
-#endif
+#include "schema.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64[2]);
-} seen_pids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} new_pids SEC(".maps");
+HS_PIDS_MAPS
 
 /* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
 static __always_inline void announce_pid(__u32 pid, const char *comm)

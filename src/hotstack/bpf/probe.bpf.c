@@ -7,22 +7,51 @@
  * perf events where the kernel has kprobes). fentry/fexit are templates: one
  * instance is loaded per kernel function, with that function's BTF id, for
  * kernels without kprobes.
+ *
+ * `caller` (struct stack_key) is the return address on top of the user stack, read only by
+ * uprobes at a function's first instruction: there the frame-pointer walk starts at the
+ * caller's frame and would skip the caller itself.
  */
 #include <linux/bpf.h>
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-#include "event_counts.h"
+/* Probes on busy code see many distinct user stacks: more buckets for those than for kernel stacks. */
+#define USER_STACK_ENTRIES 16384
+#define KERN_STACK_ENTRIES 4096
+
+#include "schema.h"
+#include "obi.h"
+#include "pids.h"
+#include "counts.h"
 
 static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller)
 {
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct stack_key key = {};
+	char comm[COMM_LEN] = {};
+	__u32 buffer;
 
-	count_stat(EV_STAT_EVENTS);
-	if (!event_wanted(pid))
+	key.pid = pid_tgid >> 32;
+	key.tid = (__u32)pid_tgid;
+	count_stat(STAT_SAMPLES);
+	if (!pid_wanted(key.pid))
 		return 0;
-	count_event(ctx, 1, kernel_stack, caller);
+	key.caller = caller;
+	obi_trace_context(pid_tgid, &key.trace);
+	bpf_get_current_comm(comm, sizeof(comm));
+	announce_pid(key.pid, comm);
+
+	buffer = active_buffer & 1;
+	key.kern_stack_id = -1;
+	if (kernel_stack) {
+		key.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
+		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
+	}
+	key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks), BPF_F_USER_STACK);
+	stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
+	count_stack(&key, comm, 1, buffer);
 	return 0;
 }
 

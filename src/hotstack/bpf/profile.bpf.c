@@ -13,24 +13,19 @@
  *
  * Two ways to get a user stack (unwind/__init__.py has the measurements behind the choice):
  *  - frame pointers (default, cheapest): bpf_get_stackid(BPF_F_USER_STACK) into
- *    user_stacks_<buffer>, counted in counts_<buffer> under struct sample_key.
+ *    user_stacks_<buffer>, counted in counts_<buffer> under struct stack_key.
  *  - snapshot ("dwarf"), for processes in `snapshot_pids` (snapshot_mode 1) or for
  *    every process (snapshot_mode 2): the sample is not counted in the kernel;
  *    one record goes to the `snapshots` ring buffer instead, and userspace unwinds
  *    it with .eh_frame tables. If the ring is full the sample falls back to the
  *    frame-pointer path (counted in STAT_SNAPSHOT_RING_FULL), so none is lost.
  *
- * Sample transport (mirrored in sampling/layout.py; keep the two in step):
- *   counts_<b>:  struct sample_key -> struct sample_value   (frame-pointer samples)
- *   snapshots:   BPF ring buffer of struct snapshot records, one per sample:
- *     struct sample_key key     pid, tid, user_stack_id (-1: in the record),
- *                               kern_stack_id (an id in kern_stacks_<buffer>)
- *     char   comm[16]
- *     __u32  buffer             the buffer (0/1) whose stack maps the key's ids refer to
- *     __u32  stack_len          bytes of user stack copied from regs.sp
- *     __u64  ip, sp, bp         user registers (the task's pt_regs if the sample hit the kernel)
- *     __u8   stack[SNAPSHOT_STACK_BYTES]
- *   A field added to struct sample_key travels through both paths unchanged.
+ * Transport (bpf/schema.yaml; userspace: sampling/buffers.py and sampling/snapshots.py):
+ *   counts_<b>:  struct stack_key -> struct stack_count   (frame-pointer samples)
+ *   snapshots:   BPF ring buffer of struct snapshot records, one per sample: the key
+ *                (user_stack_id -1: the stack is in the record), comm, the buffer whose stack
+ *                maps the key's ids refer to, the user registers and a copy of the stack.
+ *   A field added to struct stack_key travels through both paths unchanged.
  *   Userspace drains `snapshots` often (unwinding the copies as they come), keeps
  *   the records' keys until their buffer is drained, and clears the stack maps of
  *   a buffer only after that.
@@ -40,115 +35,14 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+#include "schema.h"
 #include "python.h"
 #include "obi.h"
 #include "pids.h"
-#include "buffers.h"
+#include "counts.h"
 
-#define COMM_LEN 16
-#define PAGE_BYTES 4096
-/* The copy is the rest of sp's page plus SNAPSHOT_PAGES whole pages: 16-20 KB. */
-#define SNAPSHOT_PAGES 4
-#define SNAPSHOT_STACK_BYTES ((SNAPSHOT_PAGES + 1) * PAGE_BYTES)
-
-struct sample_key {
-	__u32 pid;
-	__u32 tid;
-	__s32 user_stack_id;
-	__s32 kern_stack_id;
-	__u64 python_stack;  /* key of the sample's Python frames in py_stacks_<buffer>, 0: none (python.h) */
-	struct obi_trace_context trace;  /* the thread's OBI span at sample time (obi.h); zero: none */
-};
-
-struct sample_value {
-	__u64 count;
-	char comm[COMM_LEN];
-};
-
-struct snapshot {
-	struct sample_key key;
-	char comm[COMM_LEN];
-	__u32 buffer;
-	__u32 stack_len;
-	__u64 ip;
-	__u64 sp;
-	__u64 bp;
-	__u8 stack[SNAPSHOT_STACK_BYTES];
-};
-
-/* Indexes of the per-CPU `stats` counters; mirrored in sampling/layout.py. */
-enum stat_index {
-	STAT_SAMPLES = 0,        /* samples seen by the program */
-	STAT_IDLE,               /* dropped: idle task (tid 0) */
-	STAT_FILTERED,           /* dropped: --pid / --comm filters */
-	STAT_COUNTS_FULL,        /* dropped: counts map full */
-	STAT_USTACK_COLLISION,   /* user stack lost: stack map bucket taken */
-	STAT_KSTACK_COLLISION,   /* kernel stack lost: stack map bucket taken */
-	STAT_USTACK_ERROR,       /* user stack lost: other error (no mm, fault) */
-	STAT_KSTACK_ERROR,       /* kernel stack lost: other error */
-	STAT_SNAPSHOTS,          /* samples sent as user-stack snapshots */
-	STAT_SNAPSHOT_RING_FULL, /* snapshot not sent (ring full): counted with frame pointers */
-	STAT_SNAPSHOT_NO_REGS,   /* snapshot without user registers (kernel thread, exiting task) */
-	STAT_MAX,
-};
-
-const volatile __u32 filter_by_comm = 0;
-const volatile __u32 include_idle = 0;
-const volatile __u32 collect_user_stacks = 1;
-const volatile __u32 collect_kernel_stacks = 1;
-/* 0: frame pointers only; 1: snapshots for pids in snapshot_pids; 2: snapshots for every process. */
-const volatile __u32 snapshot_mode = 0;
-
-COUNTS_MAP(counts_0, struct sample_key, struct sample_value);
-COUNTS_MAP(counts_1, struct sample_key, struct sample_value);
-STACK_MAP(user_stacks_0, 8192);
-STACK_MAP(user_stacks_1, 8192);
-STACK_MAP(kern_stacks_0, 8192);
-STACK_MAP(kern_stacks_1, 8192);
-
-/* Processes whose user stacks are snapshotted (set by userspace: binaries without frame pointers). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u8);
-} snapshot_pids SEC(".maps");
-
-/* Size set by userspace before loading (a power of two, a multiple of the page size). */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} snapshots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, char[COMM_LEN]);
-	__type(value, __u8);
-} filter_comms SEC(".maps");
-
-static __always_inline void count_stat(__u32 index)
-{
-	__u64 *value = bpf_map_lookup_elem(&stats, &index);
-
-	if (value)
-		*value += 1; /* per-CPU slot: no atomic needed */
-}
-
-static __always_inline int stack_lost(__s32 id, __u32 collision, __u32 other)
-{
-	if (id >= 0)
-		return 0;
-	count_stat(id == -17 /* EEXIST */ ? collision : other);
-	return 1;
-}
+HS_CPU_VARIABLES
+HS_CPU_MAPS
 
 /*
  * Copy the user stack from sp upwards: the rest of sp's page, then whole pages
@@ -206,7 +100,7 @@ static __always_inline int wants_snapshot(__u32 pid)
 }
 
 /* Send the sample as a snapshot record; 0 if sent, else the caller counts it as usual. */
-static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct sample_key *key,
+static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct stack_key *key,
 					 const char *comm, __u32 buffer, int in_kernel)
 {
 	struct snapshot *rec;
@@ -234,35 +128,11 @@ static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct
 	return 0;
 }
 
-static __always_inline void count_sample(struct sample_key *key, const char *comm, __u32 buffer)
-{
-	struct sample_value init = {};
-	struct sample_value *value;
-	void *counts = BUFFER_MAP(buffer, counts);
-
-	value = bpf_map_lookup_elem(counts, key);
-	if (value) {
-		__sync_fetch_and_add(&value->count, 1);
-		return;
-	}
-	init.count = 1;
-	__builtin_memcpy(init.comm, comm, COMM_LEN);
-	if (bpf_map_update_elem(counts, key, &init, BPF_NOEXIST) == 0)
-		return;
-	/* Another CPU inserted the same key first: add to its entry. */
-	value = bpf_map_lookup_elem(counts, key);
-	if (value) {
-		__sync_fetch_and_add(&value->count, 1);
-		return;
-	}
-	count_stat(STAT_COUNTS_FULL);
-}
-
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct sample_key key = {};
+	struct stack_key key = {};
 	char comm[COMM_LEN] = {};
 	__u32 buffer;
 	int in_kernel, snapshot;
@@ -276,10 +146,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		count_stat(STAT_IDLE);
 		return 0;
 	}
-	if (filter_by_pid && !bpf_map_lookup_elem(&filter_pids, &key.pid)) {
-		count_stat(STAT_FILTERED);
+	if (!pid_wanted(key.pid))
 		return 0;
-	}
 	bpf_get_current_comm(comm, sizeof(comm));
 	if (filter_by_comm && !bpf_map_lookup_elem(&filter_comms, comm)) {
 		count_stat(STAT_FILTERED);
@@ -314,13 +182,13 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	 * ---- OTHER FRAME SOURCES GO HERE ----
 	 * The native user stack is decided above (key.user_stack_id, or a snapshot
 	 * below). Interpreter unwinders (e.g. CPython, bpf/python.h) run here and
-	 * record what they find in fields of `key` (struct sample_key), which both
+	 * record what they find in fields of `key` (struct stack_key), which both
 	 * the in-kernel counts and the snapshot records carry. Use your own
 	 * per-CPU array map for scratch space: the BPF stack is 512 bytes and this
 	 * function already uses about 100 of them.
 	 */
 	if (collect_user_stacks && key.pid != 0)
-		key.python_stack = python_walk(key.pid, key.tid, buffer);
+		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 
 	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
 		return 0;
@@ -333,7 +201,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		else
 			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
 	}
-	count_sample(&key, comm, buffer);
+	count_stack(&key, comm, 1, buffer);
 	return 0;
 }
 

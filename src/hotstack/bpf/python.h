@@ -12,101 +12,20 @@
  * musl) equals task->thread.fsbase. Per-version offsets come in the map value, so one program
  * serves 3.8-3.14 at once.
  *
- * Transport (mirrored in unwind/python/unwinder.py): the frames go into py_stacks_<buffer> under a
- * 64-bit hash of their content, and that hash is the sample key's `python_stack` (0: none).
+ * Transport (bpf/schema.yaml): the frames go into py_stacks_<buffer> under a 64-bit hash of their
+ * content, and that hash is the sample key's `runtime_stack` (0: none). A chain longer than
+ * PY_MAX_FRAMES is cut and marked `truncated` (userspace shows a [truncated] frame).
  * Every read is bpf_probe_read_user: a target that exits or frees memory mid-walk ends the
  * chain early (a truncated stack), never an error.
  */
 #ifndef HOTSTACK_PYTHON_H
 #define HOTSTACK_PYTHON_H
 
-#define PY_MAX_FRAMES 96
-#define PY_MAX_THREADS 256
-#define PY_NONE 0xFFFF
+#include "schema.h"
 
-struct py_proc {
-	__u64 threads_head;     /* address of interp->threads.head in the target */
-	__u64 code_tag_mask;    /* low bits to clear from a frame's code pointer (3.14 stack refs) */
-	__u16 thread_id;        /* PyThreadState.thread_id */
-	__u16 tstate_next;
-	__u16 tstate_frame;     /* PyThreadState.frame / cframe / current_frame */
-	__u16 cframe_current;   /* _PyCFrame.current_frame, or PY_NONE when tstate_frame is the frame */
-	__u16 frame_code;
-	__u16 frame_previous;
-	__u16 frame_instr;      /* f_lasti (<= 3.10) or the instruction pointer */
-	__u16 frame_marker;     /* is_entry (3.11) / owner (3.12+), or PY_NONE */
-	__u16 co_argcount;
-	__u16 co_flags;
-	__u16 co_firstlineno;
-	__u16 pad;
-};
-
-struct py_frame {
-	__u64 code;
-	__u64 instr;
-	__u32 checksum;         /* argcount<<25 + flags<<10 + firstlineno: detects a reused address */
-	__u8 marker;
-	__u8 pad[3];
-};
-
-struct py_stack {
-	__u32 len;
-	__u32 pid;              /* the first process seen with this stack: lets userspace read its code early */
-	struct py_frame frames[PY_MAX_FRAMES];
-};
-
-/* Indexes of the per-CPU `py_stats` counters; mirrored in unwind/python/unwinder.py. */
-enum py_stat_index {
-	PY_STAT_WALKS = 0,      /* samples of a Python process */
-	PY_STAT_NO_THREAD,      /* no thread state for the sampled thread (not a Python thread, or new) */
-	PY_STAT_TRUNCATED,      /* chain longer than PY_MAX_FRAMES */
-	PY_STAT_STACKS_FULL,    /* py_stacks map full: sample kept without Python frames */
-	PY_STAT_MAX,
-};
-
-/* task_struct.thread.fsbase, from kernel BTF; set by userspace before any process is listed. */
-volatile __u32 py_fsbase_offset = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct py_proc);
-} python_procs SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct py_stack);
-} py_scratch SEC(".maps");
-
-/* tid -> its PyThreadState, so that a thread's state is searched for once, not per sample. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} py_tstates SEC(".maps");
-
-#define PY_STACKS_MAP(name)                               \
-	struct {                                          \
-		__uint(type, BPF_MAP_TYPE_HASH);          \
-		__uint(map_flags, BPF_F_NO_PREALLOC);     \
-		__uint(max_entries, 8192);                \
-		__type(key, __u64);                       \
-		__type(value, struct py_stack);           \
-	} name SEC(".maps")
-
-PY_STACKS_MAP(py_stacks_0);
-PY_STACKS_MAP(py_stacks_1);
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PY_STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} py_stats SEC(".maps");
+/* Structs py_proc, py_frame, py_stack, enum py_stat and the maps: bpf/schema.yaml (group python). */
+HS_PYTHON_VARIABLES
+HS_PYTHON_MAPS
 
 static __always_inline void py_count(__u32 index)
 {
@@ -201,13 +120,14 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 		n++;
 		frame = py_read_u64(frame + proc->frame_previous);
 	}
+	stack->truncated = frame != 0;
 	if (frame)
 		py_count(PY_STAT_TRUNCATED);
 	if (n == 0)
 		return 0;
 	stack->len = n;
 	stack->pid = pid;
-	hash = (hash ^ n) | 1; /* never 0: 0 means "no Python stack" */
+	hash = (hash ^ n ^ ((__u64)stack->truncated << 32)) | 1; /* never 0: 0 means "no Python stack" */
 	stacks = buffer ? (void *)&py_stacks_1 : (void *)&py_stacks_0;
 	if (bpf_map_lookup_elem(stacks, &hash))
 		return hash; /* the same stack was stored earlier in this interval */

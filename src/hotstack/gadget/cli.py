@@ -1,7 +1,7 @@
 """Flags of `hotstack run GADGET` (Inspektor Gadget's names) and their wiring.
 
-Gadgets are looked up in a registry (`GADGETS`): a new gadget registers a function that takes the
-parsed flags and returns the exit code.
+Gadgets are looked up in a registry (registry.GADGETS): a new gadget registers a function that
+takes the parsed flags and returns the exit code.
 """
 
 from __future__ import annotations
@@ -11,26 +11,16 @@ import math
 import os
 import signal
 import sys
-from typing import Callable
 
 from ..errors import ConfigError
 from ..units import parse_duration
+from .registry import GADGETS, register
 
 # The kernel's limits: pids go up to PID_MAX_LIMIT (4M on 64-bit), and a task's comm holds 15
 # characters (TASK_COMM_LEN 16 with the NUL), so a longer --comm could never match as typed.
 PID_MAX_LIMIT = 1 << 22
 COMM_MAX = 15
 MAX_SECONDS = 366 * 86400      # a longer --timeout is a typo (0 runs until Ctrl-C)
-
-GadgetRunner = Callable[[argparse.Namespace], int]
-GADGETS: dict[str, GadgetRunner] = {}
-
-
-def register(name: str) -> Callable[[GadgetRunner], GadgetRunner]:
-    def add(runner: GadgetRunner) -> GadgetRunner:
-        GADGETS[name] = runner
-        return runner
-    return add
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -130,15 +120,7 @@ def profile_run_options(args: argparse.Namespace):
     """RunOptions from the common flags (shared by the profiling gadgets)."""
     from .run import RunOptions
 
-    return RunOptions(
-        timeout=args.timeout, sample_rate=args.sample_rate,
-        map_fetch_interval=parse_duration(args.map_fetch_interval, "--map-fetch-interval"),
-        pids=tuple(args.pid), comms=tuple(args.comm), include_idle=args.include_idle,
-        kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
-        output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
-        file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
-        sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
-        python_enabled=getattr(args, "python", True))
+    return RunOptions.from_args(args)
 
 
 # Gadgets beyond profile_cpu register themselves on import.

@@ -79,6 +79,8 @@ def footer(profile: Profile, shown: int, distinct: int) -> str:
         lost.append(f"{st.kernel_stacks_lost} kernel stacks")
     if lost:
         parts.append("lost: " + ", ".join(lost) + f" ({st.stack_collisions} by stack-map collisions)")
+    if st.truncated:
+        parts.append(f"{st.truncated} samples with a runtime stack cut short ([truncated])")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
     return "; ".join(parts)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ..sampling.probes import ProbeConfig, ProbeProfiler
-from .cli import profile_run_options, register
+from ..sampling.probe_links import parse_probe_links
 from .profile_cpu import samples_datasource
+from .registry import register
 
 
 def event_datasource(name: str, sample_type: str, unit: str, period_type: str = "", period_unit: str = ""):
@@ -37,15 +37,12 @@ def reject_cpu_only_flags(args: argparse.Namespace, gadget: str) -> None:
 
 @register("profile_probe")
 def run_profile_probe(args: argparse.Namespace) -> int:
-    from .run import run_profile_cpu
+    from .run import RunOptions, run_gadget
 
     reject_cpu_only_flags(args, "profile_probe")
     if not args.probe:
         raise ConfigError("profile_probe needs at least one --probe LINK, "
                           "e.g. --probe uprobe:/path/to/libc.so.6:malloc")
-    opts = profile_run_options(args)
-    config = ProbeConfig.from_strings(args.probe, pids=opts.pids)   # bad links fail here, before any BPF
-    ds = event_datasource("process_cpu", "uprobe", "count", "uprobe", "count")
-    ds.annotate(opts.annotations)
-    return run_profile_cpu(opts, datasource=ds,
-                           make_profiler=lambda procs, sym: ProbeProfiler(config, processes=procs, symbolizer=sym))
+    opts = RunOptions.from_args(args)
+    config = opts.engine_config(cpu=False, probe_links=tuple(parse_probe_links(args.probe)))
+    return run_gadget(opts, config, event_datasource("process_cpu", "uprobe", "count", "uprobe", "count"))

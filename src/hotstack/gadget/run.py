@@ -1,4 +1,8 @@
-"""`hotstack run profile_cpu`: wire flags to the engine and the renderers."""
+"""`hotstack run GADGET`: translate flags into the engine's config, run it, render and export.
+
+Every gadget runs the same Engine (sampling/); a gadget only chooses its samplers (EngineConfig)
+and its datasource (the annotations its exports read).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,8 @@ from typing import Callable, TextIO
 
 from ..errors import ConfigError
 from ..profile.model import Profile
-from ..sampling.diagnose import check_preconditions, explain
-from ..sampling.profiler import CpuProfiler
-from ..sampling.session import SamplerConfig
+from ..sampling.config import EngineConfig
+from ..units import parse_duration
 from . import output
 from .exports import RunExports
 from .profile_cpu import rows_from_profile, samples_datasource
@@ -42,15 +45,25 @@ class RunOptions:
     unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
 
+    @classmethod
+    def from_args(cls, args) -> "RunOptions":
+        """RunOptions from `hotstack run`'s common flags (shared by the profiling gadgets)."""
+        return cls(
+            timeout=args.timeout, sample_rate=args.sample_rate,
+            map_fetch_interval=parse_duration(args.map_fetch_interval, "--map-fetch-interval"),
+            pids=tuple(args.pid), comms=tuple(args.comm), include_idle=args.include_idle,
+            kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
+            output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
+            file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
+            sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
+            python_enabled=getattr(args, "python", True))
+
     def validate(self) -> None:
-        if not 1 <= self.sample_rate <= 1000:
-            raise ConfigError(f"--sample-rate {self.sample_rate}: must be between 1 and 1000 Hz")
+        self.engine_config().validate(FLAG_NAMES)
         if self.timeout < 0:
             raise ConfigError("--timeout must be 0 (until Ctrl-C) or a positive number of seconds")
         if self.map_fetch_interval < 0:
             raise ConfigError("--map-fetch-interval must be 0 or a positive duration")
-        if self.kernel_stacks_only and self.user_stacks_only:
-            raise ConfigError("--kernel-stacks-only and --user-stacks-only exclude each other")
         if self.output not in OUTPUT_MODES:
             raise ConfigError(f"-o {self.output}: expected one of {', '.join(OUTPUT_MODES)}")
         if self.output in ("pprof", "flamegraph") and not self.file:
@@ -58,50 +71,51 @@ class RunOptions:
         if self.file and self.output not in FILE_MODES:
             raise ConfigError(f"--file goes with -o {', '.join(FILE_MODES)} (not -o {self.output})")
 
-    def sampler_config(self) -> SamplerConfig:
-        return SamplerConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
-                             include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
-                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
-                             python_enabled=self.python_enabled)
+    def engine_config(self, **samplers) -> EngineConfig:
+        """profile_cpu's engine config; other gadgets pass their samplers (cpu=False, ...)."""
+        return EngineConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
+                            include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
+                            kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
+                            runtime_frames=self.python_enabled, demangle=self.demangle, **samplers)
+
+
+# EngineConfig fields as `hotstack run` spells them, for its error messages.
+FLAG_NAMES = {"frequency": "--sample-rate", "off_cpu_threshold": "--off-cpu-threshold", "unwind": "--unwind",
+              "demangle": "--demangle", "kernel_stacks": "--kernel-stacks-only",
+              "user_stacks": "--user-stacks-only", "pids": "--pid"}
 
 
 ProfileSink = Callable[[Profile], None]
 
 
-def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None, *,
-                    datasource=None, make_profiler=None) -> int:
-    """Run a profiling gadget: profile_cpu by default; other gadgets pass their datasource and a
-    `make_profiler(processes, symbolizer)` returning an engine with start/run/close (e.g. EventProfiler)."""
+def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None) -> int:
+    return run_gadget(opts, opts.engine_config(), samples_datasource(opts.sample_rate), out, sinks)
+
+
+def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO = sys.stdout,
+               sinks: list[ProfileSink] | None = None) -> int:
+    """Run the engine with `config`, rendering and exporting what `ds` (the gadget's datasource) says."""
     opts.validate()
-    ds = datasource or samples_datasource(opts.sample_rate)
+    config.validate(FLAG_NAMES)
     ds.annotate(opts.annotations)
     exports = RunExports(ds, config=opts.config, exporter_flag=opts.otel_profiles_exporter,
                          sanitize=opts.sanitize_labels, file_path=opts.file,
                          file_format=opts.output if opts.file else "")
     finished = False
     try:
-        code = _sample(opts, ds, exports, out, sinks, make_profiler)
+        code = _sample(opts, config, ds, exports, out, sinks)
         finished = True
         return code
     finally:
         exports.close(write_empty_file=finished)
 
 
-def _sample(opts: RunOptions, ds, exports: RunExports, out: TextIO, sinks: list[ProfileSink] | None,
-            make_profiler=None) -> int:
-    check_preconditions()
-    from ..procs import ProcessTable
-    from ..symbols.symbolizer import Symbolizer
+def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out: TextIO,
+            sinks: list[ProfileSink] | None) -> int:
+    from ..sampling.engine import Engine
 
-    processes = ProcessTable()
-    symbolizer = Symbolizer(processes, demangle=opts.demangle)
-    profiler = make_profiler(processes, symbolizer) if make_profiler else CpuProfiler(
-        opts.sampler_config(), processes=processes, symbolizer=symbolizer)
-    try:
-        profiler.start()
-    except Exception as e:  # loader failures become one line
-        profiler.close()
-        raise explain(e) from None
+    engine = Engine(config)
+    engine.start()
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -120,9 +134,9 @@ def _sample(opts: RunOptions, ds, exports: RunExports, out: TextIO, sinks: list[
         out.flush()
 
     try:
-        profiler.run(opts.timeout, opts.map_fetch_interval, on_profile=emit, stop=stop)
+        engine.run(opts.timeout, opts.map_fetch_interval, on_profile=emit, stop=stop)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        profiler.close()
+        engine.close()
     return 0

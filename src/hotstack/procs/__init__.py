@@ -1,8 +1,11 @@
-"""/proc: process identity, memory mappings, cgroups and container ids."""
+"""/proc: process identity, memory mappings, cgroups and container ids. The only reader of /proc
+for processes: every other layer asks a Process or these functions."""
 
 from .containers import container_id_from_cgroup
 from .maps import Mapping, parse_maps, read_maps
-from .process import ProcessInfo, ProcessTable, read_process
+from .process import (Process, ProcessInfo, ProcessTable, all_pids, exe_identity, exists, map_file_path, namespace_pid,
+                      read_maps_text, read_process, read_start_time, root_path)
 
-__all__ = ["container_id_from_cgroup", "Mapping", "parse_maps", "read_maps", "ProcessInfo", "ProcessTable",
-           "read_process"]
+__all__ = ["container_id_from_cgroup", "Mapping", "parse_maps", "read_maps", "Process", "ProcessInfo",
+           "ProcessTable", "all_pids", "exe_identity", "exists", "map_file_path", "namespace_pid", "read_maps_text", "read_process",
+           "read_start_time", "root_path"]

@@ -1,9 +1,10 @@
-"""Process identity and the table of processes seen while profiling.
+"""Process: what every layer knows of a process, read from /proc here and nowhere else.
 
 A process is identified by (pid, start time): a pid that is reused by a new
 process is a new entry, so two processes can never share cached maps or symbols.
-Maps are read when a process is first seen, so a process that exits before the
-samples are read still has its frames resolved.
+Its image (the executable's device and inode) tells an exec apart. Maps are read
+when a process is first seen, so a process that exits before the samples are
+read still has its frames resolved.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
-from .maps import Mapping, MappingIndex, read_maps
+from .maps import Mapping, MappingIndex, parse_maps, read_maps
 
 
 @dataclass
-class ProcessInfo:
+class Process:
     pid: int
     start_time: int           # clock ticks since boot (field 22 of /proc/PID/stat)
     comm: str
@@ -30,9 +31,23 @@ class ProcessInfo:
     alive: bool = True
     maps_read_at: float = field(default_factory=time.monotonic)
 
+    image: tuple | None = None   # (dev, inode) of the executable: an exec changes it
+
     @property
     def key(self) -> tuple[int, int]:
         return (self.pid, self.start_time)
+
+    def all_mappings(self) -> list[Mapping]:
+        """Every mapping of the process now (not only the executable ones kept in `mappings`)."""
+        return parse_maps(read_maps_text(self.pid))
+
+    def is_current(self) -> bool:
+        """The same process, running the same image, as when it was read."""
+        return read_start_time(self.pid) == self.start_time and exe_identity(self.pid) == self.image
+
+
+# The name the native unwinder (unwind/, another owner) still imports.
+ProcessInfo = Process
 
 
 def read_start_time(pid: int) -> int | None:
@@ -49,6 +64,55 @@ def read_start_time(pid: int) -> int | None:
         return None
 
 
+def exe_identity(pid: int) -> tuple | None:
+    """(device, inode) of the process's executable; None when it is gone."""
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def exists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def all_pids() -> list[int]:
+    """Every process of this host (pid namespace) now."""
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def read_maps_text(pid: int) -> str:
+    """/proc/PID/maps as text ('' when the process is gone)."""
+    return _read_text(f"/proc/{pid}/maps")
+
+
+def root_path(pid: int) -> str:
+    """The process's view of the filesystem: its files are opened under this prefix."""
+    return f"/proc/{pid}/root"
+
+
+def map_file_path(pid: int, mapping: Mapping) -> str:
+    """The file behind a mapping, as the kernel keeps it open (valid even when deleted or in
+    another mount namespace)."""
+    return f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+
+
+def namespace_pid(pid: int) -> int:
+    """The pid of a process inside its own pid namespace (the pid in its perf map's name)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
+
+
 def _read_text(path: str) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -57,7 +121,7 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int) -> ProcessInfo | None:
+def read_process(pid: int) -> Process | None:
     start = read_start_time(pid)
     if start is None:
         return None
@@ -65,13 +129,14 @@ def read_process(pid: int) -> ProcessInfo | None:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         exe = ""
-    return ProcessInfo(
+    return Process(
         pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe,
         container_id=container_id_from_cgroup(_read_text(f"/proc/{pid}/cgroup")),
-        root=f"/proc/{pid}/root", root_is_host=_same_root(pid), mappings=MappingIndex(read_maps(pid)))
+        root=root_path(pid), root_is_host=_same_root(pid), mappings=MappingIndex(read_maps(pid)),
+        image=exe_identity(pid))
 
 
-def _exec_changed(info: ProcessInfo) -> bool:
+def _exec_changed(info: Process) -> bool:
     """An exec keeps the pid and start time but replaces the image (and so the maps)."""
     try:
         return os.readlink(f"/proc/{info.pid}/exe") != info.exe
@@ -91,10 +156,10 @@ class ProcessTable:
     """Processes seen during a run, by pid, refreshed on exec and pid reuse."""
 
     def __init__(self) -> None:
-        self._by_pid: dict[int, ProcessInfo] = {}
+        self._by_pid: dict[int, Process] = {}
         self._lock = threading.Lock()
 
-    def observe(self, pid: int) -> ProcessInfo | None:
+    def observe(self, pid: int) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
         with self._lock:
             known = self._by_pid.get(pid)
@@ -111,7 +176,7 @@ class ProcessTable:
             self._by_pid[pid] = info
         return info
 
-    def get(self, pid: int) -> ProcessInfo | None:
+    def get(self, pid: int) -> Process | None:
         with self._lock:
             known = self._by_pid.get(pid)
         return known if known is not None else self.observe(pid)
@@ -121,7 +186,7 @@ class ProcessTable:
     # lie in no mapping at all.
     MAPS_REFRESH_S = 1.0
 
-    def find_mapping(self, info: ProcessInfo, address: int) -> Mapping | None:
+    def find_mapping(self, info: Process, address: int) -> Mapping | None:
         """The mapping of `address`; rereads the maps if the process may have mapped new code."""
         found = info.mappings.find(address)
         if found is not None or not info.alive:

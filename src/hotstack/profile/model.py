@@ -42,6 +42,13 @@ class Frame:
         return self.kind is FrameKind.KERNEL
 
 
+# Markers in place of frames that could not be had: the walk was cut (too deep), or the kernel
+# could not store the stack.
+TRUNCATED = Frame("[truncated]", resolved=False)
+LOST_USER = Frame("[lost user stack]", resolved=False)
+LOST_KERNEL = Frame("[lost kernel stack]", resolved=False)
+
+
 @dataclass(frozen=True, slots=True)
 class ValueType:
     type: str
@@ -77,6 +84,7 @@ class ProfileStats:
     user_stacks_lost: int = 0     # kept, but without their user stack
     kernel_stacks_lost: int = 0   # kept, but without their kernel stack
     stack_collisions: int = 0     # of those lost, by stack-map bucket collisions
+    truncated: int = 0            # kept, with a runtime stack cut short (a [truncated] frame)
 
     def add(self, other: "ProfileStats") -> None:
         for name in self.__dataclass_fields__:

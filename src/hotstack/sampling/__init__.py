@@ -1,5 +1,7 @@
-"""The profiling session: configures BPF, drains it every interval, yields raw samples."""
+"""The Engine: one validated config, the BPF samplers it loads and drains, one Profile per
+sampler per interval. Used by every gadget and by the agent's pyroscope.ebpf."""
 
-from .session import RawBatch, RawSample, SamplerConfig, SamplingSession, StackSnapshot
+from .config import EngineConfig
+from .engine import Engine
 
-__all__ = ["RawBatch", "RawSample", "SamplerConfig", "SamplingSession", "StackSnapshot"]
+__all__ = ["Engine", "EngineConfig"]

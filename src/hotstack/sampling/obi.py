@@ -15,13 +15,14 @@ import os
 from dataclasses import dataclass
 
 from .. import ebpf
+from ..bpf import schema
 from ..ebpf.pinning import open_pinned_map
 
 log = logging.getLogger("hotstack.obi")
 
 MAP_NAME = "traces_ctx_v1"
 PIN_DIR = "otel"
-KEY_SIZE, VALUE_SIZE = 8, 24
+KEY_SIZE, VALUE_SIZE = 8, schema.TRACE_CONTEXT.size   # pid_tgid -> struct trace_context
 TRACE_ID_BYTES, SPAN_ID_BYTES = 16, 8
 DEFAULT_BPF_FS_ROOT = "/sys/fs/bpf/"
 

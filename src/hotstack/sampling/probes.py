@@ -1,10 +1,9 @@
-"""Probe sessions: the stack of every hit of a probed function, counted.
+"""The probe sampler: the stack of every hit of a probed function, counted (bpf/probe.bpf.c).
 
-`ProbeConfig(links=...)` takes pyroscope.ebpf's probe links. Uprobes attach to
-the file, so they fire in every process that maps it (restricted to `pids` if
-given). Kernel links use the kprobe PMU where the kernel has kprobes, else an
-fentry/fexit program on the function's BTF id; if neither works, start() fails
-with a message naming the link and the kernel option (never a silent no-op).
+Links are pyroscope.ebpf's (probe_links.py). Uprobes attach to the file, so they fire in every
+process that maps it (restricted to the engine's pids if given). Kernel links use the kprobe PMU
+where the kernel has kprobes, else an fentry/fexit program on the function's BTF id; if neither
+works, start() fails with a message naming the link and the kernel option (never a silent no-op).
 
 The profile is pyroscope.ebpf's `process_cpu:uprobe:count:uprobe:count`.
 """
@@ -12,67 +11,46 @@ The profile is pyroscope.ebpf's `process_cpu:uprobe:count:uprobe:count`.
 from __future__ import annotations
 
 import errno
-import struct
-from dataclasses import dataclass
 
 from .. import ebpf
-from ..bpf import object_path as bpf_object_path
 from ..ebpf import links as ebpf_links
 from ..errors import ConfigError, HotstackError
 from ..profile.model import ValueType
-from .event_profiler import EventProfiler
-from .obi import ObiConfig, attach_trace_context
-from .probe_links import ProbeLink, parse_probe_links, resolve_uprobe
-from .stack_buffers import EventBatch, LinkedEventSession, StackBuffers
+from .config import EngineConfig
+from .probe_links import ProbeLink, resolve_uprobe
+from .sampler import Sampler
 
 PROBE_SAMPLE_TYPE = ValueType("uprobe", "count")
 PROBE_PROFILE_NAME = "process_cpu"
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    links: tuple[ProbeLink, ...]
-    pids: tuple[int, ...] = ()
-    obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
-
-    @classmethod
-    def from_strings(cls, probe_links=(), u_probe_links=(), pids=(), obi: ObiConfig | None = None) -> "ProbeConfig":
-        return cls(tuple(parse_probe_links(probe_links, u_probe_links)), tuple(pids), obi)
-
-
-def object_path() -> str:
-    return bpf_object_path("probe")
-
-
-class ProbeSession(LinkedEventSession):
+class ProbeSampler(Sampler):
+    object_name = "probe"
+    map_prefix = "hsprobe"
     profile_name = PROBE_PROFILE_NAME
     sample_type = PROBE_SAMPLE_TYPE
     period_type = PROBE_SAMPLE_TYPE
 
-    def __init__(self, config: ProbeConfig) -> None:
-        if not config.links:
+    def __init__(self, config: EngineConfig) -> None:
+        if not config.probe_links:
             raise ConfigError("no probe links given")
         super().__init__(config)
         # Bad links fail here, before anything is loaded.
-        self._uprobes = {link: resolve_uprobe(link) for link in config.links if link.is_user}
+        self._uprobes = {link: resolve_uprobe(link) for link in config.probe_links if link.is_user}
 
     def start(self) -> None:
-        spec = ebpf.load_spec(object_path(), map_prefix="hsprobe")
+        spec = self.spec()
         templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
-        spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
-        self._collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi))
+        self.load(spec)
         try:
-            for pid in self.config.pids:
-                self._collection.maps["filter_pids"].update(struct.pack("<I", pid), b"\x01")
-            self._buffers = StackBuffers(self._collection)
-            for link in self.config.links:
+            for link in self.config.probe_links:
                 self._links.append(self._attach(link, templates))
         except BaseException:
             self.close()
             raise
 
     def _attach(self, link: ProbeLink, templates: dict[str, ebpf.ProgramSpec]) -> ebpf_links.Link:
-        programs = self._collection.programs
+        programs = self.collection.programs
         if link.is_user:
             target = self._uprobes[link]
             try:
@@ -102,21 +80,10 @@ class ProbeSession(LinkedEventSession):
             raise HotstackError(f"{lacking}, and its BTF has no function {link.symbol!r} to attach {kind} to: "
                                 f"check the name, or build the kernel with CONFIG_KPROBES=y") from None
         try:
-            program = self._collection.load_program(f"{kind}:{link.symbol}", variant)
+            program = self.collection.load_program(f"{kind}:{link.symbol}", variant)
             return ebpf_links.attach_tracing(program)
         except ebpf.EbpfError as e:
             reason = e.short() if isinstance(e, ebpf.VerifierError) else str(e).rsplit(": ", 1)[-1]
             raise HotstackError(f"{lacking}, and the {kind} fallback on {link.symbol} was refused ({reason}): "
                                 f"build the kernel with CONFIG_KPROBES=y, or allow BPF trampolines "
                                 f"(CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, no lockdown)") from None
-
-    def collect(self) -> EventBatch:
-        assert self._buffers is not None, "start() first"
-        return self._buffers.collect()
-
-
-class ProbeProfiler(EventProfiler):
-    """Probe hits -> Profiles (`process_cpu`, sample type uprobe/count)."""
-
-    def __init__(self, config: ProbeConfig, **kw) -> None:
-        super().__init__(ProbeSession(config), **kw)

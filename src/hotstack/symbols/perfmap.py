@@ -126,15 +126,3 @@ class PerfMap:
             else:
                 out.append(None)
         return out
-
-
-def namespace_pid(pid: int) -> int:
-    """The pid of a process inside its own pid namespace (the pid in its perf map's name)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"NSpid:"):
-                    return int(line.split()[-1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return pid

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..procs import Mapping, ProcessInfo, ProcessTable
+from ..procs import Mapping, Process, ProcessTable, exe_identity, map_file_path, namespace_pid
 from ..procs.maps import MappingIndex, read_maps
 from ..profile.model import UNKNOWN, Frame, FrameKind
 from .cache import ByteLRU
@@ -36,7 +36,7 @@ from .demangle import Demangler
 from .elf import ElfError, ElfFile
 from .gopclntab import GoPclntab, find_pclntab
 from .kallsyms import KernelSymbols
-from .perfmap import PerfMap, namespace_pid
+from .perfmap import PerfMap
 from .symtab import SymbolTable
 
 KERNEL_MODULE = "[kernel.kallsyms]"
@@ -145,14 +145,6 @@ class ProcessSymbols:
     def nbytes(self) -> int:
         return (256 + 200 * len(self.modules) + FRAME_BYTES * len(self.frames)
                 + (self.perf_map.nbytes if self.perf_map is not None else 0))
-
-
-def _exe_identity(pid: int) -> tuple | None:
-    try:
-        st = os.stat(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
 
 
 @dataclass
@@ -274,7 +266,7 @@ class Symbolizer:
         self.stats.misses += len(out) - named
         return out
 
-    def _jit_frames(self, info: ProcessInfo, proc: ProcessSymbols, jit: list[tuple[int, int]],
+    def _jit_frames(self, info: Process, proc: ProcessSymbols, jit: list[tuple[int, int]],
                     addresses: list[int], frames: list[Frame | None]) -> None:
         if proc.perf_map is None:
             root = info.root if info.root and not info.root_is_host else ""
@@ -291,13 +283,13 @@ class Symbolizer:
                 self.stats.jit_hits += 1
                 frames[i] = Frame(name, FrameKind.JIT, posixpath.basename(pm.path), addresses[i])
 
-    def _process(self, info: ProcessInfo) -> ProcessSymbols:
+    def _process(self, info: Process) -> ProcessSymbols:
         key = (info.pid, info.start_time)
         proc = self.pid_cache.get(key)
         now = time.monotonic()
         if proc is not None and info.alive and now - proc.exe_checked_at >= EXEC_RECHECK_S:
             proc.exe_checked_at = now
-            exe = _exe_identity(info.pid)
+            exe = exe_identity(info.pid)
             if exe is not None and proc.exe is not None and exe != proc.exe:
                 # exec keeps the pid and its start time: only the executable tells. Its maps are
                 # read again (as the process table does on a miss) and everything cached goes.
@@ -307,10 +299,10 @@ class Symbolizer:
         if proc is None or proc.mappings_id != id(info.mappings):
             # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
             proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, id(info.mappings)))
-            proc.exe, proc.exe_checked_at = _exe_identity(info.pid), now
+            proc.exe, proc.exe_checked_at = exe_identity(info.pid), now
         return proc
 
-    def _module(self, info: ProcessInfo, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
+    def _module(self, info: Process, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
         mkey = (mapping.start, mapping.end, mapping.offset, mapping.inode)
         ekey = proc.modules.get(mkey)
         if ekey is not None:
@@ -326,15 +318,15 @@ class Symbolizer:
             self.pid_cache.resize((info.pid, info.start_time))
         return module
 
-    def _candidates(self, info: ProcessInfo, mapping: Mapping) -> list[str]:
+    def _candidates(self, info: Process, mapping: Mapping) -> list[str]:
         path = mapping.file_path
-        out = [f"/proc/{info.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
+        out = [map_file_path(info.pid, mapping),
                f"{info.root}{path}" if info.root else path]
         if info.root_is_host:
             out.append(path)
         return out
 
-    def _open(self, info: ProcessInfo, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
+    def _open(self, info: Process, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
         path = mapping.file_path
         error = "file not found"
         for candidate in self._candidates(info, mapping):

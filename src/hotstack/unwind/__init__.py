@@ -1,4 +1,7 @@
-"""Native unwinding of user stacks without frame pointers.
+"""Unwinding: native user stacks without frame pointers, and runtime frame sources.
+
+- runtimes.py: FrameSource, the interface a language runtime implements (CPython in python/),
+  and the list of sources the engine builds.
 
 - cfi.py: .eh_frame / .debug_frame -> rows (CFA rule, saved RBP, return address,
   stop and signal markers, PLT expressions).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from ...errors import ConfigError
 from ..schema import BOOL, DURATION, FLOAT, INT, STRING, TARGETS, Arg, BlockArg, CapsuleOf, ListOf, Schema
 
 COMM_MODES = ("none", "label", "stackframe", "both")
@@ -22,25 +23,43 @@ def _has(module: str, attr: str = "") -> bool:
     return not attr or hasattr(mod, attr)
 
 
-def _sampler_field(name: str) -> bool:
-    from ...sampling.session import SamplerConfig
-    return name in SamplerConfig.__dataclass_fields__
+def _engine_field(name: str) -> bool:
+    from ...sampling.config import EngineConfig
+    return name in EngineConfig.__dataclass_fields__
 
 
 # argument -> (is the capability there?, what is missing). A non-default value of an argument
 # whose capability is missing is rejected with "<argument>: not supported yet".
 CAPABILITIES = {
-    "python_enabled": (lambda: _sampler_field("python_enabled"), "Python frames in the sampler"),
+    "python_enabled": (lambda: _engine_field("runtime_frames"), "Python frames in the sampler"),
     "demangle": (lambda: _has("hotstack.symbols.demangle", "Demangler"), "C++ demangling"),
-    "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu", "OffCpuProfiler"), "off-CPU sampling"),
-    "probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeProfiler"), "probe-triggered sampling"),
-    "u_probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeProfiler"), "probe-triggered sampling"),
+    "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu", "OffCpuSampler"), "off-CPU sampling"),
+    "probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeSampler"), "probe-triggered sampling"),
+    "u_probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeSampler"), "probe-triggered sampling"),
     "load_probe": (lambda: False, "a generic probe program for others to attach"),
     "symb_cache_path": (lambda: False, "an on-disk symbol cache"),
     "symb_cache_size": (lambda: False, "an on-disk symbol cache"),
     "debug_info.upload": (lambda: False, "debug-info upload"),
     "debug_info.on_target_symbolization": (lambda: False, "backend-only symbolization"),
 }
+
+# EngineConfig fields as pyroscope.ebpf names them, for error messages.
+ARG_NAMES = {"frequency": "sample_rate", "off_cpu_threshold": "off_cpu_threshold", "demangle": "demangle",
+             "kernel_stacks": "kernel_frames", "user_stacks": "user stacks"}
+
+
+def engine_config(a: dict):
+    """The engine's config for these arguments (validated)."""
+    from ...sampling.config import EngineConfig
+    from ...sampling.obi import ObiConfig
+    from ...sampling.probe_links import parse_probe_links
+    obi = ObiConfig(enabled=a["obi_process_context_enabled"], bpf_fs_root=a["bpf_fs_root"]) \
+        if OBI_AVAILABLE() else None
+    return EngineConfig(frequency=a["sample_rate"], kernel_stacks=a["kernel_frames"],
+                        runtime_frames=a["python_enabled"], off_cpu_threshold=a["off_cpu_threshold"],
+                        probe_links=tuple(parse_probe_links(a["probe_links"], a["u_probe_links"])),
+                        obi=obi, demangle=a["demangle"]).validate(ARG_NAMES)
+
 
 # Trace correlation is on by default in Alloy and only does something when an OBI/Beyla
 # process-context map exists under bpf_fs_root; without the capability `true` is accepted
@@ -67,18 +86,12 @@ def _validate(a: dict) -> None:
         raise ValueError(f"comm: {a['comm']!r} is not one of {', '.join(COMM_MODES)}")
     if a["demangle"] not in DEMANGLE_MODES:
         raise ValueError(f"demangle: {a['demangle']!r} is not one of {', '.join(DEMANGLE_MODES)}")
-    if not 0 <= a["off_cpu_threshold"] <= 1:
-        raise ValueError("off_cpu_threshold must be between 0 and 1")
-    if not 1 <= a["sample_rate"] <= 10000:
-        raise ValueError("sample_rate must be between 1 and 10000")
     if a["collect_interval"] <= 0:
         raise ValueError("collect_interval must be greater than 0")
-    for link in a["probe_links"] or [f"uprobe:{u}" for u in a["u_probe_links"]]:
-        kind, _, rest = link.partition(":")
-        if kind not in ("kprobe", "kretprobe", "uprobe", "uretprobe") or not rest or (
-                kind.startswith("u") and ":" not in rest):
-            raise ValueError(f"probe_links: {link!r} must be kprobe:SYMBOL, kretprobe:SYMBOL, "
-                             "uprobe:/path:SYMBOL or uretprobe:/path:SYMBOL")
+    try:   # the engine's own rules (sample rate, threshold, probe links), with Alloy's names
+        engine_config(a)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
     defaults = SCHEMA.defaults()
     for name, (available, what) in CAPABILITIES.items():
         block, _, field = name.partition(".")

@@ -19,6 +19,7 @@ class EngineCollector:
         self.user_lost = 0
         self.kernel_lost = 0
         self.counts_full = 0
+        self.truncated = 0
 
     def collect(self):
         samples = CounterMetricFamily("hotstack_samples", "Samples taken by the BPF sampler.")
@@ -28,6 +29,9 @@ class EngineCollector:
         lost.add_metric(["kernel"], self.kernel_lost)
         full = CounterMetricFamily("hotstack_dropped_samples", "Samples dropped: aggregation map full.")
         full.add_metric([], self.counts_full)
+        truncated = CounterMetricFamily("hotstack_truncated_stacks",
+                                        "Samples whose runtime (e.g. Python) stack was cut short: a [truncated] frame.")
+        truncated.add_metric([], self.truncated)
         hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
         runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
         h = m = 0
@@ -41,13 +45,13 @@ class EngineCollector:
                 if k.startswith(("elf_cache", "pid_cache")):
                     caches[k] = caches.get(k, 0) + v
             try:
-                rt += p.session.bpf_run_time_ns() / 1e9   # the CPU sampler's program
+                rt += p.bpf_run_time_ns() / 1e9   # the CPU sampler's program
             except Exception:   # the session may be closing; skip it this scrape
                 pass
         hits.add_metric(["hit"], h)
         hits.add_metric(["miss"], m)
         runtime.add_metric([], rt)
-        yield from (samples, lost, full, hits, runtime)
+        yield from (samples, lost, full, truncated, hits, runtime)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)
@@ -88,3 +92,4 @@ class EbpfMetrics:
         self.engine.user_lost += st.user_stacks_lost
         self.engine.kernel_lost += st.kernel_stacks_lost
         self.engine.counts_full += st.counts_full
+        self.engine.truncated += st.truncated

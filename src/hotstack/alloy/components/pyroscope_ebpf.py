@@ -115,7 +115,7 @@ class PyroscopeEbpf(Component):
             self.log.setLevel("DEBUG")
         engine = self.profiler
         if engine is not None:
-            engine.set_keep(self._keep_pid(index, engine) if args["targets_only"] else None)
+            engine.set_target_filter(self._keep_pid(index, engine) if args["targets_only"] else None)
         if restart:
             self._restart_profiler()
         elif self._started and self.profiler is None and self._should_run() and not self._starting:
@@ -126,8 +126,8 @@ class PyroscopeEbpf(Component):
 
     # -- the engine -------------------------------------------------------------------------------
     def _make_engine(self):
-        from .ebpf_engine import Engine
-        return Engine(self.args)
+        from ...sampling.engine import Engine
+        return Engine(ebpf_args.engine_config(self.args))
 
     def _start_profiler(self) -> None:
         """Start the eBPF session; failing to start makes the component unhealthy (tried 3 times)."""
@@ -143,7 +143,7 @@ class PyroscopeEbpf(Component):
         for attempt in range(3):
             try:
                 profiler = self._make_engine()
-                profiler.cpu.keep_pid = self._keep_pid(self.index, profiler) if self.args["targets_only"] else None
+                profiler.set_target_filter(self._keep_pid(self.index, profiler) if self.args["targets_only"] else None)
                 profiler.start()
             except HotstackError as e:
                 error = str(e)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import procs
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
 from .memory import MemoryReadError, ProcessMemory
@@ -168,15 +169,11 @@ _binaries: dict[tuple, PythonBinary | None] = {}
 
 def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            text = f.read()
-    except OSError:
-        return None
+    text = procs.read_maps_text(pid)
     if "python" not in text:    # cheap test first: most processes of a host are not Python
         return None
     mappings = parse_maps(text)
-    root = f"/proc/{pid}/root"
+    root = procs.root_path(pid)
     for cand in _candidates(mappings):
         path = root + cand.file_path
         try:

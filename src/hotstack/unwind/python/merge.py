@@ -4,12 +4,13 @@ Each native frame of the evaluation loop (`_PyEval_EvalFrameDefault`) is replace
 by the Python frames that call ran (one group per call, see frames.eval_groups). Native frames
 between them (C extensions, the C API) and the kernel frames stay where they are. Groups left
 over when the native stack ends early (no frame pointers in libpython, truncated unwinding) go
-at the root end, where those calls were.
+at the root end, where those calls were. A chain the walker cut (deeper than it walks) ends in
+a `[truncated]` frame where the missing, outer frames would be.
 """
 
 from __future__ import annotations
 
-from ...profile.model import Frame
+from ...profile.model import TRUNCATED, Frame
 
 # Only the loop itself runs frames; wrappers such as PyEval_EvalFrameEx stay native frames.
 EVAL_FRAME = "_PyEval_EvalFrameDefault"
@@ -25,17 +26,20 @@ ROOT_FRAMES = frozenset({"_start", "__libc_start_main", "__libc_start_call_main"
                          "clone3", "__clone", "__clone3", "thread_start"})
 
 
-def merge(native: list[Frame], groups: list[list[Frame]]) -> list[Frame]:
+def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = False) -> list[Frame]:
     """Leaf-first native frames + leaf-first groups of Python frames -> one leaf-first stack.
 
     Groups are matched to evaluation-loop frames from the root when the native stack is complete
     and has at least as many of them: a call of the loop that has just started (its frames not
     yet linked into the thread's chain) is then the leaf one left native. Otherwise they are
-    matched from the leaf, and groups left over go at the root end.
+    matched from the leaf, and groups left over go at the root end. A truncated chain holds the
+    leaf-most calls only: its groups are matched from the leaf, and end in TRUNCATED.
     """
+    if truncated:
+        groups = groups[:-1] + [groups[-1] + [TRUNCATED]]
     evals = [i for i, f in enumerate(native) if is_eval_frame(f)]
     skip = 0
-    if native and native[-1].name in ROOT_FRAMES and len(evals) > len(groups):
+    if not truncated and native and native[-1].name in ROOT_FRAMES and len(evals) > len(groups):
         skip = len(evals) - len(groups)
     replace = {pos: groups[j - skip] for j, pos in enumerate(evals) if 0 <= j - skip < len(groups)}
     out: list[Frame] = []

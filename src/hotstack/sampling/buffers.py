@@ -1,0 +1,172 @@
+"""The one reader of the double-buffered stack counts every sampler program writes (bpf/counts.h).
+
+Counts per struct stack_key live in `counts_<b>`, the stacks their ids name in
+`{user,kern}_stacks_<b>`, b = 0 or 1. Reading flips the programs to the other buffer, waits for
+programs still running on the old one, then drains it and clears its stacks, so every count is
+read exactly once. The per-CPU `stats` counters are read as deltas since the previous read.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .. import ebpf
+from ..bpf import schema
+from ..bpf.record import c_string
+from ..profile.model import ProfileStats
+
+# BPF programs run with preemption off and take microseconds: after a flip, this is ample
+# time for any program that read the old buffer index to finish.
+FLIP_GRACE_S = 0.005
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+NO_STACK = -1     # a stack id that was not asked for (not a loss)
+
+
+@dataclass(frozen=True, slots=True)
+class RawStack:
+    """One counted stack as the kernel recorded it: addresses, not yet symbolized."""
+
+    pid: int
+    tid: int
+    comm: str
+    user_stack: tuple[int, ...]       # leaf first; empty if not collected or lost
+    kernel_stack: tuple[int, ...]     # leaf first
+    value: int                        # samples, hits or nanoseconds
+    user_stack_lost: bool = False
+    kernel_stack_lost: bool = False
+    runtime_stack: int = 0            # key of its runtime frames (a frame source's), 0: none
+    trace_id: bytes = bytes(16)       # the thread's OBI span, zero: none
+    span_id: bytes = bytes(8)
+
+
+@dataclass
+class SnapshotStats:
+    sent: int = 0                     # samples sent as snapshots
+    ring_full: int = 0                # not sent (ring full): counted with frame pointers instead
+    no_regs: int = 0                  # not sent (no user registers): counted with frame pointers
+
+
+@dataclass
+class RawBatch:
+    """What one collect drained: stacks, the interval, and the kernel's counters."""
+
+    stacks: list[RawStack]
+    start_ns: int
+    end_ns: int
+    stats: ProfileStats = field(default_factory=ProfileStats)
+    snapshot_stats: SnapshotStats = field(default_factory=SnapshotStats)
+
+
+def parse_stack(raw: bytes) -> tuple[int, ...]:
+    """A stack-map value: up to MAX_STACK_DEPTH u64 addresses, zero-terminated."""
+    addrs = struct.unpack_from(f"<{len(raw) // 8}Q", raw)
+    try:
+        return addrs[:addrs.index(0)]
+    except ValueError:
+        return addrs
+
+
+def with_caller(stack: tuple[int, ...], caller: int) -> tuple[int, ...]:
+    """Put the caller (return address read at a function's entry) after the leaf, unless it is there."""
+    if not caller or not stack or (len(stack) > 1 and stack[1] == caller):
+        return stack
+    return (stack[0], caller) + stack[1:]
+
+
+def is_lost(stack_id: int, stack: tuple | None) -> bool:
+    """A stack asked for and not stored: the map refused it, or its id no longer resolves.
+    -EFAULT is no loss: the task has no user stack (a kernel thread)."""
+    return stack is None or (stack_id < NO_STACK and stack_id != -schema.EFAULT)
+
+
+class StackReader:
+    """Looks stack ids of one buffer up, once each."""
+
+    def __init__(self, collection: ebpf.Collection, buffer: int) -> None:
+        self.user = collection.maps[schema.buffered("user_stacks", buffer)]
+        self.kernel = collection.maps[schema.buffered("kern_stacks", buffer)]
+        self._cache: dict[tuple[int, int], tuple[int, ...] | None] = {}
+
+    def stack(self, m: ebpf.Map, stack_id: int) -> tuple[int, ...] | None:
+        if stack_id < 0:
+            return ()
+        key = (id(m), stack_id)
+        if key not in self._cache:
+            raw = m.lookup(_U32.pack(stack_id))
+            self._cache[key] = parse_stack(raw) if raw is not None else None
+        return self._cache[key]
+
+    def clear(self, keep: Iterable[tuple[int, int]] = ()) -> None:
+        """Delete every stack of the buffer except the (user, kernel) ids in `keep` (still referenced)."""
+        keep = list(keep)
+        for m, kept in ((self.user, {u for u, _ in keep if u >= 0}), (self.kernel, {k for _, k in keep if k >= 0})):
+            # Every stack not still referenced goes, including those whose count could not be stored.
+            for raw_id in list(m.keys()):
+                if _U32.unpack(raw_id)[0] not in kept:
+                    m.delete(raw_id)
+
+
+def raw_stack(key, comm: bytes, value: int, stacks: StackReader, user: tuple[int, ...] | None = None) -> RawStack:
+    """A RawStack from a stack_key record (`user`: the user stack if already known, e.g. unwound)."""
+    if user is None:
+        ustack = stacks.stack(stacks.user, key.user_stack_id)
+        user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
+    else:
+        user_lost = False
+    kstack = stacks.stack(stacks.kernel, key.kern_stack_id)
+    return RawStack(key.pid, key.tid, c_string(comm), user, kstack or (), value, user_lost,
+                    is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id)
+
+
+class StackBuffers:
+    """The two buffers of one loaded sampler collection."""
+
+    def __init__(self, collection: ebpf.Collection) -> None:
+        self._collection = collection
+        self.active = 0
+        self._last_ns = time.time_ns()
+        self.lock = threading.Lock()
+        self._stat_totals = [0] * schema.STAT_MAX
+
+    def flip(self) -> int:
+        """Send the programs to the other buffer; returns the one to drain (call under `lock`)."""
+        drained = self.active
+        self.active ^= 1
+        self._collection.variable("active_buffer").set(self.active)
+        time.sleep(FLIP_GRACE_S)
+        return drained
+
+    def read(self, buffer: int) -> tuple[list[RawStack], StackReader]:
+        """Drain a buffer's counts; the reader resolves (and later clears) its stacks."""
+        stacks = StackReader(self._collection, buffer)
+        unpack_key, unpack_count = schema.STACK_KEY.unpack, schema.STACK_COUNT.unpack
+        out = []
+        for key, value in self._collection.maps[schema.buffered("counts", buffer)].drain():
+            count = unpack_count(value)
+            out.append(raw_stack(unpack_key(key), count.comm, count.value, stacks))
+        return out, stacks
+
+    def interval(self) -> tuple[int, int]:
+        """(start, end) of the interval drained now, in ns since the epoch."""
+        now = time.time_ns()
+        start, self._last_ns = self._last_ns, now
+        return start, now
+
+    def read_stats(self) -> tuple[ProfileStats, SnapshotStats]:
+        stats_map = self._collection.maps["stats"]
+        totals = [sum(_U64.unpack_from(v)[0] for v in stats_map.lookup_percpu(_U32.pack(i)))
+                  for i in range(schema.STAT_MAX)]
+        d = [t - p for t, p in zip(totals, self._stat_totals)]
+        self._stat_totals = totals
+        return ProfileStats(
+            samples=d[schema.STAT_SAMPLES], idle=d[schema.STAT_IDLE], filtered=d[schema.STAT_FILTERED],
+            counts_full=d[schema.STAT_COUNTS_FULL],
+            user_stacks_lost=d[schema.STAT_USTACK_COLLISION] + d[schema.STAT_USTACK_ERROR],
+            kernel_stacks_lost=d[schema.STAT_KSTACK_COLLISION] + d[schema.STAT_KSTACK_ERROR],
+            stack_collisions=d[schema.STAT_USTACK_COLLISION] + d[schema.STAT_KSTACK_COLLISION]), \
+            SnapshotStats(d[schema.STAT_SNAPSHOTS], d[schema.STAT_SNAPSHOT_RING_FULL], d[schema.STAT_SNAPSHOT_NO_REGS])

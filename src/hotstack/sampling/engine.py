@@ -1,0 +1,305 @@
+"""The Engine: the one profiling core behind every front door and gadget.
+
+Built from one validated EngineConfig, it owns the process table, the symbolizer, the native
+unwinder for stack snapshots, the frame sources (runtimes) and one sampler per kind asked for
+(CPU, off-CPU, probes). `collect()` drains every sampler and returns one Profile each.
+
+What is sampled is decided in the kernel where the kernel can (pids, command names); what it
+cannot (a front door's targets, e.g. the agent's by container id) is one predicate,
+`set_target_filter`, applied here, in `wants()`, and nowhere else: a process it declines gets
+no snapshots, no runtime frames, no symbols.
+
+Threads: a pid watcher (every 100 ms) reads new processes' maps while they still run and lets
+the frame sources look at them; an unwind thread drains the snapshot ring and classifies new
+processes for snapshots (a first parse of a binary's table can take a second).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from .. import procs
+from ..errors import HotstackError
+from ..procs import ProcessTable
+from ..profile.model import Profile
+from ..symbols.symbolizer import Symbolizer
+from ..unwind import Unwinder
+from ..unwind.runtimes import frame_sources
+from .buffers import RawBatch
+from .config import EngineConfig
+from .cpu import CpuSampler
+from .diagnose import check_preconditions, explain
+from .runtime_maps import RuntimeMaps
+from .sampler import Sampler
+from .samples import SampleMaker
+
+WATCH_INTERVAL_S = 0.1
+TargetFilter = Callable[[int], bool]
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, processes: ProcessTable | None = None,
+                 symbolizer: Symbolizer | None = None, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
+        self.config = config.validate()
+        self.processes = processes if processes is not None else ProcessTable()
+        self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(self.processes,
+                                                                               demangle=config.demangle)
+        self.unwinder = Unwinder(self.processes)
+        self.samplers: list[Sampler] = []
+        self.cpu: CpuSampler | None = None
+        if config.cpu:
+            self.cpu = CpuSampler(config, self._unwind_snapshot)
+            self.samplers.append(self.cpu)
+        if config.off_cpu_threshold > 0:
+            from .offcpu import OffCpuSampler
+            self.samplers.append(OffCpuSampler(config))
+        if config.probe_links:
+            from .probes import ProbeSampler
+            self.samplers.append(ProbeSampler(config))   # bad links fail here, before anything loads
+        # Runtime frames come with the CPU sampler's walker (bpf/python.h ...).
+        self.runtimes = frame_sources(config.runtime_frames) if self.cpu is not None else []
+        self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
+        self._wants: TargetFilter | None = None
+        self._declined: set[int] = set()
+        self._snapshot_pids: set[int] = set()
+        self._to_classify: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._watch_interval = watch_interval_s
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started: list[Sampler] = []
+        self._lock = threading.Lock()     # one drain at a time
+
+    # -- what is profiled --------------------------------------------------------------------
+    def set_target_filter(self, wants: TargetFilter | None) -> None:
+        """Userspace part of the filter: only pids `wants(pid)` are worked on (None: all).
+        A pid declined earlier is reconsidered when the filter changes."""
+        self._wants = wants
+        for pid in list(self._declined):
+            if wants is None or wants(pid):
+                self._declined.discard(pid)
+                self._take_on(pid, classify_now=True)
+
+    def wants(self, pid: int) -> bool:
+        wants = self._wants
+        if wants is None or wants(pid):
+            return True
+        self._declined.add(pid)
+        return False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load and attach every sampler; a failure closes what started and is one HotstackError."""
+        try:
+            check_preconditions()
+            self._start()
+        except Exception as e:   # loader failures become one line
+            self.close()
+            raise e if isinstance(e, HotstackError) else explain(e) from None
+
+    def _start(self) -> None:
+        # Parse kallsyms while the kernel verifies the programs (the bpf() call releases the GIL).
+        kallsyms = threading.Thread(target=lambda: self.symbolizer.kernel, name="hotstack-kallsyms", daemon=True)
+        kallsyms.start()
+        if self.cpu is not None:
+            # Processes named by --pid are classified before the first sample, not 100 ms later;
+            # running processes are looked at by the frame sources before sampling starts.
+            marked = tuple(pid for pid in self.config.pids if self._needs_snapshots(pid))
+            self._snapshot_pids.update(marked)
+            if self.runtimes:
+                for pid in self.config.pids or procs.all_pids():
+                    if self.wants(pid):
+                        for source in self.runtimes:
+                            if source.detect(pid):
+                                break
+            collection = self.cpu.start(snapshot_pids=marked)
+            for source in self.runtimes:
+                source.attach(RuntimeMaps(collection, source.name))
+            self._started.append(self.cpu)
+            self.cpu.attach()
+        for sampler in self.samplers:
+            if sampler is not self.cpu:
+                sampler.start()
+                self._started.append(sampler)
+        kallsyms.join()
+        self._spawn(self._watch_new_pids, "hotstack-pids")
+        if self.cpu is not None:
+            self._spawn(self._unwind_loop, "hotstack-unwind")
+
+    def _spawn(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop sampling (perf events off, links detached); what was counted stays readable."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=1)
+        self._threads = []
+        for sampler in self.samplers:
+            sampler.stop()
+
+    def close(self) -> None:
+        self.stop()
+        for sampler in self.samplers:
+            try:
+                sampler.close()
+            except Exception:   # closing must reach every sampler
+                pass
+        self._started = []
+
+    def __enter__(self) -> "Engine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- new processes -------------------------------------------------------------------------
+    def _watch_new_pids(self) -> None:
+        while not self._stop.wait(self._watch_interval):
+            self.observe_new_pids()
+
+    def observe_new_pids(self) -> None:
+        for sampler in self._started:
+            try:
+                pids = sampler.new_pids()
+            except Exception:   # the sampler is closing under us
+                continue
+            for pid in pids:
+                self.processes.observe(pid)
+                if self.wants(pid):
+                    self._take_on(pid)
+        if self.cpu is not None and self.cpu.buffers is not None:
+            for source in self.runtimes:
+                source.poll(self.cpu.buffers.active)
+
+    def _take_on(self, pid: int, classify_now: bool = False) -> None:
+        """A wanted process: snapshots if it has no frame pointers, runtime frames if it runs one."""
+        if self.cpu is None:
+            return
+        if self.config.unwind == "auto" and pid not in self._snapshot_pids:
+            if classify_now:
+                if self._needs_snapshots(pid):
+                    self.cpu.mark_snapshot_pid(pid)
+                    self._snapshot_pids.add(pid)
+            else:
+                self._to_classify.put(pid)
+        for source in self.runtimes:
+            if source.observe(pid):
+                break
+
+    def _needs_snapshots(self, pid: int) -> bool:
+        """Observe a process; True if its user stacks need snapshots (unwind mode "auto")."""
+        info = self.processes.observe(pid)
+        if self.config.unwind != "auto" or not self.wants(pid):
+            return False
+        return info is not None and self.unwinder.needs_snapshots(info)
+
+    def _unwind_snapshot(self, pid: int, ip: int, sp: int, bp: int, stack: bytes) -> tuple[int, ...]:
+        return self.unwinder.unwind(pid, ip, sp, bp, stack)[0]
+
+    def _unwind_loop(self) -> None:
+        """Drains the snapshot ring (unwinding as it goes) and marks new processes built without
+        frame pointers for snapshots (unwind mode "auto"). Its own thread, apart from the pid
+        watcher: a first parse of a binary's table can take a second, and new processes' maps
+        must be read before they exit all the same."""
+        cpu = self.cpu
+        while not self._stop.wait(self._watch_interval):
+            try:
+                while True:
+                    try:
+                        pid = self._to_classify.get_nowait()
+                    except queue.Empty:
+                        break
+                    info = self.processes.get(pid)
+                    if info is not None and pid not in self._snapshot_pids and self.unwinder.needs_snapshots(info):
+                        cpu.mark_snapshot_pid(pid)
+                        self._snapshot_pids.add(pid)
+                    cpu.poll_snapshots()
+                cpu.poll_snapshots()
+            except Exception:
+                if cpu.collection is None:   # the sampler is closing under us
+                    return
+
+    # -- collecting ----------------------------------------------------------------------------
+    def collect(self) -> list[Profile]:
+        """One profile per sampler, of everything sampled since the last collect."""
+        with self._lock:
+            self.observe_new_pids()
+            batches = []
+            for sampler in self._started:
+                batch = sampler.collect()
+                if sampler is self.cpu:
+                    for source in self.runtimes:
+                        source.collect(sampler.buffers.active ^ 1)   # runtime stacks of the buffer drained
+                batches.append((sampler, batch))
+            profiles = [self.to_profile(sampler, batch) for sampler, batch in batches]
+            self._forget_dead()
+            return profiles
+
+    def to_profile(self, sampler: Sampler, batch: RawBatch) -> Profile:
+        wants = self._wants
+        samples = []
+        truncated = 0
+        for raw in batch.stacks:
+            if wants is not None and raw.pid and not wants(raw.pid):
+                continue
+            sample, cut = self._samples.sample(raw, sampler.strips_bpf_frames)
+            samples.append(sample)
+            truncated += sample.value if cut else 0
+        batch.stats.truncated = truncated
+        return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
+                       frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
+                       sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)
+
+    def _forget_dead(self) -> None:
+        self.processes.forget_dead()
+        for pid in list(self._snapshot_pids):
+            info = self.processes.get(pid)
+            if info is None or not info.alive:
+                self._snapshot_pids.discard(pid)
+                try:
+                    self.cpu.forget_snapshot_pid(pid)
+                except Exception:
+                    pass
+        for pid in self.unwinder.cached_pids():
+            info = self.processes.get(pid)
+            if info is None or not info.alive:
+                self.unwinder.forget(pid)
+        for source in self.runtimes:
+            source.forget_dead()
+        self._declined = {pid for pid in self._declined if procs.exists(pid)}
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, duration_s: float, interval_s: float = 0, on_profile: Callable[[Profile], None] | None = None,
+            stop: threading.Event | None = None) -> Profile | None:
+        """Collect for `duration_s` (0 = until `stop`), emitting profiles every `interval_s`
+        (0 = once at the end). Returns the last profile of the first sampler."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + duration_s if duration_s > 0 else None
+        last = None
+        while True:
+            wait = [interval_s] if interval_s > 0 else []
+            if deadline is not None:
+                wait.append(max(0.0, deadline - time.monotonic()))
+            finished = stop.wait(min(wait)) if wait else stop.wait()
+            expired = deadline is not None and time.monotonic() >= deadline
+            if finished or expired:
+                for sampler in self.samplers:
+                    sampler.stop()   # flush on stop: nothing may arrive after the final drain
+            if finished or expired or interval_s > 0:
+                profiles = self.collect()
+                last = profiles[0] if profiles else None
+                for profile in profiles:
+                    if on_profile is not None:
+                        on_profile(profile)
+            if finished or expired:
+                return last
+
+    def bpf_run_time_ns(self) -> int:
+        """Kernel time of the CPU sampler's program (0 without it or without run-time stats)."""
+        return self.cpu.bpf_run_time_ns() if self.cpu is not None else 0

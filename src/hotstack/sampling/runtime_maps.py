@@ -1,0 +1,61 @@
+"""A frame source's kernel half, by role (unwind/runtimes.RuntimeKernel), over a loaded collection.
+
+The roles come from bpf/schema.yaml (a group with `runtime:`): the tunable the walker needs, the
+map of processes to walk, the double-buffered map of recorded stacks and the counters.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .. import ebpf
+from ..bpf import schema
+
+_PID = struct.Struct("<I")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+class RuntimeMaps:
+    def __init__(self, collection: ebpf.Collection, group: str) -> None:
+        self._collection = collection
+        self._roles = schema.RUNTIMES[group]
+        self._processes = collection.maps[self._roles["processes"]]
+        self._counters = collection.maps[self._roles["counters"]]
+        self._totals = [0] * self._roles["counter_count"]
+
+    def configure(self, value: int) -> None:
+        self._collection.variable(self._roles["tunable"]).set(value)
+
+    def track(self, pid: int, record: bytes) -> bool:
+        try:
+            self._processes.update(_PID.pack(pid), record)
+        except (ebpf.EbpfError, OSError, ValueError):      # map full, or the session is closing: native frames only
+            return False
+        return True
+
+    def untrack(self, pid: int) -> None:
+        try:
+            self._processes.delete(_PID.pack(pid))
+        except (ebpf.EbpfError, OSError, ValueError):
+            pass
+
+    def _stacks(self, buffer: int) -> ebpf.Map:
+        return self._collection.maps[schema.buffered(self._roles["stacks"], buffer)]
+
+    def recorded(self, buffer: int):
+        stacks = self._stacks(buffer)
+        for key in stacks.keys():
+            raw = stacks.lookup(key)
+            if raw is not None:
+                yield key, raw
+
+    def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
+        return self._stacks(buffer).drain()
+
+    def counters(self) -> list[int]:
+        totals = [sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_U32.pack(i)))
+                  for i in range(len(self._totals))]
+        delta = [t - p for t, p in zip(totals, self._totals)]
+        self._totals = totals
+        return delta

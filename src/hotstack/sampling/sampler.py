@@ -1,0 +1,105 @@
+"""What every sampler shares: one loaded BPF collection that counts stacks (bpf/counts.h).
+
+A sampler is the kernel half of one kind of profile (CPU, off-CPU, probes): it loads its
+program with the engine's config, attaches it, and hands back raw batches. Symbols, frame
+sources and Profiles are the engine's business (engine.py), never a sampler's.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .. import ebpf
+from ..bpf import object_path
+from ..profile.model import ValueType
+from .buffers import RawBatch, StackBuffers
+from .config import EngineConfig
+from .obi import attach_trace_context
+
+_PID = struct.Struct("<I")
+
+
+class Sampler:
+    object_name: str = ""          # bpf/<object_name>.bpf.o
+    map_prefix: str = ""           # prefix of its global-data maps' names (they show in bpftool)
+    profile_name: str = "process_cpu"
+    sample_type: ValueType = ValueType("samples", "count")
+    period_type: ValueType = ValueType("cpu", "nanoseconds")
+    frequency_hz: int = 0          # 0: event-driven (one event stands for itself)
+    # Stacks taken inside a BPF program (tracepoints, probes) start with the program's frames.
+    strips_bpf_frames: bool = True
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.collection: ebpf.Collection | None = None
+        self.buffers: StackBuffers | None = None
+        self._links: list = []        # attached programs (probes, tracepoints)
+
+    def spec(self) -> ebpf.CollectionSpec:
+        spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
+        spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+        return spec
+
+    def load(self, spec: ebpf.CollectionSpec) -> ebpf.Collection:
+        """Load the collection and fill the kernel-side filter; on failure nothing stays open."""
+        self.collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi))
+        try:
+            for pid in self.config.pids:
+                self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
+            self.buffers = StackBuffers(self.collection)
+        except BaseException:
+            self.close()
+            raise
+        return self.collection
+
+    def start(self) -> None:   # pragma: no cover - each sampler loads and attaches its own way
+        raise NotImplementedError
+
+    def new_pids(self) -> list[int]:
+        """Processes the program saw for the first time (or after an exec) since the last call."""
+        if self.collection is None:
+            return []
+        return [_PID.unpack_from(key)[0] for key, _ in self.collection.maps["new_pids"].drain()]
+
+    def collect(self) -> RawBatch:
+        """Everything counted since the previous collect (a delta)."""
+        assert self.buffers is not None, "start() first"
+        with self.buffers.lock:
+            drained = self.buffers.flip()
+            return self.drain(drained)
+
+    def drain(self, buffer: int) -> RawBatch:
+        stacks, reader = self.buffers.read(buffer)
+        start, end = self.buffers.interval()
+        stacks += self.pending(buffer, reader)
+        stats, snapshot_stats = self.buffers.read_stats()
+        reader.clear(keep=self.still_referenced(buffer))
+        return RawBatch(stacks, start, end, stats, snapshot_stats)
+
+    def pending(self, buffer: int, reader) -> list:
+        """Stacks of the drained buffer that came by another way than its counts (snapshots)."""
+        return []
+
+    def still_referenced(self, buffer: int) -> list[tuple[int, int]]:
+        """(user, kernel) stack ids of the drained buffer that events in flight will count later."""
+        return []
+
+    def program_stats(self, name: str) -> int:
+        """Run time (ns) of one of its programs, 0 if the kernel does not count it."""
+        if self.collection is None:
+            return 0
+        return self.collection.programs[name].stats().run_time_ns
+
+    def stop(self) -> None:
+        """Stop sampling (detach every link); what was counted stays readable."""
+        for link in self._links:
+            link.close()
+        self._links = []
+
+    def close(self) -> None:
+        self.stop()
+        if self.collection is not None:
+            self.collection.close()
+            self.collection = None
+        self.buffers = None
+

@@ -1,0 +1,196 @@
+"""CPythonSource: the CPython frame source (unwind/runtimes.py), its first implementation.
+
+It detects CPython processes (detect.py: memory and ELF reads only), lists them for the kernel
+walker (bpf/python.h) through the RuntimeKernel the engine gives it, reads code objects early
+(every ~100 ms, so short-lived processes keep their names), and merges the recorded frames
+into native stacks (merge.py). The record layouts come from bpf/schema.py.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame
+from ..runtimes import RuntimeKernel
+from .code import CodeCache
+from .detect import PythonProcess, detect
+from .frames import RawPyFrame, eval_groups
+from .merge import merge
+from .offsets import FRAME_CFRAME, NONE
+
+# A process first seen before it runs CPython (still in the parent's code before exec, or before
+# the interpreter is initialized) is looked at again at these ages (seconds since first seen).
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+_U64 = struct.Struct("<Q")
+
+
+def proc_record(proc: PythonProcess) -> bytes:
+    o = proc.offsets
+    return schema.PY_PROC.pack(
+        threads_head=proc.threads_head, code_tag_mask=o.code_tag_mask, thread_id=o.thread_id,
+        tstate_next=o.tstate_next, tstate_frame=o.tstate_frame,
+        cframe_current=o.cframe_current if o.frame_kind == FRAME_CFRAME else NONE, frame_code=o.frame_code,
+        frame_previous=o.frame_previous, frame_instr=o.frame_instr, frame_marker=o.frame_marker,
+        co_argcount=o.co_argcount, co_flags=o.co_flags, co_firstlineno=o.co_firstlineno)
+
+
+def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
+    """(frames leaf first, truncated, first pid) of a struct py_stack."""
+    head = schema.PY_STACK.unpack(raw)
+    size = schema.PY_FRAME.size
+    n = min(head.len, schema.PY_MAX_FRAMES, (len(raw) - schema.PY_STACK_TAIL_OFFSET) // size)
+    unpack = schema.PY_FRAME.struct.unpack_from
+    frames = []
+    for i in range(n):
+        code, instr, checksum, marker = unpack(raw, schema.PY_STACK_TAIL_OFFSET + i * size)
+        frames.append(RawPyFrame(code, instr, marker, checksum))
+    return frames, bool(head.truncated), head.pid
+
+
+class CPythonSource:
+    """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
+
+    name = "python"
+
+    def __init__(self) -> None:
+        self._kernel: RuntimeKernel | None = None
+        self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
+        self._found: list[PythonProcess] = []            # detected before attach()
+        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
+        self._stacks: dict[int, tuple[list[RawPyFrame], bool]] = {}
+        self._lock = threading.Lock()
+        self.codes = CodeCache()
+        self._fsbase_offset = 0
+        self._prefetch_buffer, self._prefetched = -1, set()
+
+    def prepare(self) -> bool:
+        """The walker finds a thread's state through task_struct.thread.fsbase (kernel BTF)."""
+        from ...ebpf import kernel_btf
+        try:
+            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
+        except (KeyError, OSError, ValueError):
+            return False        # no BTF: no Python frames; native profiling goes on
+        return True
+
+    def detect(self, pid: int) -> bool:
+        """Before sampling: remember `pid` if it runs CPython (listed at attach())."""
+        proc = detect(pid)
+        if proc is not None:
+            self._found.append(proc)
+        return proc is not None
+
+    def attach(self, kernel: RuntimeKernel) -> None:
+        kernel.configure(self._fsbase_offset)
+        self._kernel = kernel
+        for proc in self._found:
+            self._track(proc)
+        self._found = []
+
+    def observe(self, pid: int) -> bool:
+        """Look at a newly seen process; list it for the walker if it runs CPython."""
+        if self._kernel is None or pid in self._procs:
+            return False
+        proc = detect(pid)
+        if proc is None:
+            self._retry.setdefault(pid, (time.monotonic(), 0))
+            return False
+        self._retry.pop(pid, None)
+        return self._track(proc)
+
+    def _track(self, proc: PythonProcess) -> bool:
+        with self._lock:
+            self._procs[proc.pid] = (proc, procs.read_process(proc.pid))
+            if not self._kernel.track(proc.pid, proc_record(proc)):
+                self._procs.pop(proc.pid, None)
+                return False
+        return True
+
+    def _retry_pending(self) -> None:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES):
+                self._retry.pop(pid, None)
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
+
+    def poll(self, active_buffer: int) -> None:
+        """Read the code objects of stacks recorded so far in the active buffer (called every
+        ~100 ms), so that a process which exits before the interval ends keeps its names."""
+        if self._kernel is None:
+            return
+        self._retry_pending()
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            for key, raw in self._kernel.recorded(active_buffer):
+                if key in self._prefetched:
+                    continue
+                self._prefetched.add(key)
+                frames, _truncated, pid = parse_stack(raw)
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    o = entry[0].offsets
+                    for f in frames:
+                        self.codes.frame(pid, o, f.code, f.instr, f.checksum)
+        except Exception:       # the session is closing under us
+            return
+
+    def collect(self, buffer: int) -> None:
+        """Take the Python stacks of a buffer the engine just drained."""
+        if self._kernel is None:
+            return
+        stacks = {}
+        for k, v in self._kernel.take(buffer):
+            frames, truncated, _pid = parse_stack(v)
+            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
+        self._stacks = stacks
+
+    def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
+        """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
+        raw = self._stacks.get(key)
+        entry = self._procs.get(pid)
+        if not raw or entry is None:
+            return [], False
+        proc = entry[0]
+        o = proc.offsets
+        groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
+                  for group in eval_groups(o, raw[0], proc.none)]
+        return groups, raw[1]
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        if not key:
+            return native
+        groups, truncated = self.frames(pid, key)
+        if not groups:
+            return native
+        return merge(native, groups, truncated)
+
+    def counters(self) -> list[int]:
+        """The walker's counter deltas (enum py_stat order)."""
+        if self._kernel is None:
+            return [0] * schema.PY_STAT_MAX
+        return self._kernel.counters()
+
+    def forget_dead(self) -> None:
+        """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
+        for pid, (_proc, process) in list(self._procs.items()):
+            if process is not None and process.is_current():
+                continue
+            with self._lock:
+                self._procs.pop(pid, None)
+            self.codes.forget(pid)
+            if self._kernel is not None:
+                self._kernel.untrack(pid)
+            if process is not None and procs.exists(pid):
+                self.observe(pid)      # same pid, new program: look again
+        for pid in list(self._retry):
+            if not procs.exists(pid):
+                self._retry.pop(pid, None)
+
+
+__all__ = ["CPythonSource", "parse_stack", "proc_record"]

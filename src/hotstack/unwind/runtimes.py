@@ -1,0 +1,84 @@
+"""Frame sources: the interface a language runtime (CPython; JVM, V8, Ruby ... later) implements
+so that its frames replace the interpreter's native frames in samples.
+
+The lifecycle, driven by the engine (sampling/engine.py), which never knows which runtime it is:
+
+1. `prepare()` before the sampler loads: learn what the kernel half needs (e.g. offsets from
+   the kernel's BTF). False: the source is off (native profiling goes on).
+2. `detect(pid)` for processes already running, before sampling starts, and `observe(pid)` for
+   each process seen later: memory reads only, no kernel. A process that runs the runtime is
+   remembered; `attach(kernel)` then lists those found so far, and `observe` lists later ones.
+3. `attach(kernel)` once the sampler is loaded: `kernel` is a RuntimeKernel, this source's own
+   maps by role (bpf/schema.yaml, a group with `runtime:`), so the source never names a map.
+4. Every ~100 ms `poll(active_buffer)`: early reads (a process that exits before the interval
+   ends keeps its names), retries of processes not ready yet.
+5. After a buffer is drained, `collect(buffer)` takes what the kernel recorded in it; then for
+   each sample `merge(pid, key, native)` returns the native frames with the runtime's frames in
+   place (`key` is the sample's runtime_stack, 0: none).
+6. `forget_dead()` between intervals: processes that exited or exec'ed are dropped.
+
+Sources are listed in FRAME_SOURCES: a new runtime is one module and one line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Iterable, Protocol
+
+from ..profile.model import Frame
+
+
+class RuntimeKernel(Protocol):
+    """The kernel half of a frame source, by role: what the engine hands `attach()`."""
+
+    def configure(self, value: int) -> None:
+        """Set the source's tunable (before any process is listed)."""
+
+    def track(self, pid: int, record: bytes) -> bool:
+        """List a process for the kernel walker; False if the kernel has no room."""
+
+    def untrack(self, pid: int) -> None: ...
+
+    def recorded(self, buffer: int) -> Iterable[tuple[bytes, bytes]]:
+        """(key, record) pairs the walker stored so far in a buffer still being written."""
+
+    def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
+        """(key, record) pairs of a drained buffer, removed from the kernel."""
+
+    def counters(self) -> list[int]:
+        """The walker's counters since the last call (the schema's enum order)."""
+
+
+class FrameSource(Protocol):
+    name: str      # its group in bpf/schema.yaml
+
+    def prepare(self) -> bool: ...
+    def detect(self, pid: int) -> bool: ...
+    def attach(self, kernel: RuntimeKernel) -> None: ...
+    def observe(self, pid: int) -> bool: ...
+    def poll(self, active_buffer: int) -> None: ...
+    def collect(self, buffer: int) -> None: ...
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]: ...
+    def forget_dead(self) -> None: ...
+    def counters(self) -> list[int]: ...
+
+
+def _cpython() -> FrameSource:
+    from .python.source import CPythonSource
+    return CPythonSource()
+
+
+# name -> factory. The engine builds each listed source when runtime frames are on.
+FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {"python": _cpython}
+
+
+def frame_sources(enabled: bool = True) -> list[FrameSource]:
+    """The sources that can work on this host (prepare() succeeded)."""
+    if not enabled:
+        return []
+    out = []
+    for make in FRAME_SOURCES.values():
+        source = make()
+        if source.prepare():
+            out.append(source)
+    return out
