@@ -95,4 +95,5 @@ def wait_until_sampling(pid: int, timeout: float = 30) -> None:
 
 
 # Real container runtimes (dockerd, containerd's CRI) for the tests that need them.
-from .runtime_fixtures import containerd_cri, docker_engine, spin_image, static_spin  # noqa: E402,F401
+from .runtime_fixtures import (  # noqa: E402,F401
+    _containerd_session, _docker_engine_session, containerd_cri, docker_engine, spin_image, static_spin)

@@ -164,14 +164,18 @@ state = "{root}/state"
         self._call("StartContainer", M["StartContainerRequest"](container_id=cid))
         return cid
 
+    def remove_pods(self) -> None:
+        for sandbox in self.sandboxes:
+            try:
+                self._call("StopPodSandbox", _MESSAGES["StopPodSandboxRequest"](pod_sandbox_id=sandbox))
+                self._call("RemovePodSandbox", _MESSAGES["RemovePodSandboxRequest"](pod_sandbox_id=sandbox))
+            except grpc.RpcError:
+                pass
+        self.sandboxes.clear()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
-            for sandbox in self.sandboxes:
-                try:
-                    self._call("StopPodSandbox", _MESSAGES["StopPodSandboxRequest"](pod_sandbox_id=sandbox))
-                    self._call("RemovePodSandbox", _MESSAGES["RemovePodSandboxRequest"](pod_sandbox_id=sandbox))
-                except grpc.RpcError:
-                    pass
+            self.remove_pods()
             if hasattr(self, "channel"):
                 self.channel.close()
             terminate(self.proc)

@@ -85,14 +85,17 @@ class DockerEngine:
     def pid(self, container: str) -> int:
         return int(self.inspect(container)["State"]["Pid"])
 
+    def remove_containers(self) -> None:
+        try:
+            ids = self.docker("ps", "-aq", timeout=30).split()
+            if ids:
+                self.docker("rm", "-f", *ids, timeout=60)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass
+
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
-                ids = self.docker("ps", "-aq", timeout=30).split()
-                if ids:
-                    self.docker("rm", "-f", *ids, timeout=60)
-            except (RuntimeError, subprocess.TimeoutExpired):
-                pass
+            self.remove_containers()
             terminate(self.proc)
         self._logf.close()
         # dockerd unmounts its layers on shutdown; remove what is left of its state

@@ -31,21 +31,35 @@ def static_spin(build_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
-def docker_engine(tmp_path_factory):
+def _docker_engine_session(tmp_path_factory):
     _need(dockerd_path(), "dockerd")
     engine = DockerEngine(tmp_path_factory.mktemp("dockerd"))
     yield engine
     engine.stop()
 
 
+@pytest.fixture
+def docker_engine(_docker_engine_session):
+    """The session's engine; the containers a test starts are removed after it."""
+    yield _docker_engine_session
+    _docker_engine_session.remove_containers()
+
+
 @pytest.fixture(scope="session")
-def spin_image(docker_engine, static_spin) -> str:
+def spin_image(_docker_engine_session, static_spin) -> str:
     """A Docker image whose root filesystem is /spin alone."""
-    return docker_engine.import_image(SPIN_IMAGE, {"/spin": static_spin})
+    return _docker_engine_session.import_image(SPIN_IMAGE, {"/spin": static_spin})
+
+
+@pytest.fixture
+def containerd_cri(_containerd_session):
+    """The session's containerd; the pods a test makes are removed after it."""
+    yield _containerd_session
+    _containerd_session.remove_pods()
 
 
 @pytest.fixture(scope="session")
-def containerd_cri(tmp_path_factory, static_spin):
+def _containerd_session(tmp_path_factory, static_spin):
     """containerd with its CRI plugin, the pause and spin images imported."""
     _need(containerd_path(), "containerd")
     root = tmp_path_factory.mktemp("containerd")

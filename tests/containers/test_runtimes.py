@@ -50,7 +50,7 @@ def test_kubernetes_names_from_the_container_labels(docker_engine, spin_image):
     assert meta.fields()["k8s.podName"] == "checkout-7d9f"
 
 
-def test_unknown_ids_and_absent_runtimes(docker_engine, tmp_path, monkeypatch):
+def test_unknown_ids_and_absent_runtimes(docker_engine, spin_image, tmp_path, monkeypatch):
     now = [0.0]
     runtimes = ContainerRuntimes([DockerRuntime(str(tmp_path / "absent.sock")), DockerRuntime(docker_engine.socket)],
                                  clock=lambda: now[0])
@@ -58,7 +58,7 @@ def test_unknown_ids_and_absent_runtimes(docker_engine, tmp_path, monkeypatch):
     assert "no Docker socket" in runtimes.errors[str(tmp_path / "absent.sock")]
     assert runtimes.container_metadata("") is None
     # the module-level lookup reads DOCKER_HOST, as the docker CLI does
-    cid = docker_engine.docker("ps", "-q", "--no-trunc").split()[0]
+    cid = docker_engine.run(spin_image, "hotstack-lookup", ["/spin", "idle"])
     monkeypatch.setenv("DOCKER_HOST", docker_engine.host)
     import hotstack.containers.lookup as lookup
     monkeypatch.setattr(lookup, "_default", None)
