@@ -17,8 +17,10 @@ PATH = "/push.v1.PusherService/Push"
 
 
 class ConnectPushServer:
-    def __init__(self, responses: list = (200,), hang_s: float = 30.0) -> None:
+    def __init__(self, responses: list = (200,), hang_s: float = 30.0,
+                 error_body: bytes = b'{"code":"unavailable","message":"scripted failure"}') -> None:
         self.responses = list(responses) or [200]
+        self.error_body = error_body
         self.hang_s = hang_s
         self.requests: list[dict] = []      # every request: headers, decoded PushRequest, status sent
         self._lock = threading.Lock()
@@ -50,7 +52,7 @@ class ConnectPushServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                payload = b'{"code":"unavailable","message":"scripted failure"}'
+                payload = server.error_body
                 self.send_response(answer)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))

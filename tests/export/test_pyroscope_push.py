@@ -24,6 +24,18 @@ def _pprof() -> bytes:
     return encode_pprof(Profile([Sample((f,), 4, 9, 9, "app")], 1_700_000_000_000_000_000, 15_000_000_000, 19))
 
 
+def _handled(pusher: PyroscopePusher, items: int, timeout: float = 10.0) -> None:
+    """Wait until `items` were sent or dropped: retries happen while running (a stop gives each
+    queued item one try only, and none once the receiver fails)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        m = pusher.metrics.snapshot()
+        if m["sent_items"] + m["dropped_items"] >= items:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not handled in {timeout}s: {pusher.metrics.snapshot()}")
+
+
 def _endpoint(url: str, **kw) -> PyroscopeEndpoint:
     return PyroscopeEndpoint(url=url, min_backoff_s=0.05, max_backoff_s=0.2, **kw)
 
@@ -75,6 +87,7 @@ def test_503_then_200_is_retried():
     pusher = PyroscopePusher(_endpoint(server.url))
     try:
         assert pusher.push([PushSeries(LABELS, b"profile")])
+        _handled(pusher, 1)
         assert pusher.close(10)
     finally:
         server.close()
@@ -88,6 +101,7 @@ def test_429_is_retried_only_when_enabled():
     off = PyroscopePusher(_endpoint(server.url, retry_on_http_429=False))
     try:
         off.push([PushSeries(LABELS, b"p")])
+        _handled(off, 1)
         off.close(5)
     finally:
         server.close()
@@ -96,6 +110,7 @@ def test_429_is_retried_only_when_enabled():
     on = PyroscopePusher(_endpoint(server.url))
     try:
         on.push([PushSeries(LABELS, b"p")])
+        _handled(on, 1)
         on.close(5)
     finally:
         server.close()
@@ -134,6 +149,7 @@ def test_server_down_counts_drops_and_does_not_crash():
     pusher = PyroscopePusher(_endpoint(url, max_backoff_retries=2))
     for _ in range(3):
         pusher.push([PushSeries(LABELS, b"p")])
+    _handled(pusher, 3)
     start = time.monotonic()
     pusher.close(5)
     assert time.monotonic() - start < 5
@@ -181,3 +197,29 @@ def test_gzip_raw_profile_is_sent_as_given():
         server.close()
     [request] = server.accepted()
     assert len(request.series) == 2 and all(s.samples[0].raw_profile == raw for s in request.series)
+
+
+def test_memory_is_bounded_in_bytes_against_a_hanging_receiver():
+    """Issue 18 item 5: RSS grew while the endpoint hung. 50 pushes/s of 2 MiB profiles for 30 s
+    (3 GiB offered) to a receiver that never answers: the pusher holds at most its byte budget
+    (16 MiB) whatever the item count, RSS stays flat after the first seconds, drops are counted."""
+    import json
+    import subprocess
+    import sys
+
+    budget_kib = 16 << 10          # export.delivery.DEFAULT_QUEUE_BYTES
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "tests.export.push_memory", "--seconds", "30", "--rate", "50",
+                        "--profile-kib", "2048"], capture_output=True, text=True, timeout=180, cwd=root)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    baseline = rows[0]["rss_kib"]
+    samples = [row for row in rows[1:] if "rss_kib" in row]
+    assert len(samples) >= 25, rows
+    peak = max(s["rss_kib"] for s in samples)
+    # The budget, one item in flight plus its encoded copy, and allocator slack.
+    assert peak - baseline < budget_kib + 3 * 2048 + 16 * 1024, (baseline, peak, samples)
+    after_warmup = [s["rss_kib"] for s in samples if s["t"] >= 5]
+    assert max(after_warmup) - min(after_warmup) < 12 * 1024, after_warmup          # flat
+    assert all(s["held_kib"] <= budget_kib for s in samples)
+    assert samples[-1]["dropped"] > 1000 and rows[-1]["closed_in_s"] < 2.0, rows[-1]

@@ -10,6 +10,7 @@ import time
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from ..errors import ConfigError
+from ..export.delivery import FLUSH_DEADLINE_S
 from .controller import Controller, load_config
 from .server import AgentServer
 
@@ -36,9 +37,11 @@ class Agent:
         log.info("agent running; http://%s/ (components, /metrics)", self.server.address)
 
     def stop(self) -> None:
+        started = time.monotonic()
         self.server.ready = False
-        self.controller.stop()
+        self.controller.stop(FLUSH_DEADLINE_S)
         self.server.stop()
+        log.debug("agent stopped in %.2fs", time.monotonic() - started)
 
     def run(self, duration_s: float = 0) -> None:
         def on_signal(signum, frame) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -43,6 +44,7 @@ class Controller:
         self._eval_lock = threading.RLock()
         self.metrics_registry = None   # set by the agent: a prometheus_client CollectorRegistry
         self.services: dict[str, object] = {}   # shared helpers by name (e.g. the local profile store)
+        self.stop_deadline: float | None = None  # monotonic; set when the agent stops
 
     # -- loading ------------------------------------------------------------------------------
     def load_text(self, text: str, filename: str) -> None:
@@ -213,16 +215,27 @@ class Controller:
             if comp.health.state == "unknown":
                 comp.set_health("healthy", "started")
 
-    def stop(self) -> None:
+    def flush_time_left(self, default: float) -> float:
+        """What a stopping component may still spend flushing: the agent's one flush deadline,
+        shared by every component, counts from the start of the stop."""
+        if self.stop_deadline is None:
+            return default
+        return max(0.2, self.stop_deadline - time.monotonic())
+
+    def stop(self, flush_deadline_s: float | None = None) -> None:
+        if flush_deadline_s is not None:
+            self.stop_deadline = time.monotonic() + flush_deadline_s
         self.running = False
         self._queue.put(None)
         if self._worker is not None:
             self._worker.join(timeout=5)
         for node_id in reversed(self.order):
+            started = time.monotonic()
             try:
                 self.nodes[node_id].component.stop()
             except Exception as e:   # stopping must reach every component
                 log.warning("%s: stop failed: %s", node_id, e)
+            log.debug("%s: stopped in %.2fs", node_id, time.monotonic() - started)
 
     def components(self) -> list[Component]:
         return [self.nodes[n].component for n in self.order]

@@ -1,9 +1,15 @@
 """Delivery that never hurts sampling: a bounded queue per exporter, drained by its own thread.
 
 The producer (the sampling loop) only ever calls `offer()`, which never blocks: when the queue is
-full, the item is dropped, counted and logged (rate-limited). The worker sends each item with
-retries and exponential backoff; a failure that retrying cannot fix drops the item. On shutdown,
-`close(deadline_s)` keeps sending what is queued until the deadline, then drops the rest.
+full (in items or in bytes), the item is dropped, counted and logged (rate-limited) at once. The
+worker sends each item with retries and exponential backoff; a failure that retrying cannot fix
+drops the item. The first failed attempt is logged at once, later ones rate-limited, and the
+queue reports when its receiver starts and stops failing (a component shows it as its health).
+
+On shutdown, `close(deadline_s)` gives each queued item one attempt until the deadline; once the
+receiver fails, or the deadline passes, the rest is dropped (counted, and said in one line). An
+attempt still hanging at the deadline is aborted (its connection shut), so a stop never waits
+for a receiver's timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +25,24 @@ from typing import Callable, Generic, TypeVar
 T = TypeVar("T")
 
 log = logging.getLogger("hotstack.export")
+
+# What both front doors give their exporters to flush at a stop (SIGTERM, Ctrl-C, --timeout).
+FLUSH_DEADLINE_S = 3.0
+# The bytes one exporter may hold (queued plus the one in flight): the profiler's memory stays
+# bounded whatever the receiver does (down, hanging, slow). An item larger than this alone is
+# still taken when nothing else is held, so that a huge profile can be sent at all.
+DEFAULT_QUEUE_BYTES = 16 << 20
+MAX_LOGGED_CHARS = 300
+
+
+def printable(text: object, limit: int = MAX_LOGGED_CHARS) -> str:
+    """Text from a receiver (an error body, a status line) made safe for one log line: control
+    characters and invalid bytes escaped, at most `limit` characters."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "backslashreplace")
+    text = str(text)
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return out if len(out) <= limit else out[:limit] + f"... ({len(out) - limit} more)"
 
 
 class RetryableError(Exception):
@@ -73,7 +97,8 @@ class DeliveryMetrics:
 
 
 class RateLimitedLog:
-    """At most one line per `interval_s` per exporter; what was held back is counted in the next line."""
+    """At most one line per `interval_s`; the first one at once; what was held back is counted
+    in the next line."""
 
     def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
         self.logger = logger
@@ -104,16 +129,30 @@ class DeliveryQueue(Generic[T]):
     """One bounded queue and one sender thread for one exporter."""
 
     def __init__(self, name: str, send: Callable[[T], int | None], *, capacity: int = 64,
-                 backoff: Backoff = Backoff(), metrics: DeliveryMetrics | None = None,
-                 logger: logging.Logger = log, log_interval_s: float = 10.0) -> None:
+                 max_bytes: int = DEFAULT_QUEUE_BYTES, backoff: Backoff = Backoff(),
+                 metrics: DeliveryMetrics | None = None, logger: logging.Logger = log,
+                 log_interval_s: float = 10.0, abort: Callable[[], None] | None = None,
+                 on_health: Callable[[str], None] | None = None) -> None:
+        """`abort()` cuts an attempt in flight (called from close() at the deadline);
+        `on_health(error)` is called when the receiver starts failing (the error) and when it
+        accepts again ("")."""
         self.name = name
         self._send = send
         self._queue: queue.Queue[_Item[T] | None] = queue.Queue(maxsize=capacity)
+        self.max_bytes = max_bytes
+        self._held_bytes = 0           # queued plus in flight
+        self._held_lock = threading.Lock()
         self.backoff = backoff
         self.metrics = metrics or DeliveryMetrics()
-        self.log = RateLimitedLog(logger, log_interval_s)
+        self.log = RateLimitedLog(logger, log_interval_s)             # drops
+        self._failure_log = RateLimitedLog(logger, log_interval_s)    # failed attempts
+        self._logger = logger
+        self._abort = abort
+        self._on_health = on_health
+        self.failing = ""              # the last attempt's error while the receiver fails
         self._closing = threading.Event()   # no new items; retry waits end early
         self._deadline: float | None = None
+        self._dropped_at_close = [0, 0]     # items, bytes
         self._worker = threading.Thread(target=self._run, name=f"hotstack-export-{name}", daemon=True)
         self._worker.start()
 
@@ -122,30 +161,69 @@ class DeliveryQueue(Generic[T]):
         if self._closing.is_set():
             self._drop(size, count, "exporter is shutting down")
             return False
+        with self._held_lock:
+            if self._held_bytes and self._held_bytes + size > self.max_bytes:
+                held = self._held_bytes
+            else:
+                held = -1
+                self._held_bytes += size
+        if held >= 0:
+            self._drop(size, count, f"queue full ({held >> 10} KiB held, limit {self.max_bytes >> 10} KiB): "
+                                    f"the receiver is slower than the profiler")
+            return False
         try:
             self._queue.put_nowait(_Item(payload, size, count))
             return True
         except queue.Full:
+            self._release(size)
             self._drop(size, count, f"queue full ({self._queue.maxsize} pending): the receiver is slower "
                                     f"than the profiler")
             return False
 
+    def _release(self, size: int) -> None:
+        with self._held_lock:
+            self._held_bytes -= size
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
     def _drop(self, size: int, count: int, why: str) -> None:
         self.metrics.add(dropped_items=count, dropped_bytes=size)
-        self.log.warning(f"{self.name}: dropped {count} profile(s): {why}")
+        if self._closing.is_set():
+            with self._held_lock:
+                self._dropped_at_close[0] += count
+                self._dropped_at_close[1] += size
+            return           # close() says it once, with the totals
+        self.log.warning(f"{self.name}: dropped {count} profile(s): {printable(why)}")
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            if self._past_deadline():
-                self._drop(item.size, item.count, "shutdown deadline passed before it could be sent")
-                continue
-            self._deliver(item)
+            try:
+                if self._past_deadline():
+                    self._drop(item.size, item.count, "shutdown deadline passed before it could be sent")
+                elif self._closing.is_set() and self.failing:
+                    self._drop(item.size, item.count, f"the receiver is failing ({self.failing})")
+                else:
+                    self._deliver(item)
+            finally:
+                self._release(item.size)
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _set_failing(self, error: str) -> None:
+        was, self.failing = self.failing, error
+        if bool(was) != bool(error) and self._on_health is not None:
+            try:
+                self._on_health(error)
+            except Exception as e:  # noqa: BLE001 - a health hook must not stop delivery
+                self._logger.debug("%s: health callback failed: %s", self.name, e)
+        if was and not error:
+            self._logger.info("%s: the receiver accepts again", self.name)
 
     def _deliver(self, item: _Item[T]) -> None:
         retries = 0
@@ -158,36 +236,46 @@ class DeliveryQueue(Generic[T]):
                 return
             except Exception as e:  # noqa: BLE001 - any other failure is worth another try
                 self.metrics.add(errors=1)
-                if self.backoff.gives_up_after(retries):
-                    self._drop(item.size, item.count, f"{e} (gave up after {retries} retries)")
+                error = printable(e) or type(e).__name__
+                if self._closing.is_set() and self._past_deadline():
+                    # Cut by close() at the deadline: the receiver did not answer in time.
+                    self._drop(item.size, item.count, "no answer before the flush deadline")
                     return
-                if not self._wait_backoff(self.backoff.delay(retries)):
-                    self._drop(item.size, item.count, f"{e} (shutdown deadline passed while retrying)")
+                self._set_failing(error)
+                if self._closing.is_set():
+                    # Shutting down: no retry; the rest of the queue is dropped without trying.
+                    why = "shutdown deadline passed" if self._past_deadline() else "failed at shutdown"
+                    self._drop(item.size, item.count, f"{error} ({why})")
+                    return
+                if self.backoff.gives_up_after(retries):
+                    self._drop(item.size, item.count, f"{error} (gave up after {retries} retries)")
+                    return
+                delay = self.backoff.delay(retries)
+                self._failure_log.warning(f"{self.name}: push failed: {error}; retry {retries + 1} "
+                                          f"in {delay:.1f}s")
+                if not self._wait_backoff(delay):
+                    self._drop(item.size, item.count, f"{error} (shutting down while waiting to retry)")
                     return
                 retries += 1
                 self.metrics.add(retries=1)
                 continue
             # A sender that encodes lazily returns the size it put on the wire.
             self.metrics.add(sent_items=item.count, sent_bytes=sent if isinstance(sent, int) else item.size)
+            self._set_failing("")
             return
 
     def _wait_backoff(self, delay: float) -> bool:
-        """Sleep before the next try; False when the shutdown deadline would pass first."""
-        end = time.monotonic() + delay
-        if not self._closing.is_set():
-            self._closing.wait(delay)          # close() wakes us to re-check against its deadline
-        if self._deadline is not None:
-            if end >= self._deadline:
-                return False
-            time.sleep(max(0.0, end - time.monotonic()))
-        return True
+        """Sleep before the next try; False when shutdown began first (its items get one try each
+        and a failing receiver none)."""
+        self._closing.wait(delay)          # close() wakes us
+        return not self._closing.is_set()
 
     def pending(self) -> int:
         return self._queue.qsize()
 
-    def close(self, deadline_s: float = 5.0) -> bool:
-        """Send what is queued for at most `deadline_s` seconds, then drop the rest (counted).
-        True when everything queued was handled in time."""
+    def close(self, deadline_s: float = FLUSH_DEADLINE_S) -> bool:
+        """Send what is queued for at most `deadline_s` seconds, then drop the rest (counted, and
+        said in one line). True when everything queued was handled in time."""
         self._deadline = time.monotonic() + max(0.0, deadline_s)
         self._closing.set()
         while True:
@@ -197,11 +285,17 @@ class DeliveryQueue(Generic[T]):
             except queue.Full:
                 if self._past_deadline():
                     break
-        self._worker.join(timeout=max(0.0, self._deadline - time.monotonic()) + 0.05)
+        self._worker.join(timeout=max(0.0, self._deadline - time.monotonic()))
         finished = not self._worker.is_alive()
         if not finished:
-            # The sender is stuck in one attempt (its own timeout bounds it); what is still queued
-            # is dropped now so the counts are final.
+            # An attempt is hanging (its own timeout is longer than what is left): cut it, so the
+            # item is counted as dropped by the worker itself, then drop what is still queued.
+            if self._abort is not None:
+                try:
+                    self._abort()
+                except Exception as e:  # noqa: BLE001
+                    self._logger.debug("%s: abort failed: %s", self.name, e)
+                self._worker.join(timeout=0.5)
             while True:
                 try:
                     item = self._queue.get_nowait()
@@ -209,4 +303,23 @@ class DeliveryQueue(Generic[T]):
                     break
                 if item is not None:
                     self._drop(item.size, item.count, "shutdown deadline passed before it could be sent")
+                    self._release(item.size)
+            self._queue.put_nowait(None)    # the worker, once unstuck, ends
+        items, size = self._dropped_at_close
+        if items:
+            why = (f"the receiver is failing: {self.failing}" if self.failing else
+                   "the receiver did not answer in time")
+            self._logger.warning("%s: stopped at shutdown (flush deadline %.1fs); dropped %d profile(s) (%d bytes): %s",
+                                 self.name, deadline_s, items, size, why)
         return finished
+
+
+def close_together(closers: list[Callable[[float], object]], deadline_s: float = FLUSH_DEADLINE_S) -> None:
+    """Close several exporters at once, so that together they take one deadline, not one each."""
+    threads = [threading.Thread(target=c, args=(deadline_s,), name="hotstack-export-close", daemon=True)
+               for c in closers]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s + 1.0
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))

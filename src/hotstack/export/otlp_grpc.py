@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import ConfigError
 from ..profile.otlp import DEFAULT_VERSION, VERSIONS, response_class
-from .delivery import Backoff, DeliveryMetrics, DeliveryQueue, PermanentError, RetryableError
+from .delivery import (FLUSH_DEADLINE_S, Backoff, DeliveryMetrics, DeliveryQueue, PermanentError,
+                       RetryableError, printable)
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
 COMPRESSIONS = ("none", "gzip")
@@ -108,7 +109,12 @@ class OtlpProfilesExporter:
         self._queue = DeliveryQueue(
             cfg.name, self._send, capacity=cfg.queue_size,
             backoff=Backoff(cfg.min_backoff_s, cfg.max_backoff_s, cfg.max_retries),
-            metrics=self.metrics, logger=logger)
+            metrics=self.metrics, logger=logger, abort=self._abort)
+
+    def _abort(self) -> None:
+        """At the flush deadline: closing the channel cancels the call in flight (a hanging
+        receiver would hold it for the whole timeout)."""
+        self._channel.close()
 
     def export(self, encode: Callable[[str], bytes], count: int = 1) -> bool:
         """Queue one request; `encode(protocol_version)` is called on the delivery thread.
@@ -122,7 +128,8 @@ class OtlpProfilesExporter:
         except self._grpc.RpcError as e:
             grpc = self._grpc
             code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
-            message = f"Export to {self.cfg.endpoint}: {code.name}: {e.details() if hasattr(e, 'details') else e}"
+            details = e.details() if hasattr(e, "details") else e
+            message = f"Export to {self.cfg.endpoint}: {code.name}: {printable(details)}"
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 message += " (does the receiver accept profiles? the Collector needs " \
                            "--feature-gates=service.profilesSupport)"
@@ -133,13 +140,13 @@ class OtlpProfilesExporter:
         if partial.rejected_profiles or partial.error_message:
             self.rejected += partial.rejected_profiles
             self._queue.log.warning(f"{self.cfg.name}: {partial.rejected_profiles} profiles rejected: "
-                                    f"{partial.error_message}")
+                                    f"{printable(partial.error_message)}")
         return len(body)
 
     def pending(self) -> int:
         return self._queue.pending()
 
-    def close(self, deadline_s: float = 5.0) -> bool:
+    def close(self, deadline_s: float = FLUSH_DEADLINE_S) -> bool:
         done = self._queue.close(deadline_s)
         self._channel.close()
         return done

@@ -13,6 +13,7 @@ import http.client
 import json
 import logging
 import re
+import socket
 import ssl
 import time
 import uuid
@@ -22,7 +23,8 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..errors import ConfigError
-from .delivery import Backoff, DeliveryMetrics, DeliveryQueue, PermanentError, RetryableError
+from .delivery import (DEFAULT_QUEUE_BYTES, FLUSH_DEADLINE_S, Backoff, DeliveryMetrics, DeliveryQueue,
+                       PermanentError, RetryableError, printable)
 from .push_pb2 import LabelPair, PushRequest, RawProfileSeries, RawSample
 
 PUSH_PATH = "/push.v1.PusherService/Push"
@@ -184,6 +186,18 @@ class _ConnectClient:
             self._conn.close()
             self._conn = None
 
+    def abort(self) -> None:
+        """From another thread: end a request in flight at once (a hanging receiver would hold
+        it until remote_timeout). Shutting the socket down wakes the blocked read; the delivery
+        thread then closes the connection as after any failed request."""
+        conn = self._conn
+        sock = getattr(conn, "sock", None) if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def post(self, body: bytes) -> None:
         ep = self.endpoint
         headers = {
@@ -217,32 +231,35 @@ class _ConnectClient:
 def _describe(e: BaseException) -> str:
     if isinstance(e, TimeoutError):
         return "timed out (remote_timeout)"
-    return str(e) or type(e).__name__
+    return printable(str(e) or type(e).__name__)
 
 
 def _connect_error(payload: bytes) -> str:
-    """The `message` of a Connect error body (`{"code": ..., "message": ...}`), if there is one."""
+    """The `message` of a Connect error body (`{"code": ..., "message": ...}`), else the start of
+    the body; what the server sent is escaped (it goes into log lines)."""
     try:
         err = json.loads(payload)
-        return f": {err.get('code', '')}: {err.get('message', '')}"
-    except (ValueError, AttributeError):
-        return ""
+        return f": {printable(err.get('code', ''), 40)}: {printable(err.get('message', ''))}"
+    except (ValueError, AttributeError, UnicodeDecodeError, RecursionError):
+        return f": {printable(payload[:200], 200)}" if payload else ""
 
 
 class PyroscopePusher:
     """Pushes profiles to one Pyroscope endpoint, from a queue of its own."""
 
     def __init__(self, endpoint: PyroscopeEndpoint, *, queue_size: int = 64,
-                 logger: logging.Logger = log) -> None:
+                 queue_bytes: int = DEFAULT_QUEUE_BYTES, logger: logging.Logger = log,
+                 on_health=None) -> None:
+        """`on_health(error)`: the endpoint started failing (the error) or accepts again ("")."""
         endpoint.validate()
         self.endpoint = endpoint
         self.metrics = DeliveryMetrics()
         self._client = _ConnectClient(endpoint)
         self._log = logger
         self._queue = DeliveryQueue(
-            endpoint.display_name, self._send, capacity=queue_size,
+            endpoint.display_name, self._send, capacity=queue_size, max_bytes=queue_bytes,
             backoff=Backoff(endpoint.min_backoff_s, endpoint.max_backoff_s, endpoint.max_backoff_retries),
-            metrics=self.metrics, logger=logger)
+            metrics=self.metrics, logger=logger, abort=self._client.abort, on_health=on_health)
         self.latency_s: list[float] = []   # of the last successful pushes (bounded)
 
     def push(self, series: list[PushSeries]) -> bool:
@@ -271,8 +288,18 @@ class PyroscopePusher:
     def pending(self) -> int:
         return self._queue.pending()
 
-    def close(self, deadline_s: float = 5.0) -> bool:
-        """Flush what is queued within `deadline_s`; the rest is dropped and counted."""
+    @property
+    def failing(self) -> str:
+        """The last error while the endpoint fails, else ""."""
+        return self._queue.failing
+
+    @property
+    def held_bytes(self) -> int:
+        return self._queue.held_bytes
+
+    def close(self, deadline_s: float = FLUSH_DEADLINE_S) -> bool:
+        """Flush what is queued within `deadline_s`; the rest is dropped, counted and said."""
         done = self._queue.close(deadline_s)
-        self._client.close()
+        if done:
+            self._client.close()    # else the delivery thread still owns it (and closes it)
         return done

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..export.delivery import FLUSH_DEADLINE_S, close_together
 from ..export.files import ProfileFile
 from ..export.otlp_grpc import OtlpProfilesExporter
 from ..profile.model import Profile
@@ -18,7 +19,6 @@ from .otel_profiles import OtelProfilesOperator
 
 log = logging.getLogger("hotstack.export")
 
-FLUSH_DEADLINE_S = 5.0
 
 
 class RunExports:
@@ -46,8 +46,8 @@ class RunExports:
             self.file(profile)
 
     def close(self, deadline_s: float = FLUSH_DEADLINE_S, write_empty_file: bool = True) -> None:
+        close_together([e.close for e in self.exporters], deadline_s)   # one deadline for all
         for exporter in self.exporters:
-            exporter.close(deadline_s)
             m = exporter.metrics.snapshot()
             if m["dropped_items"] or exporter.rejected:
                 log.warning("otel-profiles exporter %s: %d profile(s) sent, %d dropped, %d rejected by %s",

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ...errors import ConfigError
+from ...export.delivery import FLUSH_DEADLINE_S, close_together
 from ...export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
 from ...profile.model import Profile
 from ..component import Component, register
@@ -120,10 +121,21 @@ class PyroscopeWrite(Component):
             self._replace_pushers()
 
     def _replace_pushers(self) -> None:
-        old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e), logger=self.log)
+        old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e), logger=self.log,
+                                                           on_health=self._endpoint_health)
                                            for e in self.args["endpoint"]]
-        for p in old:
-            p.close(5.0)
+        close_together([p.close for p in old], FLUSH_DEADLINE_S)
+        self._endpoint_health("")
+
+    def _endpoint_health(self, _error: str) -> None:
+        """Unhealthy while an endpoint fails (as Alloy's component reports it), healthy again when
+        every endpoint accepts. Called by the pushers when an endpoint starts or stops failing."""
+        failing = [p for p in self.pushers if p.failing]
+        if failing:
+            self.set_health("unhealthy", "; ".join(f"endpoint {p.endpoint.display_name}: {p.failing}"
+                                                   for p in failing))
+        elif self.health.state == "unhealthy" and not self.eval_error:
+            self.set_health("healthy", "every endpoint accepts profiles")
 
     def start(self) -> None:
         self._replace_pushers()
@@ -137,10 +149,10 @@ class PyroscopeWrite(Component):
         return ok
 
     def stop(self) -> None:
-        for p in self.pushers:
-            p.close(5.0)
+        close_together([p.close for p in self.pushers], self.controller.flush_time_left(FLUSH_DEADLINE_S))
 
     def debug_info(self) -> dict:
         return {"profiles_received": self.profiles_in,
-                "endpoints": [{"name": p.endpoint.display_name, "pending": p.pending(), **p.metrics.snapshot()}
+                "endpoints": [{"name": p.endpoint.display_name, "pending": p.pending(),
+                               "held_bytes": p.held_bytes, "failing": p.failing, **p.metrics.snapshot()}
                               for p in self.pushers]}
