@@ -67,9 +67,11 @@ pyroscope.write "hanging" {
 
 
 class HangingReceiver:
-    """Accepts connections, reads what comes, never answers (until closed)."""
+    """Accepts connections, reads what comes, never answers (until closed); with `answer`, a
+    receiver that accepts every push at once (the control run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bool = False) -> None:
+        self.answer = answer
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -98,6 +100,22 @@ class HangingReceiver:
                 if not data:
                     return
                 self.bytes += len(data)
+                if self.answer and self._request_complete(data):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n")
+
+    _pending = b""
+
+    def _request_complete(self, data: bytes) -> bool:
+        """One request at a time per connection (the pusher waits for each answer)."""
+        self._pending += data
+        head, sep, body = self._pending.partition(b"\r\n\r\n")
+        if not sep:
+            return False
+        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+        if len(body) < length:
+            return False
+        self._pending = body[length:]
+        return True
 
     def close(self) -> None:
         self._stop.set()
@@ -126,7 +144,7 @@ def run_agent(args, tmp: Path) -> dict:
     subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", "-x", "c", "-", "-o", str(tmp / "bench-hang-load")],
                    input=LOAD_C, text=True, check=True)
     load = [subprocess.Popen([str(tmp / "bench-hang-load"), "5"]) for _ in range(args.processes)]
-    receiver = HangingReceiver()
+    receiver = HangingReceiver(answer=args.endpoint == "ok")
     (tmp / "hang.alloy").write_text(CONFIG % receiver.url)
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
@@ -197,6 +215,8 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=40)
     ap.add_argument("--csv", default="")
     ap.add_argument("--agent-only", action="store_true")
+    ap.add_argument("--endpoint", choices=("hang", "ok"), default="hang",
+                    help="ok: a receiver that accepts every push (the control run)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hanging_endpoint.py: run as root (eBPF)", file=sys.stderr)

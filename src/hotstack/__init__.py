@@ -4,8 +4,8 @@ __version__ = "0.1.0"
 
 
 def _quiet_interrupt_when_run_as_the_program() -> None:
-    """Ctrl-C in the first instants of `hotstack ...` lands while modules are still being
-    imported, before `cli.main` can catch it: without this, Python prints a KeyboardInterrupt
+    """Ctrl-C (or a hang-up) in the first instants of `hotstack ...` lands while modules are still
+    being imported, before `cli.main` can catch it: without this, Python prints a KeyboardInterrupt
     traceback. Only when hotstack is the program (the console script, or `python -m hotstack`,
     whose argv[0] is "-m" while the package is imported); a library user keeps Python's hook."""
     import os
@@ -22,6 +22,14 @@ def _quiet_interrupt_when_run_as_the_program() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+    # A hang-up this early ends like Ctrl-C (quietly) instead of killing with no word; each
+    # front door installs its own handling once it runs (the agent reloads, a run stops).
+    import signal
+
+    def hang_up(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGHUP, hang_up)
 
 
 _quiet_interrupt_when_run_as_the_program()

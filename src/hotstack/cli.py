@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from . import __version__
@@ -46,11 +47,20 @@ def _command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     # Ctrl-C can come at any instant, also while the front door's modules are still being
-    # imported: everything, parsing included, is inside the handler.
+    # imported: everything, parsing included, is inside the handler. A hang-up before a front
+    # door has its own handler (the agent reloads, a run stops and flushes) ends as Ctrl-C does,
+    # instead of killing the process with no word.
+    previous = signal.signal(signal.SIGHUP, _hang_up_while_starting)
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         return 130
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def _hang_up_while_starting(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _main(argv: list[str]) -> int:

@@ -188,3 +188,19 @@ def test_any_map_fetch_interval_is_a_duration_or_one_error(value):
         gadget_cli.check_flags(args)
     except ConfigError as e:
         assert "\n" not in str(e)
+
+
+@pytest.mark.root
+def test_sighup_ends_a_run_cleanly_with_its_output(tmp_path):
+    """Issue 18 item 16: SIGHUP killed `run` with no flush. A hang-up now stops the run as SIGTERM
+    does: the profile is printed and the file written."""
+    out = tmp_path / "x.folded"
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "-o", "folded", "--file",
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until_sampling(p.pid)
+    time.sleep(1)
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, (p.returncode, err)
+    assert f"hotstack: wrote {out}" in err and out.stat().st_size > 0, err
+    assert "Traceback" not in err

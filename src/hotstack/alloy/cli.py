@@ -72,7 +72,7 @@ def run(args) -> int:
         print(f"{filename}: OK ({len(controller.order)} components)")
         return 0
     from .agent import Agent
-    Agent(text, filename, args.listen_addr).run(args.duration)
+    Agent(text, filename, args.listen_addr, read_config=lambda: _read_config(args)[0]).run(args.duration)
     # Every component is stopped and every exporter flushed: leave now. Tearing down the heap of a
     # long run (symbol tables, BPF map views) took seconds on a busy host after a SIGTERM.
     logging.shutdown()

@@ -237,6 +237,59 @@ class Controller:
                 log.warning("%s: stop failed: %s", node_id, e)
             log.debug("%s: stopped in %.2fs", node_id, time.monotonic() - started)
 
+    # -- reloading (SIGHUP, /-/reload) ------------------------------------------------------------
+    def reload(self, text: str, filename: str) -> dict[str, list[str]]:
+        """Apply a new config to the running graph, as Alloy does on SIGHUP: the new text is
+        parsed, ordered and evaluated on its own first (what --validate does), so a bad file
+        raises ConfigError and changes nothing. Then the diff is applied: components no longer
+        declared are stopped, new ones created and started, kept ones (same id) re-evaluated
+        with their new arguments while they run."""
+        from . import components  # noqa: F401  (registers the components)
+        candidate = Controller()
+        candidate.load_text(text, filename)
+        candidate.evaluate_all()
+        with self._eval_lock:
+            removed = [n for n in reversed(self.order) if n not in candidate.nodes]
+            for node_id in removed:
+                comp = self.nodes[node_id].component
+                try:
+                    comp.stop()
+                except Exception as e:   # a removed component must not keep the graph from changing
+                    log.warning("%s: stop failed: %s", node_id, e)
+                self.services = {k: v for k, v in self.services.items() if v is not comp}
+            nodes: dict[str, Node] = {}
+            added: list[str] = []
+            for node_id, fresh in candidate.nodes.items():
+                node = self.nodes.get(node_id)
+                if node is None:
+                    node = Node(fresh.block, type(fresh.component)(self, fresh.component.label), fresh.deps)
+                    added.append(node_id)
+                else:
+                    node.block, node.deps = fresh.block, fresh.deps
+                nodes[node_id] = node
+            self.nodes, self.order = nodes, list(candidate.order)
+            self.warnings = candidate.warnings
+            # Every component against the live exports of the others, in dependency order.
+            for node_id in self.order:
+                comp = self.nodes[node_id].component
+                try:
+                    self.evaluate(node_id)
+                except ConfigError as e:
+                    comp.eval_error = str(e)
+                    comp.set_health("unhealthy", str(e))
+                else:
+                    if comp.eval_error:
+                        comp.eval_error = ""
+                        comp.set_health("healthy", "component evaluated")
+            for node_id in self.order:
+                if node_id in added:
+                    comp = self.nodes[node_id].component
+                    comp.start()
+                    if comp.health.state == "unknown":
+                        comp.set_health("healthy", "started")
+        kept = [n for n in self.order if n not in added]
+        return {"added": added, "removed": removed, "kept": kept}
+
     def components(self) -> list[Component]:
         return [self.nodes[n].component for n in self.order]
 

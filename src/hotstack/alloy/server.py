@@ -49,9 +49,11 @@ _STYLE = ("<style>body{font:14px sans-serif;margin:16px} td,th{padding:4px 10px;
 
 
 class AgentServer:
-    def __init__(self, controller: Controller, listen: str) -> None:
+    def __init__(self, controller: Controller, listen: str, reload=None) -> None:
+        """`reload()` -> (ok, message): what /-/reload does (re-read and apply the config)."""
         self.controller = controller
         self.ready = False
+        self._reload = reload
         host, port = parse_listen(listen)
         agent = self
 
@@ -64,10 +66,17 @@ class AgentServer:
             def do_GET(self) -> None:
                 agent.handle(self)
 
+            def do_POST(self) -> None:
+                # Only /-/reload takes a POST (as Alloy's); its body, if any, is not read.
+                if urllib.parse.urlsplit(self.path).path == "/-/reload":
+                    agent.handle(self)
+                else:
+                    agent.not_allowed(self)
+
             def _not_allowed(self) -> None:
                 agent.not_allowed(self)
 
-            do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_CONNECT = do_TRACE = _not_allowed
+            do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_CONNECT = do_TRACE = _not_allowed
 
         try:
             self.httpd = _BoundedServer((host, port), Handler)
@@ -97,6 +106,13 @@ class AgentServer:
         url = urllib.parse.urlsplit(req.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         path = url.path
+        if path == "/-/reload":
+            # As Alloy: reload the config file; 200 when applied, 400 with the error otherwise.
+            if self._reload is None:
+                return self._text(req, 404, "reload is not available\n")
+            ok, message = self._reload()
+            req.close_connection = True     # a POST body we did not read must not be taken as a request
+            return self._text(req, 200 if ok else 400, message + "\n")
         if path == "/metrics":
             registry = self.controller.metrics_registry
             return self._send(req, 200, generate_latest(registry), CONTENT_TYPE_LATEST)

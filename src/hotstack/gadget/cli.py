@@ -69,11 +69,18 @@ def run(args: argparse.Namespace) -> int:
     if runner is None:
         raise ConfigError(f"unknown gadget {args.gadget!r}: this build has {', '.join(GADGETS)}")
     check_flags(args)
-    # A hang-up (the terminal closed, or `kill -HUP`) ends a run as SIGTERM does: the run stops,
-    # flushes its exporters and writes its file. Forwarding it keeps one stop path, the one of
-    # SIGTERM, which the run installs once sampling begins.
-    signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
+    signal.signal(signal.SIGHUP, _hang_up)
     return runner(args)
+
+
+def _hang_up(signum, frame) -> None:
+    """A hang-up (the terminal closed, or `kill -HUP`) ends a run as SIGTERM does: the run stops,
+    flushes its exporters and writes its file. Forwarding it keeps one stop path, the one of
+    SIGTERM, which the run installs once sampling begins; before that, it ends the start-up
+    quietly, as Ctrl-C does."""
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        raise KeyboardInterrupt
+    signal.raise_signal(signal.SIGTERM)
 
 
 def _warn(message: str) -> None:
