@@ -175,3 +175,70 @@ def test_exec_invalidates_the_process_cache(c_programs, workloads, tmp_path):
     after = sym.pid_cache.peek((w.pid, info.start_time))
     assert after is not before and after.exe == (os.stat(c_programs["plain"]).st_dev,
                                                   os.stat(c_programs["plain"]).st_ino)
+
+
+def _patched_copy(src: Path, dst: Path, old: bytes, new: bytes) -> Path:
+    """A copy of `src` with `old` replaced by `new` (same length) inside its .strtab only: same size,
+    same build id, same code, other names."""
+    from hotstack.symbols.elf import ElfFile
+
+    assert len(old) == len(new)
+    data = bytearray(src.read_bytes())
+    with ElfFile(str(src)) as elf:
+        strtab = elf.section(".strtab")
+    at = data.find(old, strtab.offset, strtab.offset + strtab.size)
+    assert at >= 0, f"{old!r} not in .strtab"
+    data[at:at + len(old)] = new
+    dst.write_bytes(bytes(data))
+    dst.chmod(0o755)
+    return dst
+
+
+def test_same_build_id_other_bytes_never_share_symbols(c_programs, workloads, tmp_path):
+    """Issue 18 item 1 (symbols): a copy with the same build id and size but other symbol bytes
+    named the original's frames (the cache was keyed by build id and size alone)."""
+    from hotstack.symbols.elf import ElfFile
+
+    original = tmp_path / "same_a"
+    shutil.copy(c_programs["plain"], original)
+    patched = _patched_copy(c_programs["plain"], tmp_path / "same_b", b"stripped_hot_loop", b"stripped_hot_lOOp")
+    with ElfFile(str(original)) as a, ElfFile(str(patched)) as b:
+        assert a.build_id() == b.build_id() and a.size == b.size
+    wa, wb = workloads([original]), workloads([patched])
+    sym = Symbolizer(ProcessTable())
+    # The original first: its table is cached; the patched copy must not be named from it.
+    addr_a = _address_of(sym, wa.pid, original, "stripped_hot_loop")
+    assert sym.user_frames(wa.pid, [addr_a])[0].name == "stripped_hot_loop"
+    addr_b = _address_of(sym, wb.pid, patched, "stripped_hot_lOOp")
+    assert sym.user_frames(wb.pid, [addr_b])[0].name == "stripped_hot_lOOp"
+    # And the other way round, in a fresh symbolizer: the patched one first.
+    sym = Symbolizer(ProcessTable())
+    assert sym.user_frames(wb.pid, [addr_b])[0].name == "stripped_hot_lOOp"
+    assert sym.user_frames(wa.pid, [addr_a])[0].name == "stripped_hot_loop"
+    keys = [k for k, _, _ in sym.elf_cache.items() if k[0] == "build-id" and k[2] == a.size]
+    assert len(keys) == 2, keys
+    with ElfFile(str(original)) as a, ElfFile(str(patched)) as b:
+        assert a.symbol_digest() != b.symbol_digest()
+
+
+def test_corrupt_symbol_table_of_a_same_build_id_copy_does_not_leak(c_programs, workloads, tmp_path):
+    """The copy's .symtab zeroed (a corrupt file): its frames are module+0xOFF; the intact file,
+    profiled after it, still gets its names."""
+    from hotstack.symbols.elf import ElfFile
+
+    corrupt = tmp_path / "corrupt_c"
+    data = bytearray(c_programs["plain"].read_bytes())
+    with ElfFile(str(c_programs["plain"])) as elf:
+        symtab = elf.section(".symtab")
+    data[symtab.offset:symtab.offset + symtab.size] = bytes(symtab.size)
+    corrupt.write_bytes(bytes(data))
+    corrupt.chmod(0o755)
+    intact = tmp_path / "intact_c"
+    shutil.copy(c_programs["plain"], intact)
+    wc, wi = workloads([corrupt]), workloads([intact])
+    sym = Symbolizer(ProcessTable())
+    addr_i = _address_of(sym, wi.pid, intact, "stripped_hot_loop")
+    offset = addr_i - _base(sym, wi.pid, intact)
+    [frame] = sym.user_frames(wc.pid, [_base(sym, wc.pid, corrupt) + offset])
+    assert not frame.resolved and frame.name.startswith("corrupt_c+0x"), frame
+    assert sym.user_frames(wi.pid, [addr_i])[0].name == "stripped_hot_loop"

@@ -8,6 +8,7 @@ hostile file gives an ElfError, never a crash, a hang or unbounded memory.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -204,6 +205,34 @@ class ElfFile:
                     return blob[name_end:name_end + descsz].hex()
                 pos = desc_end
         return ""
+
+    def symbol_digest(self) -> str:
+        """A hash of everything a symbol lookup in this file reads: the headers (load segments map
+        addresses), the symbol and string tables, the PLT and its relocations, the Go pclntab and
+        the debug link. Two files with one build id but other bytes there (a corrupted copy, a
+        patched one) differ here, so one never lends its names to the other."""
+        h = hashlib.sha256()    # SHA extensions make it the fastest collision-resistant hash here
+        h.update(struct.pack("<Q", self.size))
+        h.update(self.read(0, 64))
+        for seg in self.segments:
+            h.update(struct.pack("<QQQQI", seg.vaddr, seg.offset, seg.filesz, seg.memsz, seg.flags))
+        names = {".gopclntab", ".gnu_debuglink", ".plt", ".plt.sec", ".plt.got", ".go.buildinfo",
+                 ".note.go.buildid"}
+        if self.section(".gopclntab") is None and (self.section(".go.buildinfo") or self.section(".note.go.buildid")):
+            names |= {".data.rel.ro", ".rodata"}      # where stripped Go binaries keep their pclntab
+        used = set()
+        for i, s in enumerate(self.sections):
+            h.update(struct.pack("<IIQQQII", s.type, len(s.name), s.addr, s.offset, s.size, s.link, i))
+            if s.type in (SHT_SYMTAB, SHT_DYNSYM, SHT_RELA) or s.name in names:
+                used.add(i)
+                if s.type in (SHT_SYMTAB, SHT_DYNSYM) and s.link < len(self.sections):
+                    used.add(s.link)
+        for i in sorted(used):
+            s = self.sections[i]
+            if s.type == SHT_NOBITS or s.offset + s.size > self.size:
+                continue
+            h.update(self._mm[s.offset:s.offset + min(s.size, MAX_FILE_SIZE)])
+        return h.hexdigest()[:32]
 
     def debuglink(self) -> tuple[str, int] | None:
         """(.gnu_debuglink file name, CRC32) or None."""

@@ -335,7 +335,8 @@ class Symbolizer:
             except OSError as e:
                 error = f"{candidate}: {e.strerror}"
                 continue
-            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            # ctime too: a file rewritten in place with its mtime put back is still another file.
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             known = self._keys_by_identity.get(identity)
             if known is not None:
                 module = self.elf_cache.get(known)
@@ -349,8 +350,15 @@ class Symbolizer:
             self.stats.files_opened += 1
             build_id = elf.build_id()
             # A build id names the code, not the file: a stripped copy shares it with the original,
-            # so the size keeps their tables (and what they can name) apart.
-            ekey = ("build-id", build_id, st.st_size) if build_id else ("file", identity)
+            # and a corrupted or patched copy keeps it too. Files share one entry only when what
+            # symbols are read from is the same bytes (size and a hash of those sections).
+            try:
+                digest = elf.symbol_digest()
+            except ElfError as e:
+                elf.close()
+                error = str(e)
+                continue
+            ekey = ("build-id", build_id, st.st_size, digest) if build_id else ("file", identity)
             module = self.elf_cache.get(ekey)
             if module is None:
                 root = info.root if info.root and not info.root_is_host else ""
