@@ -15,7 +15,7 @@ from hotstack.unwind.kernel_tables import TableCache
 HERE = Path(__file__).resolve().parent
 BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"
 MAX_FRAMES = 128
-STATE = struct.Struct("<QQQIIII")           # pc sp bp tgid n end signal
+STACK = struct.Struct("<QII")               # struct nu_stack: hash, n, end, then the pcs
 
 
 def build_object(out_dir: Path) -> Path:
@@ -75,8 +75,8 @@ class NativeSampler:
         stacks = {}
         for key, value in self.collection.maps["stacks"].items():
             (h,) = struct.unpack("<Q", key)
-            pc, sp, bp, tgid, n, end, signal = STATE.unpack_from(value)
-            pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STATE.size))[:n]
+            _hash, n, end = STACK.unpack_from(value)
+            pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STACK.size))[:n]
             stacks[h] = (pcs, end)
         out = []
         for key, value in self.collection.maps["counts"].items():

@@ -145,17 +145,23 @@ struct nu_missing_value {
 	__u64 end;
 };
 
+/* A walked stack: what the includer stores (keyed by its hash). */
+struct nu_stack {
+	__u64 hash;
+	__u32 n;           /* frames in pcs, leaf first */
+	__u32 end;         /* enum nu_end */
+	__u64 pcs[NU_MAX_FRAMES];
+};
+
 struct nu_state {
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
-	__u32 tgid;
-	__u32 n;           /* frames in pcs */
-	__u32 end;         /* enum nu_end */
-	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
-	__u64 pcs[NU_MAX_FRAMES];
 	__u64 mm;
-	__u64 ctx_words[4]; /* room for the includer's per-sample data (keys, values) */
+	__u32 tgid;
+	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
+	struct nu_stack stack;
+	__u64 ctx_words[12]; /* the includer's per-sample data (its key, comm, buffer...) */
 };
 
 /* Kernel structure offsets (from the kernel's BTF, written by userspace before loading). */
@@ -418,11 +424,11 @@ static __always_inline int nu_fp_step(struct nu_state *st)
 	__u64 bp = st->bp, next_bp, ra;
 
 	if (bp <= st->sp || bp - st->sp > (8 << 20) || (bp & 7)) {
-		st->end = NU_END_BAD_FP;
+		st->stack.end = NU_END_BAD_FP;
 		return -1;
 	}
 	if (nu_read(&next_bp, bp) || nu_read(&ra, bp + 8)) {
-		st->end = NU_END_READ;
+		st->stack.end = NU_END_READ;
 		return -1;
 	}
 	st->sp = bp + 16;
@@ -430,7 +436,7 @@ static __always_inline int nu_fp_step(struct nu_state *st)
 	st->pc = ra;
 	st->signal = 0;
 	if (!ra)
-		st->end = NU_END_ZERO;
+		st->stack.end = NU_END_ZERO;
 	return 0;
 }
 
@@ -441,7 +447,7 @@ static __always_inline int nu_signal_step(struct nu_state *st)
 	__u64 base = st->sp + 40, bp, sp, pc;
 
 	if (nu_read(&bp, base + 80) || nu_read(&sp, base + 120) || nu_read(&pc, base + 128)) {
-		st->end = NU_END_READ;
+		st->stack.end = NU_END_READ;
 		return -1;
 	}
 	st->bp = bp;
@@ -452,24 +458,24 @@ static __always_inline int nu_signal_step(struct nu_state *st)
 	return 0;
 }
 
-/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->end says why). */
+/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why). */
 static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 {
 	__u64 pc = st->pc, lookup, cfa, ra, bp;
 	struct nu_range range;
 	struct nu_rule *rule;
-	__u32 n = st->n;
+	__u32 n = st->stack.n;
 
 	if (n >= NU_MAX_FRAMES) {
-		st->end = NU_END_TRUNCATED;
+		st->stack.end = NU_END_TRUNCATED;
 		return -1;
 	}
-	st->pcs[n] = pc;
-	st->n = n + 1;
+	st->stack.pcs[n] = pc;
+	st->stack.n = n + 1;
 	/* a return address points after the call: look up the call itself */
 	lookup = (n == 0 || st->signal) ? pc : pc - 1;
 	if (!pr || nu_lookup_range(pr, st->mm, lookup, &range)) {
-		st->end = NU_END_NO_MAPPING;
+		st->stack.end = NU_END_NO_MAPPING;
 		return -1;
 	}
 	if (!range.ino) {
@@ -496,7 +502,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		nu_count(NU_STAT_GO_FRAMES);
 		return nu_fp_step(st);
 	case NU_KIND_STOP:
-		st->end = NU_END_ROOT;
+		st->stack.end = NU_END_ROOT;
 		return -1;
 	case NU_KIND_SIGNAL:
 		return nu_signal_step(st);
@@ -506,12 +512,12 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		return nu_fp_step(st);
 	}
 	if (nu_read(&ra, cfa + rule->ra)) {
-		st->end = NU_END_READ;
+		st->stack.end = NU_END_READ;
 		return -1;
 	}
 	bp = st->bp;
 	if (rule->kind != NU_KIND_PLT && rule->rbp != NU_RBP_SAME && nu_read(&bp, cfa + rule->rbp)) {
-		st->end = NU_END_READ;
+		st->stack.end = NU_END_READ;
 		return -1;
 	}
 	nu_count(NU_STAT_FRAMES);
@@ -520,7 +526,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 	st->bp = bp;
 	st->signal = 0;
 	if (!ra) {
-		st->end = NU_END_ZERO;
+		st->stack.end = NU_END_ZERO;
 		return -1;
 	}
 	return 0;
@@ -550,8 +556,8 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, __u64 pc, __u64 sp,
 	st->sp = sp;
 	st->bp = bp;
 	st->tgid = tgid;
-	st->n = 0;
-	st->end = NU_END_NONE;
+	st->stack.n = 0;
+	st->stack.end = NU_END_NONE;
 	st->signal = 0;
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();
@@ -579,22 +585,22 @@ static __always_inline int nu_steps(struct nu_state *st)
 	struct nu_ranges *pr = bpf_map_lookup_elem(&nu_procs, &st->tgid);
 	int i;
 
-	if (!pr && st->n == 0)
+	if (!pr && st->stack.n == 0)
 		nu_count(NU_STAT_NO_RANGES);
 	for (i = 0; i < NU_FRAMES_PER_PROG; i++) {
 		if (nu_step(st, pr))
 			return 1;
 	}
-	return st->n >= NU_MAX_FRAMES;
+	return st->stack.n >= NU_MAX_FRAMES;
 }
 
 static __always_inline void nu_count_end(struct nu_state *st)
 {
-	switch (st->end) {
+	switch (st->stack.end) {
 	case NU_END_ROOT: nu_count(NU_STAT_END_ROOT); break;
 	case NU_END_ZERO: nu_count(NU_STAT_END_ZERO); break;
 	case NU_END_NONE:
-	case NU_END_TRUNCATED: st->end = NU_END_TRUNCATED; nu_count(NU_STAT_END_TRUNCATED); break;
+	case NU_END_TRUNCATED: st->stack.end = NU_END_TRUNCATED; nu_count(NU_STAT_END_TRUNCATED); break;
 	case NU_END_NO_MAPPING: nu_count(NU_STAT_END_NO_MAPPING); break;
 	case NU_END_BAD_FP: nu_count(NU_STAT_END_BAD_FP); break;
 	case NU_END_READ: nu_count(NU_STAT_END_READ); break;
@@ -602,20 +608,22 @@ static __always_inline void nu_count_end(struct nu_state *st)
 	}
 }
 
-/* A 64-bit hash of the walked frames (the stack's key). */
+/* A 64-bit hash of the walked frames (the stack's key); also stored in st->stack.hash. */
 static __always_inline __u64 nu_hash(struct nu_state *st)
 {
-	__u64 h = 0xcbf29ce484222325ULL ^ st->n;
+	__u64 h = 0xcbf29ce484222325ULL ^ st->stack.n;
 	__u32 i;
 
 	for (i = 0; i < NU_MAX_FRAMES; i++) {
-		if (i >= st->n)
+		if (i >= st->stack.n)
 			break;
-		h ^= st->pcs[i];
+		h ^= st->stack.pcs[i];
 		h *= 0x100000001b3ULL;
 		h ^= h >> 29;
 	}
-	return h ? h : 1;
+	h = h ? h : 1;
+	st->stack.hash = h;
+	return h;
 }
 
 #endif

@@ -26,6 +26,12 @@
  *                (user_stack_id -1: the stack is in the record), comm, the buffer whose stack
  *                maps the key's ids refer to, the user registers and a copy of the stack.
  *   A field added to struct stack_key travels through both paths unchanged.
+ *
+ * A third way (SNAPSHOT_NATIVE, `--unwind kernel`): the user stack is unwound here, in the
+ * kernel, with .eh_frame tables in BPF maps (native_unwind.h); the walk goes on in
+ * profile_native_step (tail calls), which stores the stack in native_stacks_<buffer> under a
+ * 31-bit id (the low bits of its hash; another stack already there under that id is a counted
+ * collision) and counts the sample with key.user_stack_id = that id.
  *   Userspace drains `snapshots` often (unwinding the copies as they come), keeps
  *   the records' keys until their buffer is drained, and clears the stack maps of
  *   a buffer only after that.
@@ -40,9 +46,17 @@
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
+#include "native_unwind.h"
 
 HS_CPU_VARIABLES
 HS_CPU_MAPS
+
+/* Where profile_cpu leaves the sample for profile_native_step in struct nu_state.ctx_words. */
+#define NATIVE_COMM_WORD 8
+#define NATIVE_BUFFER_WORD 10
+_Static_assert(sizeof(struct stack_key) <= NATIVE_COMM_WORD * 8, "stack_key must fit before the comm");
+
+_Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks values are struct nu_stack");
 
 /*
  * Copy the user stack from sp upwards: the rest of sp's page, then whole pages
@@ -94,6 +108,8 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_ker
 
 static __always_inline int wants_snapshot(__u32 pid)
 {
+	if (snapshot_mode == SNAPSHOT_NATIVE)
+		return 0;
 	if (snapshot_mode == 2)
 		return pid != 0;
 	return snapshot_mode == 1 && bpf_map_lookup_elem(&snapshot_pids, &pid);
@@ -168,6 +184,24 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	snapshot = collect_user_stacks && key.pid != 0 && wants_snapshot(key.pid);
 	key.user_stack_id = -1;
+	if (snapshot_mode == SNAPSHOT_NATIVE && collect_user_stacks && key.pid != 0) {
+		struct pt_regs regs = {};
+		struct nu_state *st;
+
+		/* a kernel thread (no user registers) has no user stack: -1, not a loss */
+		if (user_regs(ctx, in_kernel, &regs) == 0 && (st = nu_begin(key.pid, regs.rip, regs.rsp, regs.rbp))) {
+			key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+			__builtin_memcpy(st->ctx_words, &key, sizeof(key));
+			__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
+			st->ctx_words[NATIVE_BUFFER_WORD] = buffer;
+			bpf_tail_call(ctx, &nu_progs, 0);
+			nu_count(NU_STAT_TAIL_CALL_FAILED);
+			count_stat(STAT_USTACK_ERROR);
+			key.user_stack_id = -2;
+		}
+		count_stack(&key, comm, 1, buffer);
+		return 0;
+	}
 	if (collect_user_stacks && key.pid != 0 && !snapshot) {
 		key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
 						    BPF_F_USER_STACK);
@@ -200,6 +234,42 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 			key.user_stack_id = -1;
 		else
 			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
+	}
+	count_stack(&key, comm, 1, buffer);
+	return 0;
+}
+
+/* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted. */
+SEC("perf_event")
+int profile_native_step(struct bpf_perf_event_data *ctx)
+{
+	struct nu_state *st = nu_state();
+	struct stack_key key;
+	char comm[COMM_LEN];
+	__u64 *stored;     /* struct nu_stack: the hash first */
+	__u32 buffer, id;
+	void *stacks;
+
+	if (!st)
+		return 0;
+	if (!nu_steps(st))
+		bpf_tail_call(ctx, &nu_progs, 0);
+	nu_count_end(st);
+	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
+	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
+	buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	id = (__u32)nu_hash(st) & 0x7fffffff;
+	stacks = buffer ? (void *)&native_stacks_1 : (void *)&native_stacks_0;
+	key.user_stack_id = id;
+	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
+		stored = bpf_map_lookup_elem(stacks, &id);
+		if (!stored) {
+			count_stat(STAT_USTACK_ERROR);       /* the map is full */
+			key.user_stack_id = -2;
+		} else if (stored[0] != st->stack.hash) {
+			count_stat(STAT_USTACK_COLLISION);
+			key.user_stack_id = -EEXIST;
+		}
 	}
 	count_stack(&key, comm, 1, buffer);
 	return 0;

@@ -11,6 +11,7 @@
 #define PY_MAX_FRAMES 96
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
+#define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17
 
@@ -115,6 +116,7 @@ enum snapshot_mode {
 	SNAPSHOT_NONE = 0,
 	SNAPSHOT_LISTED = 1,
 	SNAPSHOT_ALL = 2,
+	SNAPSHOT_NATIVE = 3,
 };
 
 enum py_stat {
@@ -237,6 +239,18 @@ enum py_stat {
 		__type(key, char[COMM_LEN]); \
 		__type(value, __u8); \
 	} filter_comms SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, __u64[NATIVE_STACK_WORDS]); \
+	} native_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, __u64[NATIVE_STACK_WORDS]); \
+	} native_stacks_1 SEC(".maps"); \
 	/* end */
 
 /* group python */

@@ -84,12 +84,23 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
     return stack is None or (stack_id < NO_STACK and stack_id != -schema.EFAULT)
 
 
+def parse_native_stack(raw: bytes) -> tuple[int, ...]:
+    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): hash, frames, end, addresses."""
+    _hash, n, _end = _NATIVE_STACK.unpack_from(raw)
+    return struct.unpack_from(f"<{min(n, (len(raw) - _NATIVE_STACK.size) // 8)}Q", raw, _NATIVE_STACK.size)
+
+
+_NATIVE_STACK = struct.Struct("<QII")
+
+
 class StackReader:
     """Looks stack ids of one buffer up, once each."""
 
-    def __init__(self, collection: ebpf.Collection, buffer: int) -> None:
-        self.user = collection.maps[schema.buffered("user_stacks", buffer)]
+    def __init__(self, collection: ebpf.Collection, buffer: int, user_stacks: str = "user_stacks",
+                 parse_user=parse_stack) -> None:
+        self.user = collection.maps[schema.buffered(user_stacks, buffer)]
         self.kernel = collection.maps[schema.buffered("kern_stacks", buffer)]
+        self._parse_user = parse_user
         self._cache: dict[tuple[int, int], tuple[int, ...] | None] = {}
 
     def stack(self, m: ebpf.Map, stack_id: int) -> tuple[int, ...] | None:
@@ -98,7 +109,8 @@ class StackReader:
         key = (id(m), stack_id)
         if key not in self._cache:
             raw = m.lookup(_U32.pack(stack_id))
-            self._cache[key] = parse_stack(raw) if raw is not None else None
+            parse = self._parse_user if m is self.user else parse_stack
+            self._cache[key] = parse(raw) if raw is not None else None
         return self._cache[key]
 
     def clear(self, keep: Iterable[tuple[int, int]] = ()) -> None:
@@ -132,6 +144,9 @@ class StackBuffers:
         self._last_ns = time.time_ns()
         self.lock = threading.Lock()
         self._stat_totals = [0] * schema.STAT_MAX
+        # where user stack ids point: the kernel's stack maps, or the kernel unwinder's (cpu.py)
+        self.user_stacks = "user_stacks"
+        self.parse_user = parse_stack
 
     def flip(self) -> int:
         """Send the programs to the other buffer; returns the one to drain (call under `lock`)."""
@@ -143,7 +158,7 @@ class StackBuffers:
 
     def read(self, buffer: int) -> tuple[list[RawStack], StackReader]:
         """Drain a buffer's counts; the reader resolves (and later clears) its stacks."""
-        stacks = StackReader(self._collection, buffer)
+        stacks = StackReader(self._collection, buffer, self.user_stacks, self.parse_user)
         unpack_key, unpack_count = schema.STACK_KEY.unpack, schema.STACK_COUNT.unpack
         out = []
         for key, value in self._collection.maps[schema.buffered("counts", buffer)].drain():

@@ -173,6 +173,8 @@ class Engine:
                 self.processes.observe(pid)
                 if self.wants(pid):
                     self._take_on(pid)
+                    if sampler is self.cpu:
+                        self.cpu.native_process(pid)
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
@@ -221,6 +223,7 @@ class Engine:
                         self._snapshot_pids.add(pid)
                     cpu.poll_snapshots()
                 cpu.poll_snapshots()
+                cpu.serve_native()
             except Exception:
                 if cpu.collection is None:   # the sampler is closing under us
                     return

@@ -272,7 +272,9 @@ class NativeTables:
         slots: list[tuple | None] = [None] * CACHE_SLOTS
         for start, end, offset, ino, dev, _path in sorted(ranges, key=lambda r: r[1] - r[0]):
             for chunk in range(start >> CACHE_SHIFT, ((end - 1) >> CACHE_SHIFT) + 1):
-                slots[chunk % CACHE_SLOTS] = (start, end, offset - start, ino, dev, 0)
+                # pc + to_offset wraps in 64 bits in the kernel: store the difference the same way
+                to_offset = (offset - start + (1 << 63)) % (1 << 64) - (1 << 63)
+                slots[chunk % CACHE_SLOTS] = (start, end, to_offset, ino, dev, 0)
                 if chunk - (start >> CACHE_SHIFT) >= CACHE_SLOTS:
                     break
         body = bytearray(RANGES_HEADER.size + RANGE.size * CACHE_SLOTS)

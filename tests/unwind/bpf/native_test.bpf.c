@@ -25,7 +25,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u64);
-	__type(value, struct nu_state);
+	__type(value, struct nu_stack);
 } stacks SEC(".maps");
 
 struct {
@@ -44,7 +44,7 @@ static __always_inline void finish(struct nu_state *st)
 	key.pid = st->ctx_words[0] >> 32;
 	key.tid = (__u32)st->ctx_words[0];
 	key.stack = nu_hash(st);
-	bpf_map_update_elem(&stacks, &key.stack, st, BPF_NOEXIST);
+	bpf_map_update_elem(&stacks, &key.stack, &st->stack, BPF_NOEXIST);
 	count = bpf_map_lookup_elem(&counts, &key);
 	if (count)
 		__sync_fetch_and_add(count, 1);
