@@ -8,7 +8,7 @@ BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 CLANG ?= clang
 ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
 
-.PHONY: run test test-peers venv generate bpf proto check-generated clean
+.PHONY: run test test-peers test-kernels venv generate bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
@@ -24,6 +24,12 @@ test: venv test-peers
 # Compilers, perf, bpftool, the OpenTelemetry Collectors, Chromium... (cached; seconds once installed).
 test-peers:
 	bash .ci/install-test-peers
+
+# The kernel matrix (tests/kernels/matrix.py): Debian's 5.10, 6.1 and 6.12 kernels booted under qemu
+# (TCG) and this host's kernel, each running the smoke suite; a table at the end. Needs root and
+# what .ci/install.d/kernels.sh installs. Fails if an item expected.json says passes did not.
+test-kernels: venv
+	$(VPY) tests/kernels/matrix.py $(KERNELS_ARGS)
 
 venv: $(VENV)/.installed
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import ebpf
-from .sampling.diagnose import (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, MIN_KERNEL, effective_caps, has_cap,
-                                kernel_version, read_sysctl)
+from .ebpf import features
+from .sampling.diagnose import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, read_sysctl
+
+CAP_SYS_RESOURCE = 24
 
 
 @dataclass
@@ -84,12 +86,44 @@ def _kprobes() -> tuple[bool, str]:
     return False, "CONFIG_KPROBES is not set" if config in ("n", None) else f"CONFIG_KPROBES={config} but no kprobe PMU"
 
 
+# The oldest kernel whose BPF offers everything the required checks below probe for (the ring
+# buffer, 5.8, is the newest of them); the kernel matrix (tests/kernels) runs from 5.10 up.
+MINIMUM = "Linux 5.8"
+TESTED = "5.10, 6.1, 6.12 and 6.18"
+
+
+def _helper_line(name: str) -> str:
+    h = features.HELPERS[name]
+    return f"{name} ({h.since}+)"
+
+
+def features_off() -> list[str]:
+    """One line per feature this kernel cannot run, with the reason and the release that brings it."""
+    lines = []
+    if not features.kernel_btf():
+        lines.append("Python frames off: this kernel has no BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF) "
+                     "to find a thread's TLS base")
+        lines.append("off-CPU profiling off: this kernel has no BTF for the tp_btf/sched_switch program "
+                     "(CONFIG_DEBUG_INFO_BTF)")
+    missing = [n for n in ("bpf_get_current_task_btf", "bpf_task_pt_regs")
+               if not features.helper_available(n)]
+    if missing:
+        lines.append("stack copies of samples taken in kernel mode off: this kernel lacks "
+                     + " and ".join(_helper_line(n) for n in missing)
+                     + "; those samples keep their frame-pointer user stack")
+    if not _uprobe_type():
+        lines.append("uprobe:/uretprobe: probe links off: this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)")
+    ok, detail = _kprobes()
+    if not ok:
+        lines.append(f"kprobe:/kretprobe: probe links off: {detail}")
+    return lines
+
+
 def run_checks() -> list[Check]:
     caps = effective_caps()
     checks: list[Check] = []
-    kv = kernel_version()
-    checks.append(Check("kernel version", kv >= MIN_KERNEL, os.uname().release,
-                        "everything", f"upgrade to Linux {MIN_KERNEL[0]}.{MIN_KERNEL[1]} or newer"))
+    checks.append(Check("kernel", True, f"{os.uname().release}: hotstack decides from the probes below, not "
+                        f"from the version; needs {MINIMUM}+, tested on {TESTED}", required=False))
     priv = has_cap(CAP_SYS_ADMIN, caps) or (has_cap(CAP_BPF, caps) and has_cap(CAP_PERFMON, caps))
     have = [name for name, cap in (("CAP_SYS_ADMIN", CAP_SYS_ADMIN), ("CAP_BPF", CAP_BPF),
                                    ("CAP_PERFMON", CAP_PERFMON)) if has_cap(cap, caps)]
@@ -100,13 +134,22 @@ def run_checks() -> list[Check]:
     ok, detail = _try_bpf()
     checks.append(Check("bpf() syscall", ok, detail, "all sampling",
                         "needs CONFIG_BPF_SYSCALL, privileges above, and no LSM denying bpf()"))
+    if ok:
+        checks.append(Check("BPF global data", features.global_data(), "read-only .rodata maps, frozen",
+                            "all sampling (tunables live in .rodata)", "Linux 5.2 or newer"))
+        checks.append(Check("bpf_probe_read_user", features.helper_available("bpf_probe_read_user"),
+                            "helper of perf_event programs", "all sampling (user stacks, Python frames)",
+                            "Linux 5.5 or newer"))
     paranoid = read_sysctl("kernel.perf_event_paranoid")
     ok, detail = _try_perf_event()
     checks.append(Check("perf events", ok, f"{detail} (perf_event_paranoid={paranoid})", "all sampling",
                         "run with CAP_PERFMON or CAP_SYS_ADMIN, or `sysctl kernel.perf_event_paranoid=1`"))
-    btf = os.path.exists("/sys/kernel/btf/vmlinux")
+    ok, detail = _try_ringbuf()
+    checks.append(Check("ring buffer", ok, detail, "all sampling (the sampler's stack-copy stream)",
+                        "Linux 5.8 or newer"))
+    btf = features.kernel_btf()
     checks.append(Check("kernel BTF", btf, "/sys/kernel/btf/vmlinux" + (" present" if btf else " missing"),
-                        "kernel struct offsets (Python frames, fentry probes)", "a kernel built with "
+                        "Python frames, off-CPU (tp_btf), fentry probes", "a kernel built with "
                         "CONFIG_DEBUG_INFO_BTF=y", required=False))
     tracefs = _mounted("tracefs")
     checks.append(Check("tracefs", bool(tracefs), ", ".join(tracefs) or "not mounted",
@@ -118,15 +161,29 @@ def run_checks() -> list[Check]:
     checks.append(Check("kprobes", ok, detail, "kprobe:/kretprobe: probe_links (fentry/fexit are used instead "
                         "where BTF allows)", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y",
                         required=False))
-    ok, detail = _try_ringbuf()
-    checks.append(Check("ring buffer", ok, detail, "event streams of later features",
-                        "Linux 5.8 or newer", required=False))
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    memcg = kv >= (5, 11)
+    names = ("bpf_get_current_task_btf", "bpf_task_pt_regs", "bpf_loop", "bpf_find_vma")
+    missing = [n for n in names if not features.helper_available(n)]
+    checks.append(Check("BPF helpers", not missing, "all of " + ", ".join(names) if not missing else
+                        "missing: " + ", ".join(_helper_line(n) for n in missing),
+                        "see the lines below the table", "a newer kernel", required=False))
+    dynamic = features.perf_event_dynamic_hash()
+    checks.append(Check("hash maps in perf_event programs", True, "allocated on demand" if dynamic else
+                        "preallocated by the loader (this kernel refuses BPF_F_NO_PREALLOC there; 6.1 lifted "
+                        "that)", required=False))
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    memcg = features.memcg_accounting()
     show = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
-    checks.append(Check("memlock", memcg or soft == resource.RLIM_INFINITY or soft >= 64 << 20,
-                        f"RLIMIT_MEMLOCK={show}" + (" (not used: kernel charges BPF memory to memcg)" if memcg else ""),
-                        "creating BPF maps on kernels before 5.11", "ulimit -l unlimited or LimitMEMLOCK=infinity"))
+    raisable = os.geteuid() == 0 or has_cap(CAP_SYS_RESOURCE, caps)
+    if memcg:
+        detail = f"RLIMIT_MEMLOCK={show} (not used: the kernel charges BPF memory to memory cgroups)"
+    elif soft == resource.RLIM_INFINITY:
+        detail = f"RLIMIT_MEMLOCK={show}"
+    else:
+        detail = f"RLIMIT_MEMLOCK={show}; this kernel charges BPF maps to it" + (
+            ": hotstack raises it by what its maps need" if raisable else " and it cannot be raised here")
+    checks.append(Check("memlock", memcg or soft == resource.RLIM_INFINITY or raisable or soft >= 64 << 20,
+                        detail, "creating BPF maps (kernels before 5.11)",
+                        "run as root, or `ulimit -l unlimited`, or LimitMEMLOCK=infinity"))
     return checks
 
 
@@ -143,6 +200,8 @@ def report(out: TextIO) -> int:
         status = "ok" if c.ok else ("MISSING" if c.required else "missing")
         table.add_row(c.name, status, c.detail, "" if c.ok else c.disables, "" if c.ok else c.fix)
     console.print(table)
+    for line in features_off():
+        console.print(line)
     blocking = [c.name for c in checks if c.required and not c.ok]
     if blocking:
         console.print(f"profiling cannot run: {', '.join(blocking)}")
@@ -151,4 +210,4 @@ def report(out: TextIO) -> int:
     return 0
 
 
-__all__ = ["Check", "run_checks", "report"]
+__all__ = ["Check", "MINIMUM", "features_off", "run_checks", "report"]

@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import struct
 
-from .errors import EbpfError
+from . import adapt as adaptmod
+from . import memlock
+from .errors import EbpfError, VerifierError
 from .maps import Map
 from .program import Program
 from .spec import PSEUDO_MAP_FD, PSEUDO_MAP_VALUE, CollectionSpec, ProgramSpec
 
 
 class Collection:
-    def __init__(self, spec: CollectionSpec, maps: dict[str, Map], programs: dict[str, Program]) -> None:
+    def __init__(self, spec: CollectionSpec, maps: dict[str, Map], programs: dict[str, Program],
+                 adaptations: list[adaptmod.Adaptation] | None = None) -> None:
         self.spec = spec
         self.maps = maps
         self.programs = programs
+        # What was changed to fit this kernel (adapt.py), for callers that report it.
+        self.adaptations = adaptations or []
 
     @classmethod
     def load(cls, spec: CollectionSpec, existing: dict[str, Map] | None = None) -> "Collection":
         """Create the maps and load the programs. A map named in `existing` (e.g. a pinned map
-        another process shares) is used instead of a new one; the collection then owns it."""
+        another process shares) is used instead of a new one; the collection then owns it.
+
+        The spec is first fitted to this kernel (adapt.py: preallocated maps, stubbed helpers), and
+        RLIMIT_MEMLOCK raised where the kernel charges BPF memory to it (memlock.py)."""
+        spec, adaptations = adaptmod.adapt(spec)
+        memlock.ensure([m for key, m in spec.maps.items() if not (existing and key in existing)])
         maps: dict[str, Map] = {}
         programs: dict[str, Program] = {}
         try:
@@ -34,20 +44,21 @@ class Collection:
                 if map_spec.freeze:
                     m.freeze()
             for name, prog_spec in spec.programs.items():
-                programs[name] = Program.load(prog_spec, _relocated(prog_spec, maps))
+                programs[name] = _load_program(prog_spec, maps)
         except BaseException:
             for p in programs.values():
                 p.close()
             for m in maps.values():
                 m.close()
             raise
-        return cls(spec, maps, programs)
+        return cls(spec, maps, programs, adaptations)
 
     def load_program(self, key: str, prog_spec: ProgramSpec) -> Program:
         """Load one more program against this collection's maps (e.g. a tracing program per target)."""
         if key in self.programs:
             raise EbpfError(f"program {key} is already loaded")
-        program = Program.load(prog_spec, _relocated(prog_spec, self.maps))
+        prog_spec = adaptmod.adapt_program(prog_spec)
+        program = _load_program(prog_spec, self.maps)
         self.programs[key] = program
         return program
 
@@ -66,6 +77,13 @@ class Collection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _load_program(prog_spec: ProgramSpec, maps: dict[str, Map]) -> Program:
+    try:
+        return Program.load(prog_spec, _relocated(prog_spec, maps))
+    except VerifierError as e:
+        raise adaptmod.explain_verifier_error(e) from None
 
 
 def _relocated(prog_spec: ProgramSpec, maps: dict[str, Map]) -> bytes:

@@ -1,0 +1,172 @@
+"""What this kernel's BPF accepts, found by probing it (tiny map creations and program loads),
+never by its version number: distributions backport features, and a version says nothing of
+how a kernel was configured. Each answer is probed once per process.
+
+The version after each feature ("5.15+") is only for the one-line messages that name what is
+off and which Linux brings it; no decision is taken on it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import struct
+from dataclasses import dataclass
+
+from . import syscalls as sc
+from .errors import SyscallError
+
+# Program types used by the probes.
+PROG_SOCKET_FILTER = 1
+PROG_KPROBE = 2
+PROG_PERF_EVENT = 7
+
+# Map types and flags.
+MAP_HASH = 1
+MAP_ARRAY = 2
+MAP_RINGBUF = 27
+BPF_F_NO_PREALLOC = 1
+BPF_F_RDONLY_PROG = 1 << 7
+
+
+@dataclass(frozen=True)
+class Helper:
+    name: str
+    id: int        # its number in the kernel's helper table (uapi bpf.h)
+    since: str     # the mainline release that brought it, for messages
+
+
+# The helpers whose absence on an older kernel changes what hotstack can do.
+HELPERS = {h.name: h for h in (
+    Helper("bpf_probe_read_user", 112, "5.5"),
+    Helper("bpf_ringbuf_reserve", 131, "5.8"),
+    Helper("bpf_get_current_task_btf", 158, "5.11"),
+    Helper("bpf_ktime_get_coarse_ns", 160, "5.11"),
+    Helper("bpf_get_func_ip", 173, "5.15"),
+    Helper("bpf_task_pt_regs", 175, "5.15"),
+    Helper("bpf_find_vma", 180, "5.17"),
+    Helper("bpf_loop", 181, "5.17"),
+)}
+HELPERS_BY_ID = {h.id: h for h in HELPERS.values()}
+
+# The verifier's words for a helper a program may not call: unknown to this kernel ("invalid func
+# unknown#N"), or known but not offered to this program type (5.x: "unknown func bpf_x#N", 6.x:
+# "program of this type cannot use helper bpf_x#N" or "func bpf_x#N not supported for program type").
+_UNKNOWN_HELPER = ("invalid func unknown#", "unknown func ", "cannot use helper ", " not supported for program type")
+
+
+def _load(prog_type: int, insns: bytes, log_size: int = 4096) -> tuple[int, str]:
+    """Load a program; (0, "") if the kernel took it, else (errno, verifier log)."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(log_size)
+    attr = sc.new_attr()
+    struct.pack_into("<IIQQIIQ", attr, 0, prog_type, len(insns) // 8, sc.address(code), sc.address(license),
+                     1, log_size, sc.address(log))
+    try:
+        fd = sc.bpf(sc.BPF_PROG_LOAD, attr, "probe load")
+    except SyscallError as e:
+        return e.errno or -1, log.value.decode("utf-8", "replace")
+    os.close(fd)
+    return 0, ""
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+_MOV_R0_0 = _insn(0xb7)          # r0 = 0
+_EXIT = _insn(0x95)
+
+
+@functools.cache
+def helper_available(name: str, prog_type: int = PROG_PERF_EVENT) -> bool:
+    """Whether programs of `prog_type` may call the helper on this kernel."""
+    helper = HELPERS[name]
+    # A call with whatever is in r1-r5: a known helper fails on its arguments, an unknown one on its number.
+    errno_, log = _load(prog_type, _insn(0x85, imm=helper.id) + _MOV_R0_0 + _EXIT)
+    if errno_ == 0:
+        return True
+    return not any(word in log for word in _UNKNOWN_HELPER)
+
+
+def _create_map(map_type: int, key_size: int, value_size: int, max_entries: int, flags: int = 0) -> int:
+    attr = sc.new_attr()
+    struct.pack_into("<IIIII", attr, 0, map_type, key_size, value_size, max_entries, flags)
+    return sc.bpf(sc.BPF_MAP_CREATE, attr, "probe map")
+
+
+@functools.cache
+def map_type_available(map_type: int) -> bool:
+    sizes = {MAP_RINGBUF: (0, 0, 4096)}.get(map_type, (4, 8, 1))
+    try:
+        os.close(_create_map(map_type, *sizes))
+        return True
+    except SyscallError:
+        return False
+
+
+@functools.cache
+def global_data() -> bool:
+    """Read-only BPF global data (.rodata constants, frozen maps): Linux 5.2."""
+    try:
+        fd = _create_map(MAP_ARRAY, 4, 8, 1, BPF_F_RDONLY_PROG)
+    except SyscallError:
+        return False
+    try:
+        attr = sc.new_attr()
+        struct.pack_into("<I", attr, 0, fd)
+        sc.bpf(sc.BPF_MAP_FREEZE, attr, "probe freeze")
+        return True
+    except SyscallError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def perf_event_dynamic_hash() -> bool:
+    """Whether perf_event programs may use hash maps without preallocation (BPF_F_NO_PREALLOC).
+
+    Kernels before 6.1 allowed only preallocated hash maps there (an element could not be
+    allocated in NMI context); the loader then preallocates such maps instead."""
+    try:
+        fd = _create_map(MAP_HASH, 8, 8, 1, BPF_F_NO_PREALLOC)
+    except SyscallError:
+        return False
+    try:
+        ld_map = _insn(0x18, dst=1, src=1, imm=fd) + _insn(0)   # r1 = map (BPF_PSEUDO_MAP_FD)
+        errno_, _log = _load(PROG_PERF_EVENT, ld_map + _MOV_R0_0 + _EXIT)
+        return errno_ == 0
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def memcg_accounting() -> bool:
+    """Whether BPF memory is charged to memory cgroups (5.11) rather than to RLIMIT_MEMLOCK.
+
+    Both came in the same release as bpf_ktime_get_coarse_ns; its presence tells them apart
+    (the same probe libbpf and bpftool rely on)."""
+    return helper_available("bpf_ktime_get_coarse_ns", PROG_SOCKET_FILTER)
+
+
+def kernel_btf() -> bool:
+    return os.path.exists("/sys/kernel/btf/vmlinux")
+
+
+def unknown_helper(log: str) -> Helper | None:
+    """The helper a verifier log says this kernel lacks, if that is why a load failed."""
+    for line in log.splitlines():
+        for word in _UNKNOWN_HELPER:
+            if word in line:
+                digits = line.rsplit("#", 1)[-1].strip().split()[0] if "#" in line else ""
+                if digits.isdigit():
+                    number = int(digits)
+                    return HELPERS_BY_ID.get(number, Helper(f"helper #{number}", number, "?"))
+    return None
+
+
+__all__ = ["Helper", "HELPERS", "helper_available", "map_type_available", "global_data", "perf_event_dynamic_hash",
+           "memcg_accounting", "kernel_btf", "unknown_helper"]

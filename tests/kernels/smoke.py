@@ -1,0 +1,304 @@
+"""The kernel matrix's smoke suite: run inside a VM booted on one kernel (or on the host itself).
+
+One interpreter runs every item in-process through hotstack's command line (`cli.main`), because
+under qemu's TCG each Python start-up costs tens of seconds. Each item ends as
+  pass   it worked and its checks held,
+  off    the kernel cannot run the feature, and hotstack said so in one line (the reason is kept),
+  fail   anything else (a crash, a verifier dump, a wrong result).
+The results go to a JSON file that tests/kernels/matrix.py turns into the table.
+
+    python3 smoke.py --workloads DIR --out results.json
+DIR holds the workloads built on the host (matrix.py: hot_ab, offcpu_split, malloc_ratio, spin,
+workload_abc.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from hotstack import cli
+from hotstack.doctor import MINIMUM, features_off
+from hotstack.ebpf import features
+
+PERF_EVENT = features.PROG_PERF_EVENT
+ITEM_TIMEOUT = 300   # seconds; qemu TCG on a loaded 2-core machine is slow
+
+
+class Off(Exception):
+    """The kernel cannot run this feature; the message is hotstack's one line about it."""
+
+
+class Timeout(Exception):
+    pass
+
+
+def hotstack(*args: str) -> tuple[int, str, str]:
+    """Run the command line in this process; (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return code or 0, out.getvalue(), err.getvalue()
+
+
+def one_line_error(code: int, err: str) -> str | None:
+    """hotstack's one-line error, if that is how the command ended (never a traceback or a dump)."""
+    lines = [line for line in err.strip().splitlines() if line.startswith("hotstack: error:")]
+    if code == 2 and len(lines) == 1 and "Traceback" not in err:
+        return lines[0].removeprefix("hotstack: error: ")
+    return None
+
+
+def folded(stdout: str) -> list[tuple[list[str], int]]:
+    rows = []
+    for line in stdout.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            rows.append((stack.split(";"), int(count)))
+    return rows
+
+
+class Workload:
+    """A process the items profile; stopped at the end of the item."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, wait_line: str | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+        if wait_line is not None:
+            line = self.proc.stdout.readline().strip()
+            if line != wait_line:
+                raise RuntimeError(f"{argv[0]} did not start: {line!r}")
+        else:
+            time.sleep(1.0)
+        self.pid = self.proc.pid
+
+    def __enter__(self) -> "Workload":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def run_gadget(*args: str) -> str:
+    """Run a gadget with `-o folded`; the folded stacks, or Off with its one-line error, or RuntimeError.
+
+    Folded output goes through --file: the gadget binds stdout when first imported."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "folded.txt"
+        code, out, err = hotstack("run", *args, "-o", "folded", "--file", str(path))
+        if code == 0:
+            return path.read_text() if path.exists() else ""
+    line = one_line_error(code, err)
+    if line is not None:
+        raise Off(line)
+    raise RuntimeError(f"exit {code}: {err.strip()[-600:]}")
+
+
+# ---- the items --------------------------------------------------------------------------------
+
+def item_doctor(w: Path) -> str:
+    code, out, err = hotstack("doctor")
+    if code != 0:
+        raise RuntimeError(f"doctor exit {code}: {out[-800:]} {err[-300:]}")
+    if f"needs {MINIMUM}+" not in " ".join(out.split()):
+        raise RuntimeError("doctor does not state the minimum kernel")
+    expected = features_off()
+    for line in expected:
+        if line not in " ".join(out.split()):
+            raise RuntimeError(f"doctor misses the line {line!r}")
+    for name in ("bpf_task_pt_regs", "bpf_get_current_task_btf", "bpf_loop", "bpf_find_vma"):
+        said_missing = f"{name} ({features.HELPERS[name].since}+)" in " ".join(out.split())
+        if said_missing == features.helper_available(name):
+            raise RuntimeError(f"doctor's word on {name} disagrees with the probe")
+    return "; ".join(expected) or "every feature on"
+
+
+def item_programs(w: Path) -> str:
+    """Every program of every committed object loads, with its load-time adaptations (fentry and
+    fexit templates: item_fentry)."""
+    from hotstack import ebpf
+    from hotstack.bpf import object_path
+    from hotstack.ebpf import links
+
+    loaded, notes = [], []
+    for name in ("profile", "offcpu", "probe"):
+        spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
+        if "snapshot_mode" in spec.variables:
+            spec.set_constant("snapshot_mode", 1)    # the stack-copy path, as --unwind auto loads it
+        links.resolve_btf_targets(spec)              # tp_btf/sched_switch
+        for key in [k for k, p in spec.programs.items() if p.section in ("fentry", "fexit")]:
+            del spec.programs[key]
+        with ebpf.Collection.load(spec) as coll:
+            loaded += list(coll.programs)
+            notes += [str(a) for a in coll.adaptations]
+    return f"{len(loaded)} programs: {', '.join(loaded)}" + (f" (adapted: {'; '.join(notes)})" if notes else "")
+
+
+def item_fentry(w: Path) -> str:
+    """The fentry/fexit form of kprobe links (used where kprobes are off), on do_sys_openat2."""
+    from hotstack import ebpf
+    from hotstack.bpf import object_path
+    from hotstack.ebpf import links
+
+    spec = ebpf.load_spec(object_path("probe"), map_prefix="smoke")
+    templates = {k: spec.programs.pop(k) for k in list(spec.programs) if spec.programs[k].section in ("fentry", "fexit")}
+    with ebpf.Collection.load(spec) as coll:
+        for key, template in templates.items():
+            try:
+                program = coll.load_program(key, links.tracing_variant(template, "do_sys_openat2"))
+                links.attach_tracing(program).close()
+            except ebpf.EbpfError as e:
+                reason = e.short() if isinstance(e, ebpf.VerifierError) else str(e)
+                raise Off(f"{template.section} on do_sys_openat2 refused by this kernel: {reason}") from None
+    return "fentry and fexit attached to do_sys_openat2"
+
+
+def item_cpu_split(w: Path) -> str:
+    with Workload([str(w / "hot_ab")]) as wl:
+        out = run_gadget("profile_cpu", "--pid", str(wl.pid), "--timeout", "8", "--sample-rate", "99")
+    rows = folded(out)
+    total = sum(c for _, c in rows)
+    by = Counter()
+    for frames, count in rows:
+        for fn in ("hot_a", "hot_b"):
+            if fn in frames:
+                by[fn] += count
+                if "main" not in frames or frames.index("main") > frames.index(fn):
+                    raise RuntimeError(f"main is not above {fn}: {';'.join(frames)}")
+    if total < 100:
+        raise RuntimeError(f"only {total} samples")
+    a, b = 100 * by["hot_a"] / total, 100 * by["hot_b"] / total
+    if abs(a - 75) > 7 or abs(b - 25) > 7:
+        raise RuntimeError(f"hot_a {a:.1f}% hot_b {b:.1f}% of {total}")
+    return f"hot_a {a:.1f}% hot_b {b:.1f}% of {total} samples"
+
+
+def item_python(w: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    with Workload(["/usr/bin/python3", str(w / "workload_abc.py")], env=env, wait_line="ready") as wl:
+        out = run_gadget("profile_cpu", "--pid", str(wl.pid), "--timeout", "6", "--sample-rate", "99")
+    rows = folded(out)
+    on = sum(c for f, c in rows if "caller" in f and ("a" in f or "b" in f or "c" in f))
+    total = sum(c for _, c in rows)
+    if not on:
+        raise RuntimeError(f"no Python frames in {total} samples: {out[:300]!r}")
+    return f"{on} of {total} samples with Python frames (caller;a|b|c) of Debian's python3"
+
+
+def item_uprobe(w: Path) -> str:
+    libc = next((p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
+                             "/usr/lib/x86_64-linux-gnu/libc.so.6") if os.path.exists(p)), None)
+    with Workload([str(w / "malloc_ratio")]) as wl:
+        out = run_gadget("profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(wl.pid),
+                         "--timeout", "4")
+    rows = folded(out)
+    three = sum(c for f, c in rows if "alloc_three" in f)
+    total = sum(c for _, c in rows)
+    if total < 100 or not three:
+        raise RuntimeError(f"{total} hits, {three} from alloc_three")
+    return f"{total} malloc hits, {100 * three / total:.0f}% from alloc_three"
+
+
+def item_offcpu(w: Path) -> str:
+    with Workload([str(w / "offcpu_split")]) as wl:
+        out = run_gadget("profile_offcpu", "--pid", str(wl.pid), "--timeout", "4")
+    rows = folded(out)
+    by = Counter()
+    for frames, count in rows:
+        for fn in ("sleep_eight_ms", "wait_on_pipe"):
+            if fn in frames:
+                by[fn] += count
+    both = by["sleep_eight_ms"] + by["wait_on_pipe"]
+    if not both:
+        raise RuntimeError(f"no off-CPU time in the workload's functions: {out[:300]!r}")
+    return f"sleep_eight_ms {100 * by['sleep_eight_ms'] / both:.0f}% of {both / 1e9:.2f} s off CPU"
+
+
+def item_agent(w: Path) -> str:
+    with tempfile.TemporaryDirectory() as store, Workload([str(w / "alloy-spin")]):
+        code, out, err = hotstack("agent", "--storage.path", store, "--duration", "40",
+                                  "--server.http.listen-addr", "127.0.0.1:0")
+        files = sorted(Path(store).rglob("*.pb.gz"))
+        if code != 0 and not files:
+            line = one_line_error(code, err)
+            if line is not None:
+                raise Off(line)
+            raise RuntimeError(f"agent exit {code}: {err.strip()[-600:]}")
+        if not files:
+            raise RuntimeError(f"no pprof file written: {err.strip()[-600:]}")
+        return f"{len(files)} pprof files, e.g. {files[0].relative_to(store)}"
+
+
+def item_kprobes(w: Path) -> str:
+    out = run_gadget("profile_probe", "--probe", "kprobe:do_sys_openat2", "--probe", "kretprobe:do_sys_openat2",
+                     "--timeout", "3")
+    rows = folded(out)
+    total = sum(c for _, c in rows)
+    if not total:
+        raise RuntimeError("no probe hits on do_sys_openat2")
+    return f"{total} hits on do_sys_openat2 (kprobe + kretprobe)"
+
+
+ITEMS = {
+    "doctor": item_doctor,
+    "programs": item_programs,
+    "cpu 75/25": item_cpu_split,
+    "python": item_python,
+    "uprobe": item_uprobe,
+    "off-cpu": item_offcpu,
+    "agent": item_agent,
+    "kprobes": item_kprobes,
+    "fentry": item_fentry,
+}
+
+
+def _alarm(signum, frame):
+    raise Timeout()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workloads", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", action="append", help="run only these items")
+    args = parser.parse_args()
+    results = {"kernel": os.uname().release, "machine": platform.machine(), "items": {}}
+    signal.signal(signal.SIGALRM, _alarm)
+    for name, fn in ITEMS.items():
+        if args.only and name not in args.only:
+            continue
+        start = time.monotonic()
+        signal.alarm(ITEM_TIMEOUT)
+        try:
+            status, detail = "pass", fn(args.workloads)
+        except Off as e:
+            status, detail = "off", str(e)
+        except Timeout:
+            status, detail = "fail", f"no result after {ITEM_TIMEOUT} s"
+        except Exception as e:   # the item's failure, in one line for the table
+            status, detail = "fail", f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
+        finally:
+            signal.alarm(0)
+        seconds = round(time.monotonic() - start, 1)
+        results["items"][name] = {"status": status, "detail": detail, "seconds": seconds}
+        print(f"smoke: {name}: {status} ({seconds} s): {detail}", flush=True)
+        args.out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
