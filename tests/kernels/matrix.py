@@ -219,7 +219,7 @@ def run_on_host(payload_dir: Path, work: Path) -> tuple[dict | None, float, str]
 
 def table(rows: list[tuple[str, dict | None, float]]) -> str:
     """Markdown: one row per kernel, one column per item (pass / off: reason / FAIL: why)."""
-    lines = ["| kernel | wall | " + " | ".join(ITEMS) + " |", "|---|---|" + "---|" * len(ITEMS)]
+    lines = ["| kernel | wall | " + " | ".join(ITEMS) + " | off, as doctor says |", "|---|---|" + "---|" * (len(ITEMS) + 1)]
     for label, results, seconds in rows:
         cells = []
         for item in ITEMS:
@@ -230,6 +230,8 @@ def table(rows: list[tuple[str, dict | None, float]]) -> str:
                 cells.append("pass")
             else:
                 cells.append(f"{'off' if r['status'] == 'off' else 'FAIL'}: {r['detail'][:160]}")
+        doctor = (results or {}).get("items", {}).get("doctor", {})
+        cells.append(doctor.get("detail", "") if doctor.get("status") == "pass" else "")
         lines.append(f"| {label} | {seconds / 60:.1f} min | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
 

@@ -230,7 +230,7 @@ def item_offcpu(w: Path) -> str:
 
 def item_agent(w: Path) -> str:
     with tempfile.TemporaryDirectory() as store, Workload([str(w / "alloy-spin")]):
-        code, out, err = hotstack("agent", "--storage.path", store, "--duration", "40",
+        code, out, err = hotstack("agent", "--storage.path", store, "--duration", "30",
                                   "--server.http.listen-addr", "127.0.0.1:0")
         files = sorted(Path(store).rglob("*.pb.gz"))
         if code != 0 and not files:
