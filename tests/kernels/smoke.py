@@ -229,17 +229,20 @@ def item_offcpu(w: Path) -> str:
 
 
 def item_agent(w: Path) -> str:
+    """The agent's built-in pipeline writes a pprof file (in a process of its own: the agent leaves
+    with os._exit once flushed)."""
     with tempfile.TemporaryDirectory() as store, Workload([str(w / "alloy-spin")]):
-        code, out, err = hotstack("agent", "--storage.path", store, "--duration", "30",
-                                  "--server.http.listen-addr", "127.0.0.1:0")
+        proc = subprocess.run([sys.executable, "-m", "hotstack", "agent", "--storage.path", store,
+                               "--duration", "30", "--server.http.listen-addr", "127.0.0.1:0"],
+                              capture_output=True, text=True, timeout=ITEM_TIMEOUT - 10)
         files = sorted(Path(store).rglob("*.pb.gz"))
-        if code != 0 and not files:
-            line = one_line_error(code, err)
+        if proc.returncode != 0 and not files:
+            line = one_line_error(proc.returncode, proc.stderr)
             if line is not None:
                 raise Off(line)
-            raise RuntimeError(f"agent exit {code}: {err.strip()[-600:]}")
+            raise RuntimeError(f"agent exit {proc.returncode}: {proc.stderr.strip()[-600:]}")
         if not files:
-            raise RuntimeError(f"no pprof file written: {err.strip()[-600:]}")
+            raise RuntimeError(f"no pprof file written: {proc.stderr.strip()[-600:]}")
         return f"{len(files)} pprof files, e.g. {files[0].relative_to(store)}"
 
 
