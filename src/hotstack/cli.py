@@ -24,6 +24,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         gadget_cli.add_arguments(run)
         run.set_defaults(func=gadget_cli.run)
 
+    top = sub.add_parser("top", help="a live view of the hottest functions (like py-spy top, perf top)")
+    if command in (None, "top"):
+        from .top import cli as top_cli
+        top_cli.add_arguments(top)
+        top.set_defaults(func=top_cli.run)
+
     doctor = sub.add_parser("doctor", help="check what this host offers for profiling")
     doctor.set_defaults(func=lambda args: __import__("hotstack.doctor", fromlist=["report"]).report(sys.stdout))
 
@@ -38,7 +44,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _command(argv: list[str]) -> str | None:
     """The subcommand named on the command line, if any (None: build every front door)."""
     for word in argv:
-        if word in ("run", "doctor", "agent"):
+        if word in ("run", "top", "doctor", "agent"):
             return word
         if not word.startswith("-"):
             return None
