@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from ..export.delivery import FLUSH_DEADLINE_S, close_together
-from ..export.files import ProfileFile
-from ..export.otlp_grpc import OtlpProfilesExporter
 from ..profile.model import Profile
 from .datasource import DataSource, Row
-from .igconfig import load_config, profile_exporters, select_exporters
-from .otel_profiles import OtelProfilesOperator
+
+if TYPE_CHECKING:
+    from ..export.otlp_grpc import OtlpProfilesExporter
+    from .otel_profiles import OtelProfilesOperator
 
 log = logging.getLogger("hotstack.export")
 
@@ -24,6 +25,14 @@ log = logging.getLogger("hotstack.export")
 class RunExports:
     def __init__(self, ds: DataSource, *, config: str | None, exporter_flag: str, sanitize: bool,
                  file_path: str = "", file_format: str = "") -> None:
+        # Imported only when asked for: gRPC, protobuf, TLS and YAML cost ~0.1 CPU-s of start-up
+        # (bench/startup.py) that a plain `hotstack run` does not need.
+        if file_path:
+            from ..export.files import ProfileFile
+        if config is not None or exporter_flag:
+            from ..export.otlp_grpc import OtlpProfilesExporter
+            from .igconfig import load_config, profile_exporters, select_exporters
+            from .otel_profiles import OtelProfilesOperator
         self.file = ProfileFile(file_path, file_format) if file_path else None
         self.exporters: list[OtlpProfilesExporter] = []
         self.operator: OtelProfilesOperator | None = None

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Start-up of `hotstack run profile_cpu`: wall time until sampling is on, and CPU spent getting there.
+
+Two parts, every run printed:
+1. End to end, as a user runs it: `hotstack run profile_cpu --timeout 3 -o none` is started and
+   its /proc/PID/fd is polled (every 2 ms) until one perf event per online CPU is open: the
+   events are opened enabled with the program attached, so the first sample follows within one
+   period (1/rate s; at most 20 ms at 49 Hz, included in the figure below as "+ 1 period").
+   CPU = the sum of every thread's run time (/proc/PID/task/*/schedstat, ns) at that instant:
+   user and kernel time, the verifier's included (it runs in the bpf() call).
+2. Where it goes, in a fresh interpreter per run (the same steps in the order the run takes
+   them, each timed alone; CPU = process_time, all threads): the interpreter, hotstack's
+   imports up to the engine, /proc/kallsyms, the kernel's BTF, BPF program loads (the
+   verifier: every Program.load), the rest of Engine.start (maps, perf events, /proc reads).
+   In the real run kallsyms is parsed in a thread while the kernel verifies, so wall times of
+   part 2 add up to more than part 1's.
+
+Usage: sudo .venv/bin/python bench/startup.py [--runs 5] [--rate 49]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HOTSTACK = [sys.executable, "-m", "hotstack"]
+
+
+def online_cpus() -> int:
+    count = 0
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi or lo) - int(lo) + 1
+    return count
+
+
+def perf_fds(pid: int) -> int:
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]":
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def cpu_ns(pid: int) -> int:
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def end_to_end(rate: int) -> tuple[float, float]:
+    cpus = online_cpus()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*HOTSTACK, "run", "profile_cpu", "--timeout", "3", "--sample-rate", str(rate), "-o", "none"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"hotstack exited before sampling: {proc.stderr.read()[-500:]}")
+            try:
+                if perf_fds(proc.pid) >= cpus:
+                    return time.perf_counter() - t0, cpu_ns(proc.pid) / 1e9
+            except FileNotFoundError:
+                continue
+            time.sleep(0.002)
+    finally:
+        proc.wait(timeout=60)
+
+
+# -- part 2: in a fresh interpreter ---------------------------------------------------------------
+def child(rate: int) -> None:
+    phases: list[tuple[str, float, float]] = []
+    mark = [time.perf_counter(), time.process_time()]
+
+    def lap(name: str) -> None:
+        now = [time.perf_counter(), time.process_time()]
+        phases.append((name, now[0] - mark[0], now[1] - mark[1]))
+        mark[:] = now
+
+    from hotstack import cli
+    cli.build_parser("run")
+    from hotstack.gadget import run  # noqa: F401  (what `hotstack run` imports before sampling)
+    from hotstack.sampling.engine import Engine
+    lap("imports")
+    from hotstack.ebpf import Program, kernel_btf
+    from hotstack.procs import ProcessTable
+    from hotstack.sampling.config import EngineConfig
+    from hotstack.symbols.symbolizer import Symbolizer
+    processes = ProcessTable()
+    symbolizer = Symbolizer(processes)
+    mark[:] = [time.perf_counter(), time.process_time()]
+    symbolizer.kernel
+    lap("kallsyms")
+    kernel_btf()
+    lap("kernel BTF")
+
+    verifier = [0.0, 0.0]
+    original = Program.load.__func__
+
+    def timed_load(cls, *args, **kwargs):
+        t, c = time.perf_counter(), time.process_time()
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            verifier[0] += time.perf_counter() - t
+            verifier[1] += time.process_time() - c
+    Program.load = classmethod(timed_load)
+    engine = Engine(EngineConfig(frequency=rate), processes=processes, symbolizer=symbolizer)
+    engine.start()
+    lap("engine start")
+    engine.close()
+    name, wall, cpu = phases.pop()
+    phases.append(("BPF program loads (verifier)", verifier[0], verifier[1]))
+    phases.append(("rest of Engine.start", wall - verifier[0], cpu - verifier[1]))
+    print(json.dumps(phases))
+
+
+def breakdown(rate: int) -> list[tuple[str, float, float]]:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = time.perf_counter() - t
+    r = subprocess.run([sys.executable, __file__, "--child", "--rate", str(rate)], capture_output=True, text=True,
+                       check=True, cwd=ROOT)
+    return [("interpreter (python -c pass)", bare, bare)] + [tuple(p) for p in json.loads(r.stdout)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rate", type=int, default=49)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args.rate)
+    if os.geteuid() != 0:
+        raise SystemExit("bench/startup.py: needs root (it loads BPF programs)")
+
+    print(f"1. hotstack run profile_cpu: start to sampling on ({online_cpus()} CPUs, {args.rate} Hz)")
+    walls, cpus = [], []
+    for i in range(args.runs):
+        wall, cpu = end_to_end(args.rate)
+        walls.append(wall)
+        cpus.append(cpu)
+        print(f"   run {i + 1}: {wall:.3f} s wall (+ 1 period {1 / args.rate:.3f} s to the first sample), "
+              f"{cpu:.3f} CPU-s")
+    print(f"   median: {statistics.median(walls):.3f} s wall, {statistics.median(cpus):.3f} CPU-s "
+          f"(target: under 1 s and 0.5 CPU-s)")
+
+    print("2. where it goes (fresh interpreter per run; wall s / CPU s)")
+    runs = [breakdown(args.rate) for _ in range(args.runs)]
+    for i, phases in enumerate(runs):
+        print(f"   run {i + 1}: " + ", ".join(f"{n} {w:.3f}/{c:.3f}" for n, w, c in phases))
+    print("   median:")
+    for j, (name, _, _) in enumerate(runs[0]):
+        print(f"     {name:<32} {statistics.median(r[j][1] for r in runs):7.3f} s "
+              f"{statistics.median(r[j][2] for r in runs):7.3f} CPU-s")
+
+
+if __name__ == "__main__":
+    main()
