@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Collection
 from typing import TextIO
 
 from ..profile.folded import render_folded
-from ..profile.model import Profile
+from ..profile.model import Frame, Profile
+from ..profile.own import fold_own
+from ..profile.trim import trim_stack
 from .datasource import DataSource, Row
 
-MAX_STACK_LINES = 16
+MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
 
 
 def render_json(ds: DataSource, rows: list[Row], out: TextIO) -> None:
@@ -33,15 +36,21 @@ def render_folded_output(profile: Profile, out: TextIO) -> None:
     out.write(render_folded(profile))
 
 
-def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str = "") -> None:
-    """The hottest stacks: COMM, PID, TID (or thread count), SAMPLES, %, STACK (leaf first)."""
+def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str = "",
+                   own_pids: Collection[int] = ()) -> None:
+    """The hottest stacks: COMM, PID, TID (or thread count), SAMPLES, %, STACK (leaf first).
+
+    Made to fit a terminal: each stack trimmed to the frames that matter (profile/trim.py; -o
+    folded and json keep them all), one line per frame cut at the terminal's width. Samples of
+    `own_pids` (hotstack itself, in whole-host views) are one row (profile/own.py)."""
     from rich.console import Console
     from rich.table import Table
 
+    samples = fold_own(profile.samples, own_pids)
     groups: dict[tuple, dict] = defaultdict(lambda: {"value": 0, "tids": set()})
-    for s in profile.samples:
+    for s in samples:
         # Group by what the reader sees (frame names), not by exact addresses.
-        g = groups[(s.comm, s.pid, tuple((f.name, f.is_kernel) for f in s.stack))]
+        g = groups[(s.comm, s.pid, tuple(Frame(f.name, f.kind) for f in s.stack))]
         g["value"] += s.value
         g["tids"].add(s.tid)
     total = profile.total
@@ -50,21 +59,29 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
                       no_color=not out.isatty(), highlight=False)
     table = Table(title=title or None, show_lines=True, expand=False)
     for name, justify in (("COMM", "left"), ("PID", "right"), ("TID", "right"), ("SAMPLES", "right"),
-                          ("%", "right"), ("STACK (leaf first)", "left")):
+                          ("%", "right")):
         table.add_column(name, justify=justify, overflow="fold")
+    table.add_column("STACK (leaf first)", justify="left", overflow="ellipsis", no_wrap=True)
+    trimmed = False
     for (comm, pid, stack), g in rows[:max_rows]:
         tids = g["tids"]
         tid = str(next(iter(tids))) if len(tids) == 1 else f"{len(tids)} threads"
-        names = [name + (" [k]" if is_kernel else "") for name, is_kernel in stack] or ["[no stack]"]
-        if len(names) > MAX_STACK_LINES:
-            names = names[:MAX_STACK_LINES - 1] + [f"… {len(names) - MAX_STACK_LINES + 1} more"]
+        shown, left_out = trim_stack(stack, MAX_STACK_LINES)
+        trimmed |= left_out > 0
+        names = [f"… {left_out} more" if f is None else f.name + (" [k]" if f.is_kernel else "")
+                 for f in shown] or ["[no stack]"]
         table.add_row(comm, str(pid), tid, str(g["value"]), f"{100.0 * g['value'] / total:.1f}" if total else "0",
                       "\n".join(names))
     console.print(table)
-    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows)))
+    notes = []
+    if own_pids and any(s.pid in own_pids for s in profile.samples):
+        notes.append("hotstack's own samples in one row (--show-hotstack for its stacks)")
+    if trimmed:
+        notes.append("stacks trimmed to the frames that matter (-o folded or json for every frame)")
+    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows), notes=notes))
 
 
-def footer(profile: Profile, shown: int, distinct: int) -> str:
+def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] = ()) -> str:
     st = profile.stats
     parts = [f"{profile.total} samples in {profile.duration_ns / 1e9:.1f}s at {profile.frequency_hz} Hz",
              f"{distinct} distinct stacks ({shown} shown)"]
@@ -83,6 +100,7 @@ def footer(profile: Profile, shown: int, distinct: int) -> str:
         parts.append(f"{st.truncated} samples with a runtime stack cut short ([truncated])")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
+    parts.extend(notes)
     return "; ".join(parts)
 
 

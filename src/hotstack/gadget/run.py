@@ -6,6 +6,7 @@ and its datasource (the annotations its exports read).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -44,6 +45,7 @@ class RunOptions:
     sanitize_labels: bool = False
     unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
+    show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
@@ -56,7 +58,7 @@ class RunOptions:
             output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
             file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
             sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
-            python_enabled=getattr(args, "python", True))
+            python_enabled=getattr(args, "python", True), show_hotstack=getattr(args, "show_hotstack", False))
 
     def validate(self) -> None:
         self.engine_config().validate(FLAG_NAMES)
@@ -120,13 +122,16 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
 
+    # A whole-host table shows hotstack's own samples as one row unless asked (--show-hotstack).
+    own = () if opts.show_hotstack or opts.pids or opts.comms else (os.getpid(),)
+
     def emit(profile: Profile) -> None:
         for sink in sinks or ():
             sink(profile)
         rows = rows_from_profile(profile) if exports.wants_rows or opts.output == "json" else None
         exports.emit(profile, rows)
         if opts.output == "columns":
-            output.render_columns(profile, out, opts.max_rows)
+            output.render_columns(profile, out, opts.max_rows, own_pids=own)
         elif opts.output == "json":
             output.render_json(ds, rows, out)
         elif opts.output == "folded" and not opts.file:
