@@ -15,11 +15,11 @@ run: venv
 	$(VENV)/bin/hotstack run profile_cpu --timeout 10
 
 # The whole test suite, as root, against the real kernel, with every peer it needs installed first
-# (the same install scripts as CI; a missing peer is a failure, never a skip). A test that fails is
-# run once more (reported as a rerun): a few tests measure shares and timings on a real, possibly
-# busy, machine; a real regression fails both runs.
+# (the same install scripts as CI; a missing peer is a failure, never a skip). Only tests marked
+# `shares` (they measure shares of samples or timings on a real, possibly busy, machine) run once
+# more when they fail (reported as a rerun; tests/conftest.py); exact-count tests never do.
 test: venv test-peers
-	$(VPY) -m pytest -ra --reruns 1 --reruns-delay 2 tests
+	$(VPY) -m pytest -ra tests
 
 # Compilers, perf, bpftool, the OpenTelemetry Collectors, Chromium... (cached; seconds once installed).
 test-peers:

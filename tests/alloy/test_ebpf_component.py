@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hotstack.alloy.components.ebpf_args import SCHEMA
-from hotstack.alloy.components.pyroscope_ebpf import SCOPE_NAME, PyroscopeEbpf, TargetIndex, series_labels
+from hotstack.alloy.components.pyroscope_ebpf import PyroscopeEbpf, TargetIndex, series_labels
 from hotstack.alloy.components.targets import container_id_of_target, infer_service_name
 from hotstack.profile.model import Frame, Profile, Sample
 
@@ -66,7 +66,10 @@ def test_labels_injected():
     labels = series_labels({"__meta_x": "1", "__name__": "custom", "team": "a"}, container_id=CID)
     assert labels["__container_id__"] == CID and "__meta_x" not in labels
     assert labels["__name__"] == "process_cpu" and labels["team"] == "a"
-    assert labels["otel.scope.name"] == SCOPE_NAME and "otel.scope.version" in labels
+    # Alloy's scope name (research notes, alloy.md), and our package's version from its metadata.
+    from importlib.metadata import version
+    assert labels["otel.scope.name"] == "com.grafana.alloy/pyroscope.ebpf"
+    assert labels["otel.scope.version"] == version("hotstack")
     own = series_labels({"otel.scope.name": "mine"}, pid=3)
     assert own["otel.scope.name"] == "mine" and "otel.scope.version" not in own
     assert own["__process_pid__"] == "3"

@@ -148,3 +148,56 @@ def debug_samples(output: str) -> list[dict]:
                                                                    "Timestamps", "Location")):
             current = None
     return samples
+
+
+def debug_dictionary(output: str) -> dict:
+    """The dictionary the debug exporter printed, read without hotstack's .proto files:
+    {"strings": [...], "functions": [names], "links": [(trace id, span id)]}."""
+    lines = output.splitlines()
+    strings: list[str] = []
+    function_name_indexes: list[int] = []
+    links: list[tuple[str, str]] = []
+    section = ""
+    trace = None
+    for line in lines:
+        text = line.strip()
+        if text in ("String table:", "Link table:", "Attribute table:") or text.startswith(("Function #", "Location #",
+                                                                                             "Mapping #")):
+            section = text
+            continue
+        if text.startswith("ResourceProfiles #"):
+            section = ""
+        if section == "String table:":
+            if line.startswith("    "):
+                strings.append(line[4:])      # index 0 is the empty string: an indented empty line
+            else:
+                section = ""
+        elif section.startswith("Function #") and text.startswith("Name:"):
+            function_name_indexes.append(int(text.split(":", 1)[1]))
+        elif section == "Link table:" and text.startswith("-> Trace ID:"):
+            trace = _TYPED.sub(r"\2", text.split(":", 1)[1].strip())
+        elif section == "Link table:" and text.startswith("-> Span ID:"):
+            links.append((trace, _TYPED.sub(r"\2", text.split(":", 1)[1].strip())))
+    names = [strings[i] if 0 <= i < len(strings) else None for i in function_name_indexes]
+    return {"strings": strings, "functions": names, "links": links}
+
+
+def decode_with_collector(version: str, request: bytes, workdir: Path) -> str:
+    """Send one serialized ExportProfilesServiceRequest to the real collector of its layout; its
+    debug output, i.e. the request as that collector decoded it."""
+    import grpc
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    collector = Collector(version, workdir)
+    try:
+        with grpc.insecure_channel(collector.endpoint) as channel:
+            export = channel.unary_unary(
+                "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+                request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            export(request, timeout=30)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not debug_samples(collector.output()):
+            time.sleep(0.2)
+        return collector.output()
+    finally:
+        collector.stop()

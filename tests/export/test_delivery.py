@@ -6,11 +6,14 @@ import logging
 import threading
 import time
 
+import pytest
+
 from hotstack.export.delivery import Backoff, DeliveryQueue, PermanentError, RateLimitedLog
 
 FAST = Backoff(min_s=0.01, max_s=0.05, max_retries=3)
 
 
+@pytest.mark.shares
 def test_offer_never_blocks_on_a_stuck_sender():
     release = threading.Event()
     q = DeliveryQueue("stuck", lambda item: release.wait(), capacity=4, backoff=FAST)
@@ -55,6 +58,7 @@ def test_permanent_errors_are_not_retried():
     assert len(calls) == 1 and q.metrics.snapshot()["dropped_items"] == 1
 
 
+@pytest.mark.shares
 def test_flush_on_close_within_the_deadline():
     sent = []
     q = DeliveryQueue("slow", lambda item: (time.sleep(0.05), sent.append(item)), capacity=100)
@@ -71,6 +75,7 @@ def test_flush_on_close_within_the_deadline():
     assert m["sent_items"] + m["dropped_items"] >= 19 and m["dropped_items"] >= 15
 
 
+@pytest.mark.shares
 def test_long_backoff_is_cut_by_the_shutdown_deadline():
     q = DeliveryQueue("backoff", lambda item: (_ for _ in ()).throw(TimeoutError("slow")),
                       backoff=Backoff(min_s=60, max_s=60, max_retries=0))

@@ -52,6 +52,7 @@ def workload_samples(requests, comm: str) -> list[dict]:
 
 @pytest.mark.root
 @pytest.mark.parametrize("compression", ["gzip", "none"])
+@pytest.mark.shares
 def test_export_of_a_run_decodes_with_the_official_package(export_busy, workloads, receiver, tmp_path, go_pprof,
                                                            compression):
     w = workloads([export_busy])
@@ -103,6 +104,7 @@ def test_one_export_per_interval_and_none_when_empty(export_busy, workloads, rec
 
 
 @pytest.mark.root
+@pytest.mark.shares
 def test_absent_receiver_does_not_hold_up_the_run(export_busy, workloads, tmp_path):
     w = workloads([export_busy])
     args = ["run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--map-fetch-interval", "500ms", "-o", "folded"]
@@ -145,6 +147,26 @@ def test_every_layout_encodes_the_same_samples():
         misread = ExportProfilesServiceRequest.FromString(encode_profile(p, version))
         assert [list(s.values) for s in misread.resource_profiles[0].scope_profiles[0].profiles[0].samples] != \
                [[10], [7]]
+
+
+@pytest.mark.parametrize("version", ["v1.8", "v1.9"])
+def test_older_layouts_decoded_by_their_own_collector(version, tmp_path):
+    """v1.8 and v1.9 requests as the real collector of each layout decodes them (its debug output),
+    not through hotstack's own .proto files: values, attributes and function names where we put them."""
+    from .collectors import debug_dictionary, debug_samples, decode_with_collector
+
+    k = Frame("do_syscall_64", FrameKind.KERNEL, "[kernel.kallsyms]", 0xffffffff81000000)
+    a = Frame("spin", FrameKind.NATIVE, "/bin/app", 0x1139, "ab" * 20)
+    b = Frame("main", FrameKind.NATIVE, "/bin/app", 0x1160, "ab" * 20)
+    p = Profile([Sample((k, a, b), 10, 1, 1, "app"), Sample((a, b), 5, 1, 2, "app"),
+                 Sample((a, b), 2, 1, 3, "other")], 1, 2, 49)
+    out = decode_with_collector(version, encode_profile(p, version), tmp_path / version)
+    samples = sorted((s["values"], sorted(s["attributes"].items())) for s in debug_samples(out))
+    assert samples == [([2], [("proc.comm", "other")]), ([5], [("proc.comm", "app")]),
+                       ([10], [("proc.comm", "app")])], out[-3000:]
+    d = debug_dictionary(out)
+    assert {"do_syscall_64", "spin", "main"} <= set(d["functions"]), d
+    assert {"/bin/app", "[kernel.kallsyms]", "samples", "count", "cpu", "nanoseconds"} <= set(d["strings"]), d
 
 
 def _self_signed(tmp_path):

@@ -68,6 +68,7 @@ def test_comm_and_pid_labels_can_be_left_out(go_pprof, tmp_path):
 
 
 @pytest.mark.root
+@pytest.mark.shares
 def test_run_profile_cpu_writes_pprof_of_the_workload(go_pprof, export_busy, workloads, tmp_path):
     w = workloads([export_busy])
     out = tmp_path / "out.pb.gz"

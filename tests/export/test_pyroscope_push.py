@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import time
 
+import pytest
+
 from hotstack.export.pyroscope import (PUSH_PATH, PushSeries, PyroscopeEndpoint, PyroscopePusher, series_labels,
                                        validate_labels)
 from hotstack.profile.model import Frame, Profile, Sample
@@ -128,6 +130,7 @@ def test_400_is_not_retried():
     assert len(server.requests) == 1 and pusher.metrics.snapshot()["dropped_items"] == 1
 
 
+@pytest.mark.shares
 def test_hanging_server_times_out_and_push_never_blocks():
     server = ConnectPushServer(["hang"], hang_s=10)
     pusher = PyroscopePusher(_endpoint(server.url, remote_timeout_s=0.3, max_backoff_retries=1), queue_size=2)
@@ -157,6 +160,7 @@ def test_server_down_counts_drops_and_does_not_crash():
     assert m["dropped_items"] == 3 and m["sent_items"] == 0 and m["errors"] == 9   # 3 tries each
 
 
+@pytest.mark.shares
 def test_shutdown_deadline_drops_what_is_left():
     server = ConnectPushServer(["hang"], hang_s=10)
     pusher = PyroscopePusher(_endpoint(server.url, remote_timeout_s=5))

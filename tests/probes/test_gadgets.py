@@ -24,6 +24,7 @@ def _folded_totals(text: str, names: tuple[str, ...]) -> dict[str, int]:
 
 
 @pytest.mark.root
+@pytest.mark.shares
 def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)
@@ -46,6 +47,7 @@ def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
 
 
 @pytest.mark.root
+@pytest.mark.shares
 def test_profile_offcpu_folded(workloads, offcpu_split):
     w = workloads([offcpu_split])
     r = hotstack("run", "profile_offcpu", "--pid", str(w.pid), "--timeout", "3", "-o", "folded")
@@ -81,8 +83,11 @@ def test_missing_symbol_and_kprobe_without_kernel_support_exit_2():
 
     from hotstack.ebpf.links import pmu_available
     r = hotstack("run", "profile_probe", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
-    if pmu_available("kprobe"):
+    if pmu_available("kprobe") or r.returncode == 0:
+        # kprobes, or (without them) the fentry fallback: either way the hits are recorded, with
+        # vfs_read in their kernel stacks (the run itself reads files).
         assert r.returncode == 0, r.stderr
-    elif r.returncode != 0:    # no kprobes: fentry where the kernel allows it, else this one line
+        assert "vfs_read_[k]" in r.stdout, r.stdout[-2000:]
+    else:    # no kprobes and no fentry on this kernel: this one line
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "'kprobe:vfs_read'" in r.stderr and "CONFIG_KPROBES" in r.stderr, r.stderr

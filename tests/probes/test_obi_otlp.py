@@ -38,6 +38,31 @@ def test_otlp_link_per_traced_sample(version):
     assert "trace_id" not in keys and "span_id" not in keys   # a link, not an attribute
 
 
+@pytest.mark.parametrize("version", ["v1.8", "v1.9"])
+def test_otlp_link_as_the_layouts_collector_reads_it(version, tmp_path):
+    """Decoded by the real collector of the layout (not hotstack's .proto files): the span is a link
+    of the dictionary, and no sample carries it as an attribute."""
+    from tests.export.collectors import debug_dictionary, debug_samples, decode_with_collector
+
+    out = decode_with_collector(version, encode_profile(_profile(), version), tmp_path / version)
+    assert (TRACE, SPAN) in debug_dictionary(out)["links"], out[-3000:]
+    samples = debug_samples(out)
+    assert sorted(s["values"][0] for s in samples) == [5, 7]
+    assert all(set(s["attributes"]) == {"proc.comm"} for s in samples), samples
+
+
+def test_otlp_link_as_the_official_package_reads_it():
+    """v1.10 through the official opentelemetry-proto messages."""
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import \
+        ExportProfilesServiceRequest
+
+    request = ExportProfilesServiceRequest.FromString(encode_profile(_profile(), "v1.10"))
+    links = request.dictionary.link_table
+    assert [(link.trace_id.hex(), link.span_id.hex()) for link in links] == [("", ""), (TRACE, SPAN)]
+    samples = request.resource_profiles[0].scope_profiles[0].profiles[0].samples
+    assert {s.link_index: s.values[0] for s in samples} == {1: 7, 0: 5}
+
+
 def test_pprof_sample_labels():
     p = PprofProfile.FromString(gzip.decompress(encode_pprof(_profile())))
     strings = list(p.string_table)

@@ -24,6 +24,7 @@ def _by_function(profiles, tid: int, functions: tuple[str, ...]) -> dict[str, in
     return totals
 
 
+@pytest.mark.shares
 def test_sleep_and_pipe_shares(workloads, offcpu_split):
     w = workloads([offcpu_split])
     with offcpu_engine() as profiler:
@@ -43,6 +44,7 @@ def test_sleep_and_pipe_shares(workloads, offcpu_split):
     assert "schedule" in kernel or "__schedule" in kernel, kernel
 
 
+@pytest.mark.shares
 def test_threshold_records_a_fraction_with_the_same_shares(workloads, offcpu_split):
     w = workloads([offcpu_split])
     with offcpu_engine(threshold=0.5, pids=(w.pid,)) as profiler:

@@ -22,6 +22,7 @@ def _per_caller(profile, pid: int) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.shares
 def test_uprobe_on_malloc_shows_callers_and_their_ratio(workloads, malloc_ratio):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)
@@ -58,6 +59,7 @@ def test_uprobe_hits_every_process_using_the_library_and_pid_filter(workloads, m
     assert only_b.stats.filtered > 0
 
 
+@pytest.mark.shares
 def test_uretprobe_stack_starts_at_the_caller(workloads, malloc_ratio):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)

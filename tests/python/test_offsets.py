@@ -9,7 +9,8 @@ import struct
 import pytest
 
 from hotstack.unwind.python.detect import inspect_binary
-from hotstack.unwind.python.offsets import DEBUG_COOKIE, DEBUG_WORDS, from_debug_offsets
+from hotstack.unwind.python.offsets import (DEBUG_COOKIE, DEBUG_WORDS, FROM_DEBUG_OFFSETS, from_debug_offsets,
+                                            table_offsets)
 from pyframes_helpers import INTERPRETERS
 
 # Field order of _Py_DebugOffsets in 3.14, block by block (each block starts with its size).
@@ -56,6 +57,7 @@ def test_314_layout():
     assert o.bytes_data == 1000 + values[("b14", "bytes_ob_sval")]
     assert o.ascii_data == 1000 + values[("b15", "asciiobject_size")]
     assert o.code_tag_mask == 7      # 3.14 frames hold tagged stack references
+    assert o.source == FROM_DEBUG_OFFSETS and table_offsets((3, 14)).source == "table"
 
 
 def test_313_from_the_interpreter():
@@ -68,5 +70,8 @@ def test_313_from_the_interpreter():
     binary = inspect_binary(libs[0] if libs else path)
     assert binary is not None and binary.version == (3, 13)
     o = binary.offsets
+    # Read from the interpreter's _Py_DebugOffsets, not the 3.13 fallback table (same numbers):
+    # a broken parse that fell back would pass the check below.
+    assert o.source == FROM_DEBUG_OFFSETS, o.source
     # Measured on 3.13.0 (research notes, section 3.3).
     assert (o.tstate_frame, o.thread_id, o.frame_instr, o.frame_marker, o.co_code_adaptive) == (72, 152, 56, 70, 200)

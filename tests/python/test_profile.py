@@ -63,6 +63,7 @@ def python_names(sample) -> list[str]:
     return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.PYTHON]
 
 
+@pytest.mark.shares
 def test_shares_and_order(python, target):
     t = target(python, "import runpy, json, sys; print(json.dumps({}), flush=True); "
                        "sys.argv = ['w', '30']; runpy.run_path(%r, run_name='__main__')" % str(HERE / "workload_abc.py"))
@@ -91,6 +92,7 @@ def test_shares_and_order(python, target):
         assert abs(shares[name] - expected) <= 5, shares
 
 
+@pytest.mark.shares
 def test_without_python_frames(python, target):
     t = target(python, "import json, time; print(json.dumps({}), flush=True)\n"
                        "def spin():\n    while True: sum(range(1000))\nspin()")
@@ -137,6 +139,7 @@ MIXED = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.shares
 def test_mixed_python_c_python(python, target, extensions):
     t = target(python, MIXED, str(extensions(python)))
     prof = profile(t.pid, 1.5)

@@ -40,6 +40,7 @@ def share(samples, wanted, of=lambda names: True) -> tuple[float, int]:
     return (hit / total if total else 0.0), total
 
 
+@pytest.mark.shares
 def test_omit_frame_pointer_chain_is_intact(chain, workloads):
     w = workloads([chain, "busy"])
     prof, profiler = profile([w.pid])
@@ -51,6 +52,7 @@ def test_omit_frame_pointer_chain_is_intact(chain, workloads):
     assert profiler.unwinder.stats.ends["root"] >= 0.95 * profiler.unwinder.stats.snapshots
 
 
+@pytest.mark.shares
 def test_frame_pointer_mode_stays_in_kernel(chain, workloads):
     """unwind="fp": no snapshot is sent; the same binary then loses its callers (why snapshots exist)."""
     w = workloads([chain, "busy"])
@@ -61,6 +63,7 @@ def test_frame_pointer_mode_stays_in_kernel(chain, workloads):
     assert ratio < 0.5
 
 
+@pytest.mark.shares
 def test_debian_python3_reaches_main_through_libpython(workloads, tmp_path):
     python = "/usr/bin/python3"
     script = tmp_path / "recurse.py"
@@ -77,6 +80,7 @@ def test_debian_python3_reaches_main_through_libpython(workloads, tmp_path):
                                                       if user_names(s)[:1] != ["_start"]][:5])
 
 
+@pytest.mark.shares
 def test_signal_handler_frame(chain, workloads):
     w = workloads([chain, "signal"])
     prof, _ = profile([w.pid])
@@ -89,6 +93,7 @@ def test_signal_handler_frame(chain, workloads):
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
 
 
+@pytest.mark.shares
 def test_eight_busy_threads(chain, workloads):
     w = workloads([chain, "threads"])
     prof, profiler = profile([w.pid], seconds=2.5)
@@ -110,6 +115,7 @@ def test_samples_in_the_kernel_keep_their_user_stack(chain, workloads):
     assert ratio >= 0.95
 
 
+@pytest.mark.shares
 def test_code_without_unwind_info_falls_back_to_frame_pointers(chain, workloads):
     w = workloads([chain, "jit"])
     prof, profiler = profile([w.pid])
@@ -120,6 +126,7 @@ def test_code_without_unwind_info_falls_back_to_frame_pointers(chain, workloads)
     assert profiler.unwinder.stats.fp_steps > 0
 
 
+@pytest.mark.shares
 def test_deleted_executable(chain, workloads, tmp_path):
     copy = tmp_path / "gone"
     shutil.copy(chain, copy)
@@ -190,6 +197,7 @@ def test_disk_cache_round_trip(tmp_path):
         assert loaded.find(address) == table.find(address)
 
 
+@pytest.mark.shares
 def test_debug_frame_of_a_separate_debug_file(workloads, tmp_path):
     """Code without .eh_frame rows, whose rules live in the .debug_frame of a debuglink'ed file."""
     from .conftest import HERE
@@ -239,6 +247,7 @@ def test_go_binary_stays_on_frame_pointers_in_auto_mode(gochain, workloads):
     assert ratio >= 0.9
 
 
+@pytest.mark.shares
 def test_go_binary_with_tables(gochain, workloads):
     """unwind="dwarf": Go's compressed .debug_frame gives the frameless leaf's caller (main.b), which
     a frame-pointer walk skips."""
@@ -251,6 +260,7 @@ def test_go_binary_with_tables(gochain, workloads):
     assert ratio >= 0.95, [user_names(s) for s in prof.samples][:5]
 
 
+@pytest.mark.shares
 def test_executable_in_a_memfd(chain, workloads):
     """Code mapped from a memfd (no path on any filesystem): tables come through /proc/PID/map_files."""
     launcher = ("import os, sys\n"

@@ -1,4 +1,4 @@
-"""A self-contained flame graph page from folded stacks (no external scripts: works offline)."""
+"""The agent's flame graph page from the local store's folded stacks (no external scripts: works offline)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,12 @@ import html
 import json
 from collections import Counter
 
+from ..profile.flamegraph import as_dict, build_tree, folded_paths
+
 
 def tree(folded: Counter) -> dict:
-    """Folded stacks ("root;child;leaf" -> value) as a nested {n, v, c} tree."""
-    root: dict = {"n": "all", "v": 0, "c": {}}
-    for stack, value in folded.items():
-        root["v"] += value
-        node = root
-        for name in stack.split(";"):
-            child = node["c"].get(name)
-            if child is None:
-                child = node["c"][name] = {"n": name, "v": 0, "c": {}}
-            child["v"] += value
-            node = child
-
-    def to_list(node: dict) -> dict:
-        kids = sorted(node["c"].values(), key=lambda c: -c["v"])
-        return {"n": node["n"], "v": node["v"], "c": [to_list(k) for k in kids]}
-    return to_list(root)
+    """Folded stacks ("root;child;leaf" -> value) as a nested {n, v, c} tree (the one flame tree)."""
+    return as_dict(build_tree(folded_paths(folded)))
 
 
 _SCRIPT = """

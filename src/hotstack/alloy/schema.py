@@ -6,10 +6,10 @@ and blocks the user wrote (unknown ones rejected), then the component's own vali
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..units import go_duration
 from .secret import Secret
 from .syntax.ast import Attribute, Block, Body
 from .syntax.errors import Pos, SyntaxError_
@@ -83,24 +83,12 @@ class _Float(Type):
         return float(value)
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(text: str) -> float:
-    """A Go duration string ("15s", "1m30s", "500ms", "0") in seconds."""
-    if text == "0":
-        return 0.0
-    body = text[1:] if text[:1] in "+-" else text
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(body):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_S[m.group(2)]
-        pos = m.end()
-    if pos != len(body) or not body:
-        raise TypeMismatch(f"invalid duration {text!r} (use e.g. \"15s\", \"500ms\", \"1m30s\")")
-    return -total if text.startswith("-") else total
+    """A Go duration string ("15s", "1m30s", "500ms", "0") in seconds (units.go_duration)."""
+    try:
+        return go_duration(text)
+    except ValueError:
+        raise TypeMismatch(f"invalid duration {text!r} (use e.g. \"15s\", \"500ms\", \"1m30s\")") from None
 
 
 class _Duration(Type):

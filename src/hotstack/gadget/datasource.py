@@ -6,10 +6,12 @@ any datasource that carries `profiles.*` annotations can be exported as profiles
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..profile.model import Frame, Profile, Sample
 
 
 @dataclass
@@ -17,6 +19,10 @@ class Field:
     name: str
     kind: str                      # string | uint32 | uint64 | int64 | bool | float64 | stack
     annotations: dict[str, str] = field(default_factory=dict)
+    # How a gadget fills the field from a sample of its Profile; a stack field also gives its
+    # frames, which exporters use instead of the field's text.
+    of: Callable[[Sample], Any] | None = None
+    frames: Callable[[Sample], Sequence[Frame]] | None = None
 
     @property
     def hidden(self) -> bool:
@@ -61,3 +67,9 @@ class DataSource:
 
 
 Row = dict[str, Any]
+
+
+def rows(ds: DataSource, profile: Profile) -> list[Row]:
+    """The datasource's rows for a Profile: one per sample, each field as the gadget fills it."""
+    filled = [f for f in ds.fields if f.of is not None]
+    return [{f.name: f.of(s) for f in filled} for s in profile.samples]

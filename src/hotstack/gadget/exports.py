@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING
 
 from ..export.delivery import FLUSH_DEADLINE_S, close_together
 from ..profile.model import Profile
-from .datasource import DataSource, Row
+from .datasource import DataSource
 
 if TYPE_CHECKING:
     from ..export.otlp_grpc import OtlpProfilesExporter
     from .otel_profiles import OtelProfilesOperator
 
 log = logging.getLogger("hotstack.export")
-
 
 
 class RunExports:
@@ -44,13 +43,9 @@ class RunExports:
             self.exporters = [OtlpProfilesExporter(cfg) for cfg in selected]
             self.operator = OtelProfilesOperator(ds, self.exporters, sanitize=sanitize)
 
-    @property
-    def wants_rows(self) -> bool:
-        return self.operator is not None
-
-    def emit(self, profile: Profile, rows: list[Row] | None) -> None:
-        if self.operator is not None and rows is not None:
-            self.operator.export(rows, profile.start_ns, profile.duration_ns)
+    def emit(self, profile: Profile) -> None:
+        if self.operator is not None:
+            self.operator.export(profile)
         if self.file is not None:
             self.file(profile)
 

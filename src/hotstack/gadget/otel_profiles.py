@@ -1,4 +1,4 @@
-"""The otel-profiles operator: rows of an annotated datasource -> OTLP profiles, one export per fetch.
+"""The otel-profiles operator: an annotated datasource's samples -> OTLP profiles, one export per fetch.
 
 It reads only annotations, so it serves any datasource that carries them:
 - datasource `profiles.stack-fields` (comma-separated, concatenated in order, leaf first),
@@ -9,21 +9,26 @@ It reads only annotations, so it serves any datasource that carries them:
 - field `profiles.sample-attribute: "true"`: the field becomes a sample attribute, named by the
   full field name (dots kept) or, with `--otel-profiles-sanitize-labels`, dots replaced by '_'.
 
+The gadget hands it the interval's Profile: each field is filled from a sample as the datasource
+says (Field.of), and a stack field gives its frames (Field.frames) with their mapping, address and
+build id. Rows of any other datasource (text stacks "a; b; c") are read the same way.
+
 Differences from Inspektor Gadget, on purpose: empty frames (from a trailing "; ") are dropped
-instead of becoming location 0; stacks are deduplicated; structured frames (mapping, address,
-build id) are used when the row carries them; empty attribute values are left out (unknown).
+instead of becoming location 0; stacks are deduplicated; structured frames are used when the
+datasource gives them; empty attribute values are left out (unknown).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import ConfigError
 from ..export.otlp_grpc import OtlpProfilesExporter
-from ..profile.model import Frame, ValueType
-from ..profile.otlp import ProfileHeader, Row, build_request
+from ..profile.model import Frame, Profile, Sample, ValueType
+from ..profile.otlp import OtlpOptions, all_labels, encode_profile
 from .datasource import DataSource
 from .datasource import Row as DataRow
 
@@ -62,6 +67,7 @@ def attribute_fields(ds: DataSource, sanitize: bool) -> list[AttributeField]:
 class OtelProfilesOperator:
     def __init__(self, ds: DataSource, exporters: Sequence[OtlpProfilesExporter], *, sanitize: bool = False) -> None:
         ann = ds.annotations
+        self.ds = ds
         self.datasource = ds.name
         self.exporters = list(exporters)
         self.stack_fields = [s.strip() for s in ann.get("profiles.stack-fields", "").split(",") if s.strip()]
@@ -88,47 +94,58 @@ class OtelProfilesOperator:
                               f"is not an integer") from None
         self.attributes = attribute_fields(ds, sanitize)
 
-    def rows(self, data: Sequence[DataRow]) -> list[Row]:
-        out: list[Row] = []
-        for row in data:
-            value = int(row.get(self.value_field) or 0)
+    def samples_from_rows(self, data: Sequence[DataRow]) -> list[Sample]:
+        """Samples of rows of any datasource with these annotations (text stacks)."""
+        return self._samples(data, lambda row, name: row.get(name),
+                             lambda row, name: text_frames(row.get(name)))
+
+    def samples_from_profile(self, profile: Profile) -> list[Sample]:
+        """Samples of the gadget's Profile, each field filled as the datasource says."""
+        fields = {f.name: f for f in self.ds.fields}
+
+        def get(sample: Sample, name: str):
+            f = fields[name]
+            return f.of(sample) if f.of is not None else None
+
+        def frames(sample: Sample, name: str):
+            f = fields[name]
+            return f.frames(sample) if f.frames is not None else text_frames(get(sample, name))
+        return self._samples(profile.samples, get, frames)
+
+    def _samples(self, items, get: Callable[[Any, str], Any], frames_of: Callable[[Any, str], Sequence[Frame]]):
+        out: list[Sample] = []
+        for item in items:
+            value = int(get(item, self.value_field) or 0)
             if value <= 0:
                 continue
             frames: list[Frame] = []
             for name in self.stack_fields:
-                frames.extend(stack_frames(row, name))
+                frames.extend(frames_of(item, name))
             attrs = []
             for a in self.attributes:
-                v = attribute_value(row.get(a.field), a.kind)
+                v = attribute_value(get(item, a.field), a.kind)
                 if v is not None:
                     attrs.append((a.name, v))
-            out.append((frames, value, attrs))
+            out.append(Sample(tuple(frames), value, 0, 0, "", tuple(attrs)))
         return out
 
-    def export(self, data: Sequence[DataRow], start_ns: int, duration_ns: int) -> int:
-        """One request per exporter for this fetch; nothing for an empty one. Returns the row count."""
-        rows = self.rows(data)
-        if not rows:
+    def export(self, profile: Profile) -> int:
+        """One request per exporter for this fetch; nothing for an empty one. Returns the sample count."""
+        samples = self.samples_from_profile(profile)
+        if not samples:
             return 0
-        header = ProfileHeader(sample_type=self.sample_type, period_type=self.period_type, period=self.period,
-                               start_ns=start_ns, duration_ns=duration_ns, service_name="hotstack",
-                               service_version=__version__, scope_name="hotstack", scope_version=__version__)
-
-        def encode(version: str) -> bytes:
-            return build_request(rows, header, version).SerializeToString()
-
+        annotated = Profile(samples, profile.start_ns, profile.duration_ns, profile.frequency_hz, profile.name,
+                            self.sample_type, self.period_type)
+        options = OtlpOptions(period=self.period, service_name="hotstack", service_version=__version__,
+                              scope_name="hotstack", scope_version=__version__, attributes=all_labels)
         for exporter in self.exporters:
-            exporter.export(encode)
-        return len(rows)
+            exporter.export(lambda version: encode_profile(annotated, version, options))
+        return len(samples)
 
 
-def stack_frames(row: DataRow, field: str) -> list[Frame]:
-    """Structured frames when the row has them (`_frames`), else the field's "a; b; c" string."""
-    structured = row.get("_frames")
-    if structured is not None and field in structured:
-        return list(structured[field])
-    text = row.get(field) or ""
-    return [Frame(name) for name in (s.strip() for s in str(text).split(STACK_SEPARATOR.strip())) if name]
+def text_frames(text) -> list[Frame]:
+    """A text stack field, "a; b; c" leaf first, as frames (empty names dropped)."""
+    return [Frame(name) for name in (s.strip() for s in str(text or "").split(STACK_SEPARATOR.strip())) if name]
 
 
 def attribute_value(value: Any, kind: str) -> Any:

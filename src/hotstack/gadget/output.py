@@ -12,14 +12,14 @@ from ..profile.folded import render_folded
 from ..profile.model import Frame, Profile
 from ..profile.own import fold_own
 from ..profile.trim import trim_stack
-from .datasource import DataSource, Row
+from .datasource import DataSource, rows
 
 MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
 
 
-def render_json(ds: DataSource, rows: list[Row], out: TextIO) -> None:
-    """One JSON object per row, fields nested by their dotted names (as `ig -o json`)."""
-    for row in rows:
+def render_json(profile: Profile, ds: DataSource, out: TextIO) -> None:
+    """One JSON object per sample (a row of `ds`), fields nested by their dotted names (as `ig -o json`)."""
+    for row in rows(ds, profile):
         obj: dict = {}
         for f in ds.fields:
             if f.annotations.get("json.skip") == "true" or f.name not in row:

@@ -1,13 +1,28 @@
-"""The profile_cpu gadget: its datasource `samples`, and rows made from a Profile."""
+"""The profile_cpu gadget: its datasource `samples`, each field filled from a Sample."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..profile.model import Profile, Sample
-from .datasource import DataSource, Field, Row
+from ..profile.model import Sample
+from .datasource import DataSource, Field
 
 STACK_SEPARATOR = "; "
+
+
+def kernel_frames(sample: Sample) -> list:
+    return [f for f in sample.stack if f.is_kernel]
+
+
+def user_frames(sample: Sample) -> list:
+    return [f for f in sample.stack if not f.is_kernel]
+
+
+def format_stack(frames) -> str:
+    """Frames leaf first as `a; b; c` (no trailing separator, so no empty frame)."""
+    return STACK_SEPARATOR.join(f.name for f in frames)
+
+
+def _empty(_sample: Sample) -> str:
+    return ""   # filled by metadata operators (container runtime, Kubernetes) when present
 
 
 def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
@@ -32,51 +47,18 @@ def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
             "ebpf.map.flush-on-stop": "true",
         },
         fields=[
-            Field("runtime.containerName", "string", {"flamegraph.level": "0", **attribute}),
-            Field("runtime.containerId", "string"),
-            Field("k8s.namespace", "string"),
-            Field("k8s.podName", "string"),
-            Field("k8s.containerName", "string"),
-            Field("proc.comm", "string", {"flamegraph.level": "10", **attribute}),
-            Field("proc.pid", "uint32"),
-            Field("proc.tid", "uint32"),
-            Field("user_stack", "string", {"flamegraph.level": "20", "flamegraph.type": "stack"}),
-            Field("kern_stack", "string", {"flamegraph.level": "30", "flamegraph.type": "stack"}),
-            Field("samples", "uint64"),
+            Field("runtime.containerName", "string", {"flamegraph.level": "0", **attribute}, of=_empty),
+            Field("runtime.containerId", "string", of=lambda s: s.label("container_id")),
+            Field("k8s.namespace", "string", of=_empty),
+            Field("k8s.podName", "string", of=_empty),
+            Field("k8s.containerName", "string", of=_empty),
+            Field("proc.comm", "string", {"flamegraph.level": "10", **attribute}, of=lambda s: s.comm),
+            Field("proc.pid", "uint32", of=lambda s: s.pid),
+            Field("proc.tid", "uint32", of=lambda s: s.tid),
+            Field("user_stack", "string", {"flamegraph.level": "20", "flamegraph.type": "stack"},
+                  of=lambda s: format_stack(user_frames(s)), frames=user_frames),
+            Field("kern_stack", "string", {"flamegraph.level": "30", "flamegraph.type": "stack"},
+                  of=lambda s: format_stack(kernel_frames(s)), frames=kernel_frames),
+            Field("samples", "uint64", of=lambda s: s.value),
         ],
     )
-
-
-def format_stack(frames) -> str:
-    """Frames leaf first as `a; b; c` (no trailing separator, so no empty frame)."""
-    return STACK_SEPARATOR.join(f.name for f in frames)
-
-
-# Container and Kubernetes metadata for a sample: (containerName, namespace, podName, k8s containerName).
-Enricher = Callable[[Sample], dict[str, str]]
-
-
-def rows_from_profile(profile: Profile, enrich: Enricher | None = None) -> list[Row]:
-    rows = []
-    for sample in profile.samples:
-        kernel = [f for f in sample.stack if f.is_kernel]
-        user = [f for f in sample.stack if not f.is_kernel]
-        row: Row = {
-            "runtime.containerName": "",
-            "runtime.containerId": sample.label("container_id"),
-            "k8s.namespace": "",
-            "k8s.podName": "",
-            "k8s.containerName": "",
-            "proc.comm": sample.comm,
-            "proc.pid": sample.pid,
-            "proc.tid": sample.tid,
-            "user_stack": format_stack(user),
-            "kern_stack": format_stack(kernel),
-            "samples": sample.value,
-        }
-        if enrich is not None:
-            row.update(enrich(sample))
-        row["_sample"] = sample   # structured frames for renderers that want them (never printed)
-        row["_frames"] = {"kern_stack": kernel, "user_stack": user}   # the same, per stack field
-        rows.append(row)
-    return rows

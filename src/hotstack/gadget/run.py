@@ -19,7 +19,7 @@ from ..sampling.config import EngineConfig
 from ..units import parse_duration
 from . import output
 from .exports import RunExports
-from .profile_cpu import rows_from_profile, samples_datasource
+from .profile_cpu import samples_datasource
 
 OUTPUT_MODES = ("columns", "json", "folded", "pprof", "flamegraph", "none")
 FILE_MODES = ("pprof", "flamegraph", "folded")   # -o MODE --file PATH
@@ -128,12 +128,11 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
     def emit(profile: Profile) -> None:
         for sink in sinks or ():
             sink(profile)
-        rows = rows_from_profile(profile) if exports.wants_rows or opts.output == "json" else None
-        exports.emit(profile, rows)
+        exports.emit(profile)
         if opts.output == "columns":
             output.render_columns(profile, out, opts.max_rows, own_pids=own)
         elif opts.output == "json":
-            output.render_json(ds, rows, out)
+            output.render_json(profile, ds, out)
         elif opts.output == "folded" and not opts.file:
             output.render_folded_output(profile, out)
         out.flush()

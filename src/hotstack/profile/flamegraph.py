@@ -1,4 +1,5 @@
-"""Profile -> one self-contained HTML flame graph (works offline: no external script, font or style).
+"""The one flame tree, and Profile -> one self-contained HTML flame graph (works offline: no external
+script, font or style).
 
 Interactive: click a frame to zoom into it (click the root or press Esc to zoom out), type in the
 search box to highlight matching frames (their share of the total is shown), hover for the frame's
@@ -10,28 +11,48 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable, Mapping
 
 from .model import Profile
 
 # A node: [name, value, kind, children]; kind 0 = user, 1 = kernel, 2 = comm (root level).
 _USER, _KERNEL, _COMM = 0, 1, 2
+Path = list[tuple[str, int]]     # (name, kind) from the root down
 
 
-def build_tree(profile: Profile) -> list:
+def build_tree(paths: Iterable[tuple[Path, int]]) -> list:
+    """The one flame tree: (path root first, value) pairs -> [name, value, kind, children] nodes,
+    children widest first (then by name)."""
     root: list = ["all", 0, _COMM, {}]
-    for sample in profile.samples:
-        root[1] += sample.value
+    for path, value in paths:
+        root[1] += value
         node = root
-        path = [(sample.comm or "?", _COMM)] + [(f.name, _KERNEL if f.is_kernel else _USER)
-                                               for f in reversed(sample.stack)]
         for name, kind in path:
             children = node[3]
             child = children.get((name, kind))
             if child is None:
                 child = children[(name, kind)] = [name, 0, kind, {}]
-            child[1] += sample.value
+            child[1] += value
             node = child
     return _freeze(root)
+
+
+def profile_paths(profile: Profile) -> Iterable[tuple[Path, int]]:
+    """A Profile's stacks as paths: command name, then user frames from the outermost, then kernel."""
+    for sample in profile.samples:
+        yield ([(sample.comm or "?", _COMM)] + [(f.name, _KERNEL if f.is_kernel else _USER)
+                                                for f in reversed(sample.stack)], sample.value)
+
+
+def folded_paths(folded: Mapping[str, int]) -> Iterable[tuple[Path, int]]:
+    """Folded stacks (`root;...;leaf` -> value) as paths."""
+    for stack, value in folded.items():
+        yield [(name, _USER) for name in stack.split(";")], value
+
+
+def as_dict(node: list) -> dict:
+    """A tree node as {n: name, v: value, c: [children]} (the agent's /flamegraph?format=json)."""
+    return {"n": node[0], "v": node[1], "c": [as_dict(c) for c in node[3]]}
 
 
 def _freeze(node: list) -> list:
@@ -40,7 +61,7 @@ def _freeze(node: list) -> list:
 
 
 def render_flamegraph(profile: Profile, title: str = "hotstack CPU flame graph") -> str:
-    tree = build_tree(profile)
+    tree = build_tree(profile_paths(profile))
     subtitle = (f"{profile.total} samples at {profile.frequency_hz} Hz over {profile.duration_ns / 1e9:.1f} s"
                 if profile.frequency_hz else f"{profile.total} samples")
     data = json.dumps(tree, separators=(",", ":")).replace("</", "<\\/")

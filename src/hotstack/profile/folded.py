@@ -12,11 +12,13 @@ from typing import Iterable
 from .model import Profile, Sample
 
 
-def folded_key(sample: Sample) -> str:
-    parts = [_clean(sample.comm or "?")]
+def folded_key(sample: Sample, comm: bool = True, kernel_suffix: str = "_[k]", empty: str = "") -> str:
+    """`comm;root;...;leaf` for a sample: `comm` puts the command name first; kernel frames end in
+    `kernel_suffix`; a sample with nothing to show reads `empty`."""
+    parts = [_clean(sample.comm or "?")] if comm else []
     for frame in reversed(sample.stack):
-        parts.append(_clean(frame.name) + ("_[k]" if frame.is_kernel else ""))
-    return ";".join(parts)
+        parts.append(_clean(frame.name) + (kernel_suffix if frame.is_kernel else ""))
+    return ";".join(parts) or empty
 
 
 def _clean(name: str) -> str:
@@ -24,10 +26,11 @@ def _clean(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ")
 
 
-def fold(samples: Iterable[Sample]) -> Counter[str]:
+def fold(samples: Iterable[Sample], comm: bool = True, kernel_suffix: str = "_[k]", empty: str = "") -> Counter[str]:
+    """The one fold: samples -> Counter of folded stacks (see folded_key for the options)."""
     counts: Counter[str] = Counter()
     for sample in samples:
-        counts[folded_key(sample)] += sample.value
+        counts[folded_key(sample, comm, kernel_suffix, empty)] += sample.value
     return counts
 
 

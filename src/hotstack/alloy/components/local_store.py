@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter, deque
 
+from ...profile.folded import fold
 from ...profile.model import Profile
 from ..component import Component, register
 from ..schema import DURATION, INT, STRING, Arg, Schema
@@ -64,9 +65,7 @@ class LocalStore(Component):
             self.set_health("unhealthy", f"cannot write to {directory}: {e.strerror}")
             return False
         if profile is not None:
-            folded: Counter = Counter()
-            for s in profile.samples:
-                folded[";".join(f.name for f in reversed(s.stack)) or "[no stack]"] += s.value
+            folded = fold(profile.samples, comm=False, kernel_suffix="", empty="[no stack]")
             with self._recent_lock:
                 self._recent.append((now, service, folded))
                 while self._recent and self._recent[0][0] < now - self.args["window"]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ... import __version__
 from ...errors import HotstackError
-from ...profile.model import Frame, Profile, Sample
+from ...profile import transforms
+from ...profile.model import Profile, Sample
 from ..component import Component, register
 from . import ebpf_args
 from .ebpf_metrics import EbpfMetrics
@@ -230,34 +230,28 @@ class PyroscopeEbpf(Component):
     @staticmethod
     def split(profile: Profile, index: TargetIndex, args: dict):
         """Yield (series labels, Profile) per target and pid; samples keep only the trace/span labels."""
-        groups: dict[tuple, list[Sample]] = defaultdict(list)
-        labels_of: dict[tuple, dict[str, str]] = {}
-        comm_frame = args["comm"] in ("stackframe", "both")
-        stubs = args["reporter_unsymbolized_stubs"]
-        for s in profile.samples:
+        targets: dict[tuple, ResolvedTarget] = {}
+
+        def target_and_pid(s: Sample):
             if s.pid == 0:
-                continue
+                return None
             target = index.match(s.pid, s.label("container_id"))
             if target is None:
                 if args["targets_only"]:
-                    continue
+                    return None
                 target = _DEFAULT
-            stack = s.stack
-            if stubs:
-                stack = tuple(_stub(f) for f in stack)
-            if comm_frame:
-                stack = stack + (Frame(s.comm, module="comm"),)
-            key = (target.key, s.pid)
-            labels_of[key] = target.labels
-            kept = tuple(kv for kv in s.labels if kv[0] in ("trace_id", "span_id"))
-            groups[key].append(Sample(stack, s.value, s.pid, s.tid, s.comm, kept))
-        for key, samples in groups.items():
-            labels = labels_of[key]
+            targets[target.key] = target
+            return (target.key, s.pid)
+
+        if args["reporter_unsymbolized_stubs"]:
+            profile = transforms.stub_unsymbolized(profile)
+        if args["comm"] in ("stackframe", "both"):
+            profile = transforms.comm_as_frame(profile)
+        for (key, _pid), sub in transforms.split(profile, target_and_pid).items():
+            labels = targets[key].labels
             if profile.name != labels.get("__name__"):
                 labels = {**labels, "__name__": profile.name}
-            yield labels, Profile(samples=samples, start_ns=profile.start_ns, duration_ns=profile.duration_ns,
-                                  frequency_hz=profile.frequency_hz, name=profile.name,
-                                  sample_type=profile.sample_type, period_type=profile.period_type)
+            yield labels, transforms.keep_labels(sub, ("trace_id", "span_id"))
 
     def _send(self, labels: dict[str, str], sub: Profile, args: dict) -> None:
         from ...profile.pprof import encode_pprof
@@ -288,8 +282,3 @@ class PyroscopeEbpf(Component):
             info.update(sym)
         return info
 
-
-def _stub(frame: Frame) -> Frame:
-    if frame.resolved or not frame.module:
-        return frame
-    return replace(frame, name=f"$ {frame.module} + 0x{frame.address:x}")

@@ -1,4 +1,4 @@
-"""Rows of samples -> one OTLP `ExportProfilesServiceRequest`, in the wire layout asked for.
+"""A Profile -> one OTLP `ExportProfilesServiceRequest`, in the wire layout asked for.
 
 One request carries one Profile (one interval) of one resource and scope. Everything a sample
 points to lives in the request's dictionary, each table deduplicated and starting with its zero
@@ -13,11 +13,12 @@ naming the function (with file and line number when known).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Iterable, Sequence
 
-from ..model import Frame, FrameKind, Profile, ValueType
+from ..model import Frame, FrameKind, Profile, Sample, ValueType
 from . import v1_8_pb2, v1_9_pb2, v1_10_pb2
 
 DEFAULT_VERSION = "v1.10"
@@ -39,6 +40,31 @@ LINK_ATTRIBUTES = ("trace_id", "span_id")
 AttributeValue = str | bool | int | float
 # One row: frames (leaf first), value, sample attributes.
 Row = tuple[Sequence[Frame], int, Sequence[tuple[str, AttributeValue]]]
+Attributes = Callable[[Sample], Sequence[tuple[str, AttributeValue]]]
+
+
+def comm_and_trace(sample: Sample) -> Sequence[tuple[str, AttributeValue]]:
+    """The default sample attributes: the thread's command name, and its OBI trace/span (which
+    becomes the sample's link)."""
+    trace = tuple(label for label in sample.labels if label[0] in LINK_ATTRIBUTES)
+    return (("proc.comm", sample.comm),) + trace if sample.comm else trace
+
+
+def all_labels(sample: Sample) -> Sequence[tuple[str, AttributeValue]]:
+    """Every label of the sample as an attribute (a profile whose labels were chosen for export)."""
+    return sample.labels
+
+
+@dataclass(frozen=True)
+class OtlpOptions:
+    """How a Profile is written: the wire layout, where it comes from, which sample attributes."""
+
+    period: int | None = None          # None: the profile's (1e9/Hz, or 1 for events)
+    service_name: str = "hotstack"
+    service_version: str = ""
+    scope_name: str = "hotstack"
+    scope_version: str = ""
+    attributes: Attributes = comm_and_trace
 
 
 @dataclass(frozen=True)
@@ -208,16 +234,12 @@ def response_class(version: str):
     return MODULES[version].ExportProfilesServiceResponse
 
 
-def profile_rows(profile: Profile, *, comm_attribute: str = "proc.comm") -> Iterable[Row]:
-    """Rows of a model Profile, with the thread's command name as the one attribute (and its
-    OBI trace/span, which becomes the sample's link)."""
-    for s in profile.samples:
-        trace = tuple(label for label in s.labels if label[0] in LINK_ATTRIBUTES)
-        yield s.stack, s.value, (((comm_attribute, s.comm),) if s.comm else ()) + trace
-
-
-def encode_profile(profile: Profile, version: str = DEFAULT_VERSION, **header) -> bytes:
-    """A model Profile as serialized ExportProfilesServiceRequest bytes (sample counts, period 1e9/Hz)."""
-    h = ProfileHeader(sample_type=profile.sample_type, period_type=profile.period_type, period=profile.period,
-                      start_ns=profile.start_ns, duration_ns=profile.duration_ns, **header)
-    return build_request(profile_rows(profile), h, version).SerializeToString()
+def encode_profile(profile: Profile, version: str = DEFAULT_VERSION, options: OtlpOptions | None = None) -> bytes:
+    """A Profile as serialized ExportProfilesServiceRequest bytes of wire layout `version`."""
+    o = options or OtlpOptions()
+    h = ProfileHeader(sample_type=profile.sample_type, period_type=profile.period_type,
+                      period=profile.period if o.period is None else o.period, start_ns=profile.start_ns,
+                      duration_ns=profile.duration_ns, service_name=o.service_name,
+                      service_version=o.service_version, scope_name=o.scope_name, scope_version=o.scope_version)
+    rows = ((s.stack, s.value, o.attributes(s)) for s in profile.samples)
+    return build_request(rows, h, version).SerializeToString()

@@ -52,6 +52,9 @@ class PyOffsets:
     unicode_state: int = 32
     bytes_size: int = 16
     bytes_data: int = 32
+    # Where these numbers come from: the interpreter's own _Py_DebugOffsets, or our table
+    # (3.8-3.12, and the fallback for 3.13+ when the block is absent or unreadable).
+    source: str = "table"
 
     @property
     def lasti_in_bytes(self) -> bool:
@@ -98,6 +101,7 @@ def table_offsets(version: tuple[int, int]) -> PyOffsets | None:
 
 
 DEBUG_COOKIE = b"xdebugpy"
+FROM_DEBUG_OFFSETS = "_Py_DebugOffsets"
 DEBUG_WORDS = 128                 # u64 words read from the start of _PyRuntime (3.14 uses ~110)
 DEBUG_SIZE = 8 * DEBUG_WORDS
 
@@ -126,7 +130,7 @@ def from_debug_offsets(blob: bytes) -> PyOffsets | None:
     bytes_ = unicode_ - 3
     base = table_offsets(version) or replace(_TABLE[(3, 14)], version=version)
     return replace(
-        base,
+        base, source=FROM_DEBUG_OFFSETS,
         interpreters_head=u[5], threads_head=u[interp + 3],
         tstate_next=u[tstate + 2], tstate_interp=u[tstate + 3], tstate_frame=u[tstate + 4],
         thread_id=u[tstate + 5], native_thread_id=u[tstate + 6],
