@@ -65,6 +65,7 @@ def test_absent_map_is_off_with_one_info_line(workloads, malloc_ratio, tmp_path,
     assert len(lines) == 1 and "correlation off" in lines[0] and "traces_ctx_v1" in lines[0], lines
 
 
+@pytest.mark.shares
 def test_cpu_samples_of_the_traced_thread_carry_its_span(workloads, two_spinners, obi_map):
     """The case OBI exists for: a busy thread serving a request; its CPU samples name the span."""
     from hotstack.sampling import Engine, EngineConfig
@@ -78,7 +79,7 @@ def test_cpu_samples_of_the_traced_thread_carry_its_span(workloads, two_spinners
         time.sleep(0.02)
     traced, untraced = tids
     set_span(w.pid, traced, TRACE, SPAN)
-    config = EngineConfig(frequency=97, pids=(w.pid,), obi=ObiConfig(bpf_fs_root=root))
+    config = EngineConfig(frequency=499, pids=(w.pid,), obi=ObiConfig(bpf_fs_root=root))
     with Engine(config) as profiler:
         profile = profiler.run(1.5)
     by_tid = {}

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import ConfigError
-from . import flamegraph
+from . import flame_page as flamegraph
 from .controller import Controller
 
 DEFAULT_LISTEN = "127.0.0.1:12345"

@@ -144,6 +144,17 @@ static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct
 	return 0;
 }
 
+/* The frame-pointer user stack, as an id in user_stacks_<buffer>. */
+static __always_inline __s32 fp_user_stack(struct bpf_perf_event_data *ctx, __u32 buffer, int in_kernel)
+{
+	__s32 id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks), BPF_F_USER_STACK);
+
+	if (id == -EFAULT && in_kernel)
+		return -1;   /* a kernel thread has no user stack: not a loss */
+	stack_lost(id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
+	return id;
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -202,15 +213,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		count_stack(&key, comm, 1, buffer);
 		return 0;
 	}
-	if (collect_user_stacks && key.pid != 0 && !snapshot) {
-		key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
-						    BPF_F_USER_STACK);
-		/* Kernel threads have no user stack: -EFAULT there is not a loss. */
-		if (key.user_stack_id == -14 && in_kernel)
-			key.user_stack_id = -1;
-		else
-			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
-	}
+	if (collect_user_stacks && key.pid != 0 && !snapshot)
+		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
 
 	/*
 	 * ---- OTHER FRAME SOURCES GO HERE ----
@@ -226,15 +230,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
 		return 0;
-	if (snapshot && collect_user_stacks) {
-		/* No room for a snapshot: keep the sample with its frame-pointer stack. */
-		key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks),
-						    BPF_F_USER_STACK);
-		if (key.user_stack_id == -14 && in_kernel)
-			key.user_stack_id = -1;
-		else
-			stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
-	}
+	if (snapshot && collect_user_stacks)   /* no room for a snapshot: the frame-pointer stack */
+		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
 }

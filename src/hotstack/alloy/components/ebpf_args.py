@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 
 from ...errors import ConfigError
+from ...sampling.config import DEMANGLE_MODES
 from ..schema import BOOL, DURATION, FLOAT, INT, STRING, TARGETS, Arg, BlockArg, CapsuleOf, ListOf, Schema
 
 COMM_MODES = ("none", "label", "stackframe", "both")
-DEMANGLE_MODES = ("none", "simplified", "templates", "full")
 
 
 def _has(module: str, attr: str = "") -> bool:

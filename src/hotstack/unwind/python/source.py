@@ -11,16 +11,19 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
-from ..runtimes import RuntimeKernel
 from .code import CodeCache
 from .detect import PythonProcess, detect
 from .frames import RawPyFrame, eval_groups
 from .merge import merge
 from .offsets import FRAME_CFRAME, NONE
+
+if TYPE_CHECKING:   # the interface it implements (runtimes.py lists this source: no import back)
+    from ..runtimes import RuntimeKernel
 
 # A process first seen before it runs CPython (still in the parent's code before exec, or before
 # the interpreter is initialized) is looked at again at these ages (seconds since first seen).
@@ -57,7 +60,7 @@ class CPythonSource:
     name = "python"
 
     def __init__(self) -> None:
-        self._kernel: RuntimeKernel | None = None
+        self._kernel: "RuntimeKernel | None" = None
         self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
         self._found: list[PythonProcess] = []            # detected before attach()
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
@@ -83,7 +86,7 @@ class CPythonSource:
             self._found.append(proc)
         return proc is not None
 
-    def attach(self, kernel: RuntimeKernel) -> None:
+    def attach(self, kernel: "RuntimeKernel") -> None:
         kernel.configure(self._fsbase_offset)
         self._kernel = kernel
         for proc in self._found:
