@@ -122,6 +122,65 @@ def test_absent_receiver_does_not_hold_up_the_run(export_busy, workloads, tmp_pa
     assert elapsed < baseline + 5 + 3, (elapsed, baseline)
 
 
+class _HangingReceiver:
+    """Accepts TCP connections and reads, never answers: an HTTP/2 peer that hangs."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)     # held open, never answered
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.connections:
+            c.close()
+
+
+def test_hanging_receiver_is_cut_at_the_flush_deadline(tmp_path):
+    """Issue 18 item 6: an OTLP export to a hanging receiver made a run end 6 s late (a 5 s wait,
+    the call itself left hanging). Closing the run's exports now takes the 3 s flush deadline, cuts
+    the call in flight, and says what was dropped."""
+    from hotstack.gadget.exports import RunExports
+    from hotstack.gadget.profile_cpu import rows_from_profile, samples_datasource
+
+    hang = _HangingReceiver()
+    try:
+        exports = RunExports(samples_datasource(HZ), config=write_config(tmp_path, hang.endpoint),
+                             exporter_flag="test", sanitize=False)
+        p = Profile([Sample((Frame("spin"),), 3, 1, 1, "app")], 1, 2, HZ)
+        for _ in range(3):
+            exports.emit(p, rows_from_profile(p))
+        deadline = time.monotonic() + 10
+        while not hang.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hang.connections, "the exporter never connected"
+        time.sleep(0.5)
+        start = time.monotonic()
+        exports.close()
+        took = time.monotonic() - start
+        [exporter] = exports.exporters
+    finally:
+        hang.close()
+    assert took < 3.0 + 0.8, took          # export.delivery.FLUSH_DEADLINE_S
+    assert not exporter._queue._worker.is_alive()          # the hanging call was cut
+    m = exporter.metrics.snapshot()
+    assert m["dropped_items"] == 3 and m["sent_items"] == 0, m
+
+
 def test_every_layout_encodes_the_same_samples():
     """v1.8 and v1.9 requests decode with hotstack's modules to the same samples as v1.10 with the
     official package: only field numbers differ."""
