@@ -251,3 +251,37 @@ def test_debian_python3_reaches_its_root(workloads, tmp_path, python_frames):
         assert all(user[0].name == "_start" for s, user in samples if any(f.name == "rec" for f in user))
     else:
         assert with_rec == 0
+
+
+@pytest.mark.parametrize("kind", ["uprobe", "uretprobe"])
+def test_uprobe_on_a_libc_function_keeps_its_callers(build_dir, workloads, kind):
+    """`--unwind kernel` in probe profiles: every hit of libc's nanosleep, called 7:3 from nap_a and
+    nap_b of a frame-pointer program, is counted under its real caller, down to _start."""
+    import glob
+    import time
+
+    from hotstack.sampling import Engine, EngineConfig
+    from hotstack.sampling.probe_links import parse_probe_links
+
+    libc = sorted(glob.glob("/usr/lib/*-linux-gnu/libc.so.6"))
+    if not libc:
+        pytest.skip("no glibc here")
+    exe = compile_c(HERE / "workloads" / "libc_leaf.c", build_dir / "libc_leaf_sleep", "-O1",
+                    "-fno-omit-frame-pointer", "-fno-builtin")
+    w = workloads([exe, "sleep"])
+    links = tuple(parse_probe_links([f"{kind}:{libc[0]}:nanosleep"]))
+    engine = Engine(EngineConfig(cpu=False, probe_links=links, pids=(w.pid,), unwind="kernel"))
+    with engine:
+        time.sleep(3.0)
+        prof = engine.collect()[0]
+    callers, rooted, total = Counter(), 0, 0
+    for s in prof.samples:
+        user = [f.name for f in reversed(s.stack) if f.kind.name != "KERNEL"]
+        total += s.value
+        rooted += s.value if user and user[0] == "_start" else 0
+        callers[next((n for n in reversed(user) if n in ("nap_a", "nap_b")), None)] += s.value
+    assert total >= 300, callers                       # ~1 ms naps: ~1000 hits a second
+    assert (callers["nap_a"] + callers["nap_b"]) / total >= 0.98, callers
+    assert abs(callers["nap_a"] / total - 0.7) <= 0.05, callers
+    assert rooted >= 0.98 * total
+    assert prof.stats.user_stacks_lost == 0

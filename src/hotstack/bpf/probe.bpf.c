@@ -25,8 +25,10 @@
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
+#include "native_count.h"
 
-static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller)
+/* `user_regs`: the user registers are ctx's (uprobes); 0: kernel probes, frame pointers. */
+static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int user_regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct stack_key key = {};
@@ -49,10 +51,27 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller)
 		key.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	}
+	if (unwind_in_kernel && user_regs) {
+		/* --unwind kernel: the walk starts at the probed instruction itself, so the caller of a
+		 * function probed at its entry is found from the table (no `caller` needed) */
+		key.caller = 0;
+		if (native_begin(ctx, &key, comm, buffer, 1, PT_REGS_IP((struct pt_regs *)ctx),
+				 PT_REGS_SP((struct pt_regs *)ctx), PT_REGS_FP((struct pt_regs *)ctx)) == 0)
+			return 0;
+		count_stack(&key, comm, 1, buffer);
+		return 0;
+	}
 	key.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks), BPF_F_USER_STACK);
 	stack_lost(key.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
+}
+
+/* The rest of a kernel-unwound probe hit (uprobes and uretprobes share the program type). */
+SEC("uprobe")
+int probe_native_step(struct pt_regs *ctx)
+{
+	return native_step_and_count(ctx);
 }
 
 /* At a function's first instruction the return address is on top of the stack. */
@@ -62,31 +81,31 @@ int probe_uprobe(struct pt_regs *ctx)
 	__u64 caller = 0;
 
 	bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
-	return hit(ctx, 0, caller);
+	return hit(ctx, 0, caller, 1);
 }
 
 SEC("uretprobe")
 int probe_uretprobe(struct pt_regs *ctx)
 {
-	return hit(ctx, 0, 0);
+	return hit(ctx, 0, 0, 1);
 }
 
 SEC("kprobe")
 int probe_kprobe(struct pt_regs *ctx)
 {
-	return hit(ctx, 1, 0);
+	return hit(ctx, 1, 0, 0);
 }
 
 SEC("fentry")
 int probe_fentry(void *ctx)
 {
-	return hit(ctx, 1, 0);
+	return hit(ctx, 1, 0, 0);
 }
 
 SEC("fexit")
 int probe_fexit(void *ctx)
 {
-	return hit(ctx, 1, 0);
+	return hit(ctx, 1, 0, 0);
 }
 
 char LICENSE[] SEC("license") = "GPL";

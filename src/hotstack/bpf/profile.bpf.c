@@ -29,9 +29,8 @@
  *
  * A third way (SNAPSHOT_NATIVE, `--unwind kernel`): the user stack is unwound here, in the
  * kernel, with .eh_frame tables in BPF maps (native_unwind.h); the walk goes on in
- * profile_native_step (tail calls), which stores the stack in native_stacks_<buffer> under a
- * 31-bit id (the low bits of its hash; another stack already there under that id is a counted
- * collision) and counts the sample with key.user_stack_id = that id.
+ * profile_native_step (tail calls), which stores the stack and counts the sample
+ * (native_count.h).
  *   Userspace drains `snapshots` often (unwinding the copies as they come), keeps
  *   the records' keys until their buffer is drained, and clears the stack maps of
  *   a buffer only after that.
@@ -46,17 +45,10 @@
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
-#include "native_unwind.h"
+#include "native_count.h"
 
 HS_CPU_VARIABLES
 HS_CPU_MAPS
-
-/* Where profile_cpu leaves the sample for profile_native_step in struct nu_state.ctx_words. */
-#define NATIVE_COMM_WORD 8
-#define NATIVE_BUFFER_WORD 10
-_Static_assert(sizeof(struct stack_key) <= NATIVE_COMM_WORD * 8, "stack_key must fit before the comm");
-
-_Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks values are struct nu_stack");
 
 /*
  * Copy the user stack from sp upwards: the rest of sp's page, then whole pages
@@ -197,18 +189,12 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	key.user_stack_id = -1;
 	if (snapshot_mode == SNAPSHOT_NATIVE && collect_user_stacks && key.pid != 0) {
 		struct pt_regs regs = {};
-		struct nu_state *st;
 
 		/* a kernel thread (no user registers) has no user stack: -1, not a loss */
-		if (user_regs(ctx, in_kernel, &regs) == 0 && (st = nu_begin(key.pid, regs.rip, regs.rsp, regs.rbp))) {
+		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			key.runtime_stack = python_walk(key.pid, key.tid, buffer);
-			__builtin_memcpy(st->ctx_words, &key, sizeof(key));
-			__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
-			st->ctx_words[NATIVE_BUFFER_WORD] = buffer;
-			bpf_tail_call(ctx, &nu_progs, 0);
-			nu_count(NU_STAT_TAIL_CALL_FAILED);
-			count_stat(STAT_USTACK_ERROR);
-			key.user_stack_id = -2;
+			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
+				return 0;
 		}
 		count_stack(&key, comm, 1, buffer);
 		return 0;
@@ -240,36 +226,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 SEC("perf_event")
 int profile_native_step(struct bpf_perf_event_data *ctx)
 {
-	struct nu_state *st = nu_state();
-	struct stack_key key;
-	char comm[COMM_LEN];
-	__u64 *stored;     /* struct nu_stack: the hash first */
-	__u32 buffer, id;
-	void *stacks;
-
-	if (!st)
-		return 0;
-	if (!nu_steps(st))
-		bpf_tail_call(ctx, &nu_progs, 0);
-	nu_count_end(st);
-	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
-	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
-	buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
-	id = (__u32)nu_hash(st) & 0x7fffffff;
-	stacks = buffer ? (void *)&native_stacks_1 : (void *)&native_stacks_0;
-	key.user_stack_id = id;
-	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
-		stored = bpf_map_lookup_elem(stacks, &id);
-		if (!stored) {
-			count_stat(STAT_USTACK_ERROR);       /* the map is full */
-			key.user_stack_id = -2;
-		} else if (stored[0] != st->stack.hash) {
-			count_stat(STAT_USTACK_COLLISION);
-			key.user_stack_id = -EEXIST;
-		}
-	}
-	count_stack(&key, comm, 1, buffer);
-	return 0;
+	return native_step_and_count(ctx);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -239,6 +239,13 @@ enum py_stat {
 		__type(key, char[COMM_LEN]); \
 		__type(value, __u8); \
 	} filter_comms SEC(".maps"); \
+	/* end */
+
+/* group native */
+#define HS_NATIVE_VARIABLES \
+	const volatile __u32 unwind_in_kernel = 0; \
+	/* end */
+#define HS_NATIVE_MAPS \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_HASH); \
 		__uint(max_entries, 4096); \

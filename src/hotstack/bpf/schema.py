@@ -53,7 +53,7 @@ PY_STAT_MAX = 4
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
 MAPS = ('filter_pids', 'stats', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'snapshot_pids', 'snapshots', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks')
-VARIABLES = ('filter_by_pid', 'active_buffer', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'snapshot_mode', 'py_fsbase_offset', 'threshold', 'task_pid_offset')
+VARIABLES = ('filter_by_pid', 'active_buffer', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'snapshot_mode', 'unwind_in_kernel', 'py_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
 RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}}
 

@@ -10,9 +10,6 @@ import struct
 
 from .. import ebpf
 from ..bpf import schema
-from ..unwind import kernel_maps
-from ..unwind.kernel_maps import NativeTables
-from .buffers import parse_native_stack
 from .config import EngineConfig
 from .sampler import Sampler
 from .snapshots import Snapshots, UnwindFn
@@ -22,8 +19,6 @@ SNAPSHOT_MODES = {"fp": schema.SNAPSHOT_NONE, "auto": schema.SNAPSHOT_LISTED, "d
                   "kernel": schema.SNAPSHOT_NATIVE}
 PROGRAM = "profile_cpu"
 NATIVE_STEP = "profile_native_step"
-# maps only unwind mode "kernel" uses: one entry each otherwise
-_NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "native_stacks_0", "native_stacks_1")
 
 
 class CpuSampler(Sampler):
@@ -38,8 +33,6 @@ class CpuSampler(Sampler):
         self.snapshots: Snapshots | None = None
         self._events: list[ebpf.PerfEvent] = []
         self._stats_fd = -1
-        self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
-        self.native_vma_walk = False               # the kernel finds each PC's mapping itself
 
     def start(self, snapshot_pids: tuple[int, ...] = ()) -> ebpf.Collection:
         """Load and attach; `snapshot_pids` are marked for snapshots before the first sample."""
@@ -51,15 +44,10 @@ class CpuSampler(Sampler):
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
         spec.set_constant("snapshot_mode", SNAPSHOT_MODES[c.unwind])
         spec.maps["snapshots"].max_entries = c.snapshot_ring_bytes
-        if c.unwind == "kernel":
-            self.native_vma_walk = kernel_maps.configure(spec)
-        else:
-            for name in _NATIVE_MAPS:
-                spec.maps[name].max_entries = 1
+        self.native_spec(spec)
         collection = self.load(spec)
         try:
-            if c.unwind == "kernel":
-                self._start_native(collection)
+            self.native_start(NATIVE_STEP)
             self.snapshots = Snapshots(collection.maps["snapshots"].fd, c.snapshot_ring_bytes, self._unwind)
             for comm in c.comms:
                 collection.maps["filter_comms"].update(comm.encode()[:schema.COMM_LEN - 1].ljust(schema.COMM_LEN, b"\0"),
@@ -75,28 +63,6 @@ class CpuSampler(Sampler):
             self.close()
             raise
         return collection
-
-    def _start_native(self, collection: ebpf.Collection) -> None:
-        collection.maps["nu_progs"].update(_PID.pack(0), _PID.pack(collection.programs[NATIVE_STEP].fd))
-        self.buffers.user_stacks = "native_stacks"
-        self.buffers.parse_user = parse_native_stack
-        self.native = NativeTables(collection.maps)
-        # The named processes' files get their tables before the first sample; any other file
-        # when the kernel first meets it (serve_native, every 100 ms).
-        for pid in self.config.pids:
-            self.native.preload_process(pid)
-            if not self.native_vma_walk:
-                self.native.write_process(pid)
-
-    def serve_native(self) -> None:
-        """Build the tables of files the kernel unwinder met without one (unwind mode "kernel")."""
-        if self.native is not None:
-            self.native.serve_missing()
-
-    def native_process(self, pid: int) -> None:
-        """A new process: kernels whose VMA tree the program cannot walk get its mappings from here."""
-        if self.native is not None and not self.native_vma_walk:
-            self.native.write_process(pid)
 
     def attach(self) -> None:
         """Start the perf events: sampling begins."""
@@ -148,7 +114,6 @@ class CpuSampler(Sampler):
             self.snapshots.close()
             self.snapshots = None
         super().close()
-        self.native = None
         if self._stats_fd >= 0:
             ebpf.syscalls.close(self._stats_fd)
             self._stats_fd = -1

@@ -127,6 +127,8 @@ class Engine:
         self._spawn(self._watch_new_pids, "hotstack-pids")
         if self.cpu is not None:
             self._spawn(self._unwind_loop, "hotstack-unwind")
+        elif any(s.native is not None for s in self._started):
+            self._spawn(self._serve_native_loop, "hotstack-unwind")
 
     def _spawn(self, target, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -173,8 +175,7 @@ class Engine:
                 self.processes.observe(pid)
                 if self.wants(pid):
                     self._take_on(pid)
-                    if sampler is self.cpu:
-                        self.cpu.native_process(pid)
+                    sampler.native_process(pid)
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
@@ -223,10 +224,21 @@ class Engine:
                         self._snapshot_pids.add(pid)
                     cpu.poll_snapshots()
                 cpu.poll_snapshots()
-                cpu.serve_native()
+                for sampler in self._started:
+                    sampler.serve_native()
             except Exception:
                 if cpu.collection is None:   # the sampler is closing under us
                     return
+
+    def _serve_native_loop(self) -> None:
+        """Without a CPU sampler: tables for the files the kernel unwinder queued (probes)."""
+        while not self._stop.wait(self._watch_interval):
+            for sampler in self._started:
+                try:
+                    sampler.serve_native()
+                except Exception:
+                    if sampler.collection is None:   # closing under us
+                        return
 
     # -- collecting ----------------------------------------------------------------------------
     def collect(self) -> list[Profile]:

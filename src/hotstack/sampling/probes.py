@@ -41,8 +41,10 @@ class ProbeSampler(Sampler):
     def start(self) -> None:
         spec = self.spec()
         templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
+        self.native_spec(spec)
         self.load(spec)
         try:
+            self.native_start("probe_native_step")
             for link in self.config.probe_links:
                 self._links.append(self._attach(link, templates))
         except BaseException:

@@ -12,11 +12,15 @@ import struct
 from .. import ebpf
 from ..bpf import object_path
 from ..profile.model import ValueType
-from .buffers import RawBatch, StackBuffers
+from ..unwind import kernel_maps
+from ..unwind.kernel_maps import NativeTables
+from .buffers import RawBatch, StackBuffers, parse_native_stack
 from .config import EngineConfig
 from .obi import attach_trace_context
 
 _PID = struct.Struct("<I")
+# maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
+_NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "native_stacks_0", "native_stacks_1")
 
 
 class Sampler:
@@ -34,6 +38,8 @@ class Sampler:
         self.collection: ebpf.Collection | None = None
         self.buffers: StackBuffers | None = None
         self._links: list = []        # attached programs (probes, tracepoints)
+        self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
+        self.native_vma_walk = False               # the kernel finds each PC's mapping itself
 
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
@@ -51,6 +57,42 @@ class Sampler:
             self.close()
             raise
         return self.collection
+
+    # -- user stacks unwound in the kernel (unwind mode "kernel") -----------------------------------
+    def native_spec(self, spec: ebpf.CollectionSpec) -> None:
+        """Before loading: the unwinder's offsets and sizes in "kernel" mode, its maps shrunk otherwise."""
+        if self.config.unwind == "kernel":
+            self.native_vma_walk = kernel_maps.configure(spec)
+            spec.set_constant("unwind_in_kernel", 1)
+        else:
+            for name in _NATIVE_MAPS:
+                spec.maps[name].max_entries = 1
+
+    def native_start(self, step_program: str) -> None:
+        """After loading: the step program in its tail-call slot, user stack ids read from
+        native_stacks_<b>, and the named processes' tables loaded before the first sample (any
+        other file's when the kernel first meets it: serve_native)."""
+        if self.config.unwind != "kernel":
+            return
+        collection = self.collection
+        collection.maps["nu_progs"].update(_PID.pack(0), _PID.pack(collection.programs[step_program].fd))
+        self.buffers.user_stacks = "native_stacks"
+        self.buffers.parse_user = parse_native_stack
+        self.native = NativeTables(collection.maps)
+        for pid in self.config.pids:
+            self.native.preload_process(pid)
+            if not self.native_vma_walk:
+                self.native.write_process(pid)
+
+    def serve_native(self) -> None:
+        """Build the tables of files the kernel unwinder met without one."""
+        if self.native is not None:
+            self.native.serve_missing()
+
+    def native_process(self, pid: int) -> None:
+        """A new process: kernels whose VMA tree the program cannot walk get its mappings from here."""
+        if self.native is not None and not self.native_vma_walk:
+            self.native.write_process(pid)
 
     def start(self) -> None:   # pragma: no cover - each sampler loads and attaches its own way
         raise NotImplementedError
@@ -102,4 +144,5 @@ class Sampler:
             self.collection.close()
             self.collection = None
         self.buffers = None
+        self.native = None
 

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The end of a kernel-unwound sample, shared by every stack-counting program that unwinds user
+ * stacks in the kernel (profile.bpf.c, probe.bpf.c): the program that starts the walk leaves its
+ * key, comm, buffer and value in struct nu_state.ctx_words and tail-calls its step program, which
+ * calls native_step_and_count(). The stack goes to native_stacks_<buffer> under a 31-bit id (the
+ * low bits of its hash; another stack already there under that id is a counted collision) and the
+ * sample is counted under key.user_stack_id = that id (sampling/buffers.py reads them).
+ */
+#ifndef HOTSTACK_NATIVE_COUNT_H
+#define HOTSTACK_NATIVE_COUNT_H
+
+#include "schema.h"
+#include "counts.h"
+#include "native_unwind.h"
+
+HS_NATIVE_VARIABLES
+HS_NATIVE_MAPS
+
+#define NATIVE_COMM_WORD 8
+#define NATIVE_BUFFER_WORD 10
+#define NATIVE_VALUE_WORD 11
+_Static_assert(sizeof(struct stack_key) <= NATIVE_COMM_WORD * 8, "stack_key must fit before the comm");
+_Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks values are struct nu_stack");
+
+/* Begin a walk from user registers and hand it to the step program; 0 if handed over (the step
+ * program counts the sample), -1 if the caller must count it itself (key.user_stack_id set). */
+static __always_inline int native_begin(void *ctx, struct stack_key *key, const char *comm, __u32 buffer,
+					__u64 value, __u64 ip, __u64 sp, __u64 bp)
+{
+	struct nu_state *st = nu_begin(key->pid, ip, sp, bp);
+
+	key->user_stack_id = -1;
+	if (!st)
+		return -1;
+	__builtin_memcpy(st->ctx_words, key, sizeof(*key));
+	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
+	st->ctx_words[NATIVE_BUFFER_WORD] = buffer;
+	st->ctx_words[NATIVE_VALUE_WORD] = value;
+	bpf_tail_call(ctx, &nu_progs, 0);
+	nu_count(NU_STAT_TAIL_CALL_FAILED);
+	count_stat(STAT_USTACK_ERROR);
+	key->user_stack_id = -2;
+	return -1;
+}
+
+/* The body of a step program. */
+static __always_inline int native_step_and_count(void *ctx)
+{
+	struct nu_state *st = nu_state();
+	struct stack_key key;
+	char comm[COMM_LEN];
+	__u64 *stored;     /* struct nu_stack: the hash first */
+	__u32 buffer, id;
+	void *stacks;
+
+	if (!st)
+		return 0;
+	if (!nu_steps(st))
+		bpf_tail_call(ctx, &nu_progs, 0);
+	nu_count_end(st);
+	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
+	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
+	buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	id = (__u32)nu_hash(st) & 0x7fffffff;
+	stacks = BUFFER_MAP(buffer, native_stacks);
+	key.user_stack_id = id;
+	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
+		stored = bpf_map_lookup_elem(stacks, &id);
+		if (!stored) {
+			count_stat(STAT_USTACK_ERROR);       /* the map is full */
+			key.user_stack_id = -2;
+		} else if (stored[0] != st->stack.hash) {
+			count_stat(STAT_USTACK_COLLISION);
+			key.user_stack_id = -EEXIST;
+		}
+	}
+	count_stack(&key, comm, st->ctx_words[NATIVE_VALUE_WORD], buffer);
+	return 0;
+}
+
+#endif
