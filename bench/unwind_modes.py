@@ -7,7 +7,8 @@ and a frame-pointer C program (tests/engine/workloads/hot_ab.c). For 19 and 99 H
                             processes built without frame pointers (python3, xz)
   hotstack --unwind kernel  every stack unwound in the kernel with .eh_frame tables in BPF maps
   perf record -g            frame pointers
-CPU of the profiler process plus the kernel time of its BPF programs (bench/engine.py's
+hotstack samples only the load's processes (`--comm`, filtered in the kernel; the machine is shared);
+perf records the whole host. CPU of the profiler process plus the kernel time of its BPF programs (bench/engine.py's
 measure: fdinfo run_time_ns, BPF stats on), per second profiled: "total" is a long run, start-up
 included; "steady" the difference between a long and a short run per extra second. Max RSS.
 A first `--unwind kernel` run fills the on-disk table cache (as on any host after the first
@@ -60,9 +61,13 @@ def main() -> None:
     perf = shutil.which("perf")
     rows = []
     try:
+        # only the mixed load (--comm, filtered in the kernel): other sessions share this machine and
+        # would make the comparison one of symbolizing their processes
+        comms = ["--comm", "python3", "--comm", "xz", "--comm", "hot_ab"]
+
         def hotstack(mode, hz):
             return lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", str(d),
-                              "--sample-rate", str(hz), "--unwind", mode, "-o", "folded"]
+                              "--sample-rate", str(hz), "--unwind", mode, "-o", "folded", *comms]
         measure(hotstack("kernel", 99)(3), 3, watch_bpf=False)       # fills the table cache
         for hz in (19, 99):
             commands = {"hotstack --unwind auto": hotstack("auto", hz),
