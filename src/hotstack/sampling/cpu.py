@@ -44,7 +44,10 @@ class CpuSampler(Sampler):
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
         spec.set_constant("snapshot_mode", SNAPSHOT_MODES[c.unwind])
         spec.maps["snapshots"].max_entries = c.snapshot_ring_bytes
-        self.native_spec(spec)
+        self.native_spec(spec, NATIVE_STEP)
+        if c.unwind == "kernel":     # user stacks go to native_stacks_<b>: no frame-pointer stack map
+            for name in ("user_stacks_0", "user_stacks_1"):
+                spec.maps[name].max_entries = 1
         collection = self.load(spec)
         try:
             self.native_start(NATIVE_STEP)

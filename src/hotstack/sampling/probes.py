@@ -41,7 +41,7 @@ class ProbeSampler(Sampler):
     def start(self) -> None:
         spec = self.spec()
         templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
-        self.native_spec(spec)
+        self.native_spec(spec, "probe_native_step")
         self.load(spec)
         try:
             self.native_start("probe_native_step")
