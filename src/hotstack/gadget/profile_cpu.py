@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..containers import container_metadata
 from ..profile.model import Sample
 from .datasource import DataSource, Field
 
@@ -21,8 +22,12 @@ def format_stack(frames) -> str:
     return STACK_SEPARATOR.join(f.name for f in frames)
 
 
-def _empty(_sample: Sample) -> str:
-    return ""   # filled by metadata operators (container runtime, Kubernetes) when present
+def _container(field: str):
+    """A runtime.* or k8s.* field of the sample's container, named by its runtime (containers/)."""
+    def of(sample: Sample) -> str:
+        meta = container_metadata(sample.label("container_id"))
+        return meta.fields()[field] if meta is not None else ""
+    return of
 
 
 def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
@@ -47,11 +52,12 @@ def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
             "ebpf.map.flush-on-stop": "true",
         },
         fields=[
-            Field("runtime.containerName", "string", {"flamegraph.level": "0", **attribute}, of=_empty),
+            Field("runtime.containerName", "string", {"flamegraph.level": "0", **attribute},
+                  of=_container("runtime.containerName")),
             Field("runtime.containerId", "string", of=lambda s: s.label("container_id")),
-            Field("k8s.namespace", "string", of=_empty),
-            Field("k8s.podName", "string", of=_empty),
-            Field("k8s.containerName", "string", of=_empty),
+            Field("k8s.namespace", "string", of=_container("k8s.namespace")),
+            Field("k8s.podName", "string", of=_container("k8s.podName")),
+            Field("k8s.containerName", "string", of=_container("k8s.containerName")),
             Field("proc.comm", "string", {"flamegraph.level": "10", **attribute}, of=lambda s: s.comm),
             Field("proc.pid", "uint32", of=lambda s: s.pid),
             Field("proc.tid", "uint32", of=lambda s: s.tid),

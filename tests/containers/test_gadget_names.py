@@ -1,0 +1,35 @@
+"""`hotstack run profile_cpu` fills runtime.containerName, runtime.containerId and the k8s.*
+fields of a real container's samples as Inspektor Gadget does (the seed guide filters by
+runtime_containerName): the id from the process's cgroup, the names from the Docker Engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+
+def test_profile_cpu_json_names_a_docker_container(docker_engine, spin_image):
+    labels = {"io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "cart-0",
+              "io.kubernetes.container.name": "cart"}
+    cid = docker_engine.run(spin_image, "hotstack-gadget-cart", ["/spin"], labels=labels)
+    pid = docker_engine.pid("hotstack-gadget-cart")
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--pid", str(pid), "--timeout", "3",
+                        "-o", "json"], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "DOCKER_HOST": docker_engine.host})
+    assert r.returncode == 0, r.stderr
+    rows = []
+    for line in filter(str.strip, r.stdout.splitlines()):   # one JSON object (or array) per line
+        value = json.loads(line)
+        rows.extend(value if isinstance(value, list) else [value])
+    rows = [row for row in rows if row["proc"]["pid"] == pid]
+    assert rows, r.stdout[:2000]
+    row = rows[0]
+    assert row["runtime"]["containerId"] == cid
+    assert row["runtime"]["containerName"] == "hotstack-gadget-cart"
+    assert (row["k8s"]["namespace"], row["k8s"]["podName"], row["k8s"]["containerName"]) == ("shop", "cart-0", "cart")
