@@ -156,11 +156,11 @@ class AgentServer:
         service = query.get("service_name", "")
         if len(service) > MAX_QUERY_VALUE:
             return self._text(req, 400, f"service_name is longer than {MAX_QUERY_VALUE} characters\n")
-        folded = store.folded(service, minutes)
         if query.get("format") == "json":
-            return self._json(req, 200, flamegraph.tree(folded))
+            return self._json(req, 200, flamegraph.tree(store.slices(service, minutes)))
         title = f"hotstack: {service or 'all services'}, last {minutes:g} min"
-        self._html(req, 200, flamegraph.page(title, folded, store.services(), service, minutes))
+        self._html(req, 200, flamegraph.page(title, store.slices(service, minutes), store.services(), service,
+                                             minutes))
 
     def _index(self) -> str:
         rows = "".join(

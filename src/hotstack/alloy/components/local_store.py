@@ -2,7 +2,8 @@
 
 Every pprof it receives is written to `directory/<service_name>/<time>-<pid>.pb.gz`; files
 older than `retention` are removed (rotation). The last `window` of profiles is also kept in
-memory as folded stacks, which the agent's flame graph page renders per service_name.
+memory as the profile viewer's slices (profile/ui.py), which the agent's page shows: a timeline
+per service_name, flame graph, functions, time-range diffs.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import os
 import re
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 
-from ...profile.folded import fold
 from ...profile.model import Profile
+from ...profile.ui import Slice, slices_from_profile
 from ..component import Component, register
 from ..schema import DURATION, INT, STRING, Arg, Schema
 from .receiver import ProfilesReceiver
@@ -38,7 +39,7 @@ class LocalStore(Component):
         super().__init__(controller, label)
         self.receiver = ProfilesReceiver(self.id, self._append)
         self.exports = {"receiver": self.receiver}
-        self._recent: deque[tuple[float, str, Counter]] = deque()
+        self._recent: deque[tuple[float, str, list[Slice]]] = deque()
         self._recent_lock = threading.Lock()
         self.files_written = 0
         self._last_rotate = 0.0
@@ -65,9 +66,11 @@ class LocalStore(Component):
             self.set_health("unhealthy", f"cannot write to {directory}: {e.strerror}")
             return False
         if profile is not None:
-            folded = fold(profile.samples, comm=False, kernel_suffix="", empty="[no stack]")
+            # Kept as the viewer's slices (time span, labels, stacks): its timeline, label
+            # filters and time-range diffs need them; the pprof files keep everything else.
+            slices = slices_from_profile(profile, series="service_name", extra_labels=labels)
             with self._recent_lock:
-                self._recent.append((now, service, folded))
+                self._recent.append((now, service, slices))
                 while self._recent and self._recent[0][0] < now - self.args["window"]:
                     self._recent.popleft()
         if now - self._last_rotate > 30:
@@ -103,14 +106,12 @@ class LocalStore(Component):
         with self._recent_lock:
             return sorted({s for _, s, _ in self._recent})
 
-    def folded(self, service: str, minutes: float) -> Counter:
+    def slices(self, service: str, minutes: float) -> list[Slice]:
+        """The viewer's slices received in the last `minutes` (of one service, or all)."""
         since = time.time() - minutes * 60
-        total: Counter = Counter()
         with self._recent_lock:
-            for t, s, folded in self._recent:
-                if t >= since and (not service or s == service):
-                    total.update(folded)
-        return total
+            return [sl for t, s, slices in self._recent if t >= since and (not service or s == service)
+                    for sl in slices]
 
     def debug_info(self) -> dict:
         return {"directory": self.args.get("directory", ""), "files_written": self.files_written,
