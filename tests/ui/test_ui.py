@@ -6,7 +6,9 @@ label filter, downloads read back by `go tool pprof`), and `-o flamegraph`'s fil
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +24,6 @@ from ..screenshots import png_size, publish
 pytestmark = pytest.mark.root
 HERE = Path(__file__).resolve().parent
 FP = ("-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fno-optimize-sibling-calls")
-PHASE_A_S = 12
 
 PIPELINE = """
 discovery.process "all" {
@@ -83,6 +84,10 @@ def table(b: Browser) -> list[list[str]]:
                 "tr => Array.from(tr.children).map(td => td.textContent))")
 
 
+def _pushes(directory: Path) -> int:
+    return len(list(directory.glob("*.pb.gz"))) if directory.exists() else 0
+
+
 def timeline_x(b: Browser, t_ms: float) -> float:
     lo, hi = b.js("hotstackUI.bounds()")
     box = b.js("(() => { const r = document.getElementById('timeline').getBoundingClientRect();"
@@ -93,20 +98,27 @@ def timeline_x(b: Browser, t_ms: float) -> float:
 def test_agent_page_timeline_graph_table_search_zoom_diff_filter_download(binaries, workloads, agent, tmp_path,
                                                                          browser):
     go = require_tool("go")
-    started_ms = time.time() * 1000
-    workloads([binaries["phases"], str(PHASE_A_S)])
+    phases = workloads([binaries["phases"]])
     workloads([binaries["other"], "0"])
-    switch_ms = started_ms + PHASE_A_S * 1000
     a = agent(PIPELINE % json.dumps(str(tmp_path / "store")))
     a.wait_ready()
-    # Wait for enough of both phases (pushes every 2 s) and of the other service.
-    deadline = time.monotonic() + 150
-    while True:
-        tree = json.dumps(a.json("/flamegraph?format=json&minutes=10"))
-        if time.time() * 1000 > switch_ms + 10_000 and "phase_b" in tree and "top_spin" in tree:
-            break
-        assert time.monotonic() < deadline, f"no profiles of both phases: {a.log.read_text()[-2000:]}"
-        time.sleep(1)
+
+    def pushed(name: str, count: int, timeout: float = 150) -> None:
+        """Wait until `name` is in at least `count` of the store's pushes (every 2 s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tree = a.json("/flamegraph?format=json&minutes=10")
+            if json.dumps(tree).count(f'"{name}"') >= 1 and _pushes(tmp_path / "store" / "ui-phases") >= count:
+                return
+            assert time.monotonic() < deadline, f"no {name} in the store: {a.log.read_text()[-2000:]}"
+            time.sleep(0.5)
+
+    pushed("phase_a", 4)
+    before = _pushes(tmp_path / "store" / "ui-phases")
+    switch_ms = time.time() * 1000
+    os.kill(phases.pid, signal.SIGUSR1)
+    pushed("phase_b", before + 5)
+    pushed("top_spin", 0)
 
     b = browser
     b.open(a.url("/flamegraph?minutes=10"))

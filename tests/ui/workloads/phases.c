@@ -1,30 +1,30 @@
-/* Two phases: phase_a burns the CPU for argv[1] seconds, then phase_b does, forever; both
- * called from run_phases, so a diff of the two time ranges has one function grow and one shrink. */
-#include <stdlib.h>
-#include <time.h>
+/* Two phases: phase_a burns the CPU until SIGUSR1, then phase_b does, forever; both called from
+ * run_phases, so a diff of the two time ranges has one function grow and one shrink. */
+#include <signal.h>
 
 static volatile unsigned long sink;
+static volatile sig_atomic_t switched;
 
 #define SPIN(n) do { volatile unsigned long acc = 0; for (unsigned long i = 0; i < (n); i++) acc += i ^ (acc >> 3); sink += acc; } while (0)
 
 __attribute__((noinline)) void phase_a(void) { SPIN(1000000); }
 __attribute__((noinline)) void phase_b(void) { SPIN(1000000); }
 
-__attribute__((noinline)) void run_phases(double seconds)
+static void on_usr1(int sig) { (void)sig; switched = 1; }
+
+__attribute__((noinline)) void run_phases(void)
 {
-	struct timespec start, now;
-	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec - start.tv_sec + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds)
-			phase_a();
-		else
+		if (switched)
 			phase_b();
+		else
+			phase_a();
 	}
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-	run_phases(argc > 1 ? atof(argv[1]) : 5);
+	signal(SIGUSR1, on_usr1);
+	run_phases();
 	return 0;
 }
