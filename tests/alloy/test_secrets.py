@@ -218,10 +218,34 @@ def test_http_server_as_an_attacker_sees_it(agent, tmp_path):
     conn.close()
     # a request line far too long is refused, and the server still serves afterwards
     assert _raw(a.port, b"GET /" + b"a" * 70000 + b" HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 414")
-    # a client that connects and sends nothing is dropped (it does not hold a thread forever)
-    from hotstack.alloy.server import SOCKET_TIMEOUT_S
-    assert SOCKET_TIMEOUT_S <= 60
     assert a.get("/-/ready")[0] == 200
+
+
+def test_http_server_bounds_idle_and_excess_connections(monkeypatch):
+    """Connections beyond the limit are closed at once; a client that connects and sends
+    nothing is dropped after the socket timeout, and the server serves again."""
+    from hotstack.alloy import server
+    from hotstack.alloy.controller import load_config
+    monkeypatch.setattr(server, "SOCKET_TIMEOUT_S", 1)
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 3)
+    s = server.AgentServer(load_config('discovery.relabel "r" {\n  targets = []\n}\n', "t.alloy"), "127.0.0.1:0")
+    s.start()
+    port = int(s.address.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert _raw(port, b"GET /-/healthy HTTP/1.0\r\n\r\n") == b""   # over the limit: closed unanswered
+        assert time.monotonic() - started < 1
+        for sock in idle:   # each idle client is dropped after the timeout
+            assert sock.recv(1) == b""
+        assert time.monotonic() - started < 5
+        time.sleep(0.2)
+        assert _raw(port, b"GET /-/healthy HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200")
+    finally:
+        for sock in idle:
+            sock.close()
+        s.stop()
 
 
 def test_passwords_in_urls_are_redacted(tmp_path):
