@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hotstack.profile.functions import function_counts
 from hotstack.profile.model import Frame, FrameKind, Profile, Sample
-from hotstack.profile.own import OWN_FRAME, fold_own
+from hotstack.profile.transforms import OWN_FRAME, fold_own
 from hotstack.top.window import Window
 
 spin, outer, main = Frame("spin", module="/bin/busy"), Frame("outer", module="/bin/busy"), Frame("main", module="/bin/busy")
@@ -41,7 +41,8 @@ def test_window_drops_old_intervals():
 
 def test_fold_own_keeps_values_and_threads():
     samples = [Sample((spin, main), 7, 100, 101, "hotstack"), Sample((outer,), 3, 200, 200, "busy")]
-    folded = fold_own(samples, {100})
+    profile = Profile(samples, 0, 10**9, 49)
+    folded = fold_own(profile, {100}).samples
     assert folded[0].stack == (OWN_FRAME,) and (folded[0].value, folded[0].tid) == (7, 101)
-    assert folded[1] is samples[1]
-    assert fold_own(samples, ()) is samples
+    assert folded[1] is samples[1] and profile.samples[0].stack == (spin, main)   # the input is not changed
+    assert fold_own(profile, ()) is profile

@@ -10,7 +10,7 @@ from typing import TextIO
 
 from ..profile.folded import render_folded
 from ..profile.model import Frame, Profile
-from ..profile.own import fold_own
+from ..profile.transforms import fold_own
 from ..profile.trim import trim_stack
 from .datasource import DataSource, rows
 
@@ -42,11 +42,11 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
 
     Made to fit a terminal: each stack trimmed to the frames that matter (profile/trim.py; -o
     folded and json keep them all), one line per frame cut at the terminal's width. Samples of
-    `own_pids` (hotstack itself, in whole-host views) are one row (profile/own.py)."""
+    `own_pids` (hotstack itself, in whole-host views) are one row (profile/transforms.fold_own)."""
     from rich.console import Console
     from rich.table import Table
 
-    samples = fold_own(profile.samples, own_pids)
+    samples = fold_own(profile, own_pids).samples
     groups: dict[tuple, dict] = defaultdict(lambda: {"value": 0, "tids": set()})
     for s in samples:
         # Group by what the reader sees (frame names), not by exact addresses.

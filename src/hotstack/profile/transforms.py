@@ -6,10 +6,10 @@ name as a root frame and splits by target; the local store merges what it keeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import replace
 
-from .model import Frame, Profile, ProfileStats, Sample
+from .model import Frame, FrameKind, Profile, ProfileStats, Sample
 
 
 def _with_samples(profile: Profile, samples: list[Sample]) -> Profile:
@@ -75,3 +75,17 @@ def merge(profiles: Iterable[Profile]) -> Profile | None:
     start = min(p.start_ns for p in profiles)
     end = max(p.start_ns + p.duration_ns for p in profiles)
     return replace(first, samples=list(merged.values()), start_ns=start, duration_ns=end - start, stats=stats)
+
+
+# On a quiet host most of what a whole-host profile sees is the profiler itself (building unwind
+# tables, symbolizing): true, but not what anyone ran it for.
+OWN_FRAME = Frame("hotstack (this profiler; --show-hotstack for its stacks)", FrameKind.NATIVE, module="hotstack",
+                  resolved=False)
+
+
+def fold_own(profile: Profile, own_pids: Collection[int]) -> Profile:
+    """Samples of `own_pids` (the profiler's) with their stack reduced to the one OWN_FRAME; value,
+    thread and process kept, so totals and per-process counts stay exact."""
+    if not own_pids:
+        return profile
+    return map_samples(profile, lambda s: replace(s, stack=(OWN_FRAME,)) if s.pid in own_pids else s)

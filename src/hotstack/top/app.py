@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..profile.model import Profile
-from ..profile.own import fold_own
+from ..profile.transforms import fold_own
 from ..sampling.config import COMM_MAX, EngineConfig
 from .keys import ESC, Keys
 from .view import SORTS, ViewState, render
@@ -139,8 +139,7 @@ def _take(profiles: queue.SimpleQueue, window: Window, own: set[int], paused: bo
             return got
         got = True
         if not paused:
-            profile.samples = fold_own(profile.samples, own)
-            window.add(profile)
+            window.add(fold_own(profile, own))
 
 
 def _answer(keys: list[str], state: ViewState, stop: threading.Event) -> bool:
