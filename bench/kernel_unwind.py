@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,14 +37,6 @@ from native_harness import NativeSampler, build_object, run_perf_dwarf  # noqa: 
 
 from hotstack.ebpf import enable_run_time_stats  # noqa: E402
 
-PY = """
-import sys
-sys.setrecursionlimit(10000)
-def rec(n):
-    return sorted(range(200), key=lambda x: -x)[0] if n == 0 else rec(n - 1) + 1
-while True:
-    rec(60)
-"""
 PERF_ROOTS = ("_start", "clone3", "__clone3", "start_thread", "clone", "__clone")
 END_ROOT = 1
 
@@ -63,12 +54,11 @@ def workloads(tmp: Path) -> dict[str, list[str]]:
     subprocess.run(["cc", "-O2", "-fomit-frame-pointer", str(wl / "callback.c"), "-o", str(tmp / "callback")], check=True)
     subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", "-fno-builtin", str(wl / "libc_leaf.c"), "-o",
                     str(tmp / "libcleaf")], check=True)
-    (tmp / "rec.py").write_text(PY)
     (tmp / "data").write_bytes(os.urandom(1 << 19) * 2)
     return {
         "callback": [str(tmp / "callback")],
         "libcleaf": [str(tmp / "libcleaf")],
-        "python3": ["/usr/bin/python3", str(tmp / "rec.py")],
+        "python3": ["/usr/bin/python3", str(ROOT / "tests/unwind/workloads/recursion.py")],
         "xz": ["sh", "-c", f"while :; do xz -9 -c {tmp / 'data'} > /dev/null; done"],
     }
 

@@ -31,14 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine import measure  # noqa: E402
 
-PY = """
-import sys
-sys.setrecursionlimit(10000)
-def rec(n):
-    return sorted(range(200), key=lambda x: -x)[0] if n == 0 else rec(n - 1) + 1
-while True:
-    rec(60)
-"""
 
 
 def main() -> None:
@@ -53,9 +45,8 @@ def main() -> None:
     os.environ.update(env)
     subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(ROOT / "tests/engine/workloads/hot_ab.c"), "-o",
                     str(tmp / "hot_ab")], check=True)
-    (tmp / "rec.py").write_text(PY)
     (tmp / "data").write_bytes(os.urandom(1 << 19) * 2)
-    load = [subprocess.Popen(["/usr/bin/python3", str(tmp / "rec.py")]),
+    load = [subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/unwind/workloads/recursion.py")]),
             subprocess.Popen(["sh", "-c", f"while :; do xz -9 -c {tmp / 'data'} > /dev/null; done"]),
             subprocess.Popen([str(tmp / "hot_ab")])]
     perf = shutil.which("perf")

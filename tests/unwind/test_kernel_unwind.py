@@ -213,14 +213,6 @@ def test_profiler_kernel_mode_end_to_end(build_dir, workloads):
     assert prof.stats.user_stacks_lost == 0
 
 
-PY_REC = """
-import sys
-sys.setrecursionlimit(10000)
-def rec(n):
-    return sorted(range(200), key=lambda x: -x)[0] if n == 0 else rec(n - 1) + 1
-while True:
-    rec(40)
-"""
 
 
 @pytest.mark.parametrize("python_frames", [True, False])
@@ -233,9 +225,7 @@ def test_debian_python3_reaches_its_root(workloads, tmp_path, python_frames):
 
     if not shutil.which("python3"):
         pytest.skip("no python3")
-    script = tmp_path / "rec.py"
-    script.write_text(PY_REC)
-    w = workloads(["/usr/bin/python3", script], settle=0.5)
+    w = workloads(["/usr/bin/python3", HERE / "workloads" / "recursion.py", "40"], settle=0.5)
     engine = Engine(EngineConfig(frequency=99, pids=(w.pid,), unwind="kernel", runtime_frames=python_frames))
     with engine:
         time.sleep(5.0)

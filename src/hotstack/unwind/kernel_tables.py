@@ -31,6 +31,7 @@ from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
 from .builder import build_table_fast
 from .table import UnwindTable
+from .tables import default_cache_dir
 
 KIND_FP_GO = 7              # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
 RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
@@ -191,15 +192,6 @@ class RuleSet:
         self.rules.append(raw)
         self._ids[raw] = gid
         return gid
-
-
-def default_cache_dir() -> str:
-    """$HOTSTACK_UNWIND_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/unwind or ~/.cache/..."""
-    explicit = os.environ.get("HOTSTACK_UNWIND_CACHE")
-    if explicit is not None:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hotstack", "unwind")
 
 
 class TableCache:
