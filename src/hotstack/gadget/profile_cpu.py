@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..containers import container_metadata
 from ..profile.model import Sample
 from .datasource import DataSource, Field
 
@@ -25,6 +24,10 @@ def format_stack(frames) -> str:
 def _container(field: str):
     """A runtime.* or k8s.* field of the sample's container, named by its runtime (containers/)."""
     def of(sample: Sample) -> str:
+        # Imported at the first row, not at start-up: gRPC and protobuf (the CRI client) cost
+        # ~0.1 CPU-s that a run printing a table never needs (bench/startup.py).
+        from ..containers import container_metadata
+
         meta = container_metadata(sample.label("container_id"))
         return meta.fields()[field] if meta is not None else ""
     return of
