@@ -155,7 +155,7 @@ def test_hanging_receiver_is_cut_at_the_flush_deadline(tmp_path):
     the call itself left hanging). Closing the run's exports now takes the 3 s flush deadline, cuts
     the call in flight, and says what was dropped."""
     from hotstack.gadget.exports import RunExports
-    from hotstack.gadget.profile_cpu import rows_from_profile, samples_datasource
+    from hotstack.gadget.profile_cpu import samples_datasource
 
     hang = _HangingReceiver()
     try:
@@ -163,7 +163,7 @@ def test_hanging_receiver_is_cut_at_the_flush_deadline(tmp_path):
                              exporter_flag="test", sanitize=False)
         p = Profile([Sample((Frame("spin"),), 3, 1, 1, "app")], 1, 2, HZ)
         for _ in range(3):
-            exports.emit(p, rows_from_profile(p))
+            exports.emit(p)
         deadline = time.monotonic() + 10
         while not hang.connections and time.monotonic() < deadline:
             time.sleep(0.05)
