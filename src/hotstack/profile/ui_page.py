@@ -32,7 +32,7 @@ TEMPLATE = r"""<!DOCTYPE html>
   .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; }
   #panes { display: flex; gap: 12px; padding: 4px 12px 12px; align-items: flex-start; }
   #flame-pane { flex: 1 1 62%; min-width: 0; }
-  #table-pane { flex: 0 0 36%; max-width: 560px; max-height: calc(100vh - 230px); min-height: 200px; overflow: auto;
+  #table-pane { flex: 0 0 38%; max-width: 600px; max-height: calc(100vh - 230px); min-height: 200px; overflow: auto;
                 border: 1px solid #d1d9e0; }
   #details { min-height: 18px; color: #333; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
   #graph { position: relative; overflow: hidden; }
@@ -46,7 +46,7 @@ TEMPLATE = r"""<!DOCTYPE html>
        white-space: nowrap; }
   th:first-child, td:first-child { text-align: left; }
   td { padding: 2px 6px; text-align: right; border-bottom: 1px solid #eef; white-space: nowrap; }
-  td:first-child { max-width: 320px; overflow: hidden; text-overflow: ellipsis; }
+  td:first-child { max-width: 0; width: 100%; overflow: hidden; text-overflow: ellipsis; }   /* what is left */
   tr.fn:hover { background: #f0f6ff; cursor: pointer; }
   tr.fn.selected { background: #dbeafe; }
   .up { color: #cf222e; } .down { color: #1a7f37; }
@@ -214,10 +214,11 @@ TEMPLATE = r"""<!DOCTYPE html>
       el.setAttribute("data-name", node.name);
       el.setAttribute("data-samples", value(node));
       el.setAttribute("role", "treeitem");
-      // Root at the bottom, as flame graphs are drawn.
+      // Root at the top (an icicle): on a page the root and the zoom path stay in view however
+      // deep the stacks are.
       el.style.left = b[1] + "px";
       el.style.width = b[2] + "px";
-      el.style.top = ((maxDepth - node.depth) * ROW) + "px";
+      el.style.top = (node.depth * ROW) + "px";
       el.style.background = color(node);
       if (b[2] >= 14) el.textContent = node.name;   // narrow frames get what fits, with an ellipsis
       el.node = node;
