@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Inside a VM booted by tests/kernels/matrix.py: unpack the payload into a tmpfs, mount what a
 # host normally has mounted, and run the smoke suite with Debian's python3.
-#   guest.sh PAYLOAD.tar RESULTS.json
+#   guest.sh PAYLOAD.tar RESULTS.json [--only ITEM ...]
 set -u
 payload="$1" results="$2"
 mount -t tmpfs tmpfs /tmp
@@ -14,4 +14,4 @@ ip link set lo up 2>/dev/null
 # The classic default limit, so that kernels before 5.11 show the loader raising it.
 ulimit -l 64
 export PYTHONHOME=/tmp/hs/prefix PYTHONPATH=/tmp/hs/site PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
-exec /usr/bin/python3 /tmp/hs/smoke.py --workloads /tmp/hs/workloads --out "$results"
+exec /usr/bin/python3 /tmp/hs/smoke.py --workloads /tmp/hs/workloads --out "$results" "${@:3}"
