@@ -106,7 +106,7 @@ def features_off() -> list[str]:
         lines.append("off-CPU profiling off: this kernel has no BTF for the tp_btf/sched_switch program "
                      "(CONFIG_DEBUG_INFO_BTF)")
     missing = [n for n in ("bpf_get_current_task_btf", "bpf_task_pt_regs")
-               if not features.helper_available(n)]
+               if features.can_probe() and not features.helper_available(n)]
     if missing:
         lines.append("stack copies of samples taken in kernel mode off: this kernel lacks "
                      + " and ".join(_helper_line(n) for n in missing)
@@ -122,8 +122,7 @@ def features_off() -> list[str]:
 def run_checks() -> list[Check]:
     caps = effective_caps()
     checks: list[Check] = []
-    checks.append(Check("kernel", True, f"{os.uname().release}: hotstack decides from the probes below, not "
-                        f"from the version; needs {MINIMUM}+, tested on {TESTED}", required=False))
+    checks.append(Check("kernel", True, os.uname().release, required=False))
     priv = has_cap(CAP_SYS_ADMIN, caps) or (has_cap(CAP_BPF, caps) and has_cap(CAP_PERFMON, caps))
     have = [name for name, cap in (("CAP_SYS_ADMIN", CAP_SYS_ADMIN), ("CAP_BPF", CAP_BPF),
                                    ("CAP_PERFMON", CAP_PERFMON)) if has_cap(cap, caps)]
@@ -161,15 +160,16 @@ def run_checks() -> list[Check]:
     checks.append(Check("kprobes", ok, detail, "kprobe:/kretprobe: probe_links (fentry/fexit are used instead "
                         "where BTF allows)", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y",
                         required=False))
-    names = ("bpf_get_current_task_btf", "bpf_task_pt_regs", "bpf_loop", "bpf_find_vma")
-    missing = [n for n in names if not features.helper_available(n)]
-    checks.append(Check("BPF helpers", not missing, "all of " + ", ".join(names) if not missing else
-                        "missing: " + ", ".join(_helper_line(n) for n in missing),
-                        "see the lines below the table", "a newer kernel", required=False))
-    dynamic = features.perf_event_dynamic_hash()
-    checks.append(Check("hash maps in perf_event programs", True, "allocated on demand" if dynamic else
-                        "preallocated by the loader (this kernel refuses BPF_F_NO_PREALLOC there; 6.1 lifted "
-                        "that)", required=False))
+    if features.can_probe():
+        names = ("bpf_get_current_task_btf", "bpf_task_pt_regs", "bpf_loop", "bpf_find_vma")
+        missing = [n for n in names if not features.helper_available(n)]
+        checks.append(Check("BPF helpers", not missing, "all of " + ", ".join(names) if not missing else
+                            "missing: " + ", ".join(_helper_line(n) for n in missing),
+                            "see the lines below the table", "a newer kernel", required=False))
+        dynamic = features.perf_event_dynamic_hash()
+        checks.append(Check("hash maps in perf_event programs", True, "allocated on demand" if dynamic else
+                            "preallocated by the loader (this kernel refuses BPF_F_NO_PREALLOC there; 6.1 "
+                            "lifted that)", required=False))
     soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     memcg = features.memcg_accounting()
     show = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
@@ -200,6 +200,8 @@ def report(out: TextIO) -> int:
         status = "ok" if c.ok else ("MISSING" if c.required else "missing")
         table.add_row(c.name, status, c.detail, "" if c.ok else c.disables, "" if c.ok else c.fix)
     console.print(table)
+    console.print(f"hotstack needs {MINIMUM}+ (tested on {TESTED}); it decides from the probes above, "
+                  f"not from the kernel version")
     for line in features_off():
         console.print(line)
     blocking = [c.name for c in checks if c.required and not c.ok]

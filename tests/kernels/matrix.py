@@ -242,9 +242,10 @@ def table(rows: list[tuple[str, dict | None, float]]) -> str:
     return "\n".join(lines)
 
 
-def regressions(label: str, results: dict | None, expected: dict) -> list[str]:
+def regressions(label: str, results: dict | None, expected: dict, only: list[str] | None = None) -> list[str]:
     """The items that expected.json says pass on this kernel series and that did not pass now."""
-    want = expected.get(label.split()[0], {})
+    want = {item: status for item, status in expected.get(label.split()[0], {}).items()
+            if not only or item in only}
     return [item for item, status in want.items()
             if status == "pass" and (results or {}).get("items", {}).get(item, {}).get("status") != "pass"]
 
@@ -253,6 +254,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--series", action="append", choices=sorted(SERIES), help="kernel series (repeatable)")
     parser.add_argument("--no-host", action="store_true", help="skip the host's own kernel")
+    parser.add_argument("--only", action="append", choices=ITEMS, help="run only these items (repeatable)")
     parser.add_argument("--results", type=Path, default=None, help="also write the table to this file")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("HOTSTACK_KERNEL_JOBS", "3")),
                         help="VMs at a time (much of the suite waits on fixed durations)")
@@ -276,14 +278,14 @@ def main() -> int:
         # Alone first: the VMs would take its CPU.
         label = f"host {os.uname().release}"
         runner = lambda only=None, tag="": run_on_host(work / "workloads", work, only, tag)  # noqa: E731
-        results, seconds, tail = runner()
+        results, seconds, tail = runner(args.only)
         runs[label] = (runner, results, seconds)
         log(f"{label}: {seconds:.0f} s" + ("" if results else f"; no results:\n{tail}"))
 
     def boot(item: tuple[str, Path]) -> tuple[str, tuple]:
         s, image = item
         runner = lambda only=None, tag="": run_in_vm(image, payload, work, only, tag)  # noqa: E731
-        results, seconds, tail = runner()
+        results, seconds, tail = runner(args.only)
         label = f"{s} ({image.name.removeprefix('vmlinuz-')})"
         log(f"{label}: {seconds:.0f} s" + ("" if results else f"; no results:\n{tail}"))
         return label, (runner, results, seconds)
@@ -294,7 +296,7 @@ def main() -> int:
     # busy machine under emulation can miss; a real regression fails both runs.
     bad = []
     for label, (runner, results, seconds) in runs.items():
-        failed = regressions(label, results, expected)
+        failed = regressions(label, results, expected, args.only)
         if not failed:
             continue
         log(f"{label}: {', '.join(failed)} did not pass; running them once more")
@@ -309,7 +311,7 @@ def main() -> int:
         runs[label] = (runner, results, seconds + more)
         bad += [f"{label}: {item} passed before, now "
                 f"{results['items'].get(item, {}).get('status', 'not run')}"
-                for item in regressions(label, results, expected)]
+                for item in regressions(label, results, expected, args.only)]
     rows = [(label, results, seconds) for label, (_runner, results, seconds) in runs.items()]
     text = table(rows)
     total = time.monotonic() - started

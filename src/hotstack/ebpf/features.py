@@ -81,8 +81,17 @@ _EXIT = _insn(0x95)
 
 
 @functools.cache
+def can_probe() -> bool:
+    """Whether this process may load programs at all; without that the probes below cannot tell."""
+    return _load(PROG_SOCKET_FILTER, _MOV_R0_0 + _EXIT)[0] == 0
+
+
+@functools.cache
 def helper_available(name: str, prog_type: int = PROG_PERF_EVENT) -> bool:
-    """Whether programs of `prog_type` may call the helper on this kernel."""
+    """Whether programs of `prog_type` may call the helper on this kernel.
+
+    Where no program can be loaded (no privileges: can_probe), the helper counts as present: the
+    real load then fails on the privileges, with its own error."""
     helper = HELPERS[name]
     # A call with whatever is in r1-r5: a known helper fails on its arguments, an unknown one on its number.
     errno_, log = _load(prog_type, _insn(0x85, imm=helper.id) + _MOV_R0_0 + _EXIT)
@@ -168,5 +177,5 @@ def unknown_helper(log: str) -> Helper | None:
     return None
 
 
-__all__ = ["Helper", "HELPERS", "helper_available", "map_type_available", "global_data", "perf_event_dynamic_hash",
+__all__ = ["Helper", "HELPERS", "can_probe", "helper_available", "map_type_available", "global_data", "perf_event_dynamic_hash",
            "memcg_accounting", "kernel_btf", "unknown_helper"]
