@@ -194,7 +194,9 @@ def item_cpu_split(w: Path) -> str:
 
 
 def item_python(w: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    # Debian's python3 with its own standard library (in a VM: the copy in the payload's tmpfs, as
+    # PYTHONHOME says; reading it over 9p under emulation takes minutes), without hotstack's path.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with Workload(["/usr/bin/python3", str(w / "workload_abc.py")], env=env, wait_line="ready") as wl:
         out = run_gadget("profile_cpu", "--pid", str(wl.pid), "--timeout", "6", "--sample-rate", "99")
     rows = folded(out)
