@@ -33,7 +33,7 @@ from hotstack.doctor import MINIMUM, features_off
 from hotstack.ebpf import features
 
 PERF_EVENT = features.PROG_PERF_EVENT
-ITEM_TIMEOUT = 300   # seconds; qemu TCG on a loaded 2-core machine is slow
+ITEM_TIMEOUT = 420   # seconds; qemu TCG on a loaded 2-core machine is slow
 
 
 class Off(Exception):
@@ -236,12 +236,47 @@ def item_offcpu(w: Path) -> str:
     return f"sleep_eight_ms {100 * by['sleep_eight_ms'] / both:.0f}% of {both / 1e9:.2f} s off CPU"
 
 
+# The built-in pipeline (`hotstack agent --print-default-config`) kept to the workload, and a shorter
+# collect interval: symbolizing every process of the VM under emulation would take minutes.
+AGENT_CONFIG = """
+discovery.process "all" {
+  refresh_interval = "5s"
+}
+discovery.relabel "services" {
+  targets = discovery.process.all.targets
+  rule {
+    action        = "replace"
+    source_labels = ["__meta_process_exe"]
+    regex         = ".*/([^/]+)$"
+    target_label  = "service_name"
+  }
+  rule {
+    action        = "keep"
+    source_labels = ["service_name"]
+    regex         = "alloy-spin"
+  }
+}
+pyroscope.ebpf "default" {
+  targets          = discovery.relabel.services.output
+  forward_to       = [hotstack.local_store.default.receiver]
+  collect_interval = "5s"
+}
+hotstack.local_store "default" {
+  directory = "STORE"
+  retention = "1h"
+  window    = "15m"
+}
+"""
+
+
 def item_agent(w: Path) -> str:
-    """The agent's built-in pipeline writes a pprof file (in a process of its own: the agent leaves
-    with os._exit once flushed)."""
+    """The agent's pipeline writes a pprof file of the workload (in a process of its own: the agent
+    leaves with os._exit once flushed)."""
     with tempfile.TemporaryDirectory() as store, Workload([str(w / "alloy-spin")]):
-        proc = subprocess.run([sys.executable, "-m", "hotstack", "agent", "--storage.path", store,
-                               "--duration", "30", "--server.http.listen-addr", "127.0.0.1:0"],
+        config = Path(store) / "agent.alloy"
+        config.write_text(AGENT_CONFIG.replace("STORE", store))
+        proc = subprocess.run([sys.executable, "-m", "hotstack", "agent", str(config), "--duration", "20",
+                               "--server.http.listen-addr", "127.0.0.1:0"],
                               capture_output=True, text=True, timeout=ITEM_TIMEOUT - 10)
         files = sorted(Path(store).rglob("*.pb.gz"))
         if proc.returncode != 0 and not files:
