@@ -20,6 +20,7 @@ from .view import SORTS, ViewState, render
 from .window import Window
 
 KEY_POLL_S = 0.1
+CLOSE_WAIT_S = 10
 
 
 @dataclass
@@ -86,12 +87,19 @@ def run_top(opts: TopOptions, out=None) -> int:
     profiles: queue.SimpleQueue[Profile] = queue.SimpleQueue()
     stop = threading.Event()
     finished = threading.Event()
+    closed = threading.Event()
+    failed: list[Exception] = []
 
     def sample() -> None:
+        # The engine is closed by the thread that runs it, never under a collect still running.
         try:
             engine.run(opts.timeout, opts.interval, on_profile=profiles.put, stop=stop)
+        except Exception as e:   # said by the main thread, once the screen is given back
+            failed.append(e)
         finally:
             finished.set()
+            engine.close()
+            closed.set()
 
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     sampler = threading.Thread(target=sample, name="hotstack-top-engine", daemon=True)
@@ -122,10 +130,13 @@ def run_top(opts: TopOptions, out=None) -> int:
                     break
     finally:
         stop.set()
-        sampler.join(timeout=10)
         for s, handler in previous.items():
             signal.signal(s, handler)
-        engine.close()
+        # q answers at once: the screen is given back above; closing (perf events, maps) gets a
+        # bounded wait, and what it has not finished the process's exit finishes.
+        closed.wait(timeout=CLOSE_WAIT_S)
+    if failed:
+        raise failed[0]
     return 0
 
 
