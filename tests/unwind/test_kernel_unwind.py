@@ -275,3 +275,30 @@ def test_uprobe_on_a_libc_function_keeps_its_callers(build_dir, workloads, kind)
     assert abs(callers["nap_a"] / total - 0.7) <= 0.05, callers
     assert rooted >= 0.98 * total
     assert prof.stats.user_stacks_lost == 0
+
+
+def test_go_calling_c_through_cgo(build_dir, workloads):
+    """Go -> cgo -> C (no frame pointers) -> C: the walk goes up the C frames with their tables, across
+    runtime.asmcgocall's switch from the g0 stack back to the goroutine's (Go frame pointers, where the
+    table says so), up to the goroutine's root. Frame pointers alone stop at the C code."""
+    import os
+    import subprocess
+
+    from .conftest import profile, user_names
+
+    go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
+                                     if os.path.exists(p)), None)
+    if go is None or shutil.which("cc") is None:
+        pytest.skip("no Go toolchain or C compiler")
+    out = build_dir / "gocgo"
+    env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-mod=mod", "GOCACHE": str(build_dir / "gocache")}
+    subprocess.run([go, "build", "-o", str(out), "."], cwd=HERE / "workloads" / "gocgo", env=env, check=True)
+    w = workloads([out], settle=0.5)
+    prof, _ = profile([w.pid], seconds=3.0, unwind="kernel")
+    in_c = [(user_names(s), s.value) for s in prof.samples if user_names(s)[-2:] == ["c_leaf", "spin"]]
+    total = sum(v for _, v in in_c)
+    assert total >= 30, Counter(tuple(user_names(s)) for s in prof.samples).most_common(3)
+    # spin, c_leaf, the cgo stub, asmcgocall, then the goroutine: _Cfunc_c_leaf, b, a, main, runtime.main,
+    # goexit (runtime.cgocall itself keeps no frame of its own at the call)
+    crossed = sum(v for names, v in in_c if len(names) >= 9)
+    assert crossed >= 0.95 * total, Counter(tuple(n) for n, _ in in_c).most_common(3)

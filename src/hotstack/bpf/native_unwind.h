@@ -418,12 +418,16 @@ static __always_inline int nu_read(__u64 *out, __u64 addr)
 	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
 }
 
-/* One frame-pointer step: the caller's frame is at [bp]: saved bp, return address. */
-static __always_inline int nu_fp_step(struct nu_state *st)
+/*
+ * One frame-pointer step: the caller's frame is at [bp]: saved bp, return address. `same_stack`:
+ * the frame must lie just above sp (a sanity check for code without tables); Go's frames may be on
+ * another stack (asmcgocall runs C on the g0 stack and keeps the goroutine's frame pointer in BP).
+ */
+static __always_inline int nu_fp_walk(struct nu_state *st, int same_stack)
 {
 	__u64 bp = st->bp, next_bp, ra;
 
-	if (bp <= st->sp || bp - st->sp > (8 << 20) || (bp & 7)) {
+	if (!bp || (bp & 7) || (same_stack && (bp <= st->sp || bp - st->sp > (8 << 20)))) {
 		st->stack.end = NU_END_BAD_FP;
 		return -1;
 	}
@@ -435,9 +439,16 @@ static __always_inline int nu_fp_step(struct nu_state *st)
 	st->bp = next_bp;
 	st->pc = ra;
 	st->signal = 0;
-	if (!ra)
+	if (!ra) {
 		st->stack.end = NU_END_ZERO;
+		return -1;
+	}
 	return 0;
+}
+
+static __always_inline int nu_fp_step(struct nu_state *st)
+{
+	return nu_fp_walk(st, 1);
 }
 
 /* x86-64: the kernel's rt_sigframe at RSP after the handler returned into __restore_rt:
@@ -500,7 +511,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		break;
 	case NU_KIND_FP_GO:
 		nu_count(NU_STAT_GO_FRAMES);
-		return nu_fp_step(st);
+		return nu_fp_walk(st, 0);
 	case NU_KIND_STOP:
 		st->stack.end = NU_END_ROOT;
 		return -1;

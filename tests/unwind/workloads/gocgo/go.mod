@@ -1,0 +1,2 @@
+module gocgo
+go 1.21
