@@ -302,3 +302,38 @@ def test_go_calling_c_through_cgo(build_dir, workloads):
     # goexit (runtime.cgocall itself keeps no frame of its own at the call)
     crossed = sum(v for names, v in in_c if len(names) >= 9)
     assert crossed >= 0.95 * total, Counter(tuple(n) for n, _ in in_c).most_common(3)
+
+
+def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native_object):
+    """A small arena: a new table evicts the one used least recently; one that cannot fit is counted."""
+    import glob
+    import os
+    import struct
+
+    from hotstack.unwind.kernel_maps import FILE_KEY, kernel_dev
+
+    libs = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libc.so.6", "/usr/lib/*-linux-gnu/libstdc++.so.6",
+                                               "/usr/lib/*-linux-gnu/libpython3*.so.1.0")]
+    if not all(libs):
+        pytest.skip("libc, libstdc++ and libpython are needed")
+    libc, libstdcxx, libpython = (l[0] for l in libs)
+    sampler = NativeSampler(native_object, rows=60_000)
+    try:
+        tables = sampler.tables
+
+        def add(path):
+            st = os.stat(path)
+            return tables.add_path(path, st.st_ino, kernel_dev(st.st_dev)), (st.st_ino, kernel_dev(st.st_dev))
+
+        ok, libc_key = add(libc)                      # ~28k rows
+        assert ok and tables.rows_used > 20_000
+        ok, cxx_key = add(libstdcxx)                  # ~34k rows: libc must go
+        assert ok and tables.counters.files_evicted == 1
+        assert libc_key not in tables.loaded and cxx_key in tables.loaded
+        assert sampler.collection.maps["nu_files"].lookup(FILE_KEY.pack(*libc_key, 0)) is None
+        ok, _ = add(libpython)                        # ~74k rows: more than the whole arena
+        assert not ok and tables.counters.rows_full == 1
+        assert cxx_key in tables.loaded               # nothing evicted for a table that cannot fit
+        assert tables.rows_used <= 60_000
+    finally:
+        sampler.close()

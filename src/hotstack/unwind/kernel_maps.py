@@ -161,6 +161,9 @@ class NativeTables:
             if (ino, dev) in self.loaded:
                 return True
             count = max(len(table), 1)
+            if count > self.capacity:      # evicting everything would not make room
+                self.counters.rows_full += 1
+                return False
             first = self._allocate(count)
             if first is None:
                 self._evict_for(count)
