@@ -148,3 +148,51 @@ def test_builtin_config_validates():
     c = load_config(default_config("/tmp/x"), "<built-in>")
     assert c.order[-1] == "pyroscope.ebpf.default"
     assert c.component("hotstack.local_store.default").args["directory"] == "/tmp/x"
+
+
+def test_go_enabled_and_kernel_version_check_reach_the_engine():
+    from hotstack.alloy.components.ebpf_args import engine_config
+    from hotstack.sampling.engine import Engine
+    assert Engine(engine_config(args())).symbolizer.go_symbols is True
+    off = engine_config(args(go_enabled=False, no_kernel_version_check=True))
+    assert (off.go_symbols, off.kernel_version_check) == (False, False)
+    assert Engine(off).symbolizer.go_symbols is False
+
+
+def test_no_kernel_version_check_skips_only_the_version_rule():
+    from hotstack.errors import HotstackError
+    from hotstack.sampling.diagnose import check_preconditions
+    with pytest.raises(HotstackError, match="too old"):
+        check_preconditions(release="4.14.0-backported")
+    check_preconditions(version_check=False, release="4.14.0-backported")   # root here: privileges pass
+
+
+def test_unsupported_runtimes_and_upload_settings_warn_once_at_start(caplog):
+    """Alloy's runtime unwinders default to true: accepted with ONE warning naming them; the
+    debug-info upload settings (upload itself is refused) warn that they have no effect."""
+    from hotstack.alloy.controller import load_config
+    config = ('pyroscope.write "w" {}\npyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n'
+              '  lazy_mode = true\n  php_enabled = false\n  debug_info {\n    worker_num = 4\n'
+              '    strip_text_section = true\n  }\n}\n')
+    c = load_config(config, "w.alloy")
+    with caplog.at_level("WARNING"):
+        c.start()
+        c.stop()
+    lines = [r.getMessage() for r in caplog.records if "pyroscope.ebpf.e" in r.getMessage()]
+    runtimes = [line for line in lines if "not supported yet" in line and "unwinder" in line]
+    assert len(runtimes) == 1
+    for name in ("perl_enabled", "hotspot_enabled", "ruby_enabled", "v8_enabled", "dotnet_enabled"):
+        assert name in runtimes[0]
+    assert "php_enabled" not in runtimes[0]
+    upload = [line for line in lines if "debug-info upload" in line]
+    assert len(upload) == 1 and "debug_info.worker_num" in upload[0] and "debug_info.strip_text_section" in upload[0]
+    assert "queue_size" not in upload[0]
+    quiet = load_config(config.replace("php_enabled = false", "perl_enabled = false\n  hotspot_enabled = false\n"
+                                       "  ruby_enabled = false\n  v8_enabled = false\n  dotnet_enabled = false\n"
+                                       "  php_enabled = false").replace("    worker_num = 4\n    strip_text_section = true\n", ""),
+                        "q.alloy")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        quiet.start()
+        quiet.stop()
+    assert not [r for r in caplog.records if "unwinder" in r.getMessage() or "debug-info" in r.getMessage()]

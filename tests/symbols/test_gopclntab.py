@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,25 @@ def test_table_found_by_scanning_when_the_section_has_no_name(go_binaries, tmp_p
         go = find_pclntab(elf)
         assert go is not None and len(go) == len(reference)
         assert go.lookup_many([entry + 1]) == expected
+
+
+def test_go_symbols_off_leaves_a_stripped_go_binary_unnamed(go_binaries):
+    """pyroscope.ebpf's go_enabled = false: .gopclntab is not read, so a stripped Go binary's
+    functions stay module+offset; on (the default) they are named."""
+    from hotstack.procs import ProcessTable
+    from hotstack.symbols.symbolizer import Symbolizer
+
+    with ElfFile(str(go_binaries["plain"])) as plain:
+        reference = find_pclntab(plain)
+        entry = next(int(reference.entries[i]) for i in range(len(reference))
+                     if reference.name(i) == "main.crunchNumbers")
+    proc = subprocess.Popen([str(go_binaries["stripped"])])     # not PIE: ELF address = process address
+    try:
+        time.sleep(0.3)
+        on = Symbolizer(ProcessTable()).user_frames(proc.pid, [entry + 3])[0]
+        off = Symbolizer(ProcessTable(), go_symbols=False).user_frames(proc.pid, [entry + 3])[0]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (on.name, on.resolved) == ("main.crunchNumbers", True)
+    assert not off.resolved and "crunchNumbers" not in off.name

@@ -42,6 +42,8 @@ class EngineConfig:
     runtime_frames: bool = True       # frame sources (CPython ...) replace interpreter frames
     obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
     demangle: str = "full"
+    go_symbols: bool = True           # Go function names from .gopclntab (pyroscope.ebpf's go_enabled)
+    kernel_version_check: bool = True  # refuse kernels older than MIN_KERNEL before loading anything
 
     def validate(self, names: dict[str, str] | None = None) -> "EngineConfig":
         """Raise one ConfigError naming the field as the front door calls it; returns self."""

@@ -33,8 +33,8 @@ def can_profile_caps(caps: int | None = None) -> bool:
     return has_cap(CAP_SYS_ADMIN, caps) or (has_cap(CAP_BPF, caps) and has_cap(CAP_PERFMON, caps))
 
 
-def kernel_version() -> tuple[int, int]:
-    release = os.uname().release
+def kernel_version(release: str | None = None) -> tuple[int, int]:
+    release = os.uname().release if release is None else release
     try:
         major, minor = release.split(".")[:2]
         return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
@@ -54,10 +54,13 @@ PRIVILEGES_HINT = ("run as root (sudo), or grant CAP_BPF and CAP_PERFMON (or CAP
                    "e.g. `sudo setcap cap_bpf,cap_perfmon+ep` on the interpreter or `--privileged` in a container")
 
 
-def check_preconditions() -> None:
-    """Fail fast, before loading anything, on what we can know up front."""
-    if kernel_version() < MIN_KERNEL:
-        raise HotstackError(f"kernel {os.uname().release} is too old: hotstack needs Linux "
+def check_preconditions(version_check: bool = True, release: str | None = None) -> None:
+    """Fail fast, before loading anything, on what we can know up front. Without the version
+    check (a vendor kernel that backports BPF global data under an old number) the loader's
+    own error says what is missing instead."""
+    release = os.uname().release if release is None else release
+    if version_check and kernel_version(release) < MIN_KERNEL:
+        raise HotstackError(f"kernel {release} is too old: hotstack needs Linux "
                             f"{MIN_KERNEL[0]}.{MIN_KERNEL[1]}+ for BPF global data (.rodata)")
     if not can_profile_caps():
         raise PrivilegeError(f"missing privileges to load eBPF programs: {PRIVILEGES_HINT}")

@@ -45,8 +45,8 @@ class Engine:
                  symbolizer: Symbolizer | None = None, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
         self.config = config.validate()
         self.processes = processes if processes is not None else ProcessTable()
-        self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(self.processes,
-                                                                               demangle=config.demangle)
+        self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(
+            self.processes, demangle=config.demangle, go_symbols=config.go_symbols)
         self.unwinder = Unwinder(self.processes)
         self.samplers: list[Sampler] = []
         self.cpu: CpuSampler | None = None
@@ -93,7 +93,7 @@ class Engine:
     def start(self) -> None:
         """Load and attach every sampler; a failure closes what started and is one HotstackError."""
         try:
-            check_preconditions()
+            check_preconditions(self.config.kernel_version_check)
             self._start()
         except Exception as e:   # loader failures become one line
             self.close()

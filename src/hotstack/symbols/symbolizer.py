@@ -163,8 +163,9 @@ class Symbolizer:
                  elf_cache_bytes: int = DEFAULT_ELF_CACHE_BYTES,
                  pid_cache_bytes: int = DEFAULT_PID_CACHE_BYTES,
                  debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS,
-                 perf_maps: bool = True) -> None:
+                 perf_maps: bool = True, go_symbols: bool = True) -> None:
         self.processes = processes
+        self.go_symbols = go_symbols    # False: .gopclntab is not read (Go names only from .symtab)
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -383,7 +384,7 @@ class Symbolizer:
         sources: list[str] = []
         errors: list[str] = []
         try:
-            module.go = find_pclntab(elf)
+            module.go = find_pclntab(elf) if self.go_symbols else None
             if module.go is not None:
                 sources.append(f"gopclntab {module.go.version}")
         except ElfError as e:

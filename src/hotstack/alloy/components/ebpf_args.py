@@ -58,7 +58,8 @@ def engine_config(a: dict):
     return EngineConfig(frequency=a["sample_rate"], kernel_stacks=a["kernel_frames"],
                         runtime_frames=a["python_enabled"], off_cpu_threshold=a["off_cpu_threshold"],
                         probe_links=tuple(parse_probe_links(a["probe_links"], a["u_probe_links"])),
-                        obi=obi, demangle=a["demangle"]).validate(ARG_NAMES)
+                        obi=obi, demangle=a["demangle"], go_symbols=a["go_enabled"],
+                        kernel_version_check=not a["no_kernel_version_check"]).validate(ARG_NAMES)
 
 
 # Trace correlation is on by default in Alloy and only does something when an OBI/Beyla
@@ -66,9 +67,31 @@ def engine_config(a: dict):
 # with one warning at start (see PyroscopeEbpf.start), `false` is what already happens.
 OBI_AVAILABLE = lambda: _has("hotstack.sampling.obi", "ObiConfig")  # noqa: E731
 
-# Interpreter unwinders hotstack does not have: turning them off (false) is what already
-# happens, so false is honoured; their default (true) is accepted as "on where available".
+# Interpreter unwinders hotstack does not have. Alloy turns them on by default, so refusing
+# `true` would fail every seed config: `true` is accepted with one warning at start (their
+# frames stay native frames of the interpreter), `false` is what already happens.
 NO_UNWINDER = ("perl_enabled", "php_enabled", "hotspot_enabled", "ruby_enabled", "v8_enabled", "dotnet_enabled")
+
+# debug_info settings of Alloy's debug-info uploader (its cache of uploaded build ids, its
+# queue, its workers, stripping .text before upload). hotstack does not upload debug info
+# (upload = true is refused), so a non-default value changes nothing: one warning at start.
+UPLOAD_ONLY = ("cache_size", "strip_text_section", "queue_size", "worker_num")
+
+
+def start_warnings(a: dict) -> list[str]:
+    """One line per group of arguments that are accepted but cannot act here, with the reason."""
+    warnings = []
+    runtimes = [name for name in NO_UNWINDER if a[name]]
+    if runtimes:
+        warnings.append(f"{', '.join(runtimes)}: not supported yet (hotstack has no unwinder for these runtimes;"
+                        f" their processes are profiled as native code); set them to false to silence this")
+    defaults = DEBUG_INFO.defaults()
+    changed = [f"debug_info.{name}" for name in UPLOAD_ONLY if a["debug_info"][name] != defaults[name]]
+    if changed:
+        warnings.append(f"{', '.join(changed)}: no effect (they configure debug-info upload, which hotstack "
+                        f"does not do)")
+    return warnings
+
 
 DEPRECATED = {name: f"argument {name!r} is deprecated and has no effect; remove it" for name in (
     "pid_cache_size", "build_id_cache_size", "same_file_cache_size", "cache_rounds", "go_table_fallback",

@@ -26,7 +26,8 @@ STOP_TIMEOUT_S = 60.0
 DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
 # Arguments the running samplers were built from: a change restarts them.
 ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "off_cpu_threshold", "probe_links",
-               "u_probe_links", "obi_process_context_enabled", "bpf_fs_root")
+               "u_probe_links", "obi_process_context_enabled", "bpf_fs_root", "go_enabled",
+               "no_kernel_version_check")
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,8 @@ class PyroscopeEbpf(Component):
         if self.args["obi_process_context_enabled"] and not ebpf_args.OBI_AVAILABLE():
             self.log.warning("%s: obi_process_context_enabled: not supported yet; samples carry no trace_id/span_id",
                              self.id)
+        for warning in ebpf_args.start_warnings(self.args):
+            self.log.warning("%s: %s", self.id, warning)
         self._started = True
         if self._should_run():
             self._start_profiler()
