@@ -56,7 +56,7 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
     for name in ("pyroscope_ebpf_active_targets", "pyroscope_ebpf_profiling_sessions_total",
                  "pyroscope_ebpf_pprofs_total", "pyroscope_ebpf_pprof_bytes_total", "hotstack_samples_total",
                  "hotstack_symbolizer_lookups_total", "hotstack_lost_stacks_total",
-                 "hotstack_bpf_run_time_seconds_total"):
+                 "hotstack_bpf_run_time_seconds_total", "hotstack_kernel_unwinder_total"):
         assert name in metrics, name
     samples = [line for line in metrics.splitlines() if line.startswith("hotstack_samples_total")]
     assert float(samples[0].split()[-1]) > 0

@@ -211,6 +211,9 @@ def test_profiler_kernel_mode_end_to_end(build_dir, workloads):
     complete = sum(v for k, v in chain.items() if k[0] == "_start" and "compare" in k and "a" in k)
     assert complete >= 0.98 * sum(chain.values()), Counter(chain).most_common(3)
     assert prof.stats.user_stacks_lost == 0
+    # the kernel unwinder's own counters reach the profile (footer, /metrics): tables were preloaded
+    assert prof.stats.native_no_table == 0
+    assert prof.stats.native_incomplete <= 0.02 * prof.total
 
 
 

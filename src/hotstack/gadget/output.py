@@ -100,6 +100,9 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
         parts.append(f"{st.truncated} samples with a runtime stack cut short ([truncated])")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
+    if st.native_incomplete or st.native_no_table:
+        parts.append(f"kernel unwinder: {st.native_incomplete} stacks short of the root, {st.native_no_table} PCs "
+                     f"in files not yet loaded, {st.native_fp_frames} frames by frame pointers")
     parts.extend(notes)
     return "; ".join(parts)
 

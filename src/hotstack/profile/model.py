@@ -85,6 +85,12 @@ class ProfileStats:
     kernel_stacks_lost: int = 0   # kept, but without their kernel stack
     stack_collisions: int = 0     # of those lost, by stack-map bucket collisions
     truncated: int = 0            # kept, with a runtime stack cut short (a [truncated] frame)
+    # --unwind kernel (bpf/native_unwind.h): walks that stopped short of the process root (no
+    # mapping, a fault, a rule it cannot follow, 128 frames), PCs met in a file whose table was not
+    # loaded yet (queued; the next samples have it), frames found with frame pointers for want of a table
+    native_incomplete: int = 0
+    native_no_table: int = 0
+    native_fp_frames: int = 0
 
     def add(self, other: "ProfileStats") -> None:
         for name in self.__dataclass_fields__:

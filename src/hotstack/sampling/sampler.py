@@ -117,6 +117,8 @@ class Sampler:
         start, end = self.buffers.interval()
         stacks += self.pending(buffer, reader)
         stats, snapshot_stats = self.buffers.read_stats()
+        if self.native is not None:
+            self.native.add_stats(stats)
         reader.clear(keep=self.still_referenced(buffer))
         return RawBatch(stacks, start, end, stats, snapshot_stats)
 

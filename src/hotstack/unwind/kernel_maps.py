@@ -130,6 +130,7 @@ class NativeTables:
         self._free: list[tuple[int, int]] = [(0, self.capacity)]     # (first, count), sorted
         self._lock = threading.Lock()
         self.counters = Counters()
+        self._last_counters: dict[str, int] = {}
 
     # -- files ---------------------------------------------------------------------------------------
     @property
@@ -294,6 +295,16 @@ class NativeTables:
             values = self.stats_map.lookup_percpu(struct.pack("<I", i))
             out[name] = sum(struct.unpack_from("<Q", v)[0] for v in values)
         return out
+
+    def add_stats(self, stats) -> None:
+        """Add the kernel unwinder's counters since the last call to a ProfileStats (its native_* fields)."""
+        now = self.kernel_counters()
+        last, self._last_counters = self._last_counters, now
+        d = {k: v - last.get(k, 0) for k, v in now.items()}
+        stats.native_incomplete += sum(d[k] for k in ("end_truncated", "end_no_mapping", "end_bad_fp", "end_read",
+                                                      "end_invalid"))
+        stats.native_no_table += d["no_table"]
+        stats.native_fp_frames += d["fp_frames"]
 
     def memory_bytes(self) -> dict[str, int]:
         """Kernel memory of the unwinder's maps (value bytes as allocated, not counting hash overhead)."""

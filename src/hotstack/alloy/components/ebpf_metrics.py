@@ -20,6 +20,7 @@ class EngineCollector:
         self.kernel_lost = 0
         self.counts_full = 0
         self.truncated = 0
+        self.native = {"incomplete": 0, "no_table": 0, "fp_frames": 0}   # --unwind kernel
 
     def collect(self):
         samples = CounterMetricFamily("hotstack_samples", "Samples taken by the BPF sampler.")
@@ -32,6 +33,10 @@ class EngineCollector:
         truncated = CounterMetricFamily("hotstack_truncated_stacks",
                                         "Samples whose runtime (e.g. Python) stack was cut short: a [truncated] frame.")
         truncated.add_metric([], self.truncated)
+        native = CounterMetricFamily("hotstack_kernel_unwinder", "The kernel unwinder's shortfalls: stacks short of "
+                                     "the root, PCs in files not loaded yet, frames by frame pointers.", labels=["what"])
+        for what, value in self.native.items():
+            native.add_metric([what], value)
         hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
         runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
         h = m = 0
@@ -51,7 +56,7 @@ class EngineCollector:
         hits.add_metric(["hit"], h)
         hits.add_metric(["miss"], m)
         runtime.add_metric([], rt)
-        yield from (samples, lost, full, truncated, hits, runtime)
+        yield from (samples, lost, full, truncated, native, hits, runtime)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)
@@ -93,3 +98,6 @@ class EbpfMetrics:
         self.engine.kernel_lost += st.kernel_stacks_lost
         self.engine.counts_full += st.counts_full
         self.engine.truncated += st.truncated
+        self.engine.native["incomplete"] += st.native_incomplete
+        self.engine.native["no_table"] += st.native_no_table
+        self.engine.native["fp_frames"] += st.native_fp_frames
