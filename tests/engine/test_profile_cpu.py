@@ -96,7 +96,7 @@ def test_process_that_exits_mid_run_keeps_samples_and_symbols(hot_ab, workloads)
     rows = [json.loads(line) for line in out.splitlines()]
     mine = [row for row in rows if row["proc"]["pid"] == w.pid]
     assert sum(row["samples"] for row in mine) >= 10, rows[:3]   # ~99 on an idle machine
-    assert any("hot_a" in row["user_stack"].split("; ") for row in mine), mine[:3]
+    assert any("hot_a" in row["user_stack_raw"]["symbols"].split("; ") for row in mine), mine[:3]
 
 
 def test_pid_filter_isolates_one_process(hot_ab, workloads):
@@ -122,7 +122,7 @@ def test_kernel_and_user_only_switches(workloads):
     w = workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
     r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--kernel-stacks-only", "-o", "json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert rows and all(row["user_stack"] == "" for row in rows)
+    assert rows and all(row["user_stack_raw"]["symbols"] == "" for row in rows)
     assert any(row["kern_stack"] for row in rows)
     r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--user-stacks-only", "-o", "json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]

@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-rate", type=int, default=49, metavar="HZ", help="samples per second per CPU (1..1000)")
     p.add_argument("--map-fetch-interval", default="0", metavar="DURATION",
                    help="print what was collected every DURATION (e.g. 5s, 500ms); 0 = once at the end")
+    p.add_argument("--map-fetch-count", type=int, default=0, metavar="N",
+                   help="stop after N fetches of --map-fetch-interval (0 = no limit)")
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     p.add_argument("--comm", action="append", default=[], help="only processes with this command name (repeatable)")
     p.add_argument("--include-idle", action="store_true", help="also count samples of idle CPUs")
@@ -43,7 +45,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",
-                   help="columns | json | folded | pprof | flamegraph | none (pprof and flamegraph need --file)")
+                   help="columns | json | jsonpretty | yaml | folded | pprof | flamegraph | none (pprof and "
+                        "flamegraph need --file)")
+    c = p.add_argument_group("containers and rows (as ig run)")
+    c.add_argument("-c", "--containername", "--runtime-containername", dest="containername", default="",
+                   metavar="NAMES", help="only these containers (comma list; '!name' to leave them out)")
+    c.add_argument("-n", "--k8s-namespace", default="", metavar="NAMES", help="only these Kubernetes namespaces")
+    c.add_argument("--k8s-podname", default="", metavar="NAMES", help="only these pods")
+    c.add_argument("--k8s-containername", default="", metavar="NAMES", help="only these Kubernetes containers")
+    c.add_argument("--host", action="store_true",
+                   help="host processes and containers (hotstack's default: it always profiles the whole host)")
+    c.add_argument("--fields", default="", metavar="F1,F2|+F|-F",
+                   help="-o json/jsonpretty/yaml: only these fields, or +field/-field from the default ones")
+    c.add_argument("--filter", default="", metavar="EXPR",
+                   help="only rows where every FIELD OP VALUE holds (OP: == != >= > <= < ~regex), e.g. proc.comm==nginx")
+    c.add_argument("--sort", default="", metavar="F1,-F2", help="-o json/jsonpretty/yaml: order rows by these fields")
     p.add_argument("--file", default="", metavar="PATH",
                    help="write -o pprof (gzipped profile.proto), flamegraph (HTML) or folded to PATH")
     p.add_argument("--max-entries", type=int, default=20, metavar="N", help="rows shown by -o columns")
@@ -98,6 +114,8 @@ def check_flags(args: argparse.Namespace) -> None:
         if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
             raise ConfigError(f"{flag} {args.timeout if flag == '--timeout' else args.map_fetch_interval}: "
                               f"expected 0 or a number of seconds up to {MAX_SECONDS} (366 days)")
+    if args.map_fetch_count < 0:
+        raise ConfigError(f"--map-fetch-count {args.map_fetch_count}: expected 0 (no limit) or a number of fetches")
     if not math.isfinite(args.off_cpu_threshold):
         raise ConfigError(f"--off-cpu-threshold {args.off_cpu_threshold}: expected a number in (0, 1]")
     for pid in args.pid:

@@ -6,6 +6,7 @@ any datasource that carries `profiles.*` annotations can be exported as profiles
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,20 +35,26 @@ class DataSource:
     name: str
     fields: list[Field]
     annotations: dict[str, str] = field(default_factory=dict)
+    # Older names of fields (hotstack's before it took ig's): still accepted wherever a field is named.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def field(self, name: str) -> Field:
+        name = self.aliases.get(name, name)
         for f in self.fields:
             if f.name == name:
                 return f
         raise KeyError(name)
 
     def has_field(self, name: str) -> bool:
+        name = self.aliases.get(name, name)
         return any(f.name == name for f in self.fields)
 
     def annotate(self, specs: list[str]) -> None:
-        """Apply `--annotate` values: `ds:key=value` or `ds.field:key=value`, comma-separated."""
+        """Apply `--annotate` values: `ds:key=value` or `ds.field:key=value`, comma-separated.
+        A value may itself be a list (`samples:profiles.stack-fields=kern_stack,user_stack`): a
+        piece after a comma that is not `TARGET:KEY=...` continues the previous value."""
         for spec in specs:
-            for item in filter(None, (s.strip() for s in spec.split(","))):
+            for item in _annotation_items(spec):
                 target, sep, assignment = item.partition(":")
                 key, eq, value = assignment.partition("=")
                 if not sep or not eq or not key:
@@ -65,6 +72,20 @@ class DataSource:
                     raise ConfigError(f"--annotate {item!r}: datasource {self.name!r} has no field "
                                       f"{field_name!r} (fields: {names})") from None
 
+
+def _annotation_items(spec: str) -> list[str]:
+    items: list[str] = []
+    for piece in (p.strip() for p in spec.split(",")):
+        if not piece:
+            continue
+        if items and not _STARTS_ANNOTATION.match(piece):
+            items[-1] += "," + piece
+        else:
+            items.append(piece)
+    return items
+
+
+_STARTS_ANNOTATION = re.compile(r"^[^:=,\s]+:[^=:,\s]+=")
 
 Row = dict[str, Any]
 

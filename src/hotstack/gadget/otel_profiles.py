@@ -80,6 +80,9 @@ class OtelProfilesOperator:
             if not ds.has_field(name):
                 raise ConfigError(f"--otel-profiles-exporter: datasource {ds.name!r} has no field {name!r} "
                                   f"(named by its profiles.* annotations)")
+        # fields as the datasource names them (an annotation may use an older alias)
+        self.stack_fields = [ds.field(n).name for n in self.stack_fields]
+        self.value_field = ds.field(self.value_field).name
         if ds.field(self.value_field).kind not in INT_KINDS:
             raise ConfigError(f"--otel-profiles-exporter: profiles.value-field {self.value_field!r} is a "
                               f"{ds.field(self.value_field).kind}, not an integer")

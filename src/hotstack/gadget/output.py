@@ -6,6 +6,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from ..profile.folded import render_folded
@@ -17,19 +18,41 @@ from .datasource import DataSource, rows
 MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
 
 
-def render_json(profile: Profile, ds: DataSource, out: TextIO) -> None:
-    """One JSON object per sample (a row of `ds`), fields nested by their dotted names (as `ig -o json`)."""
-    for row in rows(ds, profile):
+@dataclass(frozen=True)
+class RowShape:
+    """How -o json/jsonpretty/yaml print rows: which fields (None: all but json.skip), in what order."""
+    fields: list[str] | None = None
+    sort: list[tuple[str, bool]] = field(default_factory=list)
+    mode: str = "json"
+
+
+def render_rows(profile: Profile, ds: DataSource, out: TextIO, shape: RowShape = RowShape()) -> None:
+    """The rows of one fetch, fields nested by their dotted names (as `ig -o json`): json is one
+    object per line, jsonpretty one indented array, yaml one document (a list) per fetch."""
+    from .filters import sort_rows
+
+    names = shape.fields if shape.fields is not None else [
+        f.name for f in ds.fields if f.annotations.get("json.skip") != "true"]
+    objects = []
+    for row in sort_rows(rows(ds, profile), shape.sort):
         obj: dict = {}
-        for f in ds.fields:
-            if f.annotations.get("json.skip") == "true" or f.name not in row:
+        for name in names:
+            if name not in row:
                 continue
             node = obj
-            *parents, leaf = f.name.split(".")
+            *parents, leaf = name.split(".")
             for p in parents:
                 node = node.setdefault(p, {})
-            node[leaf] = row[f.name]
-        out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            node[leaf] = row[name]
+        objects.append(obj)
+    if shape.mode == "jsonpretty":
+        out.write(json.dumps(objects, indent=2) + "\n")
+    elif shape.mode == "yaml":
+        import yaml
+        out.write("---\n" + yaml.safe_dump(objects, sort_keys=False, default_flow_style=False))
+    else:
+        for obj in objects:
+            out.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
 def render_folded_output(profile: Profile, out: TextIO) -> None:

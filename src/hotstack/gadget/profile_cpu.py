@@ -44,7 +44,7 @@ def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
     return DataSource(
         name="samples",
         annotations={
-            "profiles.stack-fields": "kern_stack,user_stack",
+            "profiles.stack-fields": "kern_stack,user_stack_raw.symbols",
             "profiles.value-field": "samples",
             "profiles.name": "process_cpu",
             "profiles.type": "samples",
@@ -64,10 +64,12 @@ def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
             Field("proc.comm", "string", {"flamegraph.level": "10", **attribute}, of=lambda s: s.comm),
             Field("proc.pid", "uint32", of=lambda s: s.pid),
             Field("proc.tid", "uint32", of=lambda s: s.tid),
-            Field("user_stack", "string", {"flamegraph.level": "20", "flamegraph.type": "stack"},
+            # ig's name: the symbols of its user_stack_raw struct (hotstack called it user_stack)
+            Field("user_stack_raw.symbols", "string", {"flamegraph.level": "20", "flamegraph.type": "stack"},
                   of=lambda s: format_stack(user_frames(s)), frames=user_frames),
             Field("kern_stack", "string", {"flamegraph.level": "30", "flamegraph.type": "stack"},
                   of=lambda s: format_stack(kernel_frames(s)), frames=kernel_frames),
             Field("samples", "uint64", of=lambda s: s.value),
         ],
+        aliases={"user_stack": "user_stack_raw.symbols"},
     )

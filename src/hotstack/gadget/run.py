@@ -17,11 +17,12 @@ from ..errors import ConfigError
 from ..profile.model import Profile
 from ..sampling.config import EngineConfig
 from ..units import parse_duration
-from . import output
+from . import filters, output
 from .exports import RunExports
 from .profile_cpu import samples_datasource
 
-OUTPUT_MODES = ("columns", "json", "folded", "pprof", "flamegraph", "none")
+OUTPUT_MODES = ("columns", "json", "jsonpretty", "yaml", "folded", "pprof", "flamegraph", "none")
+ROW_MODES = ("json", "jsonpretty", "yaml")         # outputs of datasource rows: --fields and --sort shape them
 FILE_MODES = ("pprof", "flamegraph", "folded")   # -o MODE --file PATH
 
 
@@ -46,6 +47,11 @@ class RunOptions:
     unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
+    map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
+    containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
+    filter: str = ""              # --filter
+    fields: str = ""              # --fields
+    sort: str = ""                # --sort
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
@@ -58,7 +64,13 @@ class RunOptions:
             output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
             file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
             sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
-            python_enabled=getattr(args, "python", True), show_hotstack=getattr(args, "show_hotstack", False))
+            python_enabled=getattr(args, "python", True), show_hotstack=getattr(args, "show_hotstack", False),
+            map_fetch_count=getattr(args, "map_fetch_count", 0),
+            containers={"runtime.containerName": getattr(args, "containername", ""),
+                        "k8s.namespace": getattr(args, "k8s_namespace", ""),
+                        "k8s.podName": getattr(args, "k8s_podname", ""),
+                        "k8s.containerName": getattr(args, "k8s_containername", "")},
+            filter=getattr(args, "filter", ""), fields=getattr(args, "fields", ""), sort=getattr(args, "sort", ""))
 
     def validate(self) -> None:
         self.engine_config().validate(FLAG_NAMES)
@@ -70,6 +82,10 @@ class RunOptions:
             raise ConfigError(f"-o {self.output}: expected one of {', '.join(OUTPUT_MODES)}")
         if self.output in ("pprof", "flamegraph") and not self.file:
             raise ConfigError(f"-o {self.output} writes a file: add --file PATH")
+        for flag, value in (("--fields", self.fields), ("--sort", self.sort)):
+            if value and self.output not in ROW_MODES:
+                raise ConfigError(f"{flag} shapes the rows of -o {', '.join(ROW_MODES)} (not -o {self.output}, "
+                                  f"whose rows are stacks)")
         if self.file and self.output not in FILE_MODES:
             raise ConfigError(f"--file goes with -o {', '.join(FILE_MODES)} (not -o {self.output})")
 
@@ -100,12 +116,15 @@ def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO = sys.std
     opts.validate()
     config.validate(FLAG_NAMES)
     ds.annotate(opts.annotations)
+    rules = filters.container_rules(opts.containers, ds) + filters.parse_filter(opts.filter, ds)
+    shape = output.RowShape(filters.select_fields(opts.fields, ds) if opts.fields else None,
+                            filters.parse_sort(opts.sort, ds), opts.output)
     exports = RunExports(ds, config=opts.config, exporter_flag=opts.otel_profiles_exporter,
                          sanitize=opts.sanitize_labels, file_path=opts.file,
                          file_format=opts.output if opts.file else "")
     finished = False
     try:
-        code = _sample(opts, config, ds, exports, out, sinks)
+        code = _sample(opts, config, ds, exports, out, sinks, rules, shape)
         finished = True
         return code
     finally:
@@ -113,7 +132,7 @@ def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO = sys.std
 
 
 def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out: TextIO,
-            sinks: list[ProfileSink] | None) -> int:
+            sinks: list[ProfileSink] | None, rules: list, shape: "output.RowShape") -> int:
     from ..sampling.engine import Engine
 
     engine = Engine(config)
@@ -125,14 +144,23 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
     # A whole-host table shows hotstack's own samples as one row unless asked (--show-hotstack).
     own = () if opts.show_hotstack or opts.pids or opts.comms else (os.getpid(),)
 
+    fetches = 0
+
     def emit(profile: Profile) -> None:
+        nonlocal fetches
+        fetches += 1
+        if opts.map_fetch_count and fetches > opts.map_fetch_count:
+            return         # the drain at stop, after the last counted fetch
+        if opts.map_fetch_count and fetches == opts.map_fetch_count:
+            stop.set()     # as ig: the run ends after N fetches
+        profile = filters.apply(profile, rules)
         for sink in sinks or ():
             sink(profile)
         exports.emit(profile)
         if opts.output == "columns":
             output.render_columns(profile, out, opts.max_rows, own_pids=own)
-        elif opts.output == "json":
-            output.render_json(profile, ds, out)
+        elif opts.output in ROW_MODES:
+            output.render_rows(profile, ds, out, shape)
         elif opts.output == "folded" and not opts.file:
             output.render_folded_output(profile, out)
         out.flush()
