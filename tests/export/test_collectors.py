@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,23 @@ def test_sanitized_attribute_names_reach_the_collector(collectors, export_busy, 
     samples = [s for req in requests for s in resolve(req)]
     assert samples and all(s["attributes"] == {"proc_comm": "export_busy", "proc_pid": w.pid} for s in samples)
     assert samples[0]["resource"]["service.name"] == "hotstack"     # resource names keep their dots
+
+
+def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, workloads, tmp_path):
+    """The guide's Pyroscope 1.15 speaks the v1.8 layout (Collector 0.139 here); hotstack's default
+    is v1.10. The guide works when its ig-config.yaml gets one more line, as the README says:
+    `protocol-version: v1.8`."""
+    collector, _ = collectors["v1.8"]
+    config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint) + "        protocol-version: v1.8\n"
+    (tmp_path / "ig-config.yaml").write_text(config)
+    workloads([export_busy])
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+                        "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = collector.wait_for("proc.comm", "export_busy")
+    ours = [s for s in debug_samples(text) if s["attributes"].get("proc.comm") == "export_busy"]
+    assert ours and sum(sum(s["values"]) for s in ours) > 0
+    assert "export_leaf" in text
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "protocol-version: v1.8" in readme and "Pyroscope 1.15" in readme
