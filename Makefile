@@ -29,6 +29,7 @@ test-peers:
 # (TCG) and this host's kernel, each running the smoke suite; a table at the end. Needs root and
 # what .ci/install.d/kernels.sh installs. Fails if an item expected.json says passes did not.
 test-kernels: venv
+	bash .ci/install.d/kernels.sh
 	$(VPY) tests/kernels/matrix.py $(KERNELS_ARGS)
 
 venv: $(VENV)/.installed
