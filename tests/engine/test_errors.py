@@ -55,7 +55,7 @@ def test_doctor_ok_as_root():
 @pytest.mark.parametrize("args, needle", [
     (["--sample-rate", "0"], "--sample-rate"),
     (["--sample-rate", "5000"], "--sample-rate"),
-    (["-o", "yaml"], "-o yaml"),
+    (["-o", "xml"], "-o xml"),
     (["--map-fetch-interval", "soon"], "--map-fetch-interval"),
     (["--kernel-stacks-only", "--user-stacks-only"], "exclude each other"),
     (["--annotate", "nosuchds:a=b"], "--annotate"),
@@ -97,6 +97,6 @@ def test_explain_memlock_on_old_kernels(monkeypatch):
 
 
 def test_too_old_kernel_is_named(monkeypatch):
-    monkeypatch.setattr(diagnose, "kernel_version", lambda: (4, 19))
+    monkeypatch.setattr(diagnose, "kernel_version", lambda release=None: (4, 19))
     with pytest.raises(diagnose.HotstackError, match="too old"):
         diagnose.check_preconditions()
