@@ -269,3 +269,92 @@ def test_process_that_becomes_python_while_profiled():
     comms = {s.comm for s in prof.samples}
     assert "sh" in comms, comms          # it was sampled before it ran Python
     assert any("caller" in python_names(s) for s in prof.samples), comms
+
+
+DEEP = 20_000
+
+
+def test_deep_recursion_is_marked_truncated():
+    """A 20,000-deep Python recursion: the walker keeps the leaf-most frames, and the cut is said
+    by a [truncated] frame root-ward of them (not joined silently to the native root), counted in
+    the profile's stats (the footer, /metrics). (Walker limit, not version-specific: one interpreter.)"""
+    python = newest()
+    t = Target(python, "import json, sys\nsys.setrecursionlimit(%d)\n"
+                       "def rec(n):\n    if n == 0:\n        print(json.dumps({}), flush=True)\n"
+                       "        while True: pass\n    return rec(n - 1)\nrec(%d)" % (DEEP + 1000, DEEP))
+    try:
+        prof = profile(t.pid, 1.5)
+    finally:
+        t.stop()
+    deep = [s for s in prof.samples if "rec" in python_names(s)]
+    assert sum(s.value for s in deep) > 50, prof.samples[:3]
+    for s in deep:
+        names = [f.name for f in reversed(s.stack)]          # root first
+        cut = names.index("[truncated]")
+        assert set(names[cut + 1:cut + 1 + 90]) == {"rec"}, names   # then only the leaf-most rec frames
+        assert "<module>" not in names[cut:], names
+    assert prof.stats.truncated == sum(s.value for s in deep), (prof.stats.truncated, len(deep))
+
+
+def test_truncated_stacks_in_the_footer_and_metrics():
+    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
+    from hotstack.gadget.output import footer
+    from hotstack.profile.model import TRUNCATED, Frame, Profile, ProfileStats, Sample
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    p = Profile([Sample((Frame("rec"), TRUNCATED, Frame("main")), 7, 1, 1, "py")], 0, 10**9, 49,
+                stats=ProfileStats(samples=7, truncated=7))
+    assert "7 samples with a runtime stack cut short ([truncated])" in footer(p, shown=1, distinct=1)
+    registry = CollectorRegistry()
+    metrics = EbpfMetrics.of(registry)
+
+    class Engine:   # what the metrics read of a live engine
+        symbolizer = type("S", (), {"stats": type("St", (), {"hits": 0, "misses": 0})(), "metrics": lambda self: {}})()
+
+        def bpf_run_time_ns(self):
+            return 0
+    engine = Engine()
+    metrics.observe_profile(p, engine)
+    text = generate_latest(registry).decode()
+    assert "hotstack_truncated_stacks_total 7.0" in text, text
+
+
+REEXEC = """\
+import json, os, sys
+def first_image():
+    sys.stdin.readline()
+def second_image():
+    while True:
+        pass
+if sys.argv[1:] == ["again"]:
+    second_image()
+print(json.dumps({}), flush=True)
+first_image()
+os.execv(sys.executable, [sys.executable, __file__, "again"])
+"""
+
+
+def test_python_that_reexecs_itself_keeps_its_python_frames(tmp_path):
+    """CPython exec'ing itself (same executable, same comm, same start time, a new interpreter at
+    new addresses): its Python frames come from the new interpreter, found again after the exec
+    (issue 18, item 2). (Process lifecycle, not version-specific: one interpreter.)"""
+    python = newest()
+    path = tmp_path / "reexec.py"
+    path.write_text(REEXEC)
+    t = Target(python, f"import runpy; runpy.run_path({str(path)!r}, run_name='__main__')", stdin=True)
+    samples: list = []
+    try:
+        config = EngineConfig(frequency=499, pids=(t.pid,))
+        with Engine(config, symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+            time.sleep(0.5)
+            samples.extend(prof.collect()[0].samples)
+            t.go()
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and \
+                    sum(s.value for s in samples if "second_image" in python_names(s)) < 100:
+                time.sleep(0.5)
+                samples.extend(prof.collect()[0].samples)
+    finally:
+        t.stop()
+    second = sum(s.value for s in samples if "second_image" in python_names(s))
+    assert second >= 100, [python_names(s) for s in samples[-5:]]

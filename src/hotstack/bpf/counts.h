@@ -11,6 +11,7 @@
 #define HOTSTACK_COUNTS_H
 
 #include "schema.h"
+#include "pids.h"
 
 /* Stack maps are hash tables that refuse a stack whose bucket is taken (a collision), so they
  * lose stacks long before they are full: size them for the distinct stacks an interval sees. */
@@ -22,7 +23,7 @@
 #endif
 
 HS_COUNTS_VARIABLES
-HS_COUNTS_MAPS
+HS_COUNTS_MAPS     /* and the pid filter, from pids.h */
 
 /* The map of the given buffer: BUFFER_MAP(buffer, counts) is &counts_0 or &counts_1. */
 #define BUFFER_MAP(buffer, name) ((buffer) ? (void *)&name##_1 : (void *)&name##_0)

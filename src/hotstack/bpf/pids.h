@@ -4,14 +4,17 @@
  * announce_pid() so that userspace reads a process's maps while it still runs.
  *
  * `new_pids` is drained by userspace every 100 ms. `seen_pids` keeps the comm each
- * pid was announced with: an exec changes the comm, and the pid is announced again
- * so that userspace rereads the new image's maps (same pid, same start time).
+ * pid was announced with: a changed comm announces it again. An exec keeps the pid and
+ * the start time, and often the comm (a program that re-execs itself): the
+ * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
+ * maps) announces it as ANNOUNCE_EXEC, so that userspace rereads the new image's maps.
  */
 #ifndef HOTSTACK_PIDS_H
 #define HOTSTACK_PIDS_H
 
 #include "schema.h"
 
+HS_PIDS_VARIABLES
 HS_PIDS_MAPS
 
 /* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
@@ -19,7 +22,7 @@ static __always_inline void announce_pid(__u32 pid, const char *comm)
 {
 	__u64 comm_words[2];
 	__u64 *seen_comm;
-	__u8 one = 1;
+	__u8 one = ANNOUNCE_NEW;
 
 	if (pid == 0)
 		return;
@@ -27,8 +30,22 @@ static __always_inline void announce_pid(__u32 pid, const char *comm)
 	seen_comm = bpf_map_lookup_elem(&seen_pids, &pid);
 	if (!seen_comm || seen_comm[0] != comm_words[0] || seen_comm[1] != comm_words[1]) {
 		bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
-		bpf_map_update_elem(&new_pids, &pid, &one, BPF_ANY);
+		/* NOEXIST: an exec announced and not drained yet stays an exec. */
+		bpf_map_update_elem(&new_pids, &pid, &one, BPF_NOEXIST);
 	}
+}
+
+/* After an exec, in the new image. Loaded where the kernel has BTF (else exec shows only
+ * through a changed comm); `allowed` is the program's pid filter. */
+static __always_inline void announce_exec(int allowed)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u8 exec = ANNOUNCE_EXEC;
+
+	if (!allowed)
+		return;
+	bpf_map_delete_elem(&seen_pids, &pid);
+	bpf_map_update_elem(&new_pids, &pid, &exec, BPF_ANY);
 }
 
 #endif

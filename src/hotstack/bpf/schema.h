@@ -112,6 +112,12 @@ enum stat {
 	STAT_MAX = 11,
 };
 
+enum announce {
+	ANNOUNCE_NONE = 0,
+	ANNOUNCE_NEW = 1,
+	ANNOUNCE_EXEC = 2,
+};
+
 enum snapshot_mode {
 	SNAPSHOT_NONE = 0,
 	SNAPSHOT_LISTED = 1,
@@ -129,7 +135,6 @@ enum py_stat {
 
 /* group counts */
 #define HS_COUNTS_VARIABLES \
-	const volatile __u32 filter_by_pid = 0; \
 	volatile __u32 active_buffer = 0; \
 	/* end */
 #define HS_COUNTS_MAPS \
@@ -170,12 +175,6 @@ enum py_stat {
 		__uint(value_size, sizeof(__u64[MAX_STACK_DEPTH])); \
 	} kern_stacks_1 SEC(".maps"); \
 	struct { \
-		__uint(type, BPF_MAP_TYPE_HASH); \
-		__uint(max_entries, 1024); \
-		__type(key, __u32); \
-		__type(value, __u8); \
-	} filter_pids SEC(".maps"); \
-	struct { \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
 		__uint(max_entries, STAT_MAX); \
 		__type(key, __u32); \
@@ -185,8 +184,15 @@ enum py_stat {
 
 /* group pids */
 #define HS_PIDS_VARIABLES \
+	const volatile __u32 filter_by_pid = 0; \
 	/* end */
 #define HS_PIDS_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 1024); \
+		__type(key, __u32); \
+		__type(value, __u8); \
+	} filter_pids SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_LRU_HASH); \
 		__uint(max_entries, 16384); \

@@ -39,6 +39,10 @@ STAT_SNAPSHOT_RING_FULL = 9
 STAT_SNAPSHOT_NO_REGS = 10
 STAT_MAX = 11
 
+ANNOUNCE_NONE = 0
+ANNOUNCE_NEW = 1
+ANNOUNCE_EXEC = 2
+
 SNAPSHOT_NONE = 0
 SNAPSHOT_LISTED = 1
 SNAPSHOT_ALL = 2
@@ -51,9 +55,9 @@ PY_STAT_STACKS_FULL = 3
 PY_STAT_MAX = 4
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('filter_pids', 'stats', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'snapshot_pids', 'snapshots', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'off_cpu_threads')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'snapshot_pids', 'snapshots', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks')
-VARIABLES = ('filter_by_pid', 'active_buffer', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'snapshot_mode', 'unwind_in_kernel', 'py_fsbase_offset', 'threshold', 'task_pid_offset')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'snapshot_mode', 'unwind_in_kernel', 'py_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
 RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}}
 

@@ -101,7 +101,8 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
         notes.append("hotstack's own samples in one row (--show-hotstack for its stacks)")
     if trimmed:
         notes.append("stacks trimmed to the frames that matter (-o folded or json for every frame)")
-    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows), notes=notes))
+    # One line, however long: scripts read the footer as the last line.
+    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows), notes=notes), soft_wrap=True)
 
 
 def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] = ()) -> str:

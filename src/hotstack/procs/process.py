@@ -204,6 +204,11 @@ class ProcessTable:
             found = info.mappings.find(address)
         return found
 
+    def forget(self, pid: int) -> None:
+        """Drop what is known of `pid` (it exec'ed: the next observe reads the new image)."""
+        with self._lock:
+            self._by_pid.pop(pid, None)
+
     def forget_dead(self) -> int:
         """Drop processes that have exited; call between intervals, after their samples are resolved."""
         with self._lock:

@@ -171,7 +171,9 @@ class Engine:
                 pids = sampler.new_pids()
             except Exception:   # the sampler is closing under us
                 continue
-            for pid in pids:
+            for pid, exec_ed in pids:
+                if exec_ed:
+                    self._forget_image(pid)
                 self.processes.observe(pid)
                 if self.wants(pid):
                     self._take_on(pid)
@@ -179,6 +181,20 @@ class Engine:
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
+
+    def _forget_image(self, pid: int) -> None:
+        """`pid` exec'ed: what was read of its old image (maps, unwind tables, runtime state, the
+        snapshot choice) goes, and the new image is read as a new process is."""
+        self.processes.forget(pid)
+        self.unwinder.forget(pid)
+        for source in self.runtimes:
+            source.forget(pid)
+        if pid in self._snapshot_pids:
+            self._snapshot_pids.discard(pid)
+            try:
+                self.cpu.forget_snapshot_pid(pid)
+            except Exception:
+                pass
 
     def _take_on(self, pid: int, classify_now: bool = False) -> None:
         """A wanted process: snapshots if it has no frame pointers, runtime frames if it runs one."""

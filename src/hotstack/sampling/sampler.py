@@ -7,10 +7,13 @@ sources and Profiles are the engine's business (engine.py), never a sampler's.
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 
 from .. import ebpf
-from ..bpf import object_path
+from ..bpf import object_path, schema
+from ..ebpf import links as ebpf_links
 from ..profile.model import ValueType
 from ..unwind import kernel_maps
 from ..unwind.kernel_maps import NativeTables
@@ -21,6 +24,9 @@ from .obi import attach_trace_context
 _PID = struct.Struct("<I")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "native_stacks_0", "native_stacks_1")
+EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
+EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids")
+log = logging.getLogger("hotstack.sampling")
 
 
 class Sampler:
@@ -40,6 +46,7 @@ class Sampler:
         self._links: list = []        # attached programs (probes, tracepoints)
         self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
+        self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
 
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
@@ -53,6 +60,7 @@ class Sampler:
             for pid in self.config.pids:
                 self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
             self.buffers = StackBuffers(self.collection)
+            self._announce_execs()
         except BaseException:
             self.close()
             raise
@@ -95,15 +103,32 @@ class Sampler:
         """A new process: kernels whose VMA tree the program cannot walk get its mappings from here."""
         if self.native is not None and not self.native_vma_walk:
             self.native.write_process(pid)
+    def _announce_execs(self) -> None:
+        """Load bpf/exec.bpf.c beside the program, on its pid maps: execs are announced. Where the
+        kernel has no BTF for the tracepoint, execs show only through a changed comm."""
+        shared = {name: ebpf.Map(self.collection.maps[name].spec, os.dup(self.collection.maps[name].fd))
+                  for name in EXEC_SHARED_MAPS}
+        try:
+            spec = ebpf.load_spec(object_path("exec"), map_prefix=self.map_prefix + "x")
+            spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+            spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
+            self._exec = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptors
+            self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXEC_PROGRAM]))
+        except (OSError, KeyError, ebpf.EbpfError) as e:
+            for m in shared.values():
+                m.close()
+            log.info("exec detection by comm only: %s", e)
 
     def start(self) -> None:   # pragma: no cover - each sampler loads and attaches its own way
         raise NotImplementedError
 
-    def new_pids(self) -> list[int]:
-        """Processes the program saw for the first time (or after an exec) since the last call."""
+    def new_pids(self) -> list[tuple[int, bool]]:
+        """(pid, exec'ed) of processes the program saw for the first time, with a new comm, or
+        after an exec (a new image under the same pid), since the last call."""
         if self.collection is None:
             return []
-        return [_PID.unpack_from(key)[0] for key, _ in self.collection.maps["new_pids"].drain()]
+        return [(_PID.unpack_from(key)[0], value[0] == schema.ANNOUNCE_EXEC)
+                for key, value in self.collection.maps["new_pids"].drain()]
 
     def collect(self) -> RawBatch:
         """Everything counted since the previous collect (a delta)."""
@@ -144,6 +169,9 @@ class Sampler:
 
     def close(self) -> None:
         self.stop()
+        if self._exec is not None:
+            self._exec.close()
+            self._exec = None
         if self.collection is not None:
             self.collection.close()
             self.collection = None

@@ -179,6 +179,15 @@ class CPythonSource:
             return [0] * schema.PY_STAT_MAX
         return self._kernel.counters()
 
+    def forget(self, pid: int) -> None:
+        """`pid` exec'ed or exited: its interpreter state is gone (a new one is observed anew)."""
+        with self._lock:
+            found = self._procs.pop(pid, None)
+        self.codes.forget(pid)
+        self._retry.pop(pid, None)
+        if found is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
     def forget_dead(self) -> None:
         """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
         for pid, (_proc, process) in list(self._procs.items()):
