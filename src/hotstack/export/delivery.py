@@ -53,6 +53,10 @@ class PermanentError(Exception):
     """The receiver refused the item; sending it again would fail the same way."""
 
 
+# Between tries of an item that fails during shutdown (bounded by the flush deadline).
+SHUTDOWN_RETRY_S = 0.25
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Exponential backoff with jitter: min, 2*min, 4*min ... capped at max.
@@ -241,9 +245,20 @@ class DeliveryQueue(Generic[T]):
                     # Cut by close() at the deadline: the receiver did not answer in time.
                     self._drop(item.size, item.count, "no answer before the flush deadline")
                     return
+                failing_before = bool(self.failing)
                 self._set_failing(error)
                 if self._closing.is_set():
-                    # Shutting down: no retry; the rest of the queue is dropped without trying.
+                    # Shutting down. A receiver that accepted until now gets more tries while the
+                    # deadline leaves room: a short run's only export must survive one transient
+                    # refusal (a collector whose queue is momentarily full answers UNAVAILABLE). A
+                    # receiver that was already failing gets none, and the rest of the queue is
+                    # dropped without trying (run()).
+                    delay = min(self.backoff.delay(retries), SHUTDOWN_RETRY_S)
+                    if not failing_before and time.monotonic() + delay < (self._deadline or 0.0):
+                        time.sleep(delay)
+                        retries += 1
+                        self.metrics.add(retries=1)
+                        continue
                     why = "shutdown deadline passed" if self._past_deadline() else "failed at shutdown"
                     self._drop(item.size, item.count, f"{error} ({why})")
                     return
