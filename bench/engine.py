@@ -9,7 +9,9 @@ the program's fdinfo; BPF stats are enabled by hotstack); and max RSS.
 Each profiler runs twice, for a short and a long duration: "total" is the long run's cost per
 second (start-up included), "steady" is the difference between the two runs per extra second,
 which is what an always-on agent costs once started. Noisy machine: read the ratios.
-Usage: sudo .venv/bin/python bench/engine.py [--seconds 20] [--short 5]
+`--workload-only` samples only the two busy processes (`--pid`, `perf record -p`): the engine's own
+cost without what else runs on the host (whose binaries a whole-host run symbolizes too).
+Usage: sudo .venv/bin/python bench/engine.py [--seconds 20] [--short 5] [--workload-only]
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--short", type=float, default=5)
+    ap.add_argument("--workload-only", action="store_true", help="sample only the two busy processes")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root")
@@ -82,13 +85,16 @@ def main() -> None:
     binary = tmp / "hot_ab"
     subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(WORKLOAD), "-o", str(binary)], check=True)
     busy = [subprocess.Popen([str(binary)]) for _ in range(2)]
+    pids = [str(b.pid) for b in busy]
+    ours = [a for pid in pids for a in ("--pid", pid)] if args.workload_only else []
+    theirs = ["-p", ",".join(pids)] if args.workload_only else ["-a"]
     rows = []
     try:
         for hz in (19, 99):
             commands = {"hotstack": lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout",
-                                               str(d), "--sample-rate", str(hz), "-o", "folded"]}
+                                               str(d), "--sample-rate", str(hz), "-o", "folded", *ours]}
             if perf:
-                commands["perf record -g"] = lambda d: [perf, "record", "-q", "-F", str(hz), "-a", "-g", "-o",
+                commands["perf record -g"] = lambda d: [perf, "record", "-q", "-F", str(hz), *theirs, "-g", "-o",
                                                         str(tmp / "perf.data"), "--", "sleep", str(d)]
             for name, argv in commands.items():
                 bpf = name == "hotstack"
@@ -104,7 +110,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"{args.seconds:.0f} s runs (steady state from {args.short:.0f} s runs), 2 busy processes, "
-          f"{os.cpu_count()} CPUs")
+          f"{os.cpu_count()} CPUs, {'the 2 processes only' if args.workload_only else 'whole host'}")
     print("| profiler | Hz | CPU s/s (process) | BPF s/s | total s/s | steady s/s | max RSS MB | total vs perf "
           "| steady vs perf |")
     print("|---|---|---|---|---|---|---|---|---|")
