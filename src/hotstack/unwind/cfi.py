@@ -319,7 +319,31 @@ def parse(data: bytes, section_addr: int, debug_frame: bool = False) -> tuple[li
     rows: list[tuple[int, int, int, int, int]] = []
     cies: dict[int, _Cie] = {}
     initial_states: dict[int, _State] = {}
-    pos, size, fdes = 0, len(data), 0
+    size, fdes = len(data), 0
+    for start, pos, end, cie_at in records(data, debug_frame):
+        try:
+            if cie_at is None:
+                cies[start] = _parse_cie(data, pos, end, section_addr, debug_frame)
+            else:
+                cie = cies.get(cie_at)
+                if cie is None and cie_at < size:
+                    # CIEs normally come first, but nothing requires it.
+                    cie = cies[cie_at] = _parse_cie(data, _cie_body(data, cie_at), _entry_end(data, cie_at),
+                                                    section_addr, debug_frame)
+                if cie is not None:
+                    _fde(data, pos, end, cie, cie_at, initial_states, section_addr, debug_frame, rows)
+                    fdes += 1
+        except (CfiError, IndexError, struct.error, ValueError):
+            pass
+    return rows, fdes
+
+
+def records(data: bytes, debug_frame: bool):
+    """Each entry of a .eh_frame or .debug_frame section as (start, body, end, cie_at): `body` is
+    where the entry's fields begin (after its length and CIE id), `cie_at` is None for a CIE and
+    the section offset of its CIE for an FDE. Ends at the .eh_frame terminator or at an entry
+    that runs past the section (both parsers of this package walk the records this way)."""
+    pos, size = 0, len(data)
     while pos + 4 <= size:
         start = pos
         length = _U32.unpack_from(data, pos)[0]
@@ -339,24 +363,12 @@ def parse(data: bytes, section_addr: int, debug_frame: bool = False) -> tuple[li
         id_pos = pos
         cie_id = _U64.unpack_from(data, pos)[0] if id_size == 8 else _U32.unpack_from(data, pos)[0]
         pos += id_size
-        is_cie = (cie_id == (0xFFFFFFFF if id_size == 4 else 0xFFFFFFFFFFFFFFFF)) if debug_frame else cie_id == 0
-        try:
-            if is_cie:
-                cies[start] = _parse_cie(data, pos, end, section_addr, debug_frame)
-            else:
-                cie_at = cie_id if debug_frame else id_pos - cie_id
-                cie = cies.get(cie_at)
-                if cie is None and cie_at < size:
-                    # CIEs normally come first, but nothing requires it.
-                    cie = cies[cie_at] = _parse_cie(data, _cie_body(data, cie_at), _entry_end(data, cie_at),
-                                                    section_addr, debug_frame)
-                if cie is not None:
-                    _fde(data, pos, end, cie, cie_at, initial_states, section_addr, debug_frame, rows)
-                    fdes += 1
-        except (CfiError, IndexError, struct.error, ValueError):
-            pass
+        if debug_frame:
+            is_cie = cie_id == (0xFFFFFFFF if id_size == 4 else 0xFFFFFFFFFFFFFFFF)
+        else:
+            is_cie = cie_id == 0
+        yield start, pos, end, None if is_cie else (cie_id if debug_frame else id_pos - cie_id)
         pos = end
-    return rows, fdes
 
 
 def _entry_end(data: bytes, at: int) -> int:

@@ -71,43 +71,19 @@ def _headers(data: bytes, section_addr: int, debug_frame: bool) -> Fdes:
     """One pass over the records: CIEs parsed (few), FDE headers decoded."""
     out = Fdes()
     cie_index: dict[int, int] = {}
-    u32, u64 = cfi._U32.unpack_from, cfi._U64.unpack_from
-    pos, size = 0, len(data)
-    while pos + 4 <= size:
-        start = pos
-        length = u32(data, pos)[0]
-        pos += 4
-        if length == 0:
-            if debug_frame:
-                continue
-            break
-        id_size = 4
-        if length == 0xFFFFFFFF:
-            length = u64(data, pos)[0]
-            pos += 8
-            id_size = 8
-        end = pos + length
-        if end > size:
-            break
-        id_pos = pos
-        cie_id = u64(data, pos)[0] if id_size == 8 else u32(data, pos)[0]
-        pos += id_size
+    u64 = cfi._U64.unpack_from
+    size = len(data)
+    for start, pos, end, cie_at in cfi.records(data, debug_frame):
         try:
-            if debug_frame:
-                is_cie = cie_id == (0xFFFFFFFF if id_size == 4 else 0xFFFFFFFFFFFFFFFF)
-            else:
-                is_cie = cie_id == 0
-            if is_cie:
+            if cie_at is None:
                 if start not in cie_index:
                     cie_index[start] = len(out.cies)
                     out.cies.append(cfi._parse_cie(data, pos, end, section_addr, debug_frame))
                     out.cie_offsets.append(start)
             else:
-                cie_at = cie_id if debug_frame else id_pos - cie_id
                 c = cie_index.get(cie_at)
                 if c is None:
                     if cie_at >= size:
-                        pos = end
                         continue
                     c = cie_index[cie_at] = len(out.cies)
                     out.cies.append(cfi._parse_cie(data, cfi._cie_body(data, cie_at), cfi._entry_end(data, cie_at),
@@ -138,7 +114,6 @@ def _headers(data: bytes, section_addr: int, debug_frame: bool) -> Fdes:
                 out.ins_end.append(end)
         except (cfi.CfiError, IndexError, struct.error, ValueError):
             pass
-        pos = end
     return out
 
 
