@@ -16,9 +16,19 @@ def _quiet_interrupt_when_run_as_the_program() -> None:
         return
     previous = sys.excepthook
 
+    def interrupted(error: BaseException | None) -> bool:
+        # An import that Ctrl-C cut can re-raise as another error (numpy: "Importing the numpy
+        # C-extensions failed") with the KeyboardInterrupt as its cause or context.
+        seen = 0
+        while error is not None and seen < 16:
+            if isinstance(error, KeyboardInterrupt):
+                return True
+            error, seen = error.__cause__ or error.__context__, seen + 1
+        return False
+
     def hook(kind, value, tb):
-        if issubclass(kind, KeyboardInterrupt):
-            return      # Python still ends the process by SIGINT, as the shell expects
+        if issubclass(kind, KeyboardInterrupt) or interrupted(value):
+            return      # Python still ends the process (by SIGINT, or status 1), as the shell expects
         previous(kind, value, tb)
 
     sys.excepthook = hook

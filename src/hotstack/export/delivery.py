@@ -269,8 +269,14 @@ class DeliveryQueue(Generic[T]):
                 self._failure_log.warning(f"{self.name}: push failed: {error}; retry {retries + 1} "
                                           f"in {delay:.1f}s")
                 if not self._wait_backoff(delay):
-                    self._drop(item.size, item.count, f"{error} (shutting down while waiting to retry)")
-                    return
+                    # Shutdown began while this item waited for its retry. Its first retry still
+                    # comes, soon and within the deadline (a collector's transient UNAVAILABLE must
+                    # not lose a short run's only export); a second failure drops it at once.
+                    if retries > 0 or self._deadline is None or \
+                            time.monotonic() + SHUTDOWN_RETRY_S >= self._deadline:
+                        self._drop(item.size, item.count, f"{error} (shutting down while waiting to retry)")
+                        return
+                    time.sleep(SHUTDOWN_RETRY_S)
                 retries += 1
                 self.metrics.add(retries=1)
                 continue
