@@ -3,11 +3,24 @@
 __version__ = "0.1.0"
 
 
+stopped_by_user = False      # set by stop_while_starting: a SIGINT or SIGHUP came
+
+
+def stop_while_starting(signum, frame) -> None:
+    """The SIGINT/SIGHUP handler until a front door installs its own: remember that the user
+    stopped us, and raise KeyboardInterrupt. An import that Ctrl-C cut can surface as any other
+    error (numpy: "Importing the numpy C-extensions failed", caused by an ImportError raised in C
+    code with no trace of the KeyboardInterrupt), so the flag, not the exception, says why."""
+    global stopped_by_user
+    stopped_by_user = True
+    raise KeyboardInterrupt
+
+
 def _quiet_interrupt_when_run_as_the_program() -> None:
     """Ctrl-C (or a hang-up) in the first instants of `hotstack ...` lands while modules are still
-    being imported, before `cli.main` can catch it: without this, Python prints a KeyboardInterrupt
-    traceback. Only when hotstack is the program (the console script, or `python -m hotstack`,
-    whose argv[0] is "-m" while the package is imported); a library user keeps Python's hook."""
+    being imported, before `cli.main` can catch it: without this, Python prints a traceback. Only
+    when hotstack is the program (the console script, or `python -m hotstack`, whose argv[0] is
+    "-m" while the package is imported); a library user keeps Python's hook and handlers."""
     import os
     import sys
 
@@ -16,30 +29,18 @@ def _quiet_interrupt_when_run_as_the_program() -> None:
         return
     previous = sys.excepthook
 
-    def interrupted(error: BaseException | None) -> bool:
-        # An import that Ctrl-C cut can re-raise as another error (numpy: "Importing the numpy
-        # C-extensions failed") with the KeyboardInterrupt as its cause or context.
-        seen = 0
-        while error is not None and seen < 16:
-            if isinstance(error, KeyboardInterrupt):
-                return True
-            error, seen = error.__cause__ or error.__context__, seen + 1
-        return False
-
     def hook(kind, value, tb):
-        if issubclass(kind, KeyboardInterrupt) or interrupted(value):
+        if stopped_by_user or issubclass(kind, KeyboardInterrupt):
             return      # Python still ends the process (by SIGINT, or status 1), as the shell expects
         previous(kind, value, tb)
 
-    sys.excepthook = hook
-    # A hang-up this early ends like Ctrl-C (quietly) instead of killing with no word; each
-    # front door installs its own handling once it runs (the agent reloads, a run stops).
+    sys.excepthook = hook      # first: importing signal below can be cut too
     import signal
 
-    def hang_up(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGHUP, hang_up)
+    # A hang-up this early ends like Ctrl-C (quietly) instead of killing with no word; each front
+    # door installs its own handling once it runs (the agent reloads, a run stops and flushes).
+    signal.signal(signal.SIGINT, stop_while_starting)
+    signal.signal(signal.SIGHUP, stop_while_starting)
 
 
 _quiet_interrupt_when_run_as_the_program()

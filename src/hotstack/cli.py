@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from . import __version__
+from . import __version__, stop_while_starting
 from .errors import HotstackError
 
 
@@ -56,17 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     # imported: everything, parsing included, is inside the handler. A hang-up before a front
     # door has its own handler (the agent reloads, a run stops and flushes) ends as Ctrl-C does,
     # instead of killing the process with no word.
-    previous = signal.signal(signal.SIGHUP, _hang_up_while_starting)
+    previous = signal.signal(signal.SIGHUP, stop_while_starting)
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        from . import stopped_by_user
+        if stopped_by_user:     # an import cut by Ctrl-C that surfaced as another error
+            return 130
+        raise
     finally:
         signal.signal(signal.SIGHUP, previous)
-
-
-def _hang_up_while_starting(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _main(argv: list[str]) -> int:

@@ -191,10 +191,12 @@ def test_any_map_fetch_interval_is_a_duration_or_one_error(value):
 
 
 @pytest.mark.root
-def test_sighup_ends_a_run_cleanly_with_its_output(tmp_path):
+def test_sighup_ends_a_run_cleanly_with_its_output(tmp_path, workloads):
     """Issue 18 item 16: SIGHUP killed `run` with no flush. A hang-up now stops the run as SIGTERM
-    does: the profile is printed and the file written."""
+    does: the profile is printed and the file written. (A busy process gives it samples: an idle
+    host has none to write.)"""
     out = tmp_path / "x.folded"
+    workloads([sys.executable, "-c", "while True: pass"])
     p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "-o", "folded", "--file",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until_sampling(p.pid)

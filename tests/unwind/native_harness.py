@@ -65,6 +65,8 @@ class NativeSampler:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.tables.serve_missing()
+            if not self.kernel_walk:
+                self.tables.serve_remaps()
             for pid in write_pids:
                 self.tables.write_process(pid)
             time.sleep(serve_every)

@@ -124,17 +124,23 @@ struct nu_range {
 };
 
 /*
- * Per process: a direct-mapped cache of its executable mappings, slot = (pc >> 16) % 64. A miss
- * walks the process's VMA tree (the maple tree of mm->mm_mt) with plain kernel reads: no lock
- * and no helper that needs one, so it works from the perf-event interrupt. The cache is
- * emptied when the mm changes (exec) or its mm_lock_seq moves (any mmap/munmap/mprotect).
+ * Per process, its executable mappings, in one of two layouts:
+ * - kernels with a VMA tree the program can walk (nu_kernel_vma_walk): a direct-mapped cache,
+ *   slot = (pc >> 16) % 64. A miss walks the process's VMA tree (the maple tree of mm->mm_mt)
+ *   with plain kernel reads: no lock and no helper that needs one, so it works from the
+ *   perf-event interrupt. The cache is emptied when the mm changes (exec) or its mm_lock_seq
+ *   moves (any mmap/munmap/mprotect).
+ * - the others: userspace writes the mappings from /proc/PID/maps, sorted by start in
+ *   r[0..count), and the program searches them. A direct-mapped cache would not do here: two
+ *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of
+ *   them unreachable for good. A PC found in none asks userspace for a fresh list (nu_remap).
  */
 #define NU_CACHE_SLOTS 64
 #define NU_CACHE_SHIFT 16
 struct nu_ranges {
 	__u64 mm;          /* the mm the cache belongs to; 0: written by userspace (no tree walk) */
 	__u32 seq;         /* mm->mm_lock_seq when the cache was started */
-	__u32 pad;
+	__u32 count;       /* written by userspace: the sorted ranges in r */
 	struct nu_range r[NU_CACHE_SLOTS];
 };
 
@@ -217,6 +223,14 @@ struct {
 	__type(key, struct nu_file_key);
 	__type(value, struct nu_missing_value);
 } nu_missing SEC(".maps");
+
+/* Processes whose mapping list userspace should write again (a PC in none of them). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} nu_remap SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -340,11 +354,41 @@ static __always_inline int nu_maple_find(__u64 mm, __u64 pc, struct nu_range *ou
 	return -1;
 }
 
+/* The userspace layout: the last range starting at or below pc, if pc is inside it. */
+static __always_inline int nu_search_ranges(struct nu_ranges *pr, __u64 pc, struct nu_range *out)
+{
+	__u32 lo = 0, hi = pr->count, i;
+	struct nu_range *r;
+
+	if (hi > NU_CACHE_SLOTS)
+		hi = NU_CACHE_SLOTS;
+	for (i = 0; i < 7; i++) {        /* log2(NU_CACHE_SLOTS) + 1 */
+		__u32 mid;
+
+		if (lo >= hi)
+			break;
+		mid = (lo + hi) / 2;
+		if (pr->r[mid & (NU_CACHE_SLOTS - 1)].start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return -1;
+	r = &pr->r[(lo - 1) & (NU_CACHE_SLOTS - 1)];
+	if (pc >= r->end)
+		return -1;
+	*out = *r;
+	return 0;
+}
+
 /* The executable mapping holding pc, from the process's cache or the VMA tree. */
 static __always_inline int nu_lookup_range(struct nu_ranges *pr, __u64 mm, __u64 pc, struct nu_range *out)
 {
 	struct nu_range *slot = &pr->r[(pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)];
 
+	if (!nu_kernel_vma_walk)
+		return nu_search_ranges(pr, pc, out);
 	if (slot->start <= pc && pc < slot->end) {
 		*out = *slot;
 		return 0;
@@ -487,6 +531,11 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 	lookup = (n == 0 || st->signal) ? pc : pc - 1;
 	if (!pr || nu_lookup_range(pr, st->mm, lookup, &range)) {
 		st->stack.end = NU_END_NO_MAPPING;
+		if (!nu_kernel_vma_walk) {
+			__u32 one = 1;
+
+			bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST);
+		}
 		return -1;
 	}
 	if (!range.ino) {

@@ -23,7 +23,7 @@ from .obi import attach_trace_context
 
 _PID = struct.Struct("<I")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
-_NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "native_stacks_0", "native_stacks_1")
+_NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
 EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
 EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids")
 log = logging.getLogger("hotstack.sampling")
@@ -95,9 +95,12 @@ class Sampler:
                 self.native.write_process(pid)
 
     def serve_native(self) -> None:
-        """Build the tables of files the kernel unwinder met without one."""
+        """Build the tables of files the kernel unwinder met without one (and, where userspace
+        keeps the mapping lists, write those the program found stale)."""
         if self.native is not None:
             self.native.serve_missing()
+            if not self.native_vma_walk:
+                self.native.serve_remaps()
 
     def native_process(self, pid: int) -> None:
         """A new process: kernels whose VMA tree the program cannot walk get its mappings from here."""

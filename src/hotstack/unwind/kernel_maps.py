@@ -29,7 +29,7 @@ from ..ebpf.btf import kernel_btf
 from ..symbols.elf import ElfError, ElfFile
 from .kernel_tables import FileTable, RuleSet, TableCache
 
-CACHE_SLOTS, CACHE_SHIFT = 64, 16
+CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
 FILE_KEY = struct.Struct("<QII")
 FILE_VALUE = struct.Struct("<IIQ")
 RANGE = struct.Struct("<QQqQII")
@@ -122,6 +122,8 @@ class NativeTables:
         self.files_map = maps["nu_files"]
         self.procs_map = maps["nu_procs"]
         self.missing_map = maps["nu_missing"]
+        self.remap_map = maps.get("nu_remap")
+        self._written: dict[int, float] = {}      # pid -> when its mapping list was last written
         self.stats_map = maps["nu_stats"]
         self.capacity = self.rows_map.spec.max_entries
         self.cache = cache or TableCache()
@@ -267,27 +269,37 @@ class NativeTables:
         return done
 
     def write_process(self, pid: int) -> bool:
-        """The userspace path (kernels without a VMA tree to walk): pid's executable mappings -> its
-        cache slots (a mapping takes every slot its 64 KiB chunks fall in; where two collide the
-        larger keeps the slot, and the other's PCs there end the walk, counted as no mapping)."""
+        """The userspace path (kernels without a VMA tree to walk): pid's executable mappings, sorted
+        by start, for the program's binary search. A process with more than CACHE_SLOTS of them
+        keeps the largest; PCs in the others end the walk, counted as no mapping."""
         ranges = _exec_mappings(pid)
         if not ranges:
             return False
-        slots: list[tuple | None] = [None] * CACHE_SLOTS
-        for start, end, offset, ino, dev, _path in sorted(ranges, key=lambda r: r[1] - r[0]):
-            for chunk in range(start >> CACHE_SHIFT, ((end - 1) >> CACHE_SHIFT) + 1):
-                # pc + to_offset wraps in 64 bits in the kernel: store the difference the same way
-                to_offset = (offset - start + (1 << 63)) % (1 << 64) - (1 << 63)
-                slots[chunk % CACHE_SLOTS] = (start, end, to_offset, ino, dev, 0)
-                if chunk - (start >> CACHE_SHIFT) >= CACHE_SLOTS:
-                    break
+        kept = sorted(sorted(ranges, key=lambda r: r[1] - r[0], reverse=True)[:CACHE_SLOTS])
         body = bytearray(RANGES_HEADER.size + RANGE.size * CACHE_SLOTS)
-        RANGES_HEADER.pack_into(body, 0, 0, 0, 0)
-        for i, slot in enumerate(slots):
-            if slot is not None:
-                RANGE.pack_into(body, RANGES_HEADER.size + i * RANGE.size, *slot)
+        RANGES_HEADER.pack_into(body, 0, 0, 0, len(kept))
+        for i, (start, end, offset, ino, dev, _path) in enumerate(kept):
+            # pc + to_offset wraps in 64 bits in the kernel: store the difference the same way
+            to_offset = (offset - start + (1 << 63)) % (1 << 64) - (1 << 63)
+            RANGE.pack_into(body, RANGES_HEADER.size + i * RANGE.size, start, end, to_offset, ino, dev, 0)
         self.procs_map.update(struct.pack("<I", pid), bytes(body))
+        self._written[pid] = time.monotonic()
         return True
+
+    def serve_remaps(self, min_interval: float = 1.0) -> int:
+        """The userspace path: write again the mapping lists of processes the program met a PC
+        outside of (a library loaded since, a new process), at most once per `min_interval`."""
+        if self.remap_map is None:
+            return 0
+        done, now = 0, time.monotonic()
+        for raw_key, _ in self.remap_map.items():
+            self.remap_map.delete(raw_key)
+            (pid,) = struct.unpack("<I", raw_key)
+            if now - self._written.get(pid, -min_interval) >= min_interval and self.write_process(pid):
+                done += 1
+        if len(self._written) > 4 * 1024:       # forget processes written long ago
+            self._written = {p: t for p, t in self._written.items() if now - t < 60}
+        return done
 
     def kernel_counters(self) -> dict[str, int]:
         out = {}
