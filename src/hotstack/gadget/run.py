@@ -44,7 +44,7 @@ class RunOptions:
     config: str | None = None
     otel_profiles_exporter: str = ""
     sanitize_labels: bool = False
-    unwind: str = "auto"     # auto | fp | dwarf (hotstack.unwind)
+    unwind: str = "kernel"   # kernel | fp | dwarf | auto (sampling/config.py)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
@@ -63,7 +63,7 @@ class RunOptions:
             kernel_stacks_only=args.kernel_stacks_only, user_stacks_only=args.user_stacks_only,
             output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
             file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
-            sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "auto"),
+            sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "kernel"),
             python_enabled=getattr(args, "python", True), show_hotstack=getattr(args, "show_hotstack", False),
             map_fetch_count=getattr(args, "map_fetch_count", 0),
             containers={"runtime.containerName": getattr(args, "containername", ""),

@@ -34,10 +34,11 @@ class EngineConfig:
     include_idle: bool = False
     user_stacks: bool = True
     kernel_stacks: bool = True
-    # "fp": frame pointers only; "dwarf": user-stack snapshots unwound with .eh_frame for every
-    # process; "auto": snapshots for processes whose executable has no frame pointers; "kernel":
-    # every user stack unwound in the kernel with .eh_frame tables in BPF maps (bpf/native_unwind.h).
-    unwind: str = "auto"
+    # "kernel" (the default): every user stack unwound in the kernel with .eh_frame tables in BPF
+    # maps (bpf/native_unwind.h); "fp": frame pointers only; "dwarf": user-stack snapshots
+    # unwound with .eh_frame in userspace for every process; "auto": snapshots for processes
+    # whose executable has no frame pointers.
+    unwind: str = "kernel"
     snapshot_ring_bytes: int = 8 << 20
     runtime_frames: bool = True       # frame sources (CPython ...) replace interpreter frames
     obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
