@@ -14,6 +14,11 @@
 #include "counts.h"
 #include "native_unwind.h"
 
+/* The runtime hook at the end of a walk (bpf/v8.h): may set key->runtime_stack. Default: nothing. */
+#ifndef NU_RUNTIME_END
+#define NU_RUNTIME_END(key, buffer) do { } while (0)
+#endif
+
 HS_NATIVE_VARIABLES
 HS_NATIVE_MAPS
 
@@ -75,6 +80,7 @@ static __always_inline int native_step_and_count(void *ctx)
 			key.user_stack_id = -EEXIST;
 		}
 	}
+	NU_RUNTIME_END(&key, buffer);
 	count_stack(&key, comm, st->ctx_words[NATIVE_VALUE_WORD], buffer);
 	return 0;
 }

@@ -38,6 +38,16 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+/*
+ * The runtime hook: a language runtime's recorder (bpf/v8.h) learns of every frame walked with
+ * frame pointers (JIT code, code without tables: where a runtime's generated code is), with its pc,
+ * its frame pointer and its position in the stack, before the step. The includer defines it
+ * before including this file; by default it does nothing.
+ */
+#ifndef NU_RUNTIME_FRAME
+#define NU_RUNTIME_FRAME(pc, fp, index) do { } while (0)
+#endif
+
 #ifndef NU_MAX_FRAMES
 #define NU_MAX_FRAMES 128
 #endif
@@ -495,6 +505,14 @@ static __always_inline int nu_fp_step(struct nu_state *st)
 	return nu_fp_walk(st, 1);
 }
 
+/* A frame of code without a usable table: counted, shown to the runtime hook, walked with frame pointers. */
+static __always_inline int nu_fp_frame(struct nu_state *st, __u64 pc, __u32 index)
+{
+	nu_count(NU_STAT_FP_FRAMES);
+	NU_RUNTIME_FRAME(pc, st->bp, index);
+	return nu_fp_step(st);
+}
+
 /* x86-64: the kernel's rt_sigframe at RSP after the handler returned into __restore_rt:
  * ucontext at +0 (pretcode popped), uc_mcontext at +40; rbp, rsp, rip at +80, +120, +128 of it. */
 static __always_inline int nu_signal_step(struct nu_state *st)
@@ -540,14 +558,11 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 	}
 	if (!range.ino) {
 		nu_count(NU_STAT_JIT);
-		nu_count(NU_STAT_FP_FRAMES);
-		return nu_fp_step(st);
+		return nu_fp_frame(st, pc, n);
 	}
 	rule = nu_find_rule(&range, lookup, st->tgid);
-	if (!rule) {
-		nu_count(NU_STAT_FP_FRAMES);
-		return nu_fp_step(st);
-	}
+	if (!rule)
+		return nu_fp_frame(st, pc, n);
 	switch (rule->kind) {
 	case NU_KIND_CFA_SP:
 		cfa = st->sp + rule->cfa;
@@ -568,8 +583,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		return nu_signal_step(st);
 	default:
 		nu_count(NU_STAT_INVALID_RULE);
-		nu_count(NU_STAT_FP_FRAMES);
-		return nu_fp_step(st);
+		return nu_fp_frame(st, pc, n);
 	}
 	if (nu_read(&ra, cfa + rule->ra)) {
 		st->stack.end = NU_END_READ;

@@ -45,6 +45,15 @@
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
+/* V8 (Node.js) frames: recorded by the kernel unwinder's runtime hook (bpf/v8.h). */
+#include "v8.h"
+#define NU_RUNTIME_FRAME(pc, fp, index) v8_frame(pc, fp, index)
+#define NU_RUNTIME_END(key, buffer)                                                                \
+	do {                                                                                       \
+		__u64 v8_key = v8_finish(buffer);                                                  \
+		if (v8_key && !(key)->runtime_stack)                                               \
+			(key)->runtime_stack = v8_key;                                             \
+	} while (0)
 #include "native_count.h"
 
 HS_CPU_VARIABLES
@@ -193,6 +202,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		/* a kernel thread (no user registers) has no user stack: -1, not a loss */
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+			v8_begin(key.pid);
 			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
 				return 0;
 		}

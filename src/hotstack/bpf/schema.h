@@ -11,6 +11,7 @@
 #define PY_MAX_FRAMES 96
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
+#define V8_MAX_FRAMES 64
 #define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17
@@ -97,6 +98,34 @@ struct py_stack {
 };
 _Static_assert(sizeof(struct py_stack) == 2320, "struct py_stack: schema layout");
 
+struct v8_proc {
+	__u16 off_function;
+	__u16 off_marker;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct v8_proc) == 8, "struct v8_proc: schema layout");
+
+struct v8_frame {
+	__u32 index;
+	__u32 pad;
+	__u64 pc;
+	__u64 function;
+	__u64 marker;
+};
+_Static_assert(sizeof(struct v8_frame) == 32, "struct v8_frame: schema layout");
+
+struct v8_stack {
+	__u32 len;
+	__u32 pid;
+	__u8 walking;
+	__u8 truncated;
+	__u16 pad;
+	__u16 off_function;
+	__u16 off_marker;
+	struct v8_frame frames[V8_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct v8_stack) == 2064, "struct v8_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -131,6 +160,14 @@ enum py_stat {
 	PY_STAT_TRUNCATED = 2,
 	PY_STAT_STACKS_FULL = 3,
 	PY_STAT_MAX = 4,
+};
+
+enum v8_stat {
+	V8_STAT_WALKS = 0,
+	V8_STAT_FRAMES = 1,
+	V8_STAT_TRUNCATED = 2,
+	V8_STAT_STACKS_FULL = 3,
+	V8_STAT_MAX = 4,
 };
 
 /* group counts */
@@ -309,6 +346,45 @@ enum py_stat {
 		__type(key, __u32); \
 		__type(value, __u64); \
 	} py_stats SEC(".maps"); \
+	/* end */
+
+/* group v8 */
+#define HS_V8_VARIABLES \
+	volatile __u32 v8_walk = 0; \
+	/* end */
+#define HS_V8_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, struct v8_proc); \
+	} v8_procs SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct v8_stack); \
+	} v8_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 8192); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct v8_stack); \
+	} v8_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 8192); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct v8_stack); \
+	} v8_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, V8_STAT_MAX); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} v8_stats SEC(".maps"); \
 	/* end */
 
 /* group offcpu */

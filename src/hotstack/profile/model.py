@@ -15,6 +15,8 @@ class FrameKind(str, Enum):
     NATIVE = "native"
     PYTHON = "python"
     JIT = "jit"
+    JS = "js"          # JavaScript, named from V8's heap (unwind/v8/)
+    JAVA = "java"
 
 
 UNKNOWN = "[unknown]"

@@ -70,8 +70,14 @@ def _cpython() -> FrameSource:
     return CPythonSource()
 
 
+def _v8() -> FrameSource:
+    from .v8.source import V8Source
+    return V8Source()
+
+
 # name -> factory. The engine builds each listed source when runtime frames are on.
 FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {"python": _cpython}
+FRAME_SOURCES["v8"] = _v8      # Node.js (unwind/v8/)
 
 
 def frame_sources(enabled: bool = True) -> list[FrameSource]:

@@ -32,7 +32,7 @@ BUILD_ID_ATTRIBUTE = "process.executable.build_id.gnu"
 FRAME_TYPE_ATTRIBUTE = "profile.frame.type"
 # Frame types as the OpenTelemetry eBPF profiler names them.
 FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind.PYTHON: "cpython",
-               FrameKind.JIT: "jit"}
+               FrameKind.JIT: "jit", FrameKind.JS: "v8js", FrameKind.JAVA: "jvm"}
 
 # Sample labels that OBI trace correlation sets (sampling/obi.py): they become the sample's Link.
 LINK_ATTRIBUTES = ("trace_id", "span_id")

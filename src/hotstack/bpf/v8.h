@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * V8 (Node.js) frame recorder, included by profile.bpf.c: the kernel half of unwind/v8/.
+ *
+ * V8's generated code (JIT code in anonymous memory, and the builtins embedded in the `node`
+ * binary, which have no unwind tables) keeps rbp frame pointers, so the in-kernel unwinder
+ * (native_unwind.h) walks it with frame pointers already. What it cannot do is name it: for a
+ * process listed in `v8_procs`, each frame the unwinder walks with frame pointers calls
+ * v8_frame(), which records the two words below the frame pointer that say what the frame is:
+ * the JSFunction (fp - off_function) and the context, or for a non-JavaScript frame a Smi
+ * frame-type marker (fp - off_marker). Offsets come from V8's own post-mortem metadata (the
+ * v8dbg_* symbols of the binary, read by userspace). Userspace names the functions later from the
+ * target's memory; nothing here writes to the target.
+ *
+ * Transport (bpf/schema.yaml, group v8): the frames go into v8_stacks_<buffer> under a 64-bit hash
+ * of what names them, and that hash is the sample key's `runtime_stack` (0: none).
+ */
+#ifndef HOTSTACK_V8_H
+#define HOTSTACK_V8_H
+
+#include "schema.h"
+
+HS_V8_VARIABLES
+HS_V8_MAPS
+
+static __always_inline void v8_count(__u32 index)
+{
+	__u64 *value = bpf_map_lookup_elem(&v8_stats, &index);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline struct v8_stack *v8_scratch_stack(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&v8_scratch, &zero);
+}
+
+/* Before a kernel-unwound walk: is the sampled process one to record V8 frames for? */
+static __always_inline void v8_begin(__u32 pid)
+{
+	struct v8_stack *s;
+	const struct v8_proc *proc;
+
+	if (!v8_walk)
+		return;
+	s = v8_scratch_stack();
+	if (!s)
+		return;
+	proc = bpf_map_lookup_elem(&v8_procs, &pid);
+	s->len = 0;
+	s->truncated = 0;
+	s->walking = proc != 0;
+	if (!proc)
+		return;
+	s->pid = pid;
+	s->off_function = proc->off_function;
+	s->off_marker = proc->off_marker;
+	v8_count(V8_STAT_WALKS);
+}
+
+/* The unwinder's runtime hook: frame `index` at `pc` is walked with frame pointer `fp`. */
+static __noinline void v8_frame(__u64 pc, __u64 fp, __u32 index)
+{
+	struct v8_stack *s = v8_scratch_stack();
+	struct v8_frame *f;
+	__u32 n;
+
+	if (!s || !s->walking || !fp)
+		return;
+	n = s->len;
+	if (n >= V8_MAX_FRAMES) {
+		s->truncated = 1;
+		return;
+	}
+	f = &s->frames[n];
+	f->index = index;
+	f->pc = pc;
+	f->function = 0;
+	f->marker = 0;
+	bpf_probe_read_user(&f->function, sizeof(f->function), (void *)(fp - s->off_function));
+	bpf_probe_read_user(&f->marker, sizeof(f->marker), (void *)(fp - s->off_marker));
+	s->len = n + 1;
+}
+
+/* After the walk: store the recorded frames; their key, or 0 if there are none. */
+static __always_inline __u64 v8_finish(__u32 buffer)
+{
+	struct v8_stack *s;
+	__u64 hash = 0xcbf29ce484222325ULL;
+	void *stacks;
+	__u32 i, n;
+
+	if (!v8_walk)
+		return 0;
+	s = v8_scratch_stack();
+	if (!s || !s->walking)
+		return 0;
+	s->walking = 0;
+	n = s->len;
+	if (n == 0)
+		return 0;
+	if (s->truncated)
+		v8_count(V8_STAT_TRUNCATED);
+	for (i = 0; i < V8_MAX_FRAMES; i++) {
+		struct v8_frame *f;
+
+		if (i >= n)
+			break;
+		f = &s->frames[i];
+		v8_count(V8_STAT_FRAMES);
+		hash = (hash ^ f->function ^ ((__u64)f->index << 48)) * 0x100000001b3ULL;
+		hash = (hash ^ f->marker) * 0x100000001b3ULL;
+	}
+	hash = (hash ^ n ^ ((__u64)s->truncated << 32)) | 1;   /* never 0: 0 means "no V8 frames" */
+	stacks = buffer ? (void *)&v8_stacks_1 : (void *)&v8_stacks_0;
+	if (bpf_map_lookup_elem(stacks, &hash))
+		return hash;
+	if (bpf_map_update_elem(stacks, &hash, s, BPF_ANY)) {
+		v8_count(V8_STAT_STACKS_FULL);
+		return 0;
+	}
+	return hash;
+}
+
+#endif /* HOTSTACK_V8_H */

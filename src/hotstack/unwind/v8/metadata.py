@@ -1,0 +1,164 @@
+"""V8's post-mortem metadata: the `v8dbg_*` symbols that V8 builds into the `node` binary.
+
+Each is an int in the binary's data (the symbols of value 0 live in .bss). They give the frame
+layout (where the JSFunction is below the frame pointer), object field offsets and instance
+types: everything needed to read functions, names and scripts from a live process, for the
+V8 version that built the binary, without a table per version here.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
+
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+_V8DBG = re.compile(rb"\0(v8dbg_[A-Za-z0-9_]+)\0")
+SHN_UNDEF = 0
+
+
+def read_v8dbg(path: str) -> dict[str, int]:
+    """Every v8dbg_* symbol of an ELF file with its int value ({} if it has none)."""
+    out: dict[str, int] = {}
+    with ElfFile(path) as elf:
+        for kind in (SHT_DYNSYM, SHT_SYMTAB):
+            for s in elf.sections:
+                if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+                    continue
+                strtab = elf.sections[s.link]
+                strings = elf.read(strtab.offset, strtab.size)
+                if b"\0v8dbg_" not in strings:
+                    continue
+                syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
+                wanted = {m.start() + 1: m.group(1).decode() for m in _V8DBG.finditer(strings)}
+                names = syms["name"]
+                hits = np.nonzero(np.isin(names, np.fromiter(wanted, dtype=np.uint32)) & (syms["shndx"] != SHN_UNDEF))[0]
+                for i in hits:
+                    name = wanted[int(names[i])]
+                    if name in out:
+                        continue
+                    value, size = int(syms[i]["value"]), int(syms[i]["size"])
+                    out[name] = _int_at(elf, value, size)
+            if out:
+                return out
+    return out
+
+
+def _int_at(elf: ElfFile, vaddr: int, size: int) -> int:
+    for seg in elf.segments:
+        if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+            data = elf.read(vaddr - seg.vaddr + seg.offset, size if size in (1, 2, 4, 8) else 4)
+            return int.from_bytes(data, "little", signed=True)
+    return 0      # in .bss: the value is 0
+
+
+@dataclass(frozen=True)
+class V8Layout:
+    """What we need of one binary's metadata (offsets in bytes)."""
+
+    fp_function: int            # below the frame pointer, positive
+    fp_context: int
+    map_offset: int             # HeapObject::map
+    instance_type: int          # Map::instance_type (u16)
+    first_nonstring_type: int
+    string_repr_mask: int
+    string_encoding_mask: int
+    one_byte_tag: int
+    seq_tag: int
+    cons_tag: int
+    sliced_tag: int
+    thin_tag: int
+    string_length: int
+    seq_chars: int
+    cons_first: int
+    cons_second: int
+    sliced_parent: int
+    sliced_offset: int
+    thin_actual: int
+    function_shared: int
+    sfi_name_or_scope: int
+    sfi_script: int
+    script_name: int
+    script_line_ends: int
+    script_source: int
+    fixed_array_length: int
+    fixed_array_data: int
+    type_sfi: int
+    type_scope_info: int
+    type_script: int
+    scopeinfo_first_vars: int
+    scopeinfo_ncontextlocals: int
+    frame_types: dict
+
+
+def _one(meta: dict[str, int], *names: str) -> int:
+    for n in names:
+        if n in meta:
+            return meta[n]
+    raise KeyError(names[0])
+
+
+def _instance_type_offset(meta: dict[str, int]) -> int:
+    """Map::instance_type; some builds leave it out of the metadata, but it is the u16 right
+    before Map::bit_field in every layout since V8 7."""
+    if "v8dbg_class_Map__instance_type__uint16_t" in meta:
+        return meta["v8dbg_class_Map__instance_type__uint16_t"]
+    return _one(meta, "v8dbg_class_Map__bit_field__char") - 2
+
+
+def layout(meta: dict[str, int]) -> V8Layout | None:
+    """The layout from a binary's metadata, or None if something we need is missing."""
+    try:
+        fp_function = -_one(meta, "v8dbg_off_fp_function")
+        fp_context = -_one(meta, "v8dbg_off_fp_context_or_frame_type", "v8dbg_off_fp_context")
+        if fp_function <= 0 or fp_context <= 0 or meta.get("v8dbg_SystemPointerSize", 8) != 8:
+            return None
+        if meta.get("v8dbg_TaggedSize", 8) != 8:
+            return None          # pointer compression: not supported yet
+        return V8Layout(
+            fp_function=fp_function, fp_context=fp_context,
+            map_offset=meta.get("v8dbg_class_HeapObject__map__Map", 0),
+            instance_type=_instance_type_offset(meta),
+            first_nonstring_type=_one(meta, "v8dbg_FirstNonstringType"),
+            string_repr_mask=_one(meta, "v8dbg_StringRepresentationMask"),
+            string_encoding_mask=_one(meta, "v8dbg_StringEncodingMask"),
+            one_byte_tag=_one(meta, "v8dbg_OneByteStringTag"),
+            seq_tag=meta.get("v8dbg_SeqStringTag", 0), cons_tag=_one(meta, "v8dbg_ConsStringTag"),
+            sliced_tag=_one(meta, "v8dbg_SlicedStringTag"), thin_tag=_one(meta, "v8dbg_ThinStringTag"),
+            string_length=_one(meta, "v8dbg_class_String__length__int32_t"),
+            seq_chars=_one(meta, "v8dbg_class_SeqOneByteString__chars__char"),
+            cons_first=_one(meta, "v8dbg_class_ConsString__first__String"),
+            cons_second=_one(meta, "v8dbg_class_ConsString__second__String"),
+            sliced_parent=_one(meta, "v8dbg_class_SlicedString__parent__String"),
+            sliced_offset=_one(meta, "v8dbg_class_SlicedString__offset__SMI"),
+            thin_actual=_one(meta, "v8dbg_class_ThinString__actual__String"),
+            function_shared=_one(meta, "v8dbg_class_JSFunction__shared__SharedFunctionInfo"),
+            sfi_name_or_scope=_one(meta, "v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object"),
+            sfi_script=_one(meta, "v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject",
+                            "v8dbg_class_SharedFunctionInfo__script_or_debug_info__Object"),
+            script_name=_one(meta, "v8dbg_class_Script__name__Object"),
+            script_line_ends=meta.get("v8dbg_class_Script__line_ends__Object", 0),
+            script_source=_one(meta, "v8dbg_class_Script__source__Object"),
+            fixed_array_length=_one(meta, "v8dbg_class_FixedArrayBase__length__SMI"),
+            fixed_array_data=meta.get("v8dbg_class_FixedArray__data__uintptr_t", 16),
+            type_sfi=_one(meta, "v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE"),
+            type_scope_info=_one(meta, "v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE"),
+            type_script=_one(meta, "v8dbg_type_Script__SCRIPT_TYPE"),
+            scopeinfo_first_vars=_one(meta, "v8dbg_scopeinfo_idx_first_vars"),
+            scopeinfo_ncontextlocals=_one(meta, "v8dbg_scopeinfo_idx_ncontextlocals"),
+            frame_types={v: k[len("v8dbg_frametype_"):] for k, v in meta.items() if k.startswith("v8dbg_frametype_")},
+        )
+    except KeyError:
+        return None
+
+
+def binary_layout(path: str) -> V8Layout | None:
+    try:
+        return layout(read_v8dbg(path))
+    except (ElfError, OSError, ValueError, struct.error):
+        return None

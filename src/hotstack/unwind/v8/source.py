@@ -1,0 +1,200 @@
+"""V8Source: the V8 (Node.js) frame source (unwind/runtimes.py).
+
+A process runs V8 if its executable (or a mapped libnode) carries V8's post-mortem metadata;
+nothing is read from the process to list it, so it is listed from its first sample. The kernel
+half (bpf/v8.h) records JavaScript frames while the in-kernel unwinder walks them; this side
+names them from the target's memory (every ~100 ms for the stacks recorded so far, so a process
+that exits mid-interval keeps its names) and puts the names in place of the native frames at
+the same positions. Frames need the kernel unwinder (`--unwind kernel`): it is what walks the
+JIT code and calls the hook.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from typing import TYPE_CHECKING
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame
+from .metadata import V8Layout, binary_layout
+from .names import Names
+
+if TYPE_CHECKING:
+    from ..runtimes import RuntimeKernel
+
+_NODE = re.compile(r"(?:^|/)(?:node(?:js)?\d*|libnode\.so[.\d]*)$")
+_U64 = struct.Struct("<Q")
+
+# Counters, in this order after the kernel's (enum v8_stat): what userspace did.
+USER_COUNTERS = ("processes", "names_read", "read_errors")
+
+
+def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
+    """((index, pc, function, marker) per recorded frame, pid) of a struct v8_stack."""
+    head = schema.V8_STACK.unpack(raw)
+    size = schema.V8_FRAME.size
+    n = min(head.len, schema.V8_MAX_FRAMES, (len(raw) - schema.V8_STACK_TAIL_OFFSET) // size)
+    unpack = schema.V8_FRAME.struct.unpack_from
+    frames = []
+    for i in range(n):
+        index, pc, function, marker = unpack(raw, schema.V8_STACK_TAIL_OFFSET + i * size)
+        frames.append((index, pc, function, marker))
+    return frames, head.pid
+
+
+def _v8_files(pid: int) -> list[str]:
+    """Files of `pid` that may hold V8: the executable if named like node, and mapped libnode."""
+    out = []
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return out
+    if _NODE.search(exe.removesuffix(" (deleted)")):
+        out.append(f"/proc/{pid}/exe")
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                path = line.split(maxsplit=5)[5].strip() if line.count(" ") >= 5 else ""
+                if "libnode.so" in path and path.startswith("/"):
+                    out.append(f"/proc/{pid}/root{path}")
+                    break
+    except (OSError, IndexError):
+        pass
+    return out
+
+
+class V8Source:
+    """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
+
+    name = "v8"
+
+    def __init__(self) -> None:
+        self._kernel: "RuntimeKernel | None" = None
+        self._layouts: dict[tuple[int, int, int], V8Layout | None] = {}
+        self._procs: dict[int, tuple[Names, procs.Process | None]] = {}
+        self._found: list[tuple[int, V8Layout]] = []
+        self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
+        self._lock = threading.Lock()
+        self._prefetch_buffer, self._prefetched = -1, set()
+        self.attached = 0
+
+    def prepare(self) -> bool:
+        return True
+
+    def _layout(self, pid: int) -> V8Layout | None:
+        for path in _v8_files(pid):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino, int(st.st_mtime))
+            if key not in self._layouts:
+                self._layouts[key] = binary_layout(path)
+            if self._layouts[key] is not None:
+                return self._layouts[key]
+        return None
+
+    def detect(self, pid: int) -> bool:
+        layout = self._layout(pid)
+        if layout is not None:
+            self._found.append((pid, layout))
+        return layout is not None
+
+    def attach(self, kernel: "RuntimeKernel") -> None:
+        kernel.configure(1)
+        self._kernel = kernel
+        for pid, layout in self._found:
+            self._track(pid, layout)
+        self._found = []
+
+    def observe(self, pid: int) -> bool:
+        if self._kernel is None or pid in self._procs:
+            return False
+        layout = self._layout(pid)
+        return layout is not None and self._track(pid, layout)
+
+    def _track(self, pid: int, layout: V8Layout) -> bool:
+        record = schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
+        with self._lock:
+            self._procs[pid] = (Names(pid, layout), procs.read_process(pid))
+            if not self._kernel.track(pid, record):
+                self._procs.pop(pid, None)
+                return False
+        self.attached += 1
+        return True
+
+    def poll(self, active_buffer: int) -> None:
+        """Name the functions of stacks recorded so far (called every ~100 ms)."""
+        if self._kernel is None:
+            return
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            for key, raw in self._kernel.recorded(active_buffer):
+                if key in self._prefetched:
+                    continue
+                self._prefetched.add(key)
+                frames, pid = parse_stack(raw)
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    for _index, _pc, function, marker in frames:
+                        entry[0].frame(function, marker)
+        except Exception:       # the session is closing under us
+            return
+
+    def collect(self, buffer: int) -> None:
+        if self._kernel is None:
+            return
+        self._stacks = {_U64.unpack_from(k)[0]: parse_stack(v)[0] for k, v in self._kernel.take(buffer)}
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        """The native frames with JavaScript ones at the positions the walker recorded them."""
+        frames = self._stacks.get(key) if key else None
+        entry = self._procs.get(pid)
+        if not frames or entry is None:
+            return native
+        names = entry[0]
+        out = list(native)
+        changed = False
+        for index, _pc, function, marker in frames:
+            if index >= len(out):
+                continue
+            js = names.frame(function, marker)
+            if js is not None:
+                out[index] = js
+                changed = True
+        return out if changed else native
+
+    def counters(self) -> list[int]:
+        """The walker's counter deltas (enum v8_stat order)."""
+        if self._kernel is None:
+            return [0] * schema.V8_STAT_MAX
+        return self._kernel.counters()
+
+    def user_counters(self) -> dict[str, int]:
+        """Processes listed now, names read and memory read errors since the start."""
+        with self._lock:
+            entries = [e[0] for e in self._procs.values()]
+        return {"processes": len(entries), "names_read": sum(n.named for n in entries),
+                "read_errors": sum(n.read_errors for n in entries)}
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            found = self._procs.pop(pid, None)
+        if found is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
+    def forget_dead(self) -> None:
+        for pid, (_names, process) in list(self._procs.items()):
+            if process is not None and process.is_current():
+                continue
+            self.forget(pid)
+            if process is not None and procs.exists(pid):
+                self.observe(pid)
+
+
+__all__ = ["V8Source", "parse_stack"]

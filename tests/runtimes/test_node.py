@@ -1,0 +1,122 @@
+"""Node.js (V8) frames through the real BPF sampler and kernel unwinder, against node's own
+profiler (`node --cpu-prof`) in the same run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+HERE = Path(__file__).parent
+WORK = HERE / "node_work.js"
+NODE = shutil.which("node")
+
+
+def _need_node() -> str:
+    if NODE is None:
+        pytest.skip("no node on this machine (.ci/install.d/runtimes.sh installs it)")
+    return NODE
+
+
+def js_names(sample) -> list[str]:
+    """Function names of the JavaScript frames, root first."""
+    return [f.name.split(" (")[0] for f in reversed(sample.stack) if f.kind is FrameKind.JS]
+
+
+def shares(counts: dict[str, float]) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: 100.0 * v / total for k, v in counts.items()}
+
+
+def hotstack_split(samples) -> dict[str, float]:
+    counts = {"optimized": 0, "parsing": 0}
+    for s in samples:
+        names = js_names(s)
+        for hot in counts:
+            if hot in names:
+                counts[hot] += s.value
+    return counts
+
+
+def cpuprofile_split(path: Path) -> dict[str, float]:
+    """Time per hot function (self and below) from a .cpuprofile: each sample's node and its parents."""
+    prof = json.loads(path.read_text())
+    nodes = {n["id"]: n for n in prof["nodes"]}
+    parent = {c: n["id"] for n in prof["nodes"] for c in n.get("children", ())}
+    counts = {"optimized": 0.0, "parsing": 0.0}
+    for node_id, delta in zip(prof["samples"], prof["timeDeltas"][1:] + [0]):
+        seen = set()
+        while node_id is not None:
+            seen.add(nodes[node_id]["callFrame"]["functionName"])
+            node_id = parent.get(node_id)
+        for hot in counts:
+            if hot in seen:
+                counts[hot] += max(delta, 0)
+    return counts
+
+
+@pytest.mark.shares
+def test_node_shares_match_cpu_prof(tmp_path):
+    node = _need_node()
+    proc = subprocess.Popen([node, "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(WORK), "7"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)       # past the first tier-ups
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
+            samples = prof.run(4.0).samples
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    ours = hotstack_split(samples)
+    assert sum(ours.values()) >= 200, ours
+    truth = cpuprofile_split(next(tmp_path.glob("*.cpuprofile")))
+    ours_pct, truth_pct = shares(ours), shares(truth)
+    print("hotstack", ours_pct, "cpu-prof", truth_pct)
+    assert abs(ours_pct["optimized"] - truth_pct["optimized"]) <= 5, (ours_pct, truth_pct)
+    # caller order: main calls both; names carry the script and line
+    sample = max((s for s in samples if "optimized" in js_names(s)), key=lambda s: s.value)
+    names = js_names(sample)
+    assert names.index("main") < names.index("optimized"), names
+    frame = next(f for f in sample.stack if f.name.startswith("optimized ("))
+    assert frame.file == str(WORK) and frame.line == 6, frame
+    assert frame.name == f"optimized ({WORK}:6)"
+    # native frames of node stay below the JavaScript ones
+    assert any(f.name == "node::Start(int, char**)" or f.name.startswith("node::") for f in sample.stack)
+
+
+def test_node_started_later_and_exited_keeps_names():
+    node = _need_node()
+    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+        time.sleep(0.3)
+        proc = subprocess.run([node, str(WORK), "1.5"], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0
+        time.sleep(0.3)
+        samples = prof.collect()[0].samples
+    mine = [s for s in samples if s.comm == "node" and js_names(s)]
+    hot = sum(s.value for s in mine if {"optimized", "parsing"} & set(js_names(s)))
+    assert hot >= 50, [js_names(s) for s in mine][:5]
+
+
+def test_no_node_flag_leaves_native_frames(tmp_path):
+    node = _need_node()
+    proc = subprocess.Popen([node, str(WORK), "4"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        config = EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel", runtime_frames=False)
+        with Engine(config) as prof:
+            samples = prof.run(1.5).samples
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sum(s.value for s in samples) >= 50
+    assert not any(js_names(s) for s in samples)
