@@ -107,12 +107,28 @@ def test_node_started_later_and_exited_keeps_names():
     assert hot >= 50, (hot, sum(s.value for s in samples if s.comm == "node"), [js_names(s) for s in mine][:5])
 
 
+def _gadget_config(*flags: str) -> EngineConfig:
+    import argparse
+    from hotstack.gadget.cli import add_arguments, profile_run_options
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return profile_run_options(p.parse_args(["profile_cpu", *flags])).engine_config()
+
+
+def test_node_flags():
+    assert _gadget_config().runtimes_off == ()
+    assert _gadget_config("--no-node").runtimes_off == ("v8",)
+    assert _gadget_config("--no-python").runtimes_off == ("python",)
+    both = _gadget_config("--no-python", "--no-node")
+    assert not both.runtime_frames
+
+
 def test_no_node_flag_leaves_native_frames(tmp_path):
     node = _need_node()
     proc = subprocess.Popen([node, str(WORK), "4"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        config = EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel", runtime_frames=False)
+        config = _gadget_config("--no-node", "--pid", str(proc.pid), "--sample-rate", "499")
         with Engine(config) as prof:
             samples = prof.run(1.5).samples
     finally:

@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", action=argparse.BooleanOptionalAction, default=True,
                    help="show the Python functions (file, line) that CPython 3.8-3.14 processes run, in place "
                         "of the interpreter's frames (default: on)")
+    p.add_argument("--node", action=argparse.BooleanOptionalAction, default=True,
+                   help="show the JavaScript functions (name, script, line) that Node.js 18-22 processes run, in "
+                        "place of V8's JIT and builtin frames; needs --unwind kernel (default: on)")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",

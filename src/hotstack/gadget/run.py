@@ -46,6 +46,7 @@ class RunOptions:
     sanitize_labels: bool = False
     unwind: str = "kernel"   # kernel | fp | dwarf | auto (sampling/config.py)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
+    node_enabled: bool = True     # JavaScript frames in place of V8's (unwind/v8)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
     containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
@@ -64,7 +65,8 @@ class RunOptions:
             output=args.output, max_rows=args.max_entries, annotations=args.annotate, demangle=args.demangle,
             file=args.file, config=args.config, otel_profiles_exporter=args.otel_profiles_exporter,
             sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "kernel"),
-            python_enabled=getattr(args, "python", True), show_hotstack=getattr(args, "show_hotstack", False),
+            python_enabled=getattr(args, "python", True), node_enabled=getattr(args, "node", True),
+            show_hotstack=getattr(args, "show_hotstack", False),
             map_fetch_count=getattr(args, "map_fetch_count", 0),
             containers={"runtime.containerName": getattr(args, "containername", ""),
                         "k8s.namespace": getattr(args, "k8s_namespace", ""),
@@ -94,7 +96,14 @@ class RunOptions:
         return EngineConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
                             include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
-                            runtime_frames=self.python_enabled, demangle=self.demangle, **samplers)
+                            runtime_frames=self.python_enabled or self.node_enabled,
+                            runtimes_off=runtimes_off(python=self.python_enabled, v8=self.node_enabled),
+                            demangle=self.demangle, **samplers)
+
+
+def runtimes_off(**enabled: bool) -> tuple[str, ...]:
+    """Frame sources (by their unwind/runtimes.FRAME_SOURCES name) that a front door turned off."""
+    return tuple(name for name, on in enabled.items() if not on)
 
 
 # EngineConfig fields as `hotstack run` spells them, for its error messages.

@@ -41,6 +41,7 @@ class EngineConfig:
     unwind: str = "kernel"
     snapshot_ring_bytes: int = 8 << 20
     runtime_frames: bool = True       # frame sources (CPython ...) replace interpreter frames
+    runtimes_off: tuple[str, ...] = ()  # frame sources turned off by name (unwind/runtimes.FRAME_SOURCES)
     obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
     demangle: str = "full"
     go_symbols: bool = True           # Go function names from .gopclntab (pyroscope.ebpf's go_enabled)

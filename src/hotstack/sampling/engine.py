@@ -60,7 +60,7 @@ class Engine:
             from .probes import ProbeSampler
             self.samplers.append(ProbeSampler(config))   # bad links fail here, before anything loads
         # Runtime frames come with the CPU sampler's walker (bpf/python.h ...).
-        self.runtimes = frame_sources(config.runtime_frames) if self.cpu is not None else []
+        self.runtimes = frame_sources(config.runtime_frames, config.runtimes_off) if self.cpu is not None else []
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._wants: TargetFilter | None = None
         self._declined: set[int] = set()

@@ -80,12 +80,14 @@ FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {"python": _cpython}
 FRAME_SOURCES["v8"] = _v8      # Node.js (unwind/v8/)
 
 
-def frame_sources(enabled: bool = True) -> list[FrameSource]:
-    """The sources that can work on this host (prepare() succeeded)."""
+def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
+    """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:
         return []
     out = []
-    for make in FRAME_SOURCES.values():
+    for name, make in FRAME_SOURCES.items():
+        if name in off:
+            continue
         source = make()
         if source.prepare():
             out.append(source)

@@ -25,8 +25,8 @@ SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
 STOP_TIMEOUT_S = 60.0
 DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
 # Arguments the running samplers were built from: a change restarts them.
-ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "off_cpu_threshold", "probe_links",
-               "u_probe_links", "obi_process_context_enabled", "bpf_fs_root", "go_enabled",
+ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "v8_enabled", "off_cpu_threshold",
+               "probe_links", "u_probe_links", "obi_process_context_enabled", "bpf_fs_root", "go_enabled",
                "no_kernel_version_check")
 
 
