@@ -15,6 +15,7 @@ import os
 import re
 import struct
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ... import procs
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 _NODE = re.compile(r"(?:^|/)(?:node(?:js)?\d*|libnode\.so[.\d]*)$")
 _U64 = struct.Struct("<Q")
+
+# A process first seen before it runs node (a fork that has not exec'ed yet) is looked at again at
+# these ages (seconds since first seen).
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 # Counters, in this order after the kernel's (enum v8_stat): what userspace did.
 USER_COUNTERS = ("processes", "names_read", "read_errors")
@@ -80,6 +85,7 @@ class V8Source:
         self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
         self._lock = threading.Lock()
         self._prefetch_buffer, self._prefetched = -1, set()
+        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
 
     def prepare(self) -> bool:
@@ -115,7 +121,20 @@ class V8Source:
         if self._kernel is None or pid in self._procs:
             return False
         layout = self._layout(pid)
-        return layout is not None and self._track(pid, layout)
+        if layout is None:
+            self._retry.setdefault(pid, (time.monotonic(), 0))
+            return False
+        self._retry.pop(pid, None)
+        return self._track(pid, layout)
+
+    def _retry_pending(self) -> None:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES) or not procs.exists(pid):
+                self._retry.pop(pid, None)
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
 
     def _track(self, pid: int, layout: V8Layout) -> bool:
         record = schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
@@ -131,6 +150,7 @@ class V8Source:
         """Name the functions of stacks recorded so far (called every ~100 ms)."""
         if self._kernel is None:
             return
+        self._retry_pending()
         if active_buffer != self._prefetch_buffer:
             self._prefetch_buffer, self._prefetched = active_buffer, set()
         try:
@@ -183,6 +203,7 @@ class V8Source:
                 "read_errors": sum(n.read_errors for n in entries)}
 
     def forget(self, pid: int) -> None:
+        self._retry.pop(pid, None)
         with self._lock:
             found = self._procs.pop(pid, None)
         if found is not None and self._kernel is not None:
