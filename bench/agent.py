@@ -142,7 +142,7 @@ def main() -> int:
         hotstack = [sys.executable, "-m", "hotstack"]
         agent = subprocess.Popen([*hotstack, "agent", str(tmp / "bench.alloy"),
                                   "--server.http.listen-addr", "127.0.0.1:0", "--log.level", "warn"])
-        gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--sample-rate", "19", "--timeout", "0",
+        gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--map-fetch-interval", "0", "--sample-rate", "19", "--timeout", "0",
                                    "--map-fetch-interval", "15s", "-o", "none", "--comm", "bench-load"], stdout=subprocess.DEVNULL)
         time.sleep(args.warmup)
         start = {p.pid: cpu_seconds(p.pid) for p in (agent, gadget)}

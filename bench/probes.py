@@ -97,7 +97,7 @@ def agent_cpu(binary: Path, symbol: str, rate: int, seconds: float) -> tuple[flo
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             start = time.monotonic()
             agent = subprocess.Popen(
-                [sys.executable, "-m", "hotstack", "run", "profile_probe", "--probe", f"uprobe:{binary}:{symbol}",
+                [sys.executable, "-m", "hotstack", "run", "profile_probe", "--map-fetch-interval", "0", "--probe", f"uprobe:{binary}:{symbol}",
                  "--pid", str(work.pid), "--timeout", str(seconds), "--map-fetch-interval", "1s", "-o", "folded"],
                 stdout=out, stderr=err, text=True, cwd=ROOT)
             _pid, status, usage = os.wait4(agent.pid, 0)

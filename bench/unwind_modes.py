@@ -57,7 +57,7 @@ def main() -> None:
         comms = ["--comm", "python3", "--comm", "xz", "--comm", "hot_ab"]
 
         def hotstack(mode, hz):
-            return lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", str(d),
+            return lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", str(d),
                               "--sample-rate", str(hz), "--unwind", mode, "-o", "folded", *comms]
         measure(hotstack("kernel", 99)(3), 3, watch_bpf=False)       # fills the table cache
         for hz in (19, 99):

@@ -21,7 +21,7 @@ EXPORTER = """\
 
 
 def run_with_config(cli, path):
-    return cli("run", "profile_cpu", "--timeout", "1", "--config", str(path), "--otel-profiles-exporter", "a")
+    return cli("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", "--config", str(path), "--otel-profiles-exporter", "a")
 
 
 def test_duplicate_exporter_names_name_both_lines(cli, tmp_path):

@@ -28,7 +28,7 @@ PID_MAX_LIMIT = 1 << 22
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1"])
 def test_timeout_must_be_a_finite_duration(value):
     """Issue 18 item 9: nan ran forever, inf raised OverflowError."""
-    r = hotstack("run", "profile_cpu", f"--timeout={value}", timeout=60)
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", f"--timeout={value}", timeout=60)
     assert_one_line(r, f"--timeout {float(value)}", "expected 0 or a number of seconds")
 
 
@@ -40,14 +40,14 @@ def test_map_fetch_interval_must_be_finite(cli, value):
 @pytest.mark.parametrize("pid", ["-3", "0", str(PID_MAX_LIMIT + 1), "99999999999"])
 def test_impossible_pid_names_the_flag(cli, pid):
     """Issue 18 item 11: exit 2, but the message said 'argument out of range'."""
-    assert_one_line(cli("run", "profile_cpu", "--timeout", "1", "--pid", pid), f"--pid {pid}: not a process id")
+    assert_one_line(cli("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", "--pid", pid), f"--pid {pid}: not a process id")
 
 
 @pytest.mark.root
 def test_pid_that_does_not_exist_is_said():
     """Issue 18 item 11: exit 0 with an empty table and no word."""
     pid = next(p for p in range(PID_MAX_LIMIT - 1, 1, -1) if not os.path.exists(f"/proc/{p}"))
-    r = hotstack("run", "profile_cpu", "--timeout", "1", "--pid", str(pid))
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", "--pid", str(pid))
     assert r.returncode == 0, r.stderr
     assert f"hotstack: warning: --pid {pid}: no such process" in r.stderr
 
@@ -59,7 +59,7 @@ def test_long_comm_warns_and_matches_the_kernels_prefix(tmp_path, workloads):
     exe = tmp_path / name
     shutil.copy(shutil.which("sh"), exe)
     w = workloads([exe, "-c", "while :; do :; done"])
-    r = hotstack("run", "profile_cpu", "--timeout", "2", "--comm", name, "-o", "folded", "--pid", str(w.pid))
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "2", "--comm", name, "-o", "folded", "--pid", str(w.pid))
     assert r.returncode == 0, r.stderr
     assert (f"hotstack: warning: --comm {name!r} is longer than the kernel's {COMM_MAX} characters"
             in r.stderr), r.stderr
@@ -69,7 +69,7 @@ def test_long_comm_warns_and_matches_the_kernels_prefix(tmp_path, workloads):
 
 def test_file_on_a_directory_is_refused_before_starting(cli, tmp_path):
     """Issue 18 item 10: printed "wrote ..." and then a traceback."""
-    r = cli("run", "profile_cpu", "--timeout", "1", "-o", "pprof", "--file", str(tmp_path))
+    r = cli("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", "-o", "pprof", "--file", str(tmp_path))
     assert "wrote" not in r.stderr
     assert_one_line(r, f"--file {tmp_path}: is a directory")
 
@@ -84,7 +84,7 @@ def test_file_where_nothing_can_be_written(cli, tmp_path, path, fragment):
     if path == "FIFO":
         path = str(tmp_path / "fifo")
         os.mkfifo(path)
-    r = cli("run", "profile_cpu", "--timeout", "1", "-o", "pprof", "--file", path)
+    r = cli("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", "-o", "pprof", "--file", path)
     assert "wrote" not in r.stderr
     assert_one_line(r, f"--file {path}", fragment)
 
@@ -113,7 +113,7 @@ def test_sigint_during_start_up_prints_no_traceback():
     interruptible, e.g. "init_import_site"); from hotstack's first line on, nothing may."""
     hotstack_tracebacks = []
     for i in range(30):
-        p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", "5", "-o",
+        p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "5", "-o",
                               "none"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep((i % 15) * 0.01)
         p.send_signal(signal.SIGINT)
@@ -126,7 +126,7 @@ def test_sigint_during_start_up_prints_no_traceback():
 
 def test_sigint_while_running_is_quiet_and_flushes(tmp_path):
     out = tmp_path / "x.folded"
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "-o", "folded", "--file",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "-o", "folded", "--file",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if os.geteuid() == 0:
         wait_until_sampling(p.pid)
@@ -197,7 +197,7 @@ def test_sighup_ends_a_run_cleanly_with_its_output(tmp_path, workloads):
     host has none to write.)"""
     out = tmp_path / "x.folded"
     workloads([sys.executable, "-c", "while True: pass"])
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "-o", "folded", "--file",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "-o", "folded", "--file",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until_sampling(p.pid)
     time.sleep(1)

@@ -26,7 +26,7 @@ def wait(predicate, timeout: float = 90.0):
 
 
 def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, workloads, tmp_path):
-    workloads([spin_binary])
+    spinner = workloads([spin_binary])
     store = tmp_path / "store"
     a = agent(None, extra=["--storage.path", str(store)])
     a.wait_ready()
@@ -52,6 +52,15 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
     assert all(c["health"]["state"] == "healthy" for c in comps.values()), comps
     status, html = a.get("/component/pyroscope.ebpf.default")
     assert status == 200 and "elf_cache" in html and "pid_cache" in html
+    # Alloy's debug info: pid_cache = per process, its ELF symbol tables and their sizes in symbols.
+    debug = a.json("/api/v0/web/components/pyroscope.ebpf.default")["debug_info"]
+    spin = [p for p in debug["pid_cache"]["processes"] if p["pid"] == spinner.pid]
+    assert spin, debug["pid_cache"]
+    tables = {t["path"]: t["symbols"] for t in spin[0]["symbol_tables"]}
+    assert tables.get(str(spin_binary), 0) > 0, tables   # the executable's own .symtab
+    assert spin[0]["symbols"] == sum(tables.values()) > 0
+    assert any(f["path"] == str(spin_binary) and f["symbols"] == tables[str(spin_binary)]
+               for f in debug["elf_cache"]["files"])
     metrics = a.get("/metrics")[1]
     for name in ("pyroscope_ebpf_active_targets", "pyroscope_ebpf_profiling_sessions_total",
                  "pyroscope_ebpf_pprofs_total", "pyroscope_ebpf_pprof_bytes_total", "hotstack_samples_total",

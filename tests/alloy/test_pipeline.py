@@ -4,6 +4,7 @@ arrive with the labels the pipeline gives them."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -47,8 +48,7 @@ def test_process_example_against_real_proc(agent, pyroscope, spin_binary, worklo
     assert s.headers["Content-Type"] == "application/proto"
     # the pipeline's own account of it
     metrics = a.get("/metrics")[1]
-    assert 'pyroscope_ebpf_pprofs_total{service_name="alloy-spin"}' in metrics
-    assert "pyroscope_write_sent_profiles_total" in metrics
+    assert_alloy_metrics(metrics, pyroscope.url)
     page = a.json("/api/v0/web/components/pyroscope.ebpf.request_profiles")
     assert page["health"]["state"] == "healthy"
     assert any(t.get("service_name") == "alloy-spin" and t.get("__process_pid__") == str(spin.pid)
@@ -56,6 +56,47 @@ def test_process_example_against_real_proc(agent, pyroscope, spin_binary, worklo
     assert any(f["symbols"] > 0 and f["path"].endswith("alloy-spin") for f in page["debug_info"]["elf_cache"]["files"])
     assert any(p["pid"] == spin.pid for p in page["debug_info"]["pid_cache"]["processes"])
     assert a.stop() == 0
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the series `name` whose labels include `labels` (any order), else None."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        head, _, value = line.rpartition(" ")
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', head[len(name):]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(value)
+    return None
+
+
+def assert_alloy_metrics(text: str, url: str) -> None:
+    """/metrics as Alloy shows it for this pipeline: component_id/component_path on every
+    component's metrics, pyroscope.write's per endpoint (its URL), the latency histograms, the
+    fan-out's, and the embedded profiler's with otel_scope_name="pyroscope.ebpf"."""
+    ebpf = {"component_id": "pyroscope.ebpf.request_profiles", "component_path": "/"}
+    write = {"component_id": "pyroscope.write.profiles", "component_path": "/", "endpoint": url}
+    assert metric(text, "pyroscope_ebpf_pprofs_total", service_name="alloy-spin", **ebpf) >= 1, text
+    assert metric(text, "pyroscope_ebpf_pprof_bytes_total", service_name="alloy-spin", **ebpf) > 0
+    assert metric(text, "pyroscope_ebpf_profiling_sessions_total", **ebpf) == 1
+    assert metric(text, "pyroscope_ebpf_active_targets", **ebpf) >= 1
+    assert metric(text, "pyroscope_forwarded_entries_total", **ebpf) >= 1
+    assert metric(text, "pyroscope_fanout_latency_count", **ebpf) >= 1
+    assert metric(text, "pyroscope_fanout_latency_bucket", le="+Inf", **ebpf) >= 1
+    assert metric(text, "pyroscope_write_sent_profiles_total", **write) >= 1
+    assert metric(text, "pyroscope_write_sent_bytes_total", **write) > 0
+    assert metric(text, "pyroscope_write_dropped_profiles_total", **write) == 0
+    assert metric(text, "pyroscope_write_retries_total", **write) == 0
+    assert "# TYPE pyroscope_write_latency histogram" in text
+    for kind, endpoint in (("push_total", "-"), ("push_endpoint", url), ("push_downstream", url)):
+        n = metric(text, "pyroscope_write_latency_count", type=kind, **{**write, "endpoint": endpoint})
+        assert n and n >= 1, (kind, text)
+    # the embedded profiler's: only those recorded so far, each with its scope
+    scope = {**ebpf, "otel_scope_name": "pyroscope.ebpf"}
+    assert metric(text, "NumProcAttempts_total", **scope) >= 1, text
+    assert metric(text, "ELFInfoCacheMiss_total", **scope) >= 1
+    assert "ErrProcNotExist_total" not in text or metric(text, "ErrProcNotExist_total", **scope) > 0
+    assert "component=" not in text   # the old label name is gone
 
 
 def test_docker_example(agent, pyroscope, spin_binary, docker_engine, spin_image, workloads):

@@ -19,7 +19,7 @@ def test_profile_cpu_json_names_a_docker_container(docker_engine, spin_image):
               "io.kubernetes.container.name": "cart"}
     cid = docker_engine.run(spin_image, "hotstack-gadget-cart", ["/spin"], labels=labels)
     pid = docker_engine.pid("hotstack-gadget-cart")
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--pid", str(pid), "--timeout", "3",
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(pid), "--timeout", "3",
                         "-o", "json"], capture_output=True, text=True, timeout=180,
                        env={**os.environ, "DOCKER_HOST": docker_engine.host})
     assert r.returncode == 0, r.stderr
@@ -55,7 +55,7 @@ def test_container_flags_select_rows_as_ig(docker_engine, spin_image):
     env = {**os.environ, "DOCKER_HOST": docker_engine.host}
 
     def run(*flags: str) -> set[int]:
-        argv = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", "3", "-o", "json", *flags]
+        argv = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "3", "-o", "json", *flags]
         for pid in pids.values():
             argv += ["--pid", str(pid)]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)

@@ -28,7 +28,7 @@ def assert_one_line_error(r, *needles: str) -> None:
 @pytest.mark.root
 def test_without_capabilities():
     require_tool("capsh")
-    r = hotstack("run", "profile_cpu", "--timeout", "1", prefix=WITHOUT_CAPS)
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", prefix=WITHOUT_CAPS)
     assert_one_line_error(r, "missing privileges", "CAP_BPF", "CAP_PERFMON")
 
 
@@ -62,7 +62,7 @@ def test_doctor_ok_as_root():
     (["--annotate", "samples.nosuchfield:profiles.sample-attribute=true"], "no field"),
 ])
 def test_bad_flags(args, needle):
-    r = hotstack("run", "profile_cpu", "--timeout", "1", *args)
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", *args)
     assert_one_line_error(r, needle)
 
 

@@ -28,7 +28,7 @@ def json_values(text: str) -> list:
 
 def test_filter_fields_sort_as_yaml(hot_ab, workloads):
     a, b = workloads([hot_ab]), workloads([hot_ab])
-    r = hotstack("run", "profile_cpu", "--pid", str(a.pid), "--pid", str(b.pid), "--timeout", "3",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(a.pid), "--pid", str(b.pid), "--timeout", "3",
                  "--sample-rate", "199", "-o", "yaml", "--filter", f"proc.pid=={b.pid},samples>=1",
                  "--fields", "proc.pid,samples,user_stack_raw.symbols", "--sort=-samples")
     assert r.returncode == 0, r.stderr
@@ -45,7 +45,7 @@ def test_filter_fields_sort_as_yaml(hot_ab, workloads):
 def test_regex_filter_and_field_changes_as_jsonpretty(hot_ab, workloads):
     w = workloads([hot_ab])
     workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--comm", "hot_ab", "--comm", "dd", "--timeout", "2", "-o", "jsonpretty",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--comm", "hot_ab", "--comm", "dd", "--timeout", "2", "-o", "jsonpretty",
                  "--filter", "proc.comm~^hot_", "--fields=-kern_stack,-runtime.containerId")
     assert r.returncode == 0, r.stderr
     [rows] = json_values(r.stdout)          # one array, indented, for the one fetch
@@ -77,7 +77,7 @@ def test_annotate_takes_a_list_value(hot_ab, workloads, tmp_path):
     assert ds.field("user_stack") is ds.field("user_stack_raw.symbols")
 
     w = workloads([hot_ab])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "1", "-o", "folded",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "1", "-o", "folded",
                  "--annotate", "samples:profiles.stack-fields=kern_stack,user_stack")
     assert r.returncode == 0, r.stderr
 
@@ -92,5 +92,5 @@ def test_annotate_takes_a_list_value(hot_ab, workloads, tmp_path):
     (["--map-fetch-count", "-1"], "--map-fetch-count"),
 ])
 def test_bad_row_flags_are_one_line(argv, message):
-    r = hotstack("run", "profile_cpu", "--timeout", "1", *argv)
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", *argv)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -27,7 +27,7 @@ def test_hot_a_hot_b_shares_and_stack_order(hot_ab, workloads):
     w = workloads([hot_ab])
     # 499 Hz: ~4000 samples on an idle machine, and enough for the bound on a busy one (the
     # workload then gets a fraction of a CPU), so that a rerun is rarely needed.
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "8", "--sample-rate", "499", "-o", "folded")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "8", "--sample-rate", "499", "-o", "folded")
     assert r.returncode == 0, r.stderr
     lines = folded_lines(r.stdout)
     total = sum(c for _, c in lines)
@@ -51,7 +51,7 @@ def test_hot_a_hot_b_shares_and_stack_order(hot_ab, workloads):
 
 def test_syscall_heavy_workload_shows_kernel_frames(workloads):
     w = workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", "99", "-o", "folded")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", "99", "-o", "folded")
     assert r.returncode == 0, r.stderr
     lines = folded_lines(r.stdout)
     kernel_stacks = [f for f, _ in lines if any(x.endswith("_[k]") for x in f)]
@@ -71,7 +71,7 @@ def test_syscall_heavy_workload_shows_kernel_frames(workloads):
 
 def test_stripped_binary_gives_module_offsets(hot_ab_stripped, workloads):
     w = workloads([hot_ab_stripped])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--sample-rate", "99", "-o", "folded")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "--sample-rate", "99", "-o", "folded")
     assert r.returncode == 0, r.stderr
     frames = [x for f, _ in folded_lines(r.stdout) for x in f[1:]]
     assert any(x.startswith("hot_ab_stripped+0x") for x in frames), frames[:20]
@@ -81,7 +81,7 @@ def test_stripped_binary_gives_module_offsets(hot_ab_stripped, workloads):
 def test_process_that_exits_mid_run_keeps_samples_and_symbols(hot_ab, workloads):
     import subprocess
     import sys
-    profiler = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", "5",
+    profiler = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "5",
                                  "--sample-rate", "99", "-o", "json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:
@@ -102,7 +102,7 @@ def test_process_that_exits_mid_run_keeps_samples_and_symbols(hot_ab, workloads)
 def test_pid_filter_isolates_one_process(hot_ab, workloads):
     busy = [workloads([hot_ab]) for _ in range(3)]
     target = busy[1]
-    r = hotstack("run", "profile_cpu", "--pid", str(target.pid), "--timeout", "2", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(target.pid), "--timeout", "2", "-o", "json")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert rows
@@ -112,7 +112,7 @@ def test_pid_filter_isolates_one_process(hot_ab, workloads):
 def test_comm_filter(hot_ab, workloads):
     workloads([hot_ab])
     workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--comm", "dd", "--timeout", "2", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--comm", "dd", "--timeout", "2", "-o", "json")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert rows and {row["proc"]["comm"] for row in rows} == {"dd"}
@@ -120,18 +120,18 @@ def test_comm_filter(hot_ab, workloads):
 
 def test_kernel_and_user_only_switches(workloads):
     w = workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--kernel-stacks-only", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "--kernel-stacks-only", "-o", "json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert rows and all(row["user_stack_raw"]["symbols"] == "" for row in rows)
     assert any(row["kern_stack"] for row in rows)
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "--user-stacks-only", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "--user-stacks-only", "-o", "json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert rows and all(row["kern_stack"] == "" for row in rows)
 
 
 def test_columns_output_and_footer(hot_ab, workloads):
     w = workloads([hot_ab])
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2")
     assert r.returncode == 0, r.stderr
     header = r.stdout
     for col in ("COMM", "PID", "TID", "SAMPLES", "%", "STACK"):
@@ -165,7 +165,7 @@ def footers_as_numbers(footers):
 @pytest.mark.shares
 def test_idle_machine_returns_in_time():
     start = time.monotonic()
-    r = hotstack("run", "profile_cpu", "--timeout", "2", "--pid", str(2 ** 22 - 1))
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "2", "--pid", str(2 ** 22 - 1))
     elapsed = time.monotonic() - start
     assert r.returncode == 0, r.stderr
     assert elapsed < 4, elapsed
@@ -177,7 +177,7 @@ def test_sigterm_flushes_and_prints(hot_ab, workloads):
     import subprocess
     import sys
     w = workloads([hot_ab])
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--pid", str(w.pid), "-o",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "-o",
                           "folded"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until_sampling(p.pid)
     time.sleep(1)

@@ -76,7 +76,7 @@ def test_each_collector_decodes_the_workload(collectors, export_busy, workloads,
     names = ",".join(f"{v}-{c}" for v in VERSIONS for c in ("gzip", "none"))
     w = workloads([export_busy])
     pb = tmp_path / "run.pb.gz"
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
                  "--config", str(config), "--otel-profiles-exporter", names, "-o", "pprof", "--file", str(pb))
     assert r.returncode == 0, r.stderr
     assert "dropped" not in r.stderr, r.stderr
@@ -111,7 +111,7 @@ def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy,
     workloads([export_busy])
     # `sudo ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`,
     # stopped by --timeout instead of Ctrl-C.
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -126,7 +126,7 @@ def test_sanitized_attribute_names_reach_the_collector(collectors, export_busy, 
     (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
     w = workloads([export_busy])
     before = len(receiver.requests)
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "2", "-o", "none",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "-o", "none",
                  "--config", str(tmp_path / "ig-config.yaml"), "--otel-profiles-exporter", "my-profiles-exporter",
                  "--otel-profiles-sanitize-labels", "--annotate", "samples.proc.pid:profiles.sample-attribute=true")
     assert r.returncode == 0, r.stderr
@@ -147,7 +147,7 @@ def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, 
     config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint) + "        protocol-version: v1.8\n"
     (tmp_path / "ig-config.yaml").write_text(config)
     workloads([export_busy])
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -41,7 +41,7 @@ def cli(capsys):
 
 
 def run_with(cli, tmp_path, config_text: str | None, *flags: str):
-    args = ["run", "profile_cpu", "--timeout", "1"]
+    args = ["run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1"]
     if config_text is not None:
         path = tmp_path / "ig-config.yaml"
         path.write_text(config_text)
@@ -88,23 +88,23 @@ def test_bad_config_is_one_line_exit_2(cli, tmp_path, case):
 
 
 def test_missing_config_file_as_a_user_runs_it(tmp_path):
-    r = hotstack("run", "profile_cpu", "--config", str(tmp_path / "absent.yaml"),
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--config", str(tmp_path / "absent.yaml"),
                  "--otel-profiles-exporter", "my-profiles-exporter", timeout=60)
     assert_one_line(r, "absent.yaml", "no such file")
 
 
 def test_exporter_without_config_file(cli):
-    assert_one_line(cli("run", "profile_cpu", "--otel-profiles-exporter", "my-profiles-exporter"), "needs --config")
+    assert_one_line(cli("run", "profile_cpu", "--map-fetch-interval", "0", "--otel-profiles-exporter", "my-profiles-exporter"), "needs --config")
 
 
 def test_pprof_and_flamegraph_need_a_file(cli):
     assert_one_line(cli("run", "profile_cpu", "-o", "pprof"), "--file")
     assert_one_line(cli("run", "profile_cpu", "-o", "flamegraph"), "--file")
-    assert_one_line(cli("run", "profile_cpu", "-o", "columns", "--file", "x"), "--file")
+    assert_one_line(cli("run", "profile_cpu", "--map-fetch-interval", "0", "-o", "columns", "--file", "x"), "--file")
 
 
 def test_file_in_missing_directory(cli, tmp_path):
-    r = cli("run", "profile_cpu", "-o", "pprof", "--file", str(tmp_path / "no" / "x.pb.gz"))
+    r = cli("run", "profile_cpu", "--map-fetch-interval", "0", "-o", "pprof", "--file", str(tmp_path / "no" / "x.pb.gz"))
     assert_one_line(r, "does not exist")
 
 

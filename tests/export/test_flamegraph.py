@@ -82,7 +82,7 @@ def test_click_zoom_and_search(page, tmp_path):
 def test_run_profile_cpu_flamegraph_of_the_workload(export_busy, workloads, tmp_path):
     w = workloads([export_busy])
     out = tmp_path / "out.html"
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", "99",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", "99",
                  "-o", "flamegraph", "--file", str(out))
     assert r.returncode == 0, r.stderr
     dom = dump_dom(out, "#zoom=export_outer", tmp_path / "chromium")

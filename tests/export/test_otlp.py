@@ -57,7 +57,7 @@ def test_export_of_a_run_decodes_with_the_official_package(export_busy, workload
                                                            compression):
     w = workloads([export_busy])
     pb = tmp_path / "same-run.pb.gz"
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", str(HZ),
                  "--config", write_config(tmp_path, receiver.endpoint, compression),
                  "--otel-profiles-exporter", "test", "-o", "pprof", "--file", str(pb))
     assert r.returncode == 0, r.stderr

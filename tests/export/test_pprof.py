@@ -72,7 +72,7 @@ def test_comm_and_pid_labels_can_be_left_out(go_pprof, tmp_path):
 def test_run_profile_cpu_writes_pprof_of_the_workload(go_pprof, export_busy, workloads, tmp_path):
     w = workloads([export_busy])
     out = tmp_path / "out.pb.gz"
-    r = hotstack("run", "profile_cpu", "--pid", str(w.pid), "--timeout", "4", "--sample-rate", str(HZ),
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "4", "--sample-rate", str(HZ),
                  "-o", "pprof", "--file", str(out))
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""

@@ -175,7 +175,7 @@ def item_fentry(w: Path) -> str:
 
 def item_cpu_split(w: Path) -> str:
     with Workload([str(w / "hot_ab")]) as wl:
-        out = run_gadget("profile_cpu", "--pid", str(wl.pid), "--timeout", "8", "--sample-rate", "99")
+        out = run_gadget("profile_cpu", "--map-fetch-interval", "0", "--pid", str(wl.pid), "--timeout", "8", "--sample-rate", "99")
     rows = folded(out)
     total = sum(c for _, c in rows)
     by = Counter()
@@ -198,7 +198,7 @@ def item_python(w: Path) -> str:
     # PYTHONHOME says; reading it over 9p under emulation takes minutes), without hotstack's path.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with Workload(["/usr/bin/python3", str(w / "workload_abc.py")], env=env, wait_line="ready") as wl:
-        out = run_gadget("profile_cpu", "--pid", str(wl.pid), "--timeout", "6", "--sample-rate", "99")
+        out = run_gadget("profile_cpu", "--map-fetch-interval", "0", "--pid", str(wl.pid), "--timeout", "6", "--sample-rate", "99")
     rows = folded(out)
     on = sum(c for f, c in rows if "caller" in f and ("a" in f or "b" in f or "c" in f))
     total = sum(c for _, c in rows)
@@ -211,7 +211,7 @@ def item_uprobe(w: Path) -> str:
     libc = next((p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
                              "/usr/lib/x86_64-linux-gnu/libc.so.6") if os.path.exists(p)), None)
     with Workload([str(w / "malloc_ratio")]) as wl:
-        out = run_gadget("profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(wl.pid),
+        out = run_gadget("profile_probe", "--map-fetch-interval", "0", "--probe", f"uprobe:{libc}:malloc", "--pid", str(wl.pid),
                          "--timeout", "4")
     rows = folded(out)
     three = sum(c for f, c in rows if "alloc_three" in f)
@@ -223,7 +223,7 @@ def item_uprobe(w: Path) -> str:
 
 def item_offcpu(w: Path) -> str:
     with Workload([str(w / "offcpu_split")]) as wl:
-        out = run_gadget("profile_offcpu", "--pid", str(wl.pid), "--timeout", "4")
+        out = run_gadget("profile_offcpu", "--map-fetch-interval", "0", "--pid", str(wl.pid), "--timeout", "4")
     rows = folded(out)
     by = Counter()
     for frames, count in rows:
@@ -290,7 +290,7 @@ def item_agent(w: Path) -> str:
 
 
 def item_kprobes(w: Path) -> str:
-    out = run_gadget("profile_probe", "--probe", "kprobe:do_sys_openat2", "--probe", "kretprobe:do_sys_openat2",
+    out = run_gadget("profile_probe", "--map-fetch-interval", "0", "--probe", "kprobe:do_sys_openat2", "--probe", "kretprobe:do_sys_openat2",
                      "--timeout", "3")
     rows = folded(out)
     total = sum(c for _, c in rows)

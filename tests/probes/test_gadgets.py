@@ -28,7 +28,7 @@ def _folded_totals(text: str, names: tuple[str, ...]) -> dict[str, int]:
 def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
     w = workloads([malloc_ratio, "20"])
     libc = libc_path_of(w.pid)
-    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
+    r = hotstack("run", "profile_probe", "--map-fetch-interval", "0", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
                  "--timeout", "2", "-o", "folded")
     assert r.returncode == 0, r.stderr
     totals = _folded_totals(r.stdout, ("alloc_three", "alloc_one"))
@@ -36,7 +36,7 @@ def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
     assert total > 5000 and abs(totals["alloc_three"] / total - 0.75) < 0.02, totals
 
     out = tmp_path / "probe.pb.gz"
-    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
+    r = hotstack("run", "profile_probe", "--map-fetch-interval", "0", "--probe", f"uprobe:{libc}:malloc", "--pid", str(w.pid),
                  "--timeout", "1", "-o", "pprof", "--file", str(out))
     assert r.returncode == 0, r.stderr
     p = PprofProfile.FromString(gzip.decompress(out.read_bytes()))
@@ -50,7 +50,7 @@ def test_profile_probe_folded_and_pprof(workloads, malloc_ratio, tmp_path):
 @pytest.mark.shares
 def test_profile_offcpu_folded(workloads, offcpu_split):
     w = workloads([offcpu_split])
-    r = hotstack("run", "profile_offcpu", "--pid", str(w.pid), "--timeout", "3", "-o", "folded")
+    r = hotstack("run", "profile_offcpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "-o", "folded")
     assert r.returncode == 0, r.stderr
     totals = _folded_totals(r.stdout, ("sleep_eight_ms", "wait_on_pipe"))
     both = sum(totals.values())
@@ -77,12 +77,12 @@ def test_missing_symbol_and_kprobe_without_kernel_support_exit_2():
     import os
 
     libc = libc_path_of(os.getpid())
-    r = hotstack("run", "profile_probe", "--probe", f"uprobe:{libc}:no_such_function_here", "--timeout", "1")
+    r = hotstack("run", "profile_probe", "--map-fetch-interval", "0", "--probe", f"uprobe:{libc}:no_such_function_here", "--timeout", "1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"uprobe:{libc}:no_such_function_here" in r.stderr and "no function" in r.stderr
 
     from hotstack.ebpf.links import pmu_available
-    r = hotstack("run", "profile_probe", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
+    r = hotstack("run", "profile_probe", "--map-fetch-interval", "0", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
     if pmu_available("kprobe") or r.returncode == 0:
         # kprobes, or (without them) the fentry fallback: either way the hits are recorded, with
         # vfs_read in their kernel stacks (the run itself reads files).

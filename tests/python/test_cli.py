@@ -13,7 +13,7 @@ pytestmark = pytest.mark.root
 
 
 def _run(pid: int, *flags: str) -> str:
-    return subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--pid", str(pid), "--timeout", "1.5",
+    return subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(pid), "--timeout", "1.5",
                            "--sample-rate", "199", "-o", "folded", *flags],
                           capture_output=True, text=True, timeout=120, check=True).stdout
 

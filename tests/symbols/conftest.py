@@ -21,7 +21,7 @@ def run(*argv, **kw) -> subprocess.CompletedProcess:
 
 
 def profile_folded(*pids: int, seconds: float = 3, extra: tuple[str, ...] = ()) -> str:
-    args = ["run", "profile_cpu", "--timeout", str(seconds), "--sample-rate", "99", "-o", "folded", *extra]
+    args = ["run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", str(seconds), "--sample-rate", "99", "-o", "folded", *extra]
     for pid in pids:
         args += ["--pid", str(pid)]
     r = hotstack(*args)

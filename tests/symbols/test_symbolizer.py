@@ -136,7 +136,7 @@ def test_zero_and_top_addresses_do_not_break_lookups(c_programs, workloads):
 def test_bad_demangle_mode_is_one_line_exit_2():
     from tests.conftest import hotstack
 
-    r = hotstack("run", "profile_cpu", "--demangle", "fancy", "--timeout", "1")
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--demangle", "fancy", "--timeout", "1")
     assert r.returncode == 2
     assert "demangle 'fancy': expected one of none, simplified, templates, full" in r.stderr
     assert "Traceback" not in r.stderr

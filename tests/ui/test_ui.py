@@ -215,7 +215,7 @@ def test_agent_page_timeline_graph_table_search_zoom_diff_filter_download(binari
 def test_file_page_of_a_real_run(binaries, workloads, browser, tmp_path):
     busy = workloads([binaries["other"], "60"])
     out = tmp_path / "run.html"
-    r = hotstack("run", "profile_cpu", "--pid", str(busy.pid), "--timeout", "3", "-o", "flamegraph",
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(busy.pid), "--timeout", "3", "-o", "flamegraph",
                  "--file", str(out), timeout=180)
     assert r.returncode == 0, r.stderr
     text = out.read_text()

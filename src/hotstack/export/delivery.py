@@ -136,10 +136,12 @@ class DeliveryQueue(Generic[T]):
                  max_bytes: int = DEFAULT_QUEUE_BYTES, backoff: Backoff = Backoff(),
                  metrics: DeliveryMetrics | None = None, logger: logging.Logger = log,
                  log_interval_s: float = 10.0, abort: Callable[[], None] | None = None,
-                 on_health: Callable[[str], None] | None = None) -> None:
+                 on_health: Callable[[str], None] | None = None,
+                 on_delivered: Callable[[float], None] | None = None) -> None:
         """`abort()` cuts an attempt in flight (called from close() at the deadline);
         `on_health(error)` is called when the receiver starts failing (the error) and when it
-        accepts again ("")."""
+        accepts again (""); `on_delivered(seconds)` after each item is sent or given up, with the
+        time its tries took (retries and backoff included, queueing not)."""
         self.name = name
         self._send = send
         self._queue: queue.Queue[_Item[T] | None] = queue.Queue(maxsize=capacity)
@@ -153,6 +155,7 @@ class DeliveryQueue(Generic[T]):
         self._logger = logger
         self._abort = abort
         self._on_health = on_health
+        self._on_delivered = on_delivered
         self.failing = ""              # the last attempt's error while the receiver fails
         self._closing = threading.Event()   # no new items; retry waits end early
         self._deadline: float | None = None
@@ -212,7 +215,10 @@ class DeliveryQueue(Generic[T]):
                 elif self._closing.is_set() and self.failing:
                     self._drop(item.size, item.count, f"the receiver is failing ({self.failing})")
                 else:
+                    started = time.monotonic()
                     self._deliver(item)
+                    if self._on_delivered is not None:
+                        self._on_delivered(time.monotonic() - started)
             finally:
                 self._release(item.size)
 

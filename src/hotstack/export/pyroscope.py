@@ -249,17 +249,21 @@ class PyroscopePusher:
 
     def __init__(self, endpoint: PyroscopeEndpoint, *, queue_size: int = 64,
                  queue_bytes: int = DEFAULT_QUEUE_BYTES, logger: logging.Logger = log,
-                 on_health=None) -> None:
-        """`on_health(error)`: the endpoint started failing (the error) or accepts again ("")."""
+                 on_health=None, on_latency=None) -> None:
+        """`on_health(error)`: the endpoint started failing (the error) or accepts again ("").
+        `on_latency(kind, seconds)`: Alloy's latency kinds, `push_downstream` for each attempt
+        and `push_endpoint` for all the tries of one request (retries and backoff included)."""
         endpoint.validate()
         self.endpoint = endpoint
         self.metrics = DeliveryMetrics()
         self._client = _ConnectClient(endpoint)
         self._log = logger
+        self._on_latency = on_latency
         self._queue = DeliveryQueue(
             endpoint.display_name, self._send, capacity=queue_size, max_bytes=queue_bytes,
             backoff=Backoff(endpoint.min_backoff_s, endpoint.max_backoff_s, endpoint.max_backoff_retries),
-            metrics=self.metrics, logger=logger, abort=self._client.abort, on_health=on_health)
+            metrics=self.metrics, logger=logger, abort=self._client.abort, on_health=on_health,
+            on_delivered=(lambda s: on_latency("push_endpoint", s)) if on_latency else None)
         self.latency_s: list[float] = []   # of the last successful pushes (bounded)
 
     def push(self, series: list[PushSeries]) -> bool:
@@ -282,7 +286,11 @@ class PyroscopePusher:
         # Encoded on the delivery thread, so the caller pays only for the queue.
         body = encode_push_request(series)
         start = time.monotonic()
-        self._client.post(body)
+        try:
+            self._client.post(body)
+        finally:
+            if self._on_latency is not None:
+                self._on_latency("push_downstream", time.monotonic() - start)
         self.latency_s = (self.latency_s + [time.monotonic() - start])[-100:]
 
     def pending(self) -> int:

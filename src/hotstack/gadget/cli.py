@@ -28,8 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--timeout", type=float, default=0, metavar="SECONDS",
                    help="stop after SECONDS and print the result (0 = until Ctrl-C)")
     p.add_argument("--sample-rate", type=int, default=49, metavar="HZ", help="samples per second per CPU (1..1000)")
-    p.add_argument("--map-fetch-interval", default="0", metavar="DURATION",
-                   help="print what was collected every DURATION (e.g. 5s, 500ms); 0 = once at the end")
+    # ig's default (pkg/operators/ebpf: 1000ms): a table, a JSON array or an export every second.
+    p.add_argument("--map-fetch-interval", default="1000ms", metavar="DURATION",
+                   help="print what was collected every DURATION (e.g. 5s, 500ms; default 1000ms, as ig); "
+                        "0 = once at the end")
     p.add_argument("--map-fetch-count", type=int, default=0, metavar="N",
                    help="stop after N fetches of --map-fetch-interval (0 = no limit)")
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")

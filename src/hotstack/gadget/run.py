@@ -30,7 +30,7 @@ FILE_MODES = ("pprof", "flamegraph", "folded")   # -o MODE --file PATH
 class RunOptions:
     timeout: float = 0
     sample_rate: int = 49
-    map_fetch_interval: float = 0
+    map_fetch_interval: float = 1.0   # ig's default, 1000ms
     pids: tuple[int, ...] = ()
     comms: tuple[str, ...] = ()
     include_idle: bool = False

@@ -158,6 +158,9 @@ class ProcessTable:
     def __init__(self) -> None:
         self._by_pid: dict[int, Process] = {}
         self._lock = threading.Lock()
+        # For metrics: reads of /proc/PID (its maps), and those that found the process gone.
+        self.maps_reads = 0
+        self.maps_gone = 0
 
     def observe(self, pid: int) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
@@ -170,7 +173,9 @@ class ProcessTable:
         if known is not None and start == known.start_time and not _exec_changed(known):
             return known
         info = read_process(pid)
+        self.maps_reads += 1
         if info is None:
+            self.maps_gone += 1
             return known
         with self._lock:
             self._by_pid[pid] = info
@@ -199,6 +204,7 @@ class ProcessTable:
             info.alive = False
             return None
         fresh = read_maps(info.pid)
+        self.maps_reads += 1
         if fresh:
             info.mappings = MappingIndex(fresh)
             found = info.mappings.find(address)

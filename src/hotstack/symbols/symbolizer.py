@@ -422,7 +422,15 @@ class Symbolizer:
                           "error": module.error})
         procs = []
         for (pid, start), proc, size in self.pid_cache.items():
+            # As Alloy's pid_cache: the process's ELF symbol tables and their sizes in symbols.
+            tables: dict[str, int] = {}
+            for ekey in set(proc.modules.values()):
+                module = self.elf_cache.peek(ekey)
+                if module is not None:
+                    tables[module.path] = module.symbols
             procs.append({"pid": pid, "start_time": start, "mappings": len(proc.modules), "bytes": size,
+                          "symbols": sum(tables.values()),
+                          "symbol_tables": [{"path": k, "symbols": v} for k, v in sorted(tables.items())],
                           "perf_map_symbols": len(proc.perf_map) if proc.perf_map is not None else 0})
         return {
             "demangle": self.demangle,

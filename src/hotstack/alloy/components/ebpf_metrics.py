@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 _BY_REGISTRY: "weakref.WeakKeyDictionary[CollectorRegistry, EbpfMetrics]" = weakref.WeakKeyDictionary()
@@ -63,24 +64,145 @@ class EngineCollector:
             yield g
 
 
+# The embedded profiler's own metrics, as Alloy exposes those of opentelemetry-ebpf-profiler (an
+# OTel meter named "pyroscope.ebpf", hence the otel_scope_name label; counters get `_total`). Only
+# names whose meaning hotstack's counters share are given, each from where hotstack counts it:
+#   (name, kind, help, read(profiler) -> number or None)
+def _kernel_counter(name: str):
+    def read(profiler):
+        total = 0
+        for sampler in getattr(profiler, "samplers", ()):
+            native = getattr(sampler, "native", None)
+            if native is not None:
+                total += native.kernel_counters().get(name, 0)
+        return total
+    return read
+
+
+def _user_unwinder(field_: str):
+    def read(profiler):
+        unwinder = getattr(profiler, "unwinder", None)
+        return getattr(unwinder.stats, field_) if unwinder is not None else 0
+    return read
+
+
+def _sum(*reads):
+    return lambda profiler: sum(r(profiler) or 0 for r in reads)
+
+
+def _elf_cache(field_: str):
+    def read(profiler):
+        cache = getattr(getattr(profiler, "symbolizer", None), "elf_cache", None)
+        return getattr(cache.stats, field_) if cache is not None else 0
+    return read
+
+
+def _processes(field_: str):
+    def read(profiler):
+        return getattr(getattr(profiler, "processes", None), field_, 0)
+    return read
+
+
+def _exes_loaded(profiler):
+    total = 0
+    for sampler in getattr(profiler, "samplers", ()):
+        native = getattr(sampler, "native", None)
+        if native is not None:
+            total += len(native.loaded)
+    return total
+
+
+PROFILER_METRICS = [
+    # native unwinding: the kernel unwinder's walks (--unwind kernel) and the stack copies unwound on the host
+    ("UnwindNativeAttempts", "counter", "Unwind attempts",
+     _sum(_kernel_counter("walks"), _user_unwinder("snapshots"))),
+    ("UnwindNativeFrames", "counter", "Unwound frames", _sum(_kernel_counter("frames"), _user_unwinder("frames"))),
+    ("UnwindNativeErrWrongTextSection", "counter", "Number of PCs met in an executable whose unwind table was "
+     "not loaded in eBPF", _kernel_counter("no_table")),
+    ("UnwindErrStackLengthExceeded", "counter", "Number of times the frame limit was reached",
+     _kernel_counter("end_truncated")),
+    # symbolization
+    ("ELFInfoCacheHit", "counter", "Number of cache hits for ELF information", _elf_cache("hits")),
+    ("ELFInfoCacheMiss", "counter", "Number of cache misses for ELF information", _elf_cache("misses")),
+    # process management
+    ("NumProcAttempts", "counter", "Number of /proc/PID/maps process attempts", _processes("maps_reads")),
+    ("ErrProcNotExist", "counter", "Number of times reading /proc/<PID> as it does not exist anymore",
+     _processes("maps_gone")),
+    # eBPF map state
+    ("NumExeIDLoadedToEBPF", "gauge", "The number of executables loaded to eBPF maps", _exes_loaded),
+]
+SCOPE = "pyroscope.ebpf"
+
+
+class ProfilerMetricsCollector:
+    """PROFILER_METRICS of the live profilers, per component; as in Alloy, a metric appears only
+    once it has been recorded (a non-zero value seen), so not every name shows on every host."""
+
+    def __init__(self) -> None:
+        self.profilers: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()  # -> component id
+        self.seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._gone: dict[tuple[str, str], float] = {}   # counters of profilers closed since (kept, never lowered)
+
+    def add(self, profiler, component_id: str) -> None:
+        self.profilers[profiler] = component_id
+
+    def collect(self):
+        values: dict[tuple[str, str], float] = {}
+        for profiler, comp in list(self.profilers.items()):
+            for name, _kind, _help, read in PROFILER_METRICS:
+                try:
+                    v = read(profiler) or 0
+                except Exception:   # a session closing under the scrape: skip it this time
+                    continue
+                values[(name, comp)] = values.get((name, comp), 0) + v
+        with self._lock:
+            for name, kind, help_, _read in PROFILER_METRICS:
+                rows = {c: v for (n, c), v in values.items() if n == name}
+                if any(rows.values()):
+                    self.seen.add(name)
+                if name not in self.seen:
+                    continue
+                fam = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                    name, help_, labels=["component_id", "component_path", "otel_scope_name"])
+                for comp, v in sorted(rows.items()):
+                    fam.add_metric([comp, "/", SCOPE], v)
+                yield fam
+
+
 class EbpfMetrics:
+    """pyroscope.ebpf's metrics with Alloy's names and labels (component_id and component_path, as
+    Alloy's component registerer adds them), the fan-out's, the embedded profiler's and hotstack's."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.active_targets = Gauge("pyroscope_ebpf_active_targets", "Targets the component tracks.",
-                                    ["component"], registry=r)
-        self.sessions = Counter("pyroscope_ebpf_profiling_sessions", "Profiling sessions started.",
-                                ["component"], registry=r)
+        comp = ["component_id", "component_path"]
+        self.active_targets = Gauge("pyroscope_ebpf_active_targets",
+                                    "Current number of active targets being tracked by the ebpf component",
+                                    comp, registry=r)
+        self.sessions = Counter("pyroscope_ebpf_profiling_sessions",
+                                "Total number of profiling sessions started by the ebpf component", comp, registry=r)
         self.sessions_failing = Counter("pyroscope_ebpf_profiling_sessions_failing",
-                                        "Profiling sessions that failed to start.", ["component"], registry=r)
-        self.pprofs = Counter("pyroscope_ebpf_pprofs", "pprof profiles collected.", ["service_name"], registry=r)
-        self.pprof_bytes = Counter("pyroscope_ebpf_pprof_bytes", "Bytes of pprof profiles collected.",
-                                   ["service_name"], registry=r)
-        self.pprof_samples = Counter("pyroscope_ebpf_pprof_samples", "Samples in pprof profiles collected.",
-                                     ["service_name"], registry=r)
-        self.pprofs_dropped = Counter("pyroscope_ebpf_pprofs_dropped", "pprof profiles a receiver dropped.",
-                                      ["component"], registry=r)
+                                        "Total number of profiling sessions failed to complete by the ebpf component",
+                                        comp, registry=r)
+        self.pprofs = Counter("pyroscope_ebpf_pprofs", "Total number of pprof profiles collected by the ebpf component",
+                              [*comp, "service_name"], registry=r)
+        self.pprof_bytes = Counter("pyroscope_ebpf_pprof_bytes", "Bytes of pprof profiles collected by the ebpf "
+                                   "component", [*comp, "service_name"], registry=r)
+        self.pprof_samples = Counter("pyroscope_ebpf_pprof_samples", "Samples in pprof profiles collected by the "
+                                     "ebpf component", [*comp, "service_name"], registry=r)
+        self.pprofs_dropped = Counter("pyroscope_ebpf_pprofs_dropped",
+                                      "Total number of pprof profiles dropped by the ebpf component", comp, registry=r)
+        # Alloy's fan-out to forward_to: the time of one Append to every receiver, and the
+        # profiles every receiver took.
+        self.fanout_latency = Histogram("pyroscope_fanout_latency", "Write latency for sending to pyroscope profiles",
+                                        comp, registry=r)
+        self.forwarded = Counter("pyroscope_forwarded_entries", "Total number of samples sent to downstream components.",
+                                 comp, registry=r)
         self.engine = EngineCollector()
         r.register(self.engine)
+        self.profiler = ProfilerMetricsCollector()
+        r.register(self.profiler)
 
     @classmethod
     def of(cls, registry: CollectorRegistry | None) -> "EbpfMetrics":
@@ -90,8 +212,10 @@ class EbpfMetrics:
             found = _BY_REGISTRY[registry] = cls(registry)
         return found
 
-    def observe_profile(self, profile, profiler) -> None:
+    def observe_profile(self, profile, profiler, component_id: str = "") -> None:
         self.engine.profilers.add(profiler)
+        if component_id:
+            self.profiler.add(profiler, component_id)
         st = profile.stats
         self.engine.samples += st.samples
         self.engine.user_lost += st.user_stacks_lost

@@ -111,7 +111,7 @@ class PyroscopeEbpf(Component):
             restart = self._started and self.profiler is not None and any(
                 args[k] != self.args.get(k) for k in ENGINE_ARGS)
             self.args, self.index = args, index
-        self.metrics.active_targets.labels(component=self.id).set(len(args["targets"]))
+        self.metrics.active_targets.labels(self.id, "/").set(len(args["targets"]))
         if self.args["verbose_mode"]:
             self.log.setLevel("DEBUG")
         engine = self.profiler
@@ -139,7 +139,7 @@ class PyroscopeEbpf(Component):
             self._starting = False
 
     def _start_attempts(self) -> None:
-        self.metrics.sessions.labels(component=self.id).inc()
+        self.metrics.sessions.labels(self.id, "/").inc()
         error = ""
         for attempt in range(3):
             try:
@@ -154,7 +154,7 @@ class PyroscopeEbpf(Component):
                 return
             if attempt < 2 and self._stop.wait(0.2 * (attempt + 1)):
                 break
-        self.metrics.sessions_failing.labels(component=self.id).inc()
+        self.metrics.sessions_failing.labels(self.id, "/").inc()
         self.last_error = error
         self.set_health("unhealthy", error)
 
@@ -202,7 +202,7 @@ class PyroscopeEbpf(Component):
         with self._flush_lock:   # the loop and a restart may both flush: one drain at a time
             profiles = profiler.collect()
         for profile in profiles:
-            self.metrics.observe_profile(profile, profiler)
+            self.metrics.observe_profile(profile, profiler, self.id)
             for labels, sub in self.split(profile, index, args):
                 self._send(labels, sub, args)
 
@@ -261,12 +261,17 @@ class PyroscopeEbpf(Component):
         raw = encode_pprof(sub, compress=True, comm_label=args["comm"] in ("label", "both"),
                            pid_label=args["pid_label"])
         service = labels.get("service_name", "")
-        self.metrics.pprofs.labels(service_name=service).inc()
-        self.metrics.pprof_bytes.labels(service_name=service).inc(len(raw))
-        self.metrics.pprof_samples.labels(service_name=service).inc(len(sub.samples))
+        self.metrics.pprofs.labels(self.id, "/", service).inc()
+        self.metrics.pprof_bytes.labels(self.id, "/", service).inc(len(raw))
+        self.metrics.pprof_samples.labels(self.id, "/", service).inc(len(sub.samples))
+        started, ok = time.monotonic(), True
         for receiver in args["forward_to"]:
             if not receiver.append(dict(labels), raw, sub):
-                self.metrics.pprofs_dropped.labels(component=self.id).inc()
+                ok = False
+                self.metrics.pprofs_dropped.labels(self.id, "/").inc()
+        self.metrics.fanout_latency.labels(self.id, "/").observe(time.monotonic() - started)
+        if ok:   # as Alloy's fan-out: counted when every receiver took it
+            self.metrics.forwarded.labels(self.id, "/").inc()
         self.pprofs_sent += 1
 
     # -- component page -------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from ...errors import ConfigError
 from ...export.delivery import FLUSH_DEADLINE_S, close_together
@@ -13,7 +14,7 @@ from ...export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
 from ...profile.model import Profile
 from ..component import Component, register
 from ..schema import BOOL, DURATION, INT, SECRET, STRING, Arg, BlockArg, MapOf, Schema
-from ..secret import Secret, reveal
+from ..secret import Secret, redact_url, reveal
 from .receiver import ProfilesReceiver
 
 # HTTP client settings of Alloy that hotstack's push client does not have yet: a value other
@@ -60,34 +61,47 @@ def to_endpoint(a: dict) -> PyroscopeEndpoint:
         tls_ca_file=a["tls_config"]["ca_file"])
 
 
-class WriteCollector:
-    """pyroscope_write_* read at scrape time from every live pusher."""
+# Alloy wraps each component's registerer with these labels; hotstack has no modules, so every
+# component sits at the root path.
+COMPONENT_LABELS = ["component_id", "component_path"]
+ROOT_PATH = "/"
 
-    def __init__(self) -> None:
+
+class WriteCollector:
+    """pyroscope_write_* counters, read at scrape time from every live pusher, named and labelled
+    as Alloy's (`endpoint` is the endpoint's URL, as there)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.components: "weakref.WeakSet[PyroscopeWrite]" = weakref.WeakSet()
+        # Alloy's histogram: type push_total (endpoint "-": one Append, every endpoint),
+        # push_endpoint (all the tries of one request), push_downstream (one attempt).
+        self.latency = Histogram("pyroscope_write_latency", "Write latency for sending profiles to pyroscope",
+                                 [*COMPONENT_LABELS, "endpoint", "type"], registry=registry)
 
     def collect(self):
-        fams = {k: CounterMetricFamily(f"pyroscope_write_{k}", help_, labels=["component", "endpoint"])
-                for k, help_ in (("sent_bytes", "Bytes of profiles sent."), ("sent_profiles", "Profiles sent."),
-                                 ("dropped_bytes", "Bytes of profiles dropped."),
-                                 ("dropped_profiles", "Profiles dropped."),
-                                 ("retries", "Push attempts after the first."), ("errors", "Failed push attempts."))}
-        latency = GaugeMetricFamily("pyroscope_write_latency_seconds", "Mean latency of the last successful pushes.",
-                                    labels=["component", "endpoint"])
+        fams = {k: CounterMetricFamily(f"pyroscope_write_{k}", help_, labels=[*COMPONENT_LABELS, "endpoint"])
+                for k, help_ in (("sent_bytes", "Total number of compressed bytes sent to Pyroscope."),
+                                 ("sent_profiles", "Total number of profiles sent to Pyroscope."),
+                                 ("dropped_bytes", "Total number of compressed bytes dropped by Pyroscope."),
+                                 ("dropped_profiles", "Total number of profiles dropped by Pyroscope."),
+                                 ("retries", "Total number of retries to Pyroscope."),
+                                 ("errors", "Failed push attempts (hotstack's; not in Alloy)."))}
         for comp in list(self.components):
             for pusher in comp.pushers:
                 snap = pusher.metrics.snapshot()
-                labels = [comp.id, pusher.endpoint.display_name]
+                labels = [comp.id, ROOT_PATH, endpoint_label(pusher.endpoint.url)]
                 fams["sent_bytes"].add_metric(labels, snap["sent_bytes"])
                 fams["sent_profiles"].add_metric(labels, snap["sent_items"])
                 fams["dropped_bytes"].add_metric(labels, snap["dropped_bytes"])
                 fams["dropped_profiles"].add_metric(labels, snap["dropped_items"])
                 fams["retries"].add_metric(labels, snap["retries"])
                 fams["errors"].add_metric(labels, snap["errors"])
-                lat = list(pusher.latency_s)
-                latency.add_metric(labels, sum(lat) / len(lat) if lat else 0.0)
         yield from fams.values()
-        yield latency
+
+
+def endpoint_label(url: str) -> str:
+    """The endpoint label: its URL as Alloy labels it, with any password in it hidden."""
+    return redact_url(url)
 
 
 _COLLECTORS: "weakref.WeakKeyDictionary[CollectorRegistry, WriteCollector]" = weakref.WeakKeyDictionary()
@@ -106,13 +120,15 @@ class PyroscopeWrite(Component):
         self.exports = {"receiver": self.receiver}
         self.pushers: list[PyroscopePusher] = []
         self.profiles_in = 0
+        self._collector: WriteCollector | None = None
         registry = controller.metrics_registry
         if registry is not None:
             collector = _COLLECTORS.get(registry)
             if collector is None:
-                collector = _COLLECTORS[registry] = WriteCollector()
+                collector = _COLLECTORS[registry] = WriteCollector(registry)
                 registry.register(collector)
             collector.components.add(self)
+            self._collector = collector
 
     def update(self, args: dict) -> None:
         old = self.args
@@ -122,10 +138,17 @@ class PyroscopeWrite(Component):
 
     def _replace_pushers(self) -> None:
         old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e), logger=self.log,
-                                                           on_health=self._endpoint_health)
+                                                           on_health=self._endpoint_health,
+                                                           on_latency=self._latency_observer(e["url"]))
                                            for e in self.args["endpoint"]]
         close_together([p.close for p in old], FLUSH_DEADLINE_S)
         self._endpoint_health("")
+
+    def _latency_observer(self, url: str):
+        if self._collector is None:
+            return None
+        histogram, labels = self._collector.latency, (self.id, ROOT_PATH, endpoint_label(url))
+        return lambda kind, seconds: histogram.labels(*labels, kind).observe(seconds)
 
     def _endpoint_health(self, _error: str) -> None:
         """Unhealthy while an endpoint fails (as Alloy's component reports it), healthy again when
@@ -141,11 +164,14 @@ class PyroscopeWrite(Component):
         self._replace_pushers()
 
     def _append(self, labels: dict[str, str], raw: bytes, profile: Profile | None) -> bool:
+        started = time.monotonic()
         self.profiles_in += 1
         series = PushSeries({**labels, **self.args["external_labels"]}, raw)
         ok = True
         for pusher in self.pushers:
             ok = pusher.push([series]) and ok
+        if self._collector is not None:   # queued, never sent on this thread: this is the queueing time
+            self._collector.latency.labels(self.id, ROOT_PATH, "-", "push_total").observe(time.monotonic() - started)
         return ok
 
     def stop(self) -> None:
