@@ -88,8 +88,9 @@ def test_node_shares_match_cpu_prof(tmp_path):
     names = js_names(sample)
     assert names.index("main") < names.index("optimized"), names
     frame = next(f for f in sample.stack if f.name.startswith("optimized ("))
-    assert frame.file == str(WORK) and frame.line == 6, frame
-    assert frame.name == f"optimized ({WORK}:6)"
+    line = WORK.read_text().splitlines().index("function optimized(ms) {") + 1
+    assert frame.file == str(WORK) and frame.line == line, frame
+    assert frame.name == f"optimized ({WORK}:{line})"
     # native frames of node stay below the JavaScript ones
     assert any(f.name == "node::Start(int, char**)" or f.name.startswith("node::") for f in sample.stack)
 
@@ -125,7 +126,7 @@ def test_node_flags():
 
 def test_no_node_flag_leaves_native_frames(tmp_path):
     node = _need_node()
-    proc = subprocess.Popen([node, str(WORK), "4"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([node, str(WORK), "20"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         config = _gadget_config("--no-node", "--pid", str(proc.pid), "--sample-rate", "499")
@@ -136,3 +137,28 @@ def test_no_node_flag_leaves_native_frames(tmp_path):
         proc.wait()
     assert sum(s.value for s in samples) >= 50
     assert not any(js_names(s) for s in samples)
+
+
+def test_node_counters_in_agent_metrics():
+    """The agent's /metrics and debug info show the V8 source: processes attached, frames, names."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
+    node = _need_node()
+    proc = subprocess.Popen([node, str(WORK), "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        registry = CollectorRegistry()
+        metrics = EbpfMetrics.of(registry)
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,))) as prof:
+            profile = prof.run(1.5)
+            metrics.observe_profile(profile, prof)
+            text = generate_latest(registry).decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("hotstack_runtime_")}
+    assert values['hotstack_runtime_processes{runtime="v8"}'] == 1, values
+    assert values['hotstack_runtime_events_total{runtime="v8",what="frames"}'] > 100, values
+    assert values['hotstack_runtime_events_total{runtime="v8",what="functions_named"}'] >= 3, values
+    assert 'hotstack_runtime_events_total{runtime="v8",what="read_errors"}' in values

@@ -40,9 +40,16 @@ class EngineCollector:
             native.add_metric([what], value)
         hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
         runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
+        # frame sources with stats() (unwind/v8): processes attached, frames read, read errors
+        sources = GaugeMetricFamily("hotstack_runtime_processes", "Processes a runtime's frame source walks.",
+                                    labels=["runtime"])
+        source_counts = CounterMetricFamily("hotstack_runtime_events", "A runtime's frame source: frames the "
+                                            "kernel recorded, functions named, memory reads that failed.",
+                                            labels=["runtime", "what"])
         h = m = 0
         rt = 0.0
         caches: dict[str, int] = {}
+        per_source: dict[str, dict[str, int]] = {}
         for p in list(self.profilers):
             stats = p.symbolizer.stats
             h += stats.hits
@@ -54,10 +61,19 @@ class EngineCollector:
                 rt += p.bpf_run_time_ns() / 1e9   # the CPU sampler's program
             except Exception:   # the session may be closing; skip it this scrape
                 pass
+            for source in getattr(p, "runtimes", ()):
+                if hasattr(source, "stats"):
+                    total = per_source.setdefault(source.name, {})
+                    for what, value in source.stats().items():
+                        total[what] = total.get(what, 0) + value
+        for name, st in sorted(per_source.items()):
+            sources.add_metric([name], st.pop("processes", 0))
+            for what, value in sorted(st.items()):
+                source_counts.add_metric([name, what], value)
         hits.add_metric(["hit"], h)
         hits.add_metric(["miss"], m)
         runtime.add_metric([], rt)
-        yield from (samples, lost, full, truncated, native, hits, runtime)
+        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)

@@ -34,9 +34,6 @@ _U64 = struct.Struct("<Q")
 # these ages (seconds since first seen).
 RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
-# Counters, in this order after the kernel's (enum v8_stat): what userspace did.
-USER_COUNTERS = ("processes", "names_read", "read_errors")
-
 
 def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
     """((index, pc, function, marker) per recorded frame, pid) of a struct v8_stack."""
@@ -87,6 +84,8 @@ class V8Source:
         self._prefetch_buffer, self._prefetched = -1, set()
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
+        self._kernel_totals = [0] * schema.V8_STAT_MAX
+        self._gone = [0, 0]      # functions named, read errors: of processes no longer listed
 
     def prepare(self) -> bool:
         return True
@@ -195,17 +194,28 @@ class V8Source:
             return [0] * schema.V8_STAT_MAX
         return self._kernel.counters()
 
-    def user_counters(self) -> dict[str, int]:
-        """Processes listed now, names read and memory read errors since the start."""
+    def stats(self) -> dict[str, int]:
+        """For the agent's debug info and /metrics: processes listed now; since the start, frames the
+        kernel recorded, functions named and memory reads that failed."""
+        if self._kernel is not None:
+            try:
+                for i, delta in enumerate(self._kernel.counters()):
+                    self._kernel_totals[i] += delta
+            except Exception:       # the session is closing
+                pass
         with self._lock:
             entries = [e[0] for e in self._procs.values()]
-        return {"processes": len(entries), "names_read": sum(n.named for n in entries),
-                "read_errors": sum(n.read_errors for n in entries)}
+        return {"processes": len(entries), "frames": self._kernel_totals[schema.V8_STAT_FRAMES],
+                "functions_named": self._gone[0] + sum(n.named for n in entries),
+                "read_errors": self._gone[1] + sum(n.read_errors for n in entries)}
 
     def forget(self, pid: int) -> None:
         self._retry.pop(pid, None)
         with self._lock:
             found = self._procs.pop(pid, None)
+            if found is not None:
+                self._gone[0] += found[0].named
+                self._gone[1] += found[0].read_errors
         if found is not None and self._kernel is not None:
             self._kernel.untrack(pid)
 
