@@ -103,12 +103,32 @@ def _one(meta: dict[str, int], *names: str) -> int:
     raise KeyError(names[0])
 
 
+_MISSING = object()
+
+
+def _field(meta: dict[str, int], cls: str, name: str, default=_MISSING) -> int:
+    """A class field's offset, whatever type its symbol names (the type part changes between V8
+    versions: `name_or_scope_info__Object`, `..._Tagged_Object_`, `..._Tagged_NameOrScopeInfoT_`)."""
+    prefix = f"v8dbg_class_{cls}__{name}__"
+    for key, value in meta.items():
+        if key.startswith(prefix):
+            return value
+    if default is _MISSING:
+        raise KeyError(prefix)
+    return default
+
+
+def _sfi_script(meta: dict[str, int]) -> int:
+    """SharedFunctionInfo's script: `script_or_debug_info` until V8 12, then `script`."""
+    found = _field(meta, "SharedFunctionInfo", "script_or_debug_info", None)
+    return found if found is not None else _field(meta, "SharedFunctionInfo", "script")
+
+
 def _instance_type_offset(meta: dict[str, int]) -> int:
     """Map::instance_type; some builds leave it out of the metadata, but it is the u16 right
     before Map::bit_field in every layout since V8 7."""
-    if "v8dbg_class_Map__instance_type__uint16_t" in meta:
-        return meta["v8dbg_class_Map__instance_type__uint16_t"]
-    return _one(meta, "v8dbg_class_Map__bit_field__char") - 2
+    found = _field(meta, "Map", "instance_type", None)
+    return found if found is not None else _field(meta, "Map", "bit_field") - 2
 
 
 def layout(meta: dict[str, int]) -> V8Layout | None:
@@ -122,7 +142,7 @@ def layout(meta: dict[str, int]) -> V8Layout | None:
             return None          # pointer compression: not supported yet
         return V8Layout(
             fp_function=fp_function, fp_context=fp_context,
-            map_offset=meta.get("v8dbg_class_HeapObject__map__Map", 0),
+            map_offset=_field(meta, "HeapObject", "map", 0),
             instance_type=_instance_type_offset(meta),
             first_nonstring_type=_one(meta, "v8dbg_FirstNonstringType"),
             string_repr_mask=_one(meta, "v8dbg_StringRepresentationMask"),
@@ -130,22 +150,21 @@ def layout(meta: dict[str, int]) -> V8Layout | None:
             one_byte_tag=_one(meta, "v8dbg_OneByteStringTag"),
             seq_tag=meta.get("v8dbg_SeqStringTag", 0), cons_tag=_one(meta, "v8dbg_ConsStringTag"),
             sliced_tag=_one(meta, "v8dbg_SlicedStringTag"), thin_tag=_one(meta, "v8dbg_ThinStringTag"),
-            string_length=_one(meta, "v8dbg_class_String__length__int32_t"),
-            seq_chars=_one(meta, "v8dbg_class_SeqOneByteString__chars__char"),
-            cons_first=_one(meta, "v8dbg_class_ConsString__first__String"),
-            cons_second=_one(meta, "v8dbg_class_ConsString__second__String"),
-            sliced_parent=_one(meta, "v8dbg_class_SlicedString__parent__String"),
-            sliced_offset=_one(meta, "v8dbg_class_SlicedString__offset__SMI"),
-            thin_actual=_one(meta, "v8dbg_class_ThinString__actual__String"),
-            function_shared=_one(meta, "v8dbg_class_JSFunction__shared__SharedFunctionInfo"),
-            sfi_name_or_scope=_one(meta, "v8dbg_class_SharedFunctionInfo__name_or_scope_info__Object"),
-            sfi_script=_one(meta, "v8dbg_class_SharedFunctionInfo__script_or_debug_info__HeapObject",
-                            "v8dbg_class_SharedFunctionInfo__script_or_debug_info__Object"),
-            script_name=_one(meta, "v8dbg_class_Script__name__Object"),
-            script_line_ends=meta.get("v8dbg_class_Script__line_ends__Object", 0),
-            script_source=_one(meta, "v8dbg_class_Script__source__Object"),
-            fixed_array_length=_one(meta, "v8dbg_class_FixedArrayBase__length__SMI"),
-            fixed_array_data=meta.get("v8dbg_class_FixedArray__data__uintptr_t", 16),
+            string_length=_field(meta, "String", "length"),
+            seq_chars=_field(meta, "SeqOneByteString", "chars"),
+            cons_first=_field(meta, "ConsString", "first"),
+            cons_second=_field(meta, "ConsString", "second"),
+            sliced_parent=_field(meta, "SlicedString", "parent"),
+            sliced_offset=_field(meta, "SlicedString", "offset"),
+            thin_actual=_field(meta, "ThinString", "actual"),
+            function_shared=_field(meta, "JSFunction", "shared"),
+            sfi_name_or_scope=_field(meta, "SharedFunctionInfo", "name_or_scope_info"),
+            sfi_script=_sfi_script(meta),
+            script_name=_field(meta, "Script", "name"),
+            script_line_ends=_field(meta, "Script", "line_ends", 0),
+            script_source=_field(meta, "Script", "source"),
+            fixed_array_length=_field(meta, "FixedArrayBase", "length"),
+            fixed_array_data=_field(meta, "FixedArray", "data", 16),
             type_sfi=_one(meta, "v8dbg_type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE"),
             type_scope_info=_one(meta, "v8dbg_type_ScopeInfo__SCOPE_INFO_TYPE"),
             type_script=_one(meta, "v8dbg_type_Script__SCRIPT_TYPE"),
