@@ -409,7 +409,7 @@ def make_pki(directory) -> TestPKI:
 
 
 class HTTPProxy:
-    """A forward proxy on 127.0.0.1: absolute-form GETs forwarded over plain HTTP, CONNECT
+    """A forward proxy on 127.0.0.1: absolute-form GETs and POSTs forwarded over plain HTTP, CONNECT
     tunnels relayed byte for byte; every request line (and Proxy-Authorization) recorded."""
 
     def __init__(self) -> None:
@@ -421,22 +421,29 @@ class HTTPProxy:
             def log_message(self, *args) -> None:
                 pass
 
-            def do_GET(self) -> None:
-                proxy.requests.append(f"GET {self.path}")
+            def forward(self, method: str) -> None:
+                proxy.requests.append(f"{method} {self.path}")
                 proxy.proxy_authorization.append(self.headers.get("Proxy-Authorization", ""))
                 u = urllib.parse.urlsplit(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0"))) if method == "POST" else None
                 import http.client
                 conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-authorization", "host")}
-                conn.request("GET", u.path + (f"?{u.query}" if u.query else ""), headers=headers)
+                conn.request(method, u.path + (f"?{u.query}" if u.query else ""), body=body, headers=headers)
                 resp = conn.getresponse()
-                body = resp.read()
+                answer = resp.read()
                 self.send_response(resp.status)
                 self.send_header("Content-Type", resp.getheader("Content-Type", "application/json"))
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(answer)
                 conn.close()
+
+            def do_GET(self) -> None:
+                self.forward("GET")
+
+            def do_POST(self) -> None:
+                self.forward("POST")
 
             def do_CONNECT(self) -> None:
                 proxy.requests.append(f"CONNECT {self.path}")
@@ -479,7 +486,7 @@ class HTTPProxy:
 
 
 class RedirectServer:
-    """Answers every GET with `status` and a Location on `target` with the same path."""
+    """Answers every GET and POST with `status` and a Location on `target` with the same path."""
 
     def __init__(self, target: str, status: int = 307) -> None:
         self.requests: list[str] = []
@@ -492,6 +499,10 @@ class RedirectServer:
                 self.send_header("Location", target + self.path)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.do_GET()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

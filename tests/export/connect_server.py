@@ -18,7 +18,9 @@ PATH = "/push.v1.PusherService/Push"
 
 class ConnectPushServer:
     def __init__(self, responses: list = (200,), hang_s: float = 30.0,
-                 error_body: bytes = b'{"code":"unavailable","message":"scripted failure"}') -> None:
+                 error_body: bytes = b'{"code":"unavailable","message":"scripted failure"}',
+                 tls=None) -> None:
+        """`tls`: an ssl.SSLContext to serve https:// with (e.g. one that requires a client certificate)."""
         self.responses = list(responses) or [200]
         self.error_body = error_body
         self.hang_s = hang_s
@@ -63,6 +65,9 @@ class ConnectPushServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 

@@ -12,14 +12,16 @@ import base64
 import http.client
 import json
 import logging
+import os
 import re
 import socket
 import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from .. import __version__
 from ..errors import ConfigError
@@ -50,6 +52,15 @@ class PyroscopeEndpoint:
     max_backoff_retries: int = 10
     retry_on_http_429: bool = True
     tls_ca_file: str = ""
+    # A front door with its own HTTP client settings (proxy, TLS client certificates, oauth2...)
+    # gives both: `connect(url, timeout)` -> (connection, base path, absolute-form prefix, extra
+    # headers) and `client_headers()` -> headers read at each request (credentials, a token).
+    connect: Callable[[str, float], tuple] | None = None
+    client_headers: Callable[[], dict[str, str]] | None = None
+    follow_redirects: bool = True
+    # Trace context propagators (Alloy's `tracing` block): which headers carry the push's trace.
+    jaeger_propagator: bool = False
+    trace_context_propagator: bool = False
 
     def validate(self) -> None:
         try:
@@ -157,6 +168,23 @@ def encode_push_request(series: list[tuple[list[tuple[str, str]], bytes]]) -> by
     ]).SerializeToString()
 
 
+MAX_REDIRECTS = 10   # Go's http.Client stops after 10
+
+
+def trace_headers(endpoint: PyroscopeEndpoint, trace_id: str) -> dict[str, str]:
+    """What Alloy's propagators put on a push: the push's trace and a new span per attempt, in
+    W3C `traceparent` and Jaeger `uber-trace-id` form. Not sampled: hotstack records no spans."""
+    if not (endpoint.jaeger_propagator or endpoint.trace_context_propagator):
+        return {}
+    span_id = os.urandom(8).hex()
+    out = {}
+    if endpoint.trace_context_propagator:
+        out["traceparent"] = f"00-{trace_id}-{span_id}-00"
+    if endpoint.jaeger_propagator:
+        out["uber-trace-id"] = f"{trace_id}:{span_id}:0:0"
+    return out
+
+
 class _ConnectClient:
     """One keep-alive HTTP connection, used by the delivery thread only."""
 
@@ -168,17 +196,29 @@ class _ConnectClient:
         self.port = parts.port or (443 if self.https else 80)
         self.path = parts.path.rstrip("/") + PUSH_PATH
         self._conn: http.client.HTTPConnection | None = None
+        self._target = self.path          # the request target on the connection (absolute-form via a proxy)
+        self._extra: dict[str, str] = {}  # headers the connection needs (none, or a proxy's)
         self._ssl: ssl.SSLContext | None = None
-        if self.https:
+        if self.https and endpoint.connect is None:
             self._ssl = ssl.create_default_context(cafile=endpoint.tls_ca_file or None)
+
+    def _open(self, origin: str, timeout: float) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+        """A new connection to `origin` (scheme://host:port): (conn, prefix of the request target
+        (the origin itself through a plain-HTTP proxy), headers the connection needs)."""
+        if self.endpoint.connect is not None:
+            conn, _base, absolute, extra = self.endpoint.connect(origin, timeout)
+            return conn, absolute, extra
+        u = urlsplit(origin)
+        if u.scheme == "https":
+            ctx = self._ssl or ssl.create_default_context(cafile=self.endpoint.tls_ca_file or None)
+            return http.client.HTTPSConnection(u.hostname, u.port or 443, timeout=timeout, context=ctx), "", {}
+        return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout), "", {}
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            timeout = self.endpoint.remote_timeout_s
-            if self.https:
-                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._ssl)
-            else:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            u = urlsplit(self.endpoint.url)
+            self._conn, prefix, self._extra = self._open(f"{u.scheme}://{u.netloc}", self.endpoint.remote_timeout_s)
+            self._target = prefix + self.path
         return self._conn
 
     def close(self) -> None:
@@ -198,26 +238,42 @@ class _ConnectClient:
             except OSError:
                 pass
 
-    def post(self, body: bytes) -> None:
+    def _headers(self, trace_id: str) -> dict[str, str]:
         ep = self.endpoint
         headers = {
             "Content-Type": "application/proto",
             "Connect-Protocol-Version": "1",
             "Connect-Timeout-Ms": str(int(ep.remote_timeout_s * 1000)),
             "User-Agent": f"hotstack/{__version__}",
-            **ep.headers,
         }
+        if ep.client_headers is not None:
+            try:
+                headers.update(ep.client_headers())
+            except Exception as e:   # a credentials file gone, a token server down: try again later
+                raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {printable(e)}") from None
+        headers.update(ep.headers)
         auth = ep.auth_header()
         if auth:
             headers["Authorization"] = auth
+        headers.update(trace_headers(ep, trace_id))
+        return headers
+
+    def post(self, body: bytes, trace_id: str = "") -> None:
+        ep = self.endpoint
+        headers = self._headers(trace_id)
         try:
             conn = self._connection()
-            conn.request("POST", self.path, body=body, headers=headers)
+            conn.request("POST", self._target, body=body, headers={**headers, **self._extra})
             resp = conn.getresponse()
             payload = resp.read()
         except (OSError, http.client.HTTPException) as e:
             self.close()   # a half-read or timed-out connection cannot be reused
             raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {_describe(e)}") from None
+        if resp.status in (307, 308):   # as Go: these keep the method and body; others would not
+            resp = self._follow(resp, body, headers)
+            payload = resp.read()
+            if resp.status == 200:
+                return
         if resp.status == 200:
             return
         if resp.getheader("Connection", "").lower() == "close":
@@ -226,6 +282,55 @@ class _ConnectClient:
         if resp.status >= 500 or resp.status == 408 or (resp.status == 429 and ep.retry_on_http_429):
             raise RetryableError(message)
         raise PermanentError(message)
+
+    def _follow(self, resp, body: bytes, headers: dict[str, str]):
+        """Follow 307/308 redirects (at most MAX_REDIRECTS), each on a connection of its own; the
+        Authorization header stays with its host, as Go's client does."""
+        ep = self.endpoint
+        url = ep.url.rstrip("/") + PUSH_PATH
+        for _ in range(MAX_REDIRECTS):
+            location = resp.getheader("Location", "")
+            if not location:
+                return resp
+            if not ep.follow_redirects:
+                raise PermanentError(f"POST {ep.url}{PUSH_PATH}: HTTP {resp.status} redirect to "
+                                     f"{printable(location, 200)} (follow_redirects is false)")
+            target = urljoin(url, location)
+            t = urlsplit(target)
+            if t.scheme not in ("http", "https") or not t.hostname:
+                raise PermanentError(f"POST {ep.url}{PUSH_PATH}: redirect to {printable(location, 200)}: not http(s)")
+            if t.netloc != urlsplit(url).netloc:
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            url = target
+            try:
+                conn, prefix, extra = self._open(f"{t.scheme}://{t.netloc}", ep.remote_timeout_s)
+                try:
+                    conn.request("POST", prefix + (t.path or "/") + (f"?{t.query}" if t.query else ""), body=body,
+                                 headers={**headers, **extra})
+                    answer = conn.getresponse()
+                    resp = _Answered(answer.status, answer.read(), answer.getheader("Location", ""))
+                finally:
+                    conn.close()
+            except (OSError, http.client.HTTPException) as e:
+                raise RetryableError(f"POST {ep.url}{PUSH_PATH}: redirect to {printable(target, 200)}: "
+                                     f"{_describe(e)}") from None
+            if resp.status not in (307, 308):
+                return resp
+        raise PermanentError(f"POST {ep.url}{PUSH_PATH}: more than {MAX_REDIRECTS} redirects")
+
+
+@dataclass
+class _Answered:
+    """A response read whole on a connection since closed: what post() looks at."""
+    status: int
+    body: bytes
+    location: str
+
+    def read(self) -> bytes:
+        return self.body
+
+    def getheader(self, name: str, default: str = "") -> str:
+        return self.location if name.lower() == "location" else default
 
 
 def _describe(e: BaseException) -> str:
@@ -280,14 +385,16 @@ class PyroscopePusher:
         if not valid:
             return False
         size = sum(len(raw) for _, raw in valid)
-        return self._queue.offer(valid, size=size, count=len(valid))
+        # One trace per push request, its tries spans of it (as Alloy's Push span and client spans).
+        return self._queue.offer((os.urandom(16).hex(), valid), size=size, count=len(valid))
 
-    def _send(self, series: list[tuple[list[tuple[str, str]], bytes]]) -> None:
+    def _send(self, item: tuple[str, list[tuple[list[tuple[str, str]], bytes]]]) -> None:
+        trace_id, series = item
         # Encoded on the delivery thread, so the caller pays only for the queue.
         body = encode_push_request(series)
         start = time.monotonic()
         try:
-            self._client.post(body)
+            self._client.post(body, trace_id)
         finally:
             if self._on_latency is not None:
                 self._on_latency("push_downstream", time.monotonic() - start)

@@ -14,51 +14,44 @@ from ...export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
 from ...profile.model import Profile
 from ..component import Component, register
 from ..schema import BOOL, DURATION, INT, SECRET, STRING, Arg, BlockArg, MapOf, Schema
-from ..secret import Secret, redact_url, reveal
+from ..secret import redact_url, reveal
+from .httpclient import HTTP_CLIENT, HTTPClientConfig, connection_for, validate_http_client
 from .receiver import ProfilesReceiver
 
-# HTTP client settings of Alloy that hotstack's push client does not have yet: a value other
-# than the default is rejected, never ignored.
-_UNSUPPORTED_HTTP = {"proxy_url": "", "no_proxy": "", "proxy_from_environment": False, "follow_redirects": True,
-                     "enable_http2": True}
+# Alloy's default; it times debug-info uploads, which hotstack does not make (pyroscope.ebpf
+# refuses debug_info.upload = true), so another value has no effect and is said so at start.
+DEBUG_INFO_UPLOAD_TIMEOUT = 120.0
 
 ENDPOINT = Schema([
     Arg("url", STRING, required=True), Arg("name", STRING, ""), Arg("remote_timeout", DURATION, 10.0),
     Arg("headers", MapOf(SECRET), {}), Arg("min_backoff_period", DURATION, 0.5),
     Arg("max_backoff_period", DURATION, 300.0), Arg("max_backoff_retries", INT, 10),
-    Arg("retry_on_http_429", BOOL, True), Arg("debug_info_upload_timeout", DURATION, 120.0),
-    Arg("bearer_token", SECRET, Secret()), Arg("bearer_token_file", STRING, ""),
-    Arg("proxy_url", STRING, ""), Arg("no_proxy", STRING, ""), Arg("proxy_from_environment", BOOL, False),
-    Arg("follow_redirects", BOOL, True), Arg("enable_http2", BOOL, True),
-    BlockArg("basic_auth", Schema([Arg("username", STRING, ""), Arg("password", SECRET, Secret()),
-                                   Arg("password_file", STRING, "")])),
-    BlockArg("tls_config", Schema([Arg("ca_file", STRING, ""), Arg("insecure_skip_verify", BOOL, False),
-                                   Arg("server_name", STRING, "")])),
+    Arg("retry_on_http_429", BOOL, True), Arg("debug_info_upload_timeout", DURATION, DEBUG_INFO_UPLOAD_TIMEOUT),
+    *HTTP_CLIENT,   # Alloy's whole HTTP client block: auth, oauth2, tls_config (mTLS), proxy, redirects
 ], validate=lambda a: _validate_endpoint(a))
 
 
 def _validate_endpoint(a: dict) -> None:
-    for name, default in _UNSUPPORTED_HTTP.items():
-        if a[name] != default:
-            raise ValueError(f"{name}: not supported yet")
-    tls = a["tls_config"]
-    if tls["insecure_skip_verify"] or tls["server_name"]:
-        raise ValueError("tls_config: only ca_file is supported yet")
+    validate_http_client(a)
     try:
         to_endpoint(a).validate()
     except ConfigError as e:
         raise ValueError(str(e)) from None
 
 
-def to_endpoint(a: dict) -> PyroscopeEndpoint:
+def to_endpoint(a: dict, tracing: dict | None = None) -> PyroscopeEndpoint:
+    """The push client's endpoint, its connections and credentials from Alloy's HTTP client
+    settings (read at each request: rotated files and expired oauth2 tokens are picked up)."""
+    client = HTTPClientConfig(a)
+    tracing = tracing or {"jaeger_propagator": False, "trace_context_propagator": False}
     return PyroscopeEndpoint(
         url=a["url"], name=a["name"], headers={k: reveal(v) for k, v in a["headers"].items()},
-        basic_auth_username=a["basic_auth"]["username"], basic_auth_password=reveal(a["basic_auth"]["password"]),
-        basic_auth_password_file=a["basic_auth"]["password_file"], bearer_token=reveal(a["bearer_token"]),
-        bearer_token_file=a["bearer_token_file"], remote_timeout_s=a["remote_timeout"],
-        min_backoff_s=a["min_backoff_period"], max_backoff_s=a["max_backoff_period"],
-        max_backoff_retries=a["max_backoff_retries"], retry_on_http_429=a["retry_on_http_429"],
-        tls_ca_file=a["tls_config"]["ca_file"])
+        remote_timeout_s=a["remote_timeout"], min_backoff_s=a["min_backoff_period"],
+        max_backoff_s=a["max_backoff_period"], max_backoff_retries=a["max_backoff_retries"],
+        retry_on_http_429=a["retry_on_http_429"],
+        connect=lambda origin, timeout: connection_for(origin, timeout, client=client),
+        client_headers=client.headers, follow_redirects=a["follow_redirects"],
+        jaeger_propagator=tracing["jaeger_propagator"], trace_context_propagator=tracing["trace_context_propagator"])
 
 
 # Alloy wraps each component's registerer with these labels; hotstack has no modules, so every
@@ -133,11 +126,16 @@ class PyroscopeWrite(Component):
     def update(self, args: dict) -> None:
         old = self.args
         self.args = args
-        if self.controller.running and old and (old["endpoint"] != args["endpoint"]):
+        for e in args["endpoint"]:
+            if e["debug_info_upload_timeout"] != DEBUG_INFO_UPLOAD_TIMEOUT:
+                self.log.warning("%s: endpoint %s: debug_info_upload_timeout: no effect (it times debug-info "
+                                 "uploads, which hotstack does not make)", self.id, endpoint_label(e["url"]))
+        if self.controller.running and old and (old["endpoint"] != args["endpoint"] or
+                                                old["tracing"] != args["tracing"]):
             self._replace_pushers()
 
     def _replace_pushers(self) -> None:
-        old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e), logger=self.log,
+        old, self.pushers = self.pushers, [PyroscopePusher(to_endpoint(e, self.args["tracing"]), logger=self.log,
                                                            on_health=self._endpoint_health,
                                                            on_latency=self._latency_observer(e["url"]))
                                            for e in self.args["endpoint"]]

@@ -1,0 +1,200 @@
+"""pyroscope.write's HTTP client as Alloy's: oauth2 (its token asked for through the oauth2 block's
+proxy), the push through a proxy, TLS with a client certificate, 307/308 redirects, trace context
+headers (the `tracing` block), debug_info_upload_timeout said to have no effect. Loopback peers
+shaped like the real ones: a Connect push server, an RFC 6749 token server, a forward proxy."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from hotstack.alloy.controller import load_config
+
+from ..export.connect_server import PATH, ConnectPushServer
+from .peers import HTTPProxy, OAuth2TokenServer, RedirectServer, make_pki
+
+LABELS = {"__name__": "process_cpu", "service_name": "svc"}
+
+
+def started(cfg: str):
+    c = load_config(cfg, "t.alloy")
+    c.start()
+    return c
+
+
+def push(c, n: int = 1) -> None:
+    receiver = c.component("pyroscope.write.w").exports["receiver"]
+    for _ in range(n):
+        receiver.append(dict(LABELS), b"not-a-real-pprof", None)
+
+
+def wait(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def write_config(url: str, body: str = "", top: str = "") -> str:
+    return f'pyroscope.write "w" {{\n{top}  endpoint {{\n    url = "{url}"\n{body}  }}\n}}\n'
+
+
+def test_oauth2_token_through_the_oauth2_proxy_and_the_push_through_the_endpoint_proxy(tmp_path):
+    server = ConnectPushServer()
+    tokens = OAuth2TokenServer("hotstack", "cs-1", "tok-xyz")
+    token_proxy, push_proxy = HTTPProxy(), HTTPProxy()
+    try:
+        c = started(write_config(server.url, f'    proxy_url = "{push_proxy.url}"\n    oauth2 {{\n'
+                                             f'      client_id = "hotstack"\n      client_secret = "cs-1"\n'
+                                             f'      token_url = "{tokens.url}"\n      scopes = ["push"]\n'
+                                             f'      proxy_url = "{token_proxy.url}"\n    }}\n'))
+        try:
+            push(c, 2)
+            assert wait(lambda: len(server.accepted()) == 2), server.requests
+            # the token request went through the oauth2 block's proxy, once (the token is kept)
+            assert token_proxy.requests == [f"POST {tokens.url}"], token_proxy.requests
+            assert tokens.forms == [{"grant_type": "client_credentials", "scope": "push"}]
+            # the pushes through the endpoint's proxy, in absolute form, with the token
+            assert push_proxy.requests == [f"POST {server.url}{PATH}"] * 2, push_proxy.requests
+            assert all(r["headers"]["Authorization"] == "Bearer tok-xyz" for r in server.requests)
+        finally:
+            c.stop()
+    finally:
+        for s in (server, tokens, token_proxy, push_proxy):
+            s.close()
+
+
+def test_oauth2_token_server_down_is_retried_not_lost(tmp_path):
+    server = ConnectPushServer()
+    try:
+        c = started(write_config(server.url, '    min_backoff_period = "50ms"\n    max_backoff_retries = 2\n'
+                                             '    oauth2 {\n      client_id = "a"\n      client_secret = "b"\n'
+                                             '      token_url = "http://127.0.0.1:1/token"\n    }\n'))
+        try:
+            push(c)
+            comp = c.component("pyroscope.write.w")
+            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            snap = comp.pushers[0].metrics.snapshot()
+            assert snap["retries"] == 2 and server.requests == []
+            assert "oauth2" in comp.health.message or "127.0.0.1:1" in comp.health.message, comp.health
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
+def test_https_with_a_client_certificate_and_server_name(tmp_path):
+    pki = make_pki(tmp_path)
+    server = ConnectPushServer(tls=pki.server_context(require_client_cert=True))
+    try:
+        tls = f'      ca_file = "{pki.ca}"\n      server_name = "docker.test"\n'
+        with_cert = tls + f'      cert_file = "{pki.client_cert}"\n      key_file = "{pki.client_key}"\n'
+        c = started(write_config(server.url, f"    tls_config {{\n{with_cert}    }}\n"))
+        try:
+            push(c)
+            assert wait(lambda: len(server.accepted()) == 1), server.requests
+        finally:
+            c.stop()
+        # without the certificate the server refuses the handshake: nothing arrives, it is dropped
+        c = started(write_config(server.url, f'    max_backoff_retries = 1\n    min_backoff_period = "50ms"\n'
+                                             f"    tls_config {{\n{tls}    }}\n"))
+        try:
+            push(c)
+            comp = c.component("pyroscope.write.w")
+            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            assert len(server.accepted()) == 1
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
+def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(caplog):
+    server = ConnectPushServer()
+    redirect = RedirectServer(server.url, status=307)
+    try:
+        c = started(write_config(f"http://{redirect.url}"))
+        try:
+            push(c)
+            assert wait(lambda: len(server.accepted()) == 1), (redirect.requests, server.requests)
+            assert redirect.requests == [PATH]
+        finally:
+            c.stop()
+        c = started(write_config(f"http://{redirect.url}", "    follow_redirects = false\n"))
+        try:
+            push(c)
+            comp = c.component("pyroscope.write.w")
+            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+            assert said and "HTTP 307 redirect to" in said[0] and "(follow_redirects is false)" in said[0], said
+            assert len(server.accepted()) == 1
+        finally:
+            c.stop()
+    finally:
+        redirect.close()
+        server.close()
+
+
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-00\Z")
+UBER = re.compile(r"([0-9a-f]{32}):([0-9a-f]{16}):0:0\Z")
+
+
+def test_tracing_propagators_as_alloy_defaults_and_off():
+    """Both propagators are on by default (Alloy's `tracing` block): each push carries its trace
+    in W3C and Jaeger form; the tries of one push share the trace, each with its own span."""
+    server = ConnectPushServer([503, 200])
+    try:
+        c = started(write_config(server.url, '    min_backoff_period = "50ms"\n'))
+        try:
+            push(c)
+            assert wait(lambda: len(server.accepted()) == 1)
+            first, second = (r["headers"] for r in server.requests)
+            t1, s1 = TRACEPARENT.match(first["traceparent"]).groups()
+            t2, s2 = TRACEPARENT.match(second["traceparent"]).groups()
+            assert t1 == t2 and s1 != s2            # one push, two tries
+            assert UBER.match(second["uber-trace-id"]).groups() == (t2, s2)
+        finally:
+            c.stop()
+        server.requests.clear()
+        server.responses = [200]
+        c = started(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n  }\n"))
+        try:
+            push(c, 2)
+            assert wait(lambda: len(server.accepted()) == 2)
+            a, b = (r["headers"] for r in server.requests)
+            assert "uber-trace-id" not in a and TRACEPARENT.match(a["traceparent"])
+            assert a["traceparent"][3:35] != b["traceparent"][3:35]   # a new trace per push
+        finally:
+            c.stop()
+        server.requests.clear()
+        c = started(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n"
+                                                 "    trace_context_propagator = false\n  }\n"))
+        try:
+            push(c)
+            assert wait(lambda: len(server.accepted()) == 1)
+            assert not {"traceparent", "uber-trace-id"} & {k.lower() for k in server.requests[0]["headers"]}
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
+def test_debug_info_upload_timeout_is_said_to_have_no_effect(caplog):
+    server = ConnectPushServer()
+    try:
+        with caplog.at_level(logging.WARNING):
+            c = started(write_config(server.url, '    debug_info_upload_timeout = "30s"\n'))
+            c.stop()
+        said = [r.getMessage() for r in caplog.records if "debug_info_upload_timeout" in r.getMessage()]
+        assert len(said) == 1 and "no effect" in said[0], said
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            c = started(write_config(server.url, '    debug_info_upload_timeout = "2m"\n'))   # Alloy's default
+            c.stop()
+        assert not [r for r in caplog.records if "debug_info_upload_timeout" in r.getMessage()]
+    finally:
+        server.close()
