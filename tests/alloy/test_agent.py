@@ -4,6 +4,7 @@ the local store of rotated pprof files and its flame graph page; eBPF failure ->
 from __future__ import annotations
 
 import gzip
+import sys
 import time
 
 import pytest
@@ -27,6 +28,7 @@ def wait(predicate, timeout: float = 90.0):
 
 def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, workloads, tmp_path):
     spinner = workloads([spin_binary])
+    workloads([sys.executable, "-c", "while True: pass"])   # for the Python walker's metrics
     store = tmp_path / "store"
     a = agent(None, extra=["--storage.path", str(store)])
     a.wait_ready()
@@ -68,6 +70,12 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
                  "hotstack_bpf_run_time_seconds_total", "hotstack_kernel_unwinder_total"):
         assert name in metrics, name
     samples = [line for line in metrics.splitlines() if line.startswith("hotstack_samples_total")]
+    # the embedded profiler's metrics, each once recorded, with Alloy's scope label
+    scoped = 'component_id="pyroscope.ebpf.default",component_path="/",otel_scope_name="pyroscope.ebpf"'
+    for name in ("UnwindPythonAttempts_total", "NumProcAttempts_total", "ELFInfoCacheMiss_total"):
+        line = wait(lambda: next((ln for ln in a.get("/metrics")[1].splitlines()
+                                  if ln.startswith(f"{name}{{{scoped}}} ")), None), timeout=60)
+        assert line and float(line.split()[-1]) > 0, (name, a.get("/metrics")[1][-3000:])
     assert float(samples[0].split()[-1]) > 0
     assert a.get("/api/v0/web/components/nope")[0] == 404
     assert a.stop() == 0

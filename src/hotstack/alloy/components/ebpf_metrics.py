@@ -128,6 +128,33 @@ def _exes_loaded(profiler):
     return total
 
 
+_PY_TOTALS: "weakref.WeakKeyDictionary[object, list[int]]" = weakref.WeakKeyDictionary()
+_PY_LOCK = threading.Lock()
+
+
+def _python_counter(index_name: str):
+    """A counter of the kernel's Python walker (bpf/schema.yaml py_stat). The source hands out
+    deltas and nothing else reads them, so their running totals are kept here."""
+    def read(profiler):
+        from ...bpf import schema
+        total = 0
+        for source in getattr(profiler, "runtimes", ()):
+            if getattr(source, "name", "") != "python":
+                continue
+            with _PY_LOCK:
+                totals = _PY_TOTALS.setdefault(source, [0] * schema.PY_STAT_MAX)
+                for i, delta in enumerate(source.counters()):
+                    totals[i] += delta
+                total += totals[getattr(schema, index_name)]
+        return total
+    return read
+
+
+def _v8_frames(profiler):
+    return sum(source.stats()["frames"] for source in getattr(profiler, "runtimes", ())
+               if getattr(source, "name", "") == "v8")
+
+
 PROFILER_METRICS = [
     # native unwinding: the kernel unwinder's walks (--unwind kernel) and the stack copies unwound on the host
     ("UnwindNativeAttempts", "counter", "Unwind attempts",
@@ -137,6 +164,11 @@ PROFILER_METRICS = [
      "not loaded in eBPF", _kernel_counter("no_table")),
     ("UnwindErrStackLengthExceeded", "counter", "Number of times the frame limit was reached",
      _kernel_counter("end_truncated")),
+    # interpreter unwinding: the kernel walkers of unwind/python and unwind/v8
+    ("UnwindPythonAttempts", "counter", "Number of attempted python unwinds", _python_counter("PY_STAT_WALKS")),
+    ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
+     _python_counter("PY_STAT_NO_THREAD")),
+    ("UnwindV8Frames", "counter", "Number of unwound V8 frames", _v8_frames),
     # symbolization
     ("ELFInfoCacheHit", "counter", "Number of cache hits for ELF information", _elf_cache("hits")),
     ("ELFInfoCacheMiss", "counter", "Number of cache misses for ELF information", _elf_cache("misses")),
