@@ -21,7 +21,7 @@ SECRETS = {
     "bearer": "S3cr3t-bearer-7f1e", "header": "S3cr3t-header-9a2b", "password": "S3cr3t-password-4c3d",
     "file_token": "S3cr3t-filetoken-5e4f", "k8s": "S3cr3t-k8s-6a5b", "credentials": "S3cr3t-credfile-7c6d",
     "docker_password": "S3cr3t-dockerpw-8e7f", "docker_header": "S3cr3t-dockerhdr-9f80", "dead": "S3cr3t-dead-0a91",
-    "oauth": "S3cr3t-oauth-1b2c",
+    "oauth": "S3cr3t-oauth-1b2c", "write_oauth": "S3cr3t-writeoauth-2c3d", "proxy_header": "S3cr3t-proxyhdr-3d4e",
 }
 
 
@@ -66,6 +66,20 @@ pyroscope.write "dead" {{
     max_backoff_period  = "200ms"
   }}
 }}
+pyroscope.write "oauth" {{
+  endpoint {{
+    url                  = "{pyroscope_url}"
+    max_backoff_retries  = 1
+    min_backoff_period   = "100ms"
+    proxy_url            = "http://127.0.0.1:9"
+    proxy_connect_header = {{"Proxy-Token" = ["{SECRETS["proxy_header"]}"]}}
+    oauth2 {{
+      client_id     = "client"
+      client_secret = "{SECRETS["write_oauth"]}"
+      token_url     = "http://127.0.0.1:9/token"
+    }}
+  }}
+}}
 discovery.kubernetes "pods" {{
   role         = "pod"
   api_server   = "{k8s_url}"
@@ -99,7 +113,8 @@ discovery.docker "engine" {{
 pyroscope.ebpf "spin" {{
   targets          = [{{"__process_pid__" = "{spin_pid}", "service_name" = "spin"}}]
   forward_to       = [pyroscope.write.bearer.receiver, pyroscope.write.basic.receiver,
-                      pyroscope.write.from_file.receiver, pyroscope.write.dead.receiver]
+                      pyroscope.write.from_file.receiver, pyroscope.write.dead.receiver,
+                      pyroscope.write.oauth.receiver]
   collect_interval = "2s"
 }}
 '''
@@ -130,7 +145,7 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         pages = {path: a.get(path) for path in ("/", "/metrics", "/-/ready", "/-/healthy", "/flamegraph",
                                                 "/api/v0/web/components", "/nope")}
         components = a.json("/api/v0/web/components")
-        assert len(components) == 9
+        assert len(components) == 10
         for c in components:
             for path in (f"/api/v0/web/components/{c['id']}", f"/component/{c['id']}"):
                 pages[path] = a.get(path)
@@ -145,6 +160,11 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         oauth = a.json("/api/v0/web/components/discovery.kubernetes.oauth")
         assert oauth["arguments"]["oauth2"]["client_secret"] == "(secret)"
         assert oauth["health"]["state"] == "unhealthy"   # its token URL does not answer: an error was made
+        write = a.json("/api/v0/web/components/pyroscope.write.oauth")
+        endpoint = write["arguments"]["endpoint"][0]
+        assert endpoint["oauth2"]["client_secret"] == "(secret)"
+        assert endpoint["proxy_connect_header"] == {"Proxy-Token": ["(secret)"]}
+        assert write["health"]["state"] == "unhealthy", write["health"]   # the token request failed
         assert "(secret)" in pages["/component/pyroscope.write.bearer"][1]
         assert a.stop() == 0
         log = a.log.read_text()
