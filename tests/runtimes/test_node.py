@@ -64,16 +64,24 @@ def cpuprofile_split(path: Path) -> dict[str, float]:
     return counts
 
 
+# V8's tiers: TurboFan (the default for hot code), Ignition only, Sparkplug, Maglev (off by default in
+# Node 20), and no JIT at all (interpreter and builtins only).
+TIERS = {"turbofan": [], "ignition": ["--no-opt", "--no-sparkplug"], "sparkplug": ["--no-opt", "--always-sparkplug"],
+         "maglev": ["--maglev", "--no-turbofan"], "jitless": ["--jitless"]}
+
+
 @pytest.mark.shares
-def test_node_shares_match_cpu_prof(tmp_path):
+@pytest.mark.parametrize("tier", TIERS)
+def test_node_shares_match_cpu_prof(tmp_path, tier):
     node = _need_node()
-    proc = subprocess.Popen([node, "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(WORK), "7"],
+    proc = subprocess.Popen([node, *TIERS[tier], "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(WORK), "7"],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(1.0)       # past the first tier-ups
         with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
             samples = prof.run(4.0).samples
+        out = proc.stdout.read().split()
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
@@ -81,8 +89,14 @@ def test_node_shares_match_cpu_prof(tmp_path):
     assert sum(ours.values()) >= 200, ours
     truth = cpuprofile_split(next(tmp_path.glob("*.cpuprofile")))
     ours_pct, truth_pct = shares(ours), shares(truth)
-    print("hotstack", ours_pct, "cpu-prof", truth_pct)
-    assert abs(ours_pct["optimized"] - truth_pct["optimized"]) <= 5, (ours_pct, truth_pct)
+    at = out.index("user_cpu_us")
+    script_pct = shares({"optimized": int(out[at + 2]), "parsing": int(out[at + 4])})
+    print(tier, "hotstack", ours_pct, "cpu-prof", truth_pct, "script", script_pct)
+    if tier in ("turbofan", "jitless"):
+        assert abs(ours_pct["optimized"] - truth_pct["optimized"]) <= 5, (ours_pct, truth_pct)
+    # V8's profiler loses the leaf of interpreted and baseline frames of JIT-enabled runs (in Ignition it
+    # gives ~43% of the time to `main` itself): the script's own user-CPU accounting is checked in every tier
+    assert abs(ours_pct["optimized"] - script_pct["optimized"]) <= 5, (ours_pct, script_pct, truth_pct)
     # caller order: main calls both; names carry the script and line
     sample = max((s for s in samples if "optimized" in js_names(s)), key=lambda s: s.value)
     names = js_names(sample)
