@@ -106,16 +106,19 @@ def test_each_collector_decodes_the_workload(collectors, export_busy, workloads,
 
 
 def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy, workloads, tmp_path):
-    collector, _ = collectors["v1.10"]
+    collector, receiver = collectors["v1.10"]
     (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
     workloads([export_busy])
+    before = len(receiver.requests)
     # `sudo ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`,
     # stopped by --timeout instead of Ctrl-C.
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0",
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "SAMPLES" in r.stdout                          # the usual table is still printed
+    # ig's default --map-fetch-interval (1000ms): an export each second (with 0 there would be one)
+    assert len(receiver.wait_for(before + 2)) >= before + 2, len(receiver.requests) - before
     text = collector.wait_for("proc.comm", "export_busy")
     assert any(s["attributes"].get("proc.comm") == "export_busy" for s in debug_samples(text))
     assert "export_leaf" in text
@@ -147,7 +150,7 @@ def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, 
     config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint) + "        protocol-version: v1.8\n"
     (tmp_path / "ig-config.yaml").write_text(config)
     workloads([export_busy])
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0",
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

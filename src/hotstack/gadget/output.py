@@ -59,6 +59,10 @@ def render_folded_output(profile: Profile, out: TextIO) -> None:
     out.write(render_folded(profile))
 
 
+# Room the other columns (COMM up to 15, PID, TID or "N threads", SAMPLES, %) and the borders take.
+STACK_ROOM = 64
+
+
 def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str = "",
                    own_pids: Collection[int] = ()) -> None:
     """The hottest stacks: COMM, PID, TID (or thread count), SAMPLES, %, STACK (leaf first).
@@ -84,7 +88,10 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
     for name, justify in (("COMM", "left"), ("PID", "right"), ("TID", "right"), ("SAMPLES", "right"),
                           ("%", "right")):
         table.add_column(name, justify=justify, overflow="fold")
-    table.add_column("STACK (leaf first)", justify="left", overflow="ellipsis", no_wrap=True)
+    # A frame name longer than the line (no_wrap) would squeeze the other columns to nothing
+    # instead of being cut itself: the stack column gets what they leave at most.
+    table.add_column("STACK (leaf first)", justify="left", overflow="ellipsis", no_wrap=True,
+                     max_width=max(20, console.width - STACK_ROOM))
     trimmed = False
     for (comm, pid, stack), g in rows[:max_rows]:
         tids = g["tids"]
