@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -362,3 +363,37 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
         assert tables.rows_used <= 60_000
     finally:
         sampler.close()
+
+
+@pytest.mark.shares
+def test_off_cpu_waits_in_libc_keep_their_callers(build_dir, workloads):
+    """Off-CPU profiles unwound in the kernel: a frame-pointer program that waits in libc's
+    nanosleep keeps the function that waited (wait_a, wait_b), with their 70/30 split of the time;
+    frame pointers alone skip it (libc keeps none), which the fp run shows."""
+    from hotstack.sampling import Engine, EngineConfig
+
+    exe = compile_c(HERE / "workloads" / "sleep_leaf.c", build_dir / "sleep_leaf_fp", "-O1",
+                    "-fno-omit-frame-pointer")
+    w = workloads([exe])
+
+    def waited(unwind: str) -> Counter:
+        engine = Engine(EngineConfig(cpu=False, off_cpu_threshold=1.0, pids=(w.pid,), unwind=unwind,
+                                     runtime_frames=False))
+        with engine:
+            time.sleep(3.0)
+            profiles = engine.collect()
+        callers = Counter()
+        for prof in profiles:
+            for s in prof.samples:
+                names = [f.name for f in reversed(s.stack) if f.kind.name != "KERNEL"]
+                if names and "nanosleep" in names[-1]:
+                    callers[next((n for n in ("wait_a", "wait_b") if n in names), None)] += s.value
+        return callers
+
+    kernel = waited("kernel")
+    total = sum(kernel.values())
+    assert total > 1.5e9, kernel                   # off the CPU nearly all of the 3 s, in nanosleep
+    assert (kernel["wait_a"] + kernel["wait_b"]) / total >= 0.98, kernel
+    assert abs(kernel["wait_a"] / (kernel["wait_a"] + kernel["wait_b"]) - 0.7) <= 0.05, kernel
+    fp = waited("fp")
+    assert (fp["wait_a"] + fp["wait_b"]) / max(sum(fp.values()), 1) < 0.5, fp

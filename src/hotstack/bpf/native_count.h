@@ -49,39 +49,67 @@ static __always_inline int native_begin(void *ctx, struct stack_key *key, const 
 	return -1;
 }
 
-/* The body of a step program. */
-static __always_inline int native_step_and_count(void *ctx)
+/* The walk of a step program: more frames (tail-calling itself until the walk is over), then the
+ * stack stored. 0 with `key` (its user_stack_id set), `comm`, `buffer` and `value` as the program
+ * that began the walk left them; -1 if there is no walk state. */
+static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
+						 __u64 *value)
 {
 	struct nu_state *st = nu_state();
-	struct stack_key key;
-	char comm[COMM_LEN];
 	__u64 *stored;     /* struct nu_stack: the hash first */
-	__u32 buffer, id;
+	__u32 id;
 	void *stacks;
 
 	if (!st)
-		return 0;
+		return -1;
 	if (!nu_steps(st))
 		bpf_tail_call(ctx, &nu_progs, 0);
 	nu_count_end(st);
-	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
+	__builtin_memcpy(key, st->ctx_words, sizeof(*key));
 	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
-	buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	*buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	*value = st->ctx_words[NATIVE_VALUE_WORD];
 	id = (__u32)nu_hash(st) & 0x7fffffff;
-	stacks = BUFFER_MAP(buffer, native_stacks);
-	key.user_stack_id = id;
+	stacks = BUFFER_MAP(*buffer, native_stacks);
+	key->user_stack_id = id;
 	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
 		stored = bpf_map_lookup_elem(stacks, &id);
 		if (!stored) {
 			count_stat(STAT_USTACK_ERROR);       /* the map is full */
-			key.user_stack_id = -2;
+			key->user_stack_id = -2;
 		} else if (stored[0] != st->stack.hash) {
 			count_stat(STAT_USTACK_COLLISION);
-			key.user_stack_id = -EEXIST;
+			key->user_stack_id = -EEXIST;
 		}
 	}
-	NU_RUNTIME_END(&key, buffer);
-	count_stack(&key, comm, st->ctx_words[NATIVE_VALUE_WORD], buffer);
+	NU_RUNTIME_END(key, *buffer);
+	return 0;
+}
+
+/* The body of a step program that counts the sample (on-CPU samples, probe hits). */
+static __always_inline int native_step_and_count(void *ctx)
+{
+	struct stack_key key;
+	char comm[COMM_LEN];
+	__u32 buffer;
+	__u64 value;
+
+	if (native_step_and_store(ctx, &key, comm, &buffer, &value))
+		return 0;
+	count_stack(&key, comm, value, buffer);
+	return 0;
+}
+
+/* The user registers of the current task, saved where it entered the kernel (pt_regs at the top
+ * of its kernel stack); -1 for a kernel thread, which has no user context. */
+static __always_inline int native_task_user_regs(struct pt_regs *out)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((void *)bpf_get_current_task_btf());
+
+	if (!regs || bpf_probe_read_kernel(out, sizeof(*out), regs))
+		return -1;
+	if ((out->cs & 3) != 3)
+		return -1;
 	return 0;
 }
 

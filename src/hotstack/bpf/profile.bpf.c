@@ -88,23 +88,13 @@ static __always_inline __u32 copy_user_stack(struct snapshot *rec, __u64 sp)
 /* The user registers of the current task: the sample's own if it hit user mode. */
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct pt_regs *out)
 {
-	void *task;
-	struct pt_regs *regs;
-
 	if (!in_kernel) {
 		out->rip = ctx->regs.rip;
 		out->rsp = ctx->regs.rsp;
 		out->rbp = ctx->regs.rbp;
 		return 0;
 	}
-	task = (void *)bpf_get_current_task_btf();
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs || bpf_probe_read_kernel(out, sizeof(*out), regs))
-		return -1;
-	/* A kernel thread's pt_regs hold no user context. */
-	if ((out->cs & 3) != 3)
-		return -1;
-	return 0;
+	return native_task_user_regs(out);
 }
 
 static __always_inline int wants_snapshot(__u32 pid)

@@ -23,6 +23,7 @@ OFFCPU_PROFILE_NAME = "offcpu"
 OFFCPU_SAMPLE_TYPE = ValueType("offcpu", "nanoseconds")
 NO_PERIOD = ValueType("", "")
 PROGRAM = "offcpu_sched_switch"
+NATIVE_STEP = "offcpu_native_step"
 
 
 def threshold_u32(threshold: float) -> int:
@@ -42,6 +43,10 @@ class OffCpuSampler(Sampler):
 
     def start(self) -> None:
         spec = self.spec()
+        self.native_spec(spec, NATIVE_STEP)
+        if self.config.unwind == "kernel":   # user stacks go to native_stacks_<b>
+            for name in ("user_stacks_0", "user_stacks_1"):
+                spec.maps[name].max_entries = 1
         try:
             btf = kernel_btf()
             ebpf_links.resolve_btf_targets(spec, btf)
@@ -52,6 +57,7 @@ class OffCpuSampler(Sampler):
         spec.set_constant("threshold", threshold_u32(self.config.off_cpu_threshold))
         self.load(spec)
         try:
+            self.native_start(NATIVE_STEP)
             self._links.append(ebpf_links.attach_tracing(self.collection.programs[PROGRAM]))
         except BaseException:
             self.close()
