@@ -16,7 +16,7 @@ def test_no_sample_lost_or_double_counted(hot_ab, workloads):
     busy = [workloads([hot_ab]) for _ in range(2)]
     drained = 0
     seen = idle = filtered = full = 0
-    session = CpuSampler(EngineConfig(frequency=499, unwind="fp"), unwind=lambda *a: ())
+    session = CpuSampler(EngineConfig(frequency=499, unwind="fp"))
     session.start()
     session.attach()
     try:

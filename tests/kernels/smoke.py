@@ -139,12 +139,14 @@ def item_programs(w: Path) -> str:
     from hotstack import ebpf
     from hotstack.bpf import object_path
     from hotstack.ebpf import links
+    from hotstack.unwind import kernel_maps
 
     loaded, notes = [], []
     for name in ("profile", "offcpu", "probe"):
         spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
-        if "snapshot_mode" in spec.variables:
-            spec.set_constant("snapshot_mode", 1)    # the stack-copy path, as --unwind auto loads it
+        if "unwind_in_kernel" in spec.variables:      # as the default, --unwind kernel, loads it
+            kernel_maps.configure(spec)
+            spec.set_constant("unwind_in_kernel", 1)
         links.resolve_btf_targets(spec)              # tp_btf/sched_switch
         for key in [k for k, p in spec.programs.items() if p.section in ("fentry", "fexit")]:
             del spec.programs[key]

@@ -23,8 +23,10 @@ def unwind_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOTSTACK_UNWIND_CACHE", str(tmp_path_factory.mktemp("unwind-cache")))
 
 
-def profile(pids: list[int], seconds: float = 3.0, unwind: str = "auto", frequency: int = 99):
-    """Sample `pids` for `seconds` with the real profiler; returns (profile, profiler)."""
+def profile(pids: list[int], seconds: float = 3.0, unwind: str = "kernel", frequency: int = 99):
+    """Sample `pids` for `seconds` with the real profiler; returns (profile, profiler). The kernel
+    unwinder's counters at the end are in profiler.kernel_counters ({} with --unwind fp), where its
+    tables came from in profiler.table_sources."""
     from hotstack.sampling import Engine, EngineConfig
 
     profiler = Engine(EngineConfig(frequency=frequency, pids=tuple(pids), unwind=unwind, runtime_frames=False))
@@ -33,6 +35,9 @@ def profile(pids: list[int], seconds: float = 3.0, unwind: str = "auto", frequen
         while time.monotonic() < deadline:
             time.sleep(0.1)
         result = profiler.collect()[0]
+        native = profiler.cpu.native
+        profiler.kernel_counters = native.kernel_counters() if native is not None else {}
+        profiler.table_sources = [t.source for t in native.cache._tables.values()] if native is not None else []
     return result, profiler
 
 

@@ -117,6 +117,7 @@ def test_frame_pointer_program_with_a_libc_leaf_keeps_its_callers(native_object,
         assert abs(split - perf_split) <= 0.05, (callers, pc)
 
 
+@pytest.mark.shares        # the sample count depends on the CPU the workload gets on a busy machine
 @pytest.mark.parametrize("mode", ["signal", "threads", "syscall"])
 def test_chain_modes(native_object, chain, workloads, mode):
     """A signal handler's frames and the interrupted code below them; 8 busy threads; samples that
@@ -216,7 +217,7 @@ def test_profiler_kernel_mode_end_to_end(build_dir, workloads):
     nofp = compile_c(HERE / "workloads" / "callback.c", build_dir / "callback_nofp2", "-O2", "-fomit-frame-pointer")
     a, b = workloads([fp]), workloads([nofp])
     prof, profiler = profile([a.pid, b.pid], seconds=6.0, unwind="kernel", frequency=199)
-    assert profiler.unwinder.stats.snapshots == 0
+    assert profiler.kernel_counters["walks"] > 0
     by_pid = {a.pid: Counter(), b.pid: Counter()}
     for s in prof.samples:
         by_pid[s.pid][tuple(user_names(s))] += s.value

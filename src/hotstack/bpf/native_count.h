@@ -49,28 +49,13 @@ static __always_inline int native_begin(void *ctx, struct stack_key *key, const 
 	return -1;
 }
 
-/* The walk of a step program: more frames (tail-calling itself until the walk is over), then the
- * stack stored. 0 with `key` (its user_stack_id set), `comm`, `buffer` and `value` as the program
- * that began the walk left them; -1 if there is no walk state. */
-static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
-						 __u64 *value)
+/* Store st's stack in native_stacks_<buffer> under a 31-bit id of its hash: key->user_stack_id. */
+static __always_inline void native_store(struct nu_state *st, struct stack_key *key, __u32 buffer)
 {
-	struct nu_state *st = nu_state();
 	__u64 *stored;     /* struct nu_stack: the hash first */
-	__u32 id;
-	void *stacks;
+	__u32 id = (__u32)nu_hash(st) & 0x7fffffff;
+	void *stacks = BUFFER_MAP(buffer & 1, native_stacks);
 
-	if (!st)
-		return -1;
-	if (!nu_steps(st))
-		bpf_tail_call(ctx, &nu_progs, 0);
-	nu_count_end(st);
-	__builtin_memcpy(key, st->ctx_words, sizeof(*key));
-	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
-	*buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
-	*value = st->ctx_words[NATIVE_VALUE_WORD];
-	id = (__u32)nu_hash(st) & 0x7fffffff;
-	stacks = BUFFER_MAP(*buffer, native_stacks);
 	key->user_stack_id = id;
 	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
 		stored = bpf_map_lookup_elem(stacks, &id);
@@ -82,8 +67,46 @@ static __always_inline int native_step_and_store(void *ctx, struct stack_key *ke
 			key->user_stack_id = -EEXIST;
 		}
 	}
+}
+
+/* The walk of a step program: more frames (tail-calling itself until the walk is over), then the
+ * stack stored. 0 with `key` (its user_stack_id set), `comm`, `buffer` and `value` as the program
+ * that began the walk left them; -1 if there is no walk state. */
+static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
+						 __u64 *value)
+{
+	struct nu_state *st = nu_state();
+
+	if (!st)
+		return -1;
+	if (!nu_steps(st))
+		bpf_tail_call(ctx, &nu_progs, 0);
+	nu_count_end(st);
+	__builtin_memcpy(key, st->ctx_words, sizeof(*key));
+	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
+	*buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	*value = st->ctx_words[NATIVE_VALUE_WORD];
+	native_store(st, key, *buffer);
 	NU_RUNTIME_END(key, *buffer);
 	return 0;
+}
+
+/* Where no walk can begin (programs that cannot tail-call the step program: fentry/fexit), the
+ * frame-pointer user stack, stored as a native stack so that one map holds every user stack. */
+static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *key, __u32 buffer)
+{
+	struct nu_state *st = nu_state();
+	long bytes;
+
+	key->user_stack_id = -1;
+	if (!st)
+		return;
+	bytes = bpf_get_stack(ctx, st->stack.pcs, sizeof(st->stack.pcs), BPF_F_USER_STACK);
+	if (bytes <= 0)
+		return;            /* a kernel thread: no user stack */
+	st->stack.n = bytes / 8;
+	st->stack.end = NU_END_BAD_FP;
+	native_store(st, key, buffer);
 }
 
 /* The body of a step program that counts the sample (on-CPU samples, probe hits). */

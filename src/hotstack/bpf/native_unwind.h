@@ -481,7 +481,8 @@ static __always_inline int nu_fp_walk(struct nu_state *st, int same_stack)
 {
 	__u64 bp = st->bp, next_bp, ra;
 
-	if (!bp || (bp & 7) || (same_stack && (bp <= st->sp || bp - st->sp > (8 << 20)))) {
+	/* bp == sp: a frame with no locals (push rbp; mov rbp, rsp; call) seen from its callee */
+	if (!bp || (bp & 7) || (same_stack && (bp < st->sp || bp - st->sp > (8 << 20)))) {
 		st->stack.end = NU_END_BAD_FP;
 		return -1;
 	}

@@ -41,6 +41,7 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	struct off_cpu entry = {};
 	__u32 buffer = active_buffer & 1;
 	struct pt_regs regs = {};
+	struct stack_key key = {};
 
 	entry.pid = pid;
 	entry.buffer = buffer;
@@ -56,17 +57,21 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 		bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
 		return;
 	}
-	/* stored now with no user stack; offcpu_native_step fills it in (a kernel thread keeps -1) */
+	key.pid = pid;
+	key.tid = tid;
+	if (native_task_user_regs(&regs)) {
+		/* no saved user registers to walk from (no bpf_task_pt_regs before 5.15): frame
+		 * pointers; a kernel thread has no user stack (-1) */
+		native_store_fp_stack(ctx, &key, buffer);
+		entry.user_stack_id = key.user_stack_id;
+		bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
+		return;
+	}
+	/* stored now with no user stack; offcpu_native_step fills it in */
 	entry.user_stack_id = -1;
 	bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
-	if (native_task_user_regs(&regs) == 0) {
-		struct stack_key key = {};
-
-		key.pid = pid;
-		key.tid = tid;
-		/* the value word carries the switch-out time: the step checks it is still this entry */
-		native_begin(ctx, &key, entry.comm, buffer, entry.since, regs.rip, regs.rsp, regs.rbp);
-	}
+	/* the value word carries the switch-out time: the step checks it is still this entry */
+	native_begin(ctx, &key, entry.comm, buffer, entry.since, regs.rip, regs.rsp, regs.rbp);
 }
 
 static __always_inline void switch_in(__u32 tid)

@@ -27,7 +27,8 @@
 #include "counts.h"
 #include "native_count.h"
 
-/* `user_regs`: the user registers are ctx's (uprobes); 0: kernel probes, frame pointers. */
+/* `user_regs`: the user registers are ctx's (uprobes); 0: kernel probes, whose user stacks are
+ * frame-pointer walks (fentry/fexit cannot tail-call a step program of another attach target). */
 static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int user_regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -58,6 +59,12 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int us
 		if (native_begin(ctx, &key, comm, buffer, 1, PT_REGS_IP((struct pt_regs *)ctx),
 				 PT_REGS_SP((struct pt_regs *)ctx), PT_REGS_FP((struct pt_regs *)ctx)) == 0)
 			return 0;
+		count_stack(&key, comm, 1, buffer);
+		return 0;
+	}
+	if (unwind_in_kernel) {
+		/* kernel probes: their stack maps hold native stacks; this one by frame pointers */
+		native_store_fp_stack(ctx, &key, buffer);
 		count_stack(&key, comm, 1, buffer);
 		return 0;
 	}

@@ -11,29 +11,14 @@
  * Only UAPI types are used (no CO-RE, no vmlinux.h). Tunables are .rodata
  * constants that the loader writes before loading.
  *
- * Two ways to get a user stack (unwind/__init__.py has the measurements behind the choice):
- *  - frame pointers (default, cheapest): bpf_get_stackid(BPF_F_USER_STACK) into
- *    user_stacks_<buffer>, counted in counts_<buffer> under struct stack_key.
- *  - snapshot ("dwarf"), for processes in `snapshot_pids` (snapshot_mode 1) or for
- *    every process (snapshot_mode 2): the sample is not counted in the kernel;
- *    one record goes to the `snapshots` ring buffer instead, and userspace unwinds
- *    it with .eh_frame tables. If the ring is full the sample falls back to the
- *    frame-pointer path (counted in STAT_SNAPSHOT_RING_FULL), so none is lost.
- *
- * Transport (bpf/schema.yaml; userspace: sampling/buffers.py and sampling/snapshots.py):
- *   counts_<b>:  struct stack_key -> struct stack_count   (frame-pointer samples)
- *   snapshots:   BPF ring buffer of struct snapshot records, one per sample: the key
- *                (user_stack_id -1: the stack is in the record), comm, the buffer whose stack
- *                maps the key's ids refer to, the user registers and a copy of the stack.
- *   A field added to struct stack_key travels through both paths unchanged.
- *
- * A third way (SNAPSHOT_NATIVE, `--unwind kernel`): the user stack is unwound here, in the
- * kernel, with .eh_frame tables in BPF maps (native_unwind.h); the walk goes on in
- * profile_native_step (tail calls), which stores the stack and counts the sample
- * (native_count.h).
- *   Userspace drains `snapshots` often (unwinding the copies as they come), keeps
- *   the records' keys until their buffer is drained, and clears the stack maps of
- *   a buffer only after that.
+ * Two ways to get a user stack (`unwind_in_kernel`, from --unwind):
+ *  - in the kernel (default): unwound here with .eh_frame tables in BPF maps
+ *    (native_unwind.h); the walk goes on in profile_native_step (tail calls), which
+ *    stores the stack in native_stacks_<buffer> and counts the sample (native_count.h).
+ *  - frame pointers (--unwind fp): bpf_get_stackid(BPF_F_USER_STACK) into
+ *    user_stacks_<buffer>.
+ * Either way the sample is counted in counts_<buffer> under struct stack_key
+ * (bpf/schema.yaml; userspace: sampling/buffers.py).
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
@@ -59,32 +44,6 @@
 HS_CPU_VARIABLES
 HS_CPU_MAPS
 
-/*
- * Copy the user stack from sp upwards: the rest of sp's page, then whole pages
- * until SNAPSHOT_PAGES are read or one faults (the top of the stack). Page by
- * page because a read that crosses into an unmapped page fails as a whole.
- */
-static __always_inline __u32 copy_user_stack(struct snapshot *rec, __u64 sp)
-{
-	/* 1..PAGE_BYTES; the check below is always false and gives the verifier its bound. */
-	__u32 first = PAGE_BYTES - (sp & (PAGE_BYTES - 1));
-
-	if (first > PAGE_BYTES)
-		return 0;
-	if (bpf_probe_read_user(rec->stack, first, (void *)sp))
-		return 0;
-#define COPY_PAGE(n)                                                                               \
-	if (bpf_probe_read_user(rec->stack + first + (n) * PAGE_BYTES, PAGE_BYTES,                 \
-				(void *)(sp + first + (n) * PAGE_BYTES)))                          \
-		return first + (n) * PAGE_BYTES;
-	COPY_PAGE(0)
-	COPY_PAGE(1)
-	COPY_PAGE(2)
-	COPY_PAGE(3)
-#undef COPY_PAGE
-	return first + SNAPSHOT_PAGES * PAGE_BYTES;
-}
-
 /* The user registers of the current task: the sample's own if it hit user mode. */
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct pt_regs *out)
 {
@@ -95,44 +54,6 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_ker
 		return 0;
 	}
 	return native_task_user_regs(out);
-}
-
-static __always_inline int wants_snapshot(__u32 pid)
-{
-	if (snapshot_mode == SNAPSHOT_NATIVE)
-		return 0;
-	if (snapshot_mode == 2)
-		return pid != 0;
-	return snapshot_mode == 1 && bpf_map_lookup_elem(&snapshot_pids, &pid);
-}
-
-/* Send the sample as a snapshot record; 0 if sent, else the caller counts it as usual. */
-static __always_inline int send_snapshot(struct bpf_perf_event_data *ctx, struct stack_key *key,
-					 const char *comm, __u32 buffer, int in_kernel)
-{
-	struct snapshot *rec;
-	struct pt_regs regs = {};
-
-	if (user_regs(ctx, in_kernel, &regs)) {
-		count_stat(STAT_SNAPSHOT_NO_REGS);
-		return -1;
-	}
-	rec = bpf_ringbuf_reserve(&snapshots, sizeof(*rec), 0);
-	if (!rec) {
-		count_stat(STAT_SNAPSHOT_RING_FULL);
-		return -1;
-	}
-	rec->key = *key;
-	rec->key.user_stack_id = -1;
-	__builtin_memcpy(rec->comm, comm, COMM_LEN);
-	rec->buffer = buffer;
-	rec->ip = regs.rip;
-	rec->sp = regs.rsp;
-	rec->bp = regs.rbp;
-	rec->stack_len = copy_user_stack(rec, regs.rsp);
-	bpf_ringbuf_submit(rec, 0);
-	count_stat(STAT_SNAPSHOTS);
-	return 0;
 }
 
 /* The frame-pointer user stack, as an id in user_stacks_<buffer>. */
@@ -153,7 +74,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	struct stack_key key = {};
 	char comm[COMM_LEN] = {};
 	__u32 buffer;
-	int in_kernel, snapshot;
+	int in_kernel;
 
 	key.pid = pid_tgid >> 32;
 	key.tid = (__u32)pid_tgid;
@@ -184,40 +105,35 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	}
 
-	snapshot = collect_user_stacks && key.pid != 0 && wants_snapshot(key.pid);
 	key.user_stack_id = -1;
-	if (snapshot_mode == SNAPSHOT_NATIVE && collect_user_stacks && key.pid != 0) {
+	if (collect_user_stacks && key.pid != 0 && unwind_in_kernel) {
 		struct pt_regs regs = {};
 
-		/* a kernel thread (no user registers) has no user stack: -1, not a loss */
+		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
-			key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 			v8_begin(key.pid);
 			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
 				return 0;
+		} else {
+			/* in the kernel with no saved user registers to walk from (no bpf_task_pt_regs
+			 * before 5.15): frame pointers; a kernel thread has no user stack (-1) */
+			native_store_fp_stack(ctx, &key, buffer);
 		}
 		count_stack(&key, comm, 1, buffer);
 		return 0;
 	}
-	if (collect_user_stacks && key.pid != 0 && !snapshot)
+	if (collect_user_stacks && key.pid != 0)
 		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
 
 	/*
 	 * ---- OTHER FRAME SOURCES GO HERE ----
-	 * The native user stack is decided above (key.user_stack_id, or a snapshot
-	 * below). Interpreter unwinders (e.g. CPython, bpf/python.h) run here and
-	 * record what they find in fields of `key` (struct stack_key), which both
-	 * the in-kernel counts and the snapshot records carry. Use your own
-	 * per-CPU array map for scratch space: the BPF stack is 512 bytes and this
-	 * function already uses about 100 of them.
+	 * Interpreter unwinders (e.g. CPython, bpf/python.h) run here and in the
+	 * branch above, and record what they find in fields of `key` (struct
+	 * stack_key). Use your own per-CPU array map for scratch space: the BPF
+	 * stack is 512 bytes and this function already uses about 100 of them.
 	 */
 	if (collect_user_stacks && key.pid != 0)
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
-
-	if (snapshot && send_snapshot(ctx, &key, comm, buffer, in_kernel) == 0)
-		return 0;
-	if (snapshot && collect_user_stacks)   /* no room for a snapshot: the frame-pointer stack */
-		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
 }

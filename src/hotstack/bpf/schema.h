@@ -5,9 +5,6 @@
 
 #define COMM_LEN 16
 #define MAX_STACK_DEPTH 127
-#define PAGE_BYTES 4096
-#define SNAPSHOT_PAGES 4
-#define SNAPSHOT_STACK_BYTES 20480
 #define PY_MAX_FRAMES 96
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
@@ -38,18 +35,6 @@ struct stack_count {
 	char comm[COMM_LEN];
 };
 _Static_assert(sizeof(struct stack_count) == 24, "struct stack_count: schema layout");
-
-struct snapshot {
-	struct stack_key key;
-	char comm[COMM_LEN];
-	__u32 buffer;
-	__u32 stack_len;
-	__u64 ip;
-	__u64 sp;
-	__u64 bp;
-	__u8 stack[SNAPSHOT_STACK_BYTES];
-};
-_Static_assert(sizeof(struct snapshot) == 20584, "struct snapshot: schema layout");
 
 struct off_cpu {
 	__u64 since;
@@ -135,23 +120,13 @@ enum stat {
 	STAT_KSTACK_COLLISION = 5,
 	STAT_USTACK_ERROR = 6,
 	STAT_KSTACK_ERROR = 7,
-	STAT_SNAPSHOTS = 8,
-	STAT_SNAPSHOT_RING_FULL = 9,
-	STAT_SNAPSHOT_NO_REGS = 10,
-	STAT_MAX = 11,
+	STAT_MAX = 8,
 };
 
 enum announce {
 	ANNOUNCE_NONE = 0,
 	ANNOUNCE_NEW = 1,
 	ANNOUNCE_EXEC = 2,
-};
-
-enum snapshot_mode {
-	SNAPSHOT_NONE = 0,
-	SNAPSHOT_LISTED = 1,
-	SNAPSHOT_ALL = 2,
-	SNAPSHOT_NATIVE = 3,
 };
 
 enum py_stat {
@@ -263,19 +238,8 @@ enum v8_stat {
 	const volatile __u32 include_idle = 0; \
 	const volatile __u32 collect_user_stacks = 1; \
 	const volatile __u32 collect_kernel_stacks = 1; \
-	const volatile __u32 snapshot_mode = 0; \
 	/* end */
 #define HS_CPU_MAPS \
-	struct { \
-		__uint(type, BPF_MAP_TYPE_HASH); \
-		__uint(max_entries, 16384); \
-		__type(key, __u32); \
-		__type(value, __u8); \
-	} snapshot_pids SEC(".maps"); \
-	struct { \
-		__uint(type, BPF_MAP_TYPE_RINGBUF); \
-		__uint(max_entries, 8388608); \
-	} snapshots SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_HASH); \
 		__uint(max_entries, 256); \

@@ -4,9 +4,6 @@ from .record import Record
 
 COMM_LEN = 16
 MAX_STACK_DEPTH = 127
-PAGE_BYTES = 4096
-SNAPSHOT_PAGES = 4
-SNAPSHOT_STACK_BYTES = 20480
 PY_MAX_FRAMES = 96
 PY_MAX_THREADS = 256
 PY_NONE = 65535
@@ -18,7 +15,6 @@ EEXIST = 17
 TRACE_CONTEXT = Record('trace_context', '<16s8s', ('trace_id', 'span_id'), 24)
 STACK_KEY = Record('stack_key', '<IIiiQQ16s8s', ('pid', 'tid', 'user_stack_id', 'kern_stack_id', 'runtime_stack', 'caller', 'trace_id', 'span_id'), 56)
 STACK_COUNT = Record('stack_count', '<Q16s', ('value', 'comm'), 24)
-SNAPSHOT = Record('snapshot', '<IIiiQQ16s8s16sIIQQQ', ('pid', 'tid', 'user_stack_id', 'kern_stack_id', 'runtime_stack', 'caller', 'trace_id', 'span_id', 'comm', 'buffer', 'stack_len', 'ip', 'sp', 'bp'), 20584)
 OFF_CPU = Record('off_cpu', '<QiiII16s16s8s', ('since', 'user_stack_id', 'kern_stack_id', 'pid', 'buffer', 'comm', 'trace_id', 'span_id'), 64)
 PY_PROC = Record('py_proc', '<QQHHHHHHHHHHH2x', ('threads_head', 'code_tag_mask', 'thread_id', 'tstate_next', 'tstate_frame', 'cframe_current', 'frame_code', 'frame_previous', 'frame_instr', 'frame_marker', 'co_argcount', 'co_flags', 'co_firstlineno'), 40)
 PY_FRAME = Record('py_frame', '<QQIB3x', ('code', 'instr', 'checksum', 'marker'), 24)
@@ -27,7 +23,6 @@ V8_PROC = Record('v8_proc', '<HH4x', ('off_function', 'off_marker'), 8)
 V8_FRAME = Record('v8_frame', '<I4xQQQ', ('index', 'pc', 'function', 'marker'), 32)
 V8_STACK = Record('v8_stack', '<IIBB2xHH', ('len', 'pid', 'walking', 'truncated', 'off_function', 'off_marker'), 2064)
 
-SNAPSHOT_TAIL_OFFSET = 104
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
 
@@ -39,19 +34,11 @@ STAT_USTACK_COLLISION = 4
 STAT_KSTACK_COLLISION = 5
 STAT_USTACK_ERROR = 6
 STAT_KSTACK_ERROR = 7
-STAT_SNAPSHOTS = 8
-STAT_SNAPSHOT_RING_FULL = 9
-STAT_SNAPSHOT_NO_REGS = 10
-STAT_MAX = 11
+STAT_MAX = 8
 
 ANNOUNCE_NONE = 0
 ANNOUNCE_NEW = 1
 ANNOUNCE_EXEC = 2
-
-SNAPSHOT_NONE = 0
-SNAPSHOT_LISTED = 1
-SNAPSHOT_ALL = 2
-SNAPSHOT_NATIVE = 3
 
 PY_STAT_WALKS = 0
 PY_STAT_NO_THREAD = 1
@@ -66,9 +53,9 @@ V8_STAT_STACKS_FULL = 3
 V8_STAT_MAX = 4
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'snapshot_pids', 'snapshots', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'off_cpu_threads')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks')
-VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'snapshot_mode', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'threshold', 'task_pid_offset')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
 RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}}
 

@@ -24,8 +24,8 @@ MAP_HASH, MAP_PERCPU_HASH = 1, 5
 PROG_PERF_EVENT = 7
 
 # Helpers whose every caller in src/hotstack/bpf/ handles a 0 result as "not available":
-#   bpf_task_pt_regs: profile.bpf.c user_regs() returns -1 for a NULL regs pointer, and the
-#     sample keeps its frame-pointer stack (a snapshot of a sample taken in kernel mode is off);
+#   bpf_task_pt_regs: native_count.h native_task_user_regs() returns -1 for a NULL regs pointer,
+#     and the sample (or switch-out) keeps its frame-pointer user stack instead of a walk;
 #   bpf_get_current_task_btf: its only use is as bpf_task_pt_regs' argument (stubbed with it).
 NULL_SAFE_HELPERS = ("bpf_task_pt_regs", "bpf_get_current_task_btf")
 

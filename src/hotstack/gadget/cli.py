@@ -37,10 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     p.add_argument("--comm", action="append", default=[], help="only processes with this command name (repeatable)")
     p.add_argument("--include-idle", action="store_true", help="also count samples of idle CPUs")
-    p.add_argument("--unwind", choices=("kernel", "fp", "dwarf", "auto"), default="kernel",
+    p.add_argument("--unwind", choices=("kernel", "fp"), default="kernel",
                    help="user stacks: kernel = every stack unwound in the kernel with .eh_frame tables in BPF "
-                        "maps (default); fp = frame pointers only; dwarf = stack copies unwound with .eh_frame "
-                        "in userspace; auto = dwarf for processes built without frame pointers")
+                        "maps (default); fp = frame pointers only (cheaper; loses callers where code has none)")
     p.add_argument("--python", action=argparse.BooleanOptionalAction, default=True,
                    help="show the Python functions (file, line) that CPython 3.8-3.14 processes run, in place "
                         "of the interpreter's frames (default: on)")

@@ -44,7 +44,7 @@ class RunOptions:
     config: str | None = None
     otel_profiles_exporter: str = ""
     sanitize_labels: bool = False
-    unwind: str = "kernel"   # kernel | fp | dwarf | auto (sampling/config.py)
+    unwind: str = "kernel"   # kernel | fp (sampling/config.py)
     python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
     node_enabled: bool = True     # JavaScript frames in place of V8's (unwind/v8)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)

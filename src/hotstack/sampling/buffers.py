@@ -45,13 +45,6 @@ class RawStack:
 
 
 @dataclass
-class SnapshotStats:
-    sent: int = 0                     # samples sent as snapshots
-    ring_full: int = 0                # not sent (ring full): counted with frame pointers instead
-    no_regs: int = 0                  # not sent (no user registers): counted with frame pointers
-
-
-@dataclass
 class RawBatch:
     """What one collect drained: stacks, the interval, and the kernel's counters."""
 
@@ -59,7 +52,6 @@ class RawBatch:
     start_ns: int
     end_ns: int
     stats: ProfileStats = field(default_factory=ProfileStats)
-    snapshot_stats: SnapshotStats = field(default_factory=SnapshotStats)
 
 
 def parse_stack(raw: bytes) -> tuple[int, ...]:
@@ -172,7 +164,7 @@ class StackBuffers:
         start, self._last_ns = self._last_ns, now
         return start, now
 
-    def read_stats(self) -> tuple[ProfileStats, SnapshotStats]:
+    def read_stats(self) -> ProfileStats:
         stats_map = self._collection.maps["stats"]
         totals = [sum(_U64.unpack_from(v)[0] for v in stats_map.lookup_percpu(_U32.pack(i)))
                   for i in range(schema.STAT_MAX)]
@@ -183,5 +175,4 @@ class StackBuffers:
             counts_full=d[schema.STAT_COUNTS_FULL],
             user_stacks_lost=d[schema.STAT_USTACK_COLLISION] + d[schema.STAT_USTACK_ERROR],
             kernel_stacks_lost=d[schema.STAT_KSTACK_COLLISION] + d[schema.STAT_KSTACK_ERROR],
-            stack_collisions=d[schema.STAT_USTACK_COLLISION] + d[schema.STAT_KSTACK_COLLISION]), \
-            SnapshotStats(d[schema.STAT_SNAPSHOTS], d[schema.STAT_SNAPSHOT_RING_FULL], d[schema.STAT_SNAPSHOT_NO_REGS])
+            stack_collisions=d[schema.STAT_USTACK_COLLISION] + d[schema.STAT_KSTACK_COLLISION])

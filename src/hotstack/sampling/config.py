@@ -15,7 +15,7 @@ from .obi import ObiConfig
 from .probe_links import ProbeLink
 
 MIN_FREQUENCY, MAX_FREQUENCY = 1, 1000
-UNWIND_MODES = ("auto", "fp", "dwarf", "kernel")
+UNWIND_MODES = ("kernel", "fp")
 DEMANGLE_MODES = ("none", "simplified", "templates", "full")
 COMM_MAX = 15     # a task's comm: TASK_COMM_LEN 16 with the NUL
 
@@ -35,11 +35,8 @@ class EngineConfig:
     user_stacks: bool = True
     kernel_stacks: bool = True
     # "kernel" (the default): every user stack unwound in the kernel with .eh_frame tables in BPF
-    # maps (bpf/native_unwind.h); "fp": frame pointers only; "dwarf": user-stack snapshots
-    # unwound with .eh_frame in userspace for every process; "auto": snapshots for processes
-    # whose executable has no frame pointers.
+    # maps (bpf/native_unwind.h); "fp": frame pointers only (cheaper, wrong where code lacks them).
     unwind: str = "kernel"
-    snapshot_ring_bytes: int = 8 << 20
     runtime_frames: bool = True       # frame sources (CPython ...) replace interpreter frames
     runtimes_off: tuple[str, ...] = ()  # frame sources turned off by name (unwind/runtimes.FRAME_SOURCES)
     obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off

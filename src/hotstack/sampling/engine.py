@@ -1,22 +1,20 @@
 """The Engine: the one profiling core behind every front door and gadget.
 
-Built from one validated EngineConfig, it owns the process table, the symbolizer, the native
-unwinder for stack snapshots, the frame sources (runtimes) and one sampler per kind asked for
-(CPU, off-CPU, probes). `collect()` drains every sampler and returns one Profile each.
+Built from one validated EngineConfig, it owns the process table, the symbolizer, the frame
+sources (runtimes) and one sampler per kind asked for (CPU, off-CPU, probes). `collect()` drains every sampler and returns one Profile each.
 
 What is sampled is decided in the kernel where the kernel can (pids, command names); what it
 cannot (a front door's targets, e.g. the agent's by container id) is one predicate,
 `set_target_filter`, applied here, in `wants()`, and nowhere else: a process it declines gets
-no snapshots, no runtime frames, no symbols.
+no runtime frames, no symbols.
 
 Threads: a pid watcher (every 100 ms) reads new processes' maps while they still run and lets
-the frame sources look at them; an unwind thread drains the snapshot ring and classifies new
-processes for snapshots (a first parse of a binary's table can take a second).
+the frame sources look at them; an unwind thread builds the unwind tables of files the kernel
+unwinder met without one (a first parse of a large binary can take a second).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +24,6 @@ from ..errors import HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
-from ..unwind import Unwinder
 from ..unwind.runtimes import frame_sources
 from .buffers import RawBatch
 from .config import EngineConfig
@@ -47,11 +44,10 @@ class Engine:
         self.processes = processes if processes is not None else ProcessTable()
         self.symbolizer = symbolizer if symbolizer is not None else Symbolizer(
             self.processes, demangle=config.demangle, go_symbols=config.go_symbols)
-        self.unwinder = Unwinder(self.processes)
         self.samplers: list[Sampler] = []
         self.cpu: CpuSampler | None = None
         if config.cpu:
-            self.cpu = CpuSampler(config, self._unwind_snapshot)
+            self.cpu = CpuSampler(config)
             self.samplers.append(self.cpu)
         if config.off_cpu_threshold > 0:
             from .offcpu import OffCpuSampler
@@ -64,8 +60,6 @@ class Engine:
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._wants: TargetFilter | None = None
         self._declined: set[int] = set()
-        self._snapshot_pids: set[int] = set()
-        self._to_classify: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -80,7 +74,7 @@ class Engine:
         for pid in list(self._declined):
             if wants is None or wants(pid):
                 self._declined.discard(pid)
-                self._take_on(pid, classify_now=True)
+                self._take_on(pid)
 
     def wants(self, pid: int) -> bool:
         wants = self._wants
@@ -104,17 +98,16 @@ class Engine:
         kallsyms = threading.Thread(target=lambda: self.symbolizer.kernel, name="hotstack-kallsyms", daemon=True)
         kallsyms.start()
         if self.cpu is not None:
-            # Processes named by --pid are classified before the first sample, not 100 ms later;
-            # running processes are looked at by the frame sources before sampling starts.
-            marked = tuple(pid for pid in self.config.pids if self._needs_snapshots(pid))
-            self._snapshot_pids.update(marked)
+            # Running processes are looked at by the frame sources before sampling starts.
+            for pid in self.config.pids:
+                self.processes.observe(pid)
             if self.runtimes:
                 for pid in self.config.pids or procs.all_pids():
                     if self.wants(pid):
                         for source in self.runtimes:
                             if source.detect(pid):
                                 break
-            collection = self.cpu.start(snapshot_pids=marked)
+            collection = self.cpu.start()
             for source in self.runtimes:
                 source.attach(RuntimeMaps(collection, source.name))
             self._started.append(self.cpu)
@@ -125,9 +118,7 @@ class Engine:
                 self._started.append(sampler)
         kallsyms.join()
         self._spawn(self._watch_new_pids, "hotstack-pids")
-        if self.cpu is not None:
-            self._spawn(self._unwind_loop, "hotstack-unwind")
-        elif any(s.native is not None for s in self._started):
+        if any(s.native is not None for s in self._started):
             self._spawn(self._serve_native_loop, "hotstack-unwind")
 
     def _spawn(self, target, name: str) -> None:
@@ -183,71 +174,22 @@ class Engine:
                 source.poll(self.cpu.buffers.active)
 
     def _forget_image(self, pid: int) -> None:
-        """`pid` exec'ed: what was read of its old image (maps, unwind tables, runtime state, the
-        snapshot choice) goes, and the new image is read as a new process is."""
+        """`pid` exec'ed: what was read of its old image (maps, runtime state) goes, and the new
+        image is read as a new process is."""
         self.processes.forget(pid)
-        self.unwinder.forget(pid)
         for source in self.runtimes:
             source.forget(pid)
-        if pid in self._snapshot_pids:
-            self._snapshot_pids.discard(pid)
-            try:
-                self.cpu.forget_snapshot_pid(pid)
-            except Exception:
-                pass
 
-    def _take_on(self, pid: int, classify_now: bool = False) -> None:
-        """A wanted process: snapshots if it has no frame pointers, runtime frames if it runs one."""
-        if self.cpu is None:
-            return
-        if self.config.unwind == "auto" and pid not in self._snapshot_pids:
-            if classify_now:
-                if self._needs_snapshots(pid):
-                    self.cpu.mark_snapshot_pid(pid)
-                    self._snapshot_pids.add(pid)
-            else:
-                self._to_classify.put(pid)
+    def _take_on(self, pid: int) -> None:
+        """A wanted process: runtime frames if it runs one."""
         for source in self.runtimes:
             if source.observe(pid):
                 break
 
-    def _needs_snapshots(self, pid: int) -> bool:
-        """Observe a process; True if its user stacks need snapshots (unwind mode "auto")."""
-        info = self.processes.observe(pid)
-        if self.config.unwind != "auto" or not self.wants(pid):
-            return False
-        return info is not None and self.unwinder.needs_snapshots(info)
-
-    def _unwind_snapshot(self, pid: int, ip: int, sp: int, bp: int, stack: bytes) -> tuple[int, ...]:
-        return self.unwinder.unwind(pid, ip, sp, bp, stack)[0]
-
-    def _unwind_loop(self) -> None:
-        """Drains the snapshot ring (unwinding as it goes) and marks new processes built without
-        frame pointers for snapshots (unwind mode "auto"). Its own thread, apart from the pid
-        watcher: a first parse of a binary's table can take a second, and new processes' maps
-        must be read before they exit all the same."""
-        cpu = self.cpu
-        while not self._stop.wait(self._watch_interval):
-            try:
-                while True:
-                    try:
-                        pid = self._to_classify.get_nowait()
-                    except queue.Empty:
-                        break
-                    info = self.processes.get(pid)
-                    if info is not None and pid not in self._snapshot_pids and self.unwinder.needs_snapshots(info):
-                        cpu.mark_snapshot_pid(pid)
-                        self._snapshot_pids.add(pid)
-                    cpu.poll_snapshots()
-                cpu.poll_snapshots()
-                for sampler in self._started:
-                    sampler.serve_native()
-            except Exception:
-                if cpu.collection is None:   # the sampler is closing under us
-                    return
-
     def _serve_native_loop(self) -> None:
-        """Without a CPU sampler: tables for the files the kernel unwinder queued (probes)."""
+        """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid
+        watcher: a first parse of a large binary can take a second, and new processes' maps must
+        be read before they exit all the same."""
         while not self._stop.wait(self._watch_interval):
             for sampler in self._started:
                 try:
@@ -289,18 +231,6 @@ class Engine:
 
     def _forget_dead(self) -> None:
         self.processes.forget_dead()
-        for pid in list(self._snapshot_pids):
-            info = self.processes.get(pid)
-            if info is None or not info.alive:
-                self._snapshot_pids.discard(pid)
-                try:
-                    self.cpu.forget_snapshot_pid(pid)
-                except Exception:
-                    pass
-        for pid in self.unwinder.cached_pids():
-            info = self.processes.get(pid)
-            if info is None or not info.alive:
-                self.unwinder.forget(pid)
         for source in self.runtimes:
             source.forget_dead()
         self._declined = {pid for pid in self._declined if procs.exists(pid)}

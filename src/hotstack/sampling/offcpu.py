@@ -44,9 +44,6 @@ class OffCpuSampler(Sampler):
     def start(self) -> None:
         spec = self.spec()
         self.native_spec(spec, NATIVE_STEP)
-        if self.config.unwind == "kernel":   # user stacks go to native_stacks_<b>
-            for name in ("user_stacks_0", "user_stacks_1"):
-                spec.maps[name].max_entries = 1
         try:
             btf = kernel_btf()
             ebpf_links.resolve_btf_targets(spec, btf)

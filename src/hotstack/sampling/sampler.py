@@ -68,11 +68,14 @@ class Sampler:
 
     # -- user stacks unwound in the kernel (unwind mode "kernel") -----------------------------------
     def native_spec(self, spec: ebpf.CollectionSpec, step_program: str) -> None:
-        """Before loading: the unwinder's offsets and sizes in "kernel" mode; otherwise its maps
-        shrunk and its step program not loaded (verifying it costs ~0.25 s)."""
+        """Before loading: the unwinder's offsets and sizes in "kernel" mode (and the frame-pointer
+        stack maps it replaces shrunk); otherwise its maps shrunk and its step program not loaded
+        (verifying it costs ~0.25 s)."""
         if self.config.unwind == "kernel":
             self.native_vma_walk = kernel_maps.configure(spec)
             spec.set_constant("unwind_in_kernel", 1)
+            for name in ("user_stacks_0", "user_stacks_1"):
+                spec.maps[name].max_entries = 1
         else:
             for name in _NATIVE_MAPS:
                 spec.maps[name].max_entries = 1
@@ -143,16 +146,11 @@ class Sampler:
     def drain(self, buffer: int) -> RawBatch:
         stacks, reader = self.buffers.read(buffer)
         start, end = self.buffers.interval()
-        stacks += self.pending(buffer, reader)
-        stats, snapshot_stats = self.buffers.read_stats()
+        stats = self.buffers.read_stats()
         if self.native is not None:
             self.native.add_stats(stats)
         reader.clear(keep=self.still_referenced(buffer))
-        return RawBatch(stacks, start, end, stats, snapshot_stats)
-
-    def pending(self, buffer: int, reader) -> list:
-        """Stacks of the drained buffer that came by another way than its counts (snapshots)."""
-        return []
+        return RawBatch(stacks, start, end, stats)
 
     def still_referenced(self, buffer: int) -> list[tuple[int, int]]:
         """(user, kernel) stack ids of the drained buffer that events in flight will count later."""

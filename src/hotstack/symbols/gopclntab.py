@@ -191,6 +191,27 @@ class GoPclntab:
         except GoPclntabError:
             return "", 0
 
+    def sp_deltas(self, i: int) -> list[tuple[int, int]]:
+        """(pc, SP delta) steps of function i from its pcsp stream, each valid up to the next step's
+        pc (the last up to the function's end): how far SP is below the entry SP; [] if none."""
+        func = self._func(i)
+        off = self._u("<I", func + self._entry_size + 12)
+        if off == 0:
+            return []
+        pos, value, pc, end = self._pc_base + off, -1, int(self.entries[i]), int(self.ends[i])
+        out = []
+        for step in range(MAX_PCVALUE_STEPS):
+            uv, pos = self._varint(pos)
+            if uv == 0 and step:
+                break
+            value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
+            delta, pos = self._varint(pos)
+            out.append((pc, value))
+            pc += delta * self.quantum
+            if pc >= end:
+                break
+        return out
+
     def _file_name(self, func: int, fileno: int) -> str:
         if self._cutab < 0:   # Go 1.2: filetab is a u32 table of offsets from the table start
             if fileno == 0:

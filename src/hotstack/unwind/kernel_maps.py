@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ebpf.btf import kernel_btf
+from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
+from . import cfi
 from .kernel_tables import FileTable, RuleSet, TableCache
 
 CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
@@ -148,15 +150,19 @@ class NativeTables:
         except ElfError:
             self.counters.files_failed += 1
             return False
+        debug = None
         try:
+            debug = _debug_file_for_tables(elf, display or path)
             start = time.perf_counter()
-            table = self.cache.get(elf)
+            table = self.cache.get(elf, debug)
             self.counters.build_seconds += time.perf_counter() - start
         except (ElfError, ValueError, IndexError, OverflowError):
             self.counters.files_failed += 1
             return False
         finally:
             elf.close()
+            if debug is not None:
+                debug.close()
         return self.add_table(ino, dev, table, display or path)
 
     def add_table(self, ino: int, dev: int, table: FileTable, path: str = "") -> bool:
@@ -344,6 +350,32 @@ def _exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:
         path = parts[5] if len(parts) > 5 else ""
         out.append((start, end, int(parts[2], 16), ino, (major << 20) | minor if ino else 0, path))
     return out
+
+
+def _debug_file_for_tables(elf: ElfFile, path: str) -> ElfFile | None:
+    """A file built without unwind tables (-fno-asynchronous-unwind-tables: its .eh_frame holds
+    only the C runtime's few FDEs) may have its CFI in the .debug_frame of a separate debug file
+    (build id, debuglink), found by its path on the host."""
+    if not path.startswith("/") or path.startswith("/proc/") or _eh_frame_fdes(elf, limit=8) >= 8:
+        return None
+    try:
+        debug, _refused = find_debug_file(elf, path)
+    except (ElfError, OSError):
+        return None
+    return debug
+
+
+def _eh_frame_fdes(elf: ElfFile, limit: int) -> int:
+    """FDEs in the file's .eh_frame, counted up to `limit`."""
+    section = elf.section(".eh_frame")
+    if section is None or section.type == 8:
+        return 0
+    count = 0
+    for _start, _body, _end, cie_at in cfi.records(elf.read(section.offset, section.size), debug_frame=False):
+        count += cie_at is not None
+        if count >= limit:
+            break
+    return count
 
 
 def _mapped_path(pid: int, start: int) -> str | None:

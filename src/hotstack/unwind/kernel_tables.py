@@ -31,7 +31,6 @@ from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
 from .builder import build_table_fast
 from .table import UnwindTable
-from .tables import default_cache_dir
 
 KIND_FP_GO = 7              # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
 RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
@@ -39,6 +38,15 @@ RULE_DTYPE = np.dtype([("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"), ("rbp", "<
 MAX_ROWS_PER_FILE = 1 << 22
 CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
 DEFAULT_MAX_BYTES = 32 << 20
+
+
+def default_cache_dir() -> str:
+    """$HOTSTACK_UNWIND_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/unwind or ~/.cache/..."""
+    explicit = os.environ.get("HOTSTACK_UNWIND_CACHE")
+    if explicit is not None:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hotstack", "unwind")
 
 
 @dataclass
@@ -101,15 +109,16 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
     pcs, ids = table.pcs, table.rule_ids.astype(np.int64)
     source = table.source
     if go is not None:
-        go_pcs, go_ends = go
-        # Go functions: one frame-pointer row at each entry, an invalid row at each end; CFI rows
-        # (C code of cgo binaries) win where both describe an address, except the CFI's end rows.
-        fp_id, inv_id = len(rules), len(rules) + 1
-        rules = np.concatenate((rules, np.array([(KIND_FP_GO, 0, 16, -16, -8), (cfi.KIND_INVALID, 0, 0, 0, 0)],
-                                                RULE_DTYPE)))
+        go_pcs, go_kinds, go_ends = go
+        # Go functions: rows from their SP deltas (below), an invalid row at each end; CFI rows (C
+        # code of cgo binaries) win where both describe an address, except the CFI's end rows.
+        fp_id, sp_id, inv_id = len(rules), len(rules) + 1, len(rules) + 2
+        rules = np.concatenate((rules, np.array([(KIND_FP_GO, 0, 16, -16, -8), (cfi.KIND_CFA_SP, 0, 8, RBP_SAME_K, -8),
+                                                 (cfi.KIND_INVALID, 0, 0, 0, 0)], RULE_DTYPE)))
         cfi_invalid = rules["kind"][ids] == cfi.KIND_INVALID if len(ids) else np.zeros(0, bool)
         all_pcs = np.concatenate((go_ends, go_pcs, pcs))
-        all_ids = np.concatenate((np.full(len(go_ends), inv_id), np.full(len(go_pcs), fp_id), ids))
+        all_ids = np.concatenate((np.full(len(go_ends), inv_id), np.where(go_kinds == GO_ROW_NO_FRAME, sp_id, fp_id),
+                                  ids))
         prio = np.concatenate((np.zeros(len(go_ends)), np.ones(len(go_pcs)), np.where(cfi_invalid, 0.5, 2)))
         order = np.lexsort((prio, all_pcs))
         all_pcs, all_ids = all_pcs[order], all_ids[order]
@@ -129,14 +138,41 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
                      rules, key or content_key(elf), source)
 
 
-def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray] | None:
+GO_ROW_FRAME, GO_ROW_NO_FRAME = 0, 1
+# Runtime assembly that switches stacks (C code runs on the g0 stack; the goroutine's frame pointer
+# stays in RBP): its SP deltas do not describe the switched stack, so it keeps the frame-pointer rule.
+GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcall", "runtime.morestack",
+                      "runtime.cgocallback", "runtime.rt0_go", "runtime.goexit", "runtime.gogo")
+
+
+def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(pcs, kinds, function ends) of Go's rows: where a function has a frame (SP below its entry
+    SP), the Go ABI's frame pointer describes it (GO_ROW_FRAME); where it has none (frameless
+    leaves, the instructions before the prologue and after the epilogue), the return address is
+    at SP (GO_ROW_NO_FRAME): a frame-pointer walk there would skip the caller."""
     try:
         tab = find_pclntab(elf)
     except (GoPclntabError, ElfError):
         return None
     if tab is None or not len(tab):
         return None
-    return tab.entries.astype(np.uint64), tab.ends.astype(np.uint64)
+    pcs: list[int] = []
+    kinds: list[int] = []
+    for i, entry in enumerate(tab.entries.tolist()):
+        try:
+            steps = [] if tab.name(i).startswith(GO_STACK_SWITCHERS) else tab.sp_deltas(i)
+        except GoPclntabError:
+            steps = []
+        if not steps:
+            pcs.append(entry)
+            kinds.append(GO_ROW_FRAME)
+            continue
+        for pc, delta in steps:
+            kind = GO_ROW_NO_FRAME if delta == 0 else GO_ROW_FRAME
+            if not kinds or pcs[-1] < entry or kinds[-1] != kind:
+                pcs.append(pc)
+                kinds.append(kind)
+    return np.array(pcs, np.uint64), np.array(kinds, np.int8), tab.ends.astype(np.uint64)
 
 
 def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +233,7 @@ class RuleSet:
 class TableCache:
     """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
 
-    VERSION = 1
+    VERSION = 2      # 2: Go rows from SP deltas
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
@@ -215,7 +251,8 @@ class TableCache:
     def get(self, elf: ElfFile, debug_elf: ElfFile | None = None) -> FileTable:
         import time
 
-        key = content_key(elf)
+        # the table of a file with a debug file's .debug_frame differs from the file's alone
+        key = content_key(elf) if debug_elf is None else f"{content_key(elf)}-{content_key(debug_elf)[-32:]}"
         with self._lock:
             table = self._tables.get(key)
             if table is not None:
