@@ -3,9 +3,9 @@
 
 Mixed load on all CPUs: Debian's python3 in a recursion, a shell loop of short `xz -9` runs,
 and a frame-pointer C program (tests/engine/workloads/hot_ab.c). For 19 and 99 Hz, whole host:
-  hotstack --unwind auto    frame pointers in the kernel, stack copies unwound in Python for
-                            processes built without frame pointers (python3, xz)
+  hotstack --unwind fp      frame pointers in the kernel (incomplete stacks for python3 and xz)
   hotstack --unwind kernel  every stack unwound in the kernel with .eh_frame tables in BPF maps
+                            (the default)
   perf record -g            frame pointers
 hotstack samples only the load's processes (`--comm`, filtered in the kernel; the machine is shared);
 perf records the whole host. CPU of the profiler process plus the kernel time of its BPF programs (bench/engine.py's
@@ -61,7 +61,7 @@ def main() -> None:
                               "--sample-rate", str(hz), "--unwind", mode, "-o", "folded", *comms]
         measure(hotstack("kernel", 99)(3), 3, watch_bpf=False)       # fills the table cache
         for hz in (19, 99):
-            commands = {"hotstack --unwind auto": hotstack("auto", hz),
+            commands = {"hotstack --unwind fp": hotstack("fp", hz),
                         "hotstack --unwind kernel": hotstack("kernel", hz)}
             if perf:
                 commands["perf record -g"] = lambda d, hz=hz: [perf, "record", "-q", "-F", str(hz), "-a", "-g", "-o",

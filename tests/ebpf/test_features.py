@@ -34,8 +34,12 @@ def test_unknown_helper_is_read_from_verifier_logs():
 
 
 def _profile_spec():
+    """The CPU sampler's object as the default (--unwind kernel) loads it."""
+    from hotstack.unwind import kernel_maps
+
     spec = ebpf.load_spec(object_path("profile"), map_prefix="hstest")
-    spec.set_constant("snapshot_mode", 1)
+    kernel_maps.configure(spec)
+    spec.set_constant("unwind_in_kernel", 1)
     return spec
 
 
@@ -77,8 +81,8 @@ def test_missing_helper_is_one_line():
 def test_memlock_estimate_and_raise(monkeypatch):
     spec = _profile_spec()
     need = memlock.estimate(list(spec.maps.values()))
-    ring = spec.maps["snapshots"].max_entries
-    assert need > ring and need < 1 << 30
+    rows = spec.maps["nu_rows"].max_entries * spec.maps["nu_rows"].value_size   # the unwinder's row arena
+    assert need > rows and need < 1 << 30
     # As on a kernel before 5.11: the limit is raised by what the maps need, and the maps load under it.
     monkeypatch.setattr(features, "memcg_accounting", lambda: False)
     before = resource.getrlimit(resource.RLIMIT_MEMLOCK)
