@@ -95,15 +95,17 @@ def test_go_functions_get_frame_pointer_rows(build_dir):
     elf = ElfFile(str(src / "gofp"))
     table = build_file_table(elf)
     assert ".gopclntab" in table.source
-    # every Go function's entry has the return address at SP (no frame yet); its body, once the
-    # prologue made a frame, the Go ABI's frame pointer; stack-switching runtime code keeps that
+    # Go functions are described by their SP deltas (at each entry: the return address at SP);
+    # only the runtime's stack-switching code keeps the Go ABI's frame pointer
     entries = find_pclntab(elf).entries.astype(np.int64)
     seg = next(s for s in elf.segments if s.flags & 1)
     offsets = entries - (seg.vaddr - seg.offset)
     row = np.searchsorted(table.offsets.astype(np.int64), offsets, side="right") - 1
     kinds = table.rules["kind"][table.rule_ids[row]]
     assert len(entries) > 500 and (kinds == cfi.KIND_CFA_SP).mean() > 0.95, np.unique(kinds, return_counts=True)
-    assert (table.rules["kind"][table.rule_ids] == KIND_FP_GO).sum() > 500
+    kinds_of_rows = table.rules["kind"][table.rule_ids]
+    assert 1 <= (kinds_of_rows == KIND_FP_GO).sum() < 0.02 * len(kinds_of_rows)
+    assert len({int(r["cfa"]) for r in table.rules if r["kind"] == cfi.KIND_CFA_SP}) > 10   # many frame sizes
 
 
 def test_cache_is_keyed_by_content_not_build_id(tmp_path, built_binaries):

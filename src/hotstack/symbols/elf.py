@@ -291,6 +291,28 @@ class ElfFile:
         first = np.concatenate(([True], v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=bool)
         return v[first], sz[first], nm[first], tb[first], strtabs
 
+    def symbol_value(self, name: str) -> int | None:
+        """The value of the .symtab (else .dynsym) symbol called exactly `name`, of any type; None
+        if there is none. Finds the name in the string table first, so the table is not decoded."""
+        want = b"\0" + name.encode() + b"\0"
+        for kind in (SHT_SYMTAB, SHT_DYNSYM):
+            for s in [s for s in self.sections if s.type == kind][:MAX_TABLES]:
+                if s.size == 0 or s.link >= len(self.sections):
+                    continue
+                strtab = self.sections[s.link]
+                strings = self.read(strtab.offset, strtab.size)
+                count = s.size // _SYM_DTYPE.itemsize
+                if count > MAX_SYMBOLS or s.offset + count * _SYM_DTYPE.itemsize > self.size:
+                    continue
+                syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=count, offset=s.offset)
+                pos = strings.find(want)
+                while pos >= 0:
+                    hit = syms["value"][syms["name"] == pos + 1]
+                    if len(hit):
+                        return int(hit[0])
+                    pos = strings.find(want, pos + 1)
+        return None
+
     def plt_symbols(self) -> list[tuple[int, int, str]]:
         """(address, size, "name@plt") of the PLT stubs (x86-64), which no symbol table names.
 

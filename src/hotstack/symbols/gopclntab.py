@@ -255,8 +255,12 @@ class GoPclntab:
 def find_pclntab(elf) -> GoPclntab | None:
     """The pclntab of a Go ELF file: its `.gopclntab` section, else a scan of the sections where
     PIE and externally linked Go binaries keep it. None for a file that is not Go."""
-    text = elf.section(".text")
-    text_start = text.addr if text is not None else 0
+    # Go's code starts at runtime.text: where an external linker (cgo) put C code before it, that
+    # is not the start of .text, and every function would be named after its neighbour.
+    text_start = elf.symbol_value("runtime.text")
+    if not text_start:
+        text = elf.section(".text")
+        text_start = text.addr if text is not None else 0
     section = elf.section(".gopclntab")
     if section is not None and section.size:
         return GoPclntab(elf.view(section.offset, section.size), text_start)

@@ -109,16 +109,19 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
     pcs, ids = table.pcs, table.rule_ids.astype(np.int64)
     source = table.source
     if go is not None:
-        go_pcs, go_kinds, go_ends = go
-        # Go functions: rows from their SP deltas (below), an invalid row at each end; CFI rows (C
-        # code of cgo binaries) win where both describe an address, except the CFI's end rows.
-        fp_id, sp_id, inv_id = len(rules), len(rules) + 1, len(rules) + 2
-        rules = np.concatenate((rules, np.array([(KIND_FP_GO, 0, 16, -16, -8), (cfi.KIND_CFA_SP, 0, 8, RBP_SAME_K, -8),
-                                                 (cfi.KIND_INVALID, 0, 0, 0, 0)], RULE_DTYPE)))
+        go_pcs, go_deltas, go_ends = go
+        # Go functions: a row per SP delta (FRAME_POINTER: the Go ABI's frame pointer), an invalid
+        # row at each end; CFI rows (C code of cgo binaries) win where both describe an address,
+        # except the CFI's end rows.
+        deltas, delta_ids = np.unique(go_deltas, return_inverse=True)
+        go_rules = [(KIND_FP_GO, 0, 16, -16, -8) if d == GO_FRAME_POINTER else
+                    (cfi.KIND_CFA_SP, 0, int(d) + 8, -16 if d >= 8 else RBP_SAME_K, -8) for d in deltas.tolist()]
+        inv_id = len(rules) + len(go_rules)
+        go_ids = len(rules) + delta_ids
+        rules = np.concatenate((rules, np.array([*go_rules, (cfi.KIND_INVALID, 0, 0, 0, 0)], RULE_DTYPE)))
         cfi_invalid = rules["kind"][ids] == cfi.KIND_INVALID if len(ids) else np.zeros(0, bool)
         all_pcs = np.concatenate((go_ends, go_pcs, pcs))
-        all_ids = np.concatenate((np.full(len(go_ends), inv_id), np.where(go_kinds == GO_ROW_NO_FRAME, sp_id, fp_id),
-                                  ids))
+        all_ids = np.concatenate((np.full(len(go_ends), inv_id), go_ids, ids))
         prio = np.concatenate((np.zeros(len(go_ends)), np.ones(len(go_pcs)), np.where(cfi_invalid, 0.5, 2)))
         order = np.lexsort((prio, all_pcs))
         all_pcs, all_ids = all_pcs[order], all_ids[order]
@@ -138,7 +141,8 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
                      rules, key or content_key(elf), source)
 
 
-GO_ROW_FRAME, GO_ROW_NO_FRAME = 0, 1
+GO_FRAME_POINTER = -1       # a Go row walked by its frame pointer (KIND_FP_GO), not by an SP delta
+GO_MAX_DELTA = 32767 - 8    # larger frames (rare) also use the frame pointer: rule offsets are 16-bit
 # Runtime assembly that switches stacks (C code runs on the g0 stack; the goroutine's frame pointer
 # stays in RBP): its SP deltas do not describe the switched stack, so it keeps the frame-pointer rule.
 GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcall", "runtime.morestack",
@@ -146,10 +150,11 @@ GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcal
 
 
 def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(pcs, kinds, function ends) of Go's rows: where a function has a frame (SP below its entry
-    SP), the Go ABI's frame pointer describes it (GO_ROW_FRAME); where it has none (frameless
-    leaves, the instructions before the prologue and after the epilogue), the return address is
-    at SP (GO_ROW_NO_FRAME): a frame-pointer walk there would skip the caller."""
+    """(pcs, SP deltas, function ends) of Go's rows, from each function's pcsp stream: the return
+    address is at SP + delta, the caller's RBP (once the prologue pushed it) at SP + delta - 8.
+    Exact at every instruction, where a frame-pointer walk would skip the caller of a frameless
+    leaf and of any function before its prologue set RBP. GO_FRAME_POINTER for the runtime's
+    stack switchers and functions without a pcsp stream."""
     try:
         tab = find_pclntab(elf)
     except (GoPclntabError, ElfError):
@@ -157,22 +162,19 @@ def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     if tab is None or not len(tab):
         return None
     pcs: list[int] = []
-    kinds: list[int] = []
+    deltas: list[int] = []
     for i, entry in enumerate(tab.entries.tolist()):
         try:
             steps = [] if tab.name(i).startswith(GO_STACK_SWITCHERS) else tab.sp_deltas(i)
         except GoPclntabError:
             steps = []
-        if not steps:
-            pcs.append(entry)
-            kinds.append(GO_ROW_FRAME)
-            continue
+        if not steps or any(not 0 <= d <= GO_MAX_DELTA for _, d in steps):
+            steps = [(entry, GO_FRAME_POINTER)]
         for pc, delta in steps:
-            kind = GO_ROW_NO_FRAME if delta == 0 else GO_ROW_FRAME
-            if not kinds or pcs[-1] < entry or kinds[-1] != kind:
+            if not deltas or pcs[-1] < entry or deltas[-1] != delta:
                 pcs.append(pc)
-                kinds.append(kind)
-    return np.array(pcs, np.uint64), np.array(kinds, np.int8), tab.ends.astype(np.uint64)
+                deltas.append(delta)
+    return np.array(pcs, np.uint64), np.array(deltas, np.int32), tab.ends.astype(np.uint64)
 
 
 def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +235,7 @@ class RuleSet:
 class TableCache:
     """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
 
-    VERSION = 2      # 2: Go rows from SP deltas
+    VERSION = 3      # 3: Go rows from SP deltas
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
