@@ -27,6 +27,7 @@
 
 #include "schema.h"
 #include "python.h"
+#include "ruby.h"
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
@@ -110,6 +111,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		struct pt_regs regs = {};
 
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+		if (!key.runtime_stack)   /* Ruby (bpf/ruby.h) */
+			key.runtime_stack = ruby_walk(key.pid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
 			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
@@ -134,6 +137,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	 */
 	if (collect_user_stacks && key.pid != 0)
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* Ruby (bpf/ruby.h) */
+		key.runtime_stack = ruby_walk(key.pid, buffer);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
 }

@@ -9,6 +9,7 @@
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
 #define V8_MAX_FRAMES 64
+#define RB_MAX_FRAMES 128
 #define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17
@@ -111,6 +112,39 @@ struct v8_stack {
 };
 _Static_assert(sizeof(struct v8_stack) == 2064, "struct v8_stack: schema layout");
 
+struct rb_proc {
+	__u64 ec_address;
+	__s64 tls_offset;
+	__u32 tls_module;
+	__u16 ec_mode;
+	__u16 dtv_entry;
+	__u16 running_ec;
+	__u16 ec_vm_stack;
+	__u16 ec_vm_stack_size;
+	__u16 ec_cfp;
+	__u16 cf_size;
+	__u16 pad[3];
+};
+_Static_assert(sizeof(struct rb_proc) == 40, "struct rb_proc: schema layout");
+
+struct rb_frame {
+	__u64 iseq;
+	__u64 pc;
+	__u64 me;
+	__u32 flags;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct rb_frame) == 32, "struct rb_frame: schema layout");
+
+struct rb_stack {
+	__u32 len;
+	__u32 truncated;
+	__u32 pid;
+	__u32 pad;
+	struct rb_frame frames[RB_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct rb_stack) == 4112, "struct rb_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -135,6 +169,22 @@ enum py_stat {
 	PY_STAT_TRUNCATED = 2,
 	PY_STAT_STACKS_FULL = 3,
 	PY_STAT_MAX = 4,
+};
+
+enum rb_ec_mode {
+	RB_EC_NONE = 0,
+	RB_EC_DTV = 1,
+	RB_EC_TP = 2,
+	RB_EC_GLOBAL = 3,
+	RB_EC_RACTOR = 4,
+};
+
+enum rb_stat {
+	RB_STAT_WALKS = 0,
+	RB_STAT_NO_EC = 1,
+	RB_STAT_TRUNCATED = 2,
+	RB_STAT_STACKS_FULL = 3,
+	RB_STAT_MAX = 4,
 };
 
 enum v8_stat {
@@ -349,6 +399,45 @@ enum v8_stat {
 		__type(key, __u32); \
 		__type(value, __u64); \
 	} v8_stats SEC(".maps"); \
+	/* end */
+
+/* group ruby */
+#define HS_RUBY_VARIABLES \
+	volatile __u32 rb_fsbase_offset = 0; \
+	/* end */
+#define HS_RUBY_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, struct rb_proc); \
+	} ruby_procs SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct rb_stack); \
+	} rb_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct rb_stack); \
+	} rb_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct rb_stack); \
+	} rb_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, RB_STAT_MAX); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} rb_stats SEC(".maps"); \
 	/* end */
 
 /* group offcpu */

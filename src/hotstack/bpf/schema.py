@@ -8,6 +8,7 @@ PY_MAX_FRAMES = 96
 PY_MAX_THREADS = 256
 PY_NONE = 65535
 V8_MAX_FRAMES = 64
+RB_MAX_FRAMES = 128
 NATIVE_STACK_WORDS = 130
 EFAULT = 14
 EEXIST = 17
@@ -22,9 +23,13 @@ PY_STACK = Record('py_stack', '<III4x', ('len', 'truncated', 'pid'), 2320)
 V8_PROC = Record('v8_proc', '<HH4x', ('off_function', 'off_marker'), 8)
 V8_FRAME = Record('v8_frame', '<I4xQQQ', ('index', 'pc', 'function', 'marker'), 32)
 V8_STACK = Record('v8_stack', '<IIBB2xHH', ('len', 'pid', 'walking', 'truncated', 'off_function', 'off_marker'), 2064)
+RB_PROC = Record('rb_proc', '<QqIHHHHHHH6x', ('ec_address', 'tls_offset', 'tls_module', 'ec_mode', 'dtv_entry', 'running_ec', 'ec_vm_stack', 'ec_vm_stack_size', 'ec_cfp', 'cf_size'), 40)
+RB_FRAME = Record('rb_frame', '<QQQI4x', ('iseq', 'pc', 'me', 'flags'), 32)
+RB_STACK = Record('rb_stack', '<III4x', ('len', 'truncated', 'pid'), 4112)
 
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
+RB_STACK_TAIL_OFFSET = 16
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
@@ -46,6 +51,18 @@ PY_STAT_TRUNCATED = 2
 PY_STAT_STACKS_FULL = 3
 PY_STAT_MAX = 4
 
+RB_EC_NONE = 0
+RB_EC_DTV = 1
+RB_EC_TP = 2
+RB_EC_GLOBAL = 3
+RB_EC_RACTOR = 4
+
+RB_STAT_WALKS = 0
+RB_STAT_NO_EC = 1
+RB_STAT_TRUNCATED = 2
+RB_STAT_STACKS_FULL = 3
+RB_STAT_MAX = 4
+
 V8_STAT_WALKS = 0
 V8_STAT_FRAMES = 1
 V8_STAT_TRUNCATED = 2
@@ -53,11 +70,11 @@ V8_STAT_STACKS_FULL = 3
 V8_STAT_MAX = 4
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'off_cpu_threads')
-BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks')
-VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'threshold', 'task_pid_offset')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'off_cpu_threads')
+BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}}
 
 
 def buffered(name: str, buffer: int) -> str:

@@ -14,6 +14,7 @@ class FrameKind(str, Enum):
     KERNEL = "kernel"
     NATIVE = "native"
     PYTHON = "python"
+    RUBY = "ruby"            # unwind/ruby
     JIT = "jit"
     JS = "js"          # JavaScript, named from V8's heap (unwind/v8/)
     JAVA = "java"

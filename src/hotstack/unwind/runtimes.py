@@ -80,10 +80,19 @@ FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {"python": _cpython}
 FRAME_SOURCES["v8"] = _v8      # Node.js (unwind/v8/)
 
 
+def _ruby() -> FrameSource:
+    from .ruby.source import RubySource
+    return RubySource()
+
+
+FRAME_SOURCES["ruby"] = _ruby
+
+
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
     """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:
         return []
+    off = frozenset(off)
     out = []
     for name, make in FRAME_SOURCES.items():
         if name in off:

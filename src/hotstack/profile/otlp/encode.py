@@ -33,6 +33,7 @@ FRAME_TYPE_ATTRIBUTE = "profile.frame.type"
 # Frame types as the OpenTelemetry eBPF profiler names them.
 FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind.PYTHON: "cpython",
                FrameKind.JIT: "jit", FrameKind.JS: "v8js", FrameKind.JAVA: "jvm"}
+FRAME_TYPES[FrameKind.RUBY] = "ruby"
 
 # Sample labels that OBI trace correlation sets (sampling/obi.py): they become the sample's Link.
 LINK_ATTRIBUTES = ("trace_id", "span_id")

@@ -10,6 +10,8 @@ a `[truncated]` frame where the missing, outer frames would be.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...profile.model import TRUNCATED, Frame
 
 # Only the loop itself runs frames; wrappers such as PyEval_EvalFrameEx stay native frames.
@@ -26,8 +28,12 @@ ROOT_FRAMES = frozenset({"_start", "__libc_start_main", "__libc_start_call_main"
                          "clone3", "__clone", "__clone3", "thread_start"})
 
 
-def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = False) -> list[Frame]:
+def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = False,
+          is_anchor: Callable[[Frame], bool] = is_eval_frame) -> list[Frame]:
     """Leaf-first native frames + leaf-first groups of Python frames -> one leaf-first stack.
+
+    `is_anchor` picks the native frames a group replaces (other interpreters reuse this: Ruby's
+    rb_vm_exec).
 
     Groups are matched to evaluation-loop frames from the root when the native stack is complete
     and has at least as many of them: a call of the loop that has just started (its frames not
@@ -37,7 +43,7 @@ def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = Fals
     """
     if truncated:
         groups = groups[:-1] + [groups[-1] + [TRUNCATED]]
-    evals = [i for i, f in enumerate(native) if is_eval_frame(f)]
+    evals = [i for i, f in enumerate(native) if is_anchor(f)]
     skip = 0
     if not truncated and native and native[-1].name in ROOT_FRAMES and len(evals) > len(groups):
         skip = len(evals) - len(groups)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Peers of tests/runtimes/ruby (and php, perl): the distribution's interpreters, and rbspy, the
+# independent Ruby profiler the share test compares with (built from crates.io with cargo, cached
+# under $HOTSTACK_CACHE/rbspy keyed by version; the test skips only that comparison without it).
+# Only what is missing is installed.
+set -euo pipefail
+need=()
+command -v ruby >/dev/null || need+=(ruby)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "interpreters.sh: installing ${need[*]}"
+    "$(dirname "$0")/../apt-install" "${need[@]}"
+fi
+RBSPY_VERSION=0.55.0
+cache="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}/rbspy"
+if [ ! -x "$cache/bin/rbspy" ] || [ "$(cat "$cache/VERSION" 2>/dev/null)" != "$RBSPY_VERSION" ]; then
+    if command -v cargo >/dev/null; then
+        echo "interpreters.sh: building rbspy $RBSPY_VERSION (cargo, once; cached in $cache)"
+        target="$(mktemp -d)"
+        if cargo install --quiet --locked rbspy --version "$RBSPY_VERSION" --root "$cache" --target-dir "$target"; then
+            echo "$RBSPY_VERSION" > "$cache/VERSION"
+        else
+            echo "interpreters.sh: warning: rbspy did not build: the Ruby share test compares with its built split only" >&2
+        fi
+        rm -rf "$target"
+    else
+        echo "interpreters.sh: warning: no cargo: rbspy is not built (the Ruby share test compares with its built split only)" >&2
+    fi
+fi

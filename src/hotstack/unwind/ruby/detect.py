@@ -1,0 +1,204 @@
+"""Is a process a Ruby interpreter, which version, and how does a thread find its execution context?
+
+The interpreter is the mapped ELF file (libruby-X.Y.so, or a static `ruby`) that defines
+`ruby_version`; its text ("3.1.2") gives the version. The thread's execution context is found
+the way Ruby finds it:
+- 3.x: the thread-local `ruby_current_ec`. In a shared libruby built for the general-dynamic
+  TLS model the loader fills a DTPMOD64 slot with the library's TLS module id (read here from the
+  process) and the variable sits at its symbol value inside that module's block (RB_EC_DTV).
+  With a TLSDESC or TPOFF64 slot the loader writes the offset from the thread pointer (RB_EC_TP).
+- 3.0 without TLS: `ruby_single_main_ractor`'s running ec (RB_EC_RACTOR); 2.x:
+  `ruby_current_execution_context_ptr` (RB_EC_GLOBAL). Both name the thread holding the GVL only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import procs
+from ...bpf import schema
+from ...procs.maps import Mapping, parse_maps
+from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
+from ..python.detect import _load_base, _symbols, _vaddr_to_offset
+from ..python.memory import MemoryReadError, ProcessMemory
+from .offsets import RubyOffsets, offsets_for
+
+_NAME = re.compile(r"(?:^|/)(?:libruby[^/]*\.so[^/]*|ruby[0-9.]*)$")
+_VERSION = re.compile(rb"^(\d)\.(\d+)\.(\d+)\0")
+_WANTED = (b"ruby_version", b"ruby_current_ec", b"ruby_single_main_ractor", b"ruby_current_execution_context_ptr",
+           b"rb_sym_all_symbols", b"rb_vm_exec")
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+_RELA = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
+R_X86_64_DTPMOD64, R_X86_64_TPOFF64, R_X86_64_TLSDESC = 16, 18, 36
+
+
+@dataclass(frozen=True)
+class RubyBinary:
+    """What one interpreter file tells us, independent of any process (cacheable per file)."""
+
+    path: str
+    version: tuple[int, int, int]
+    offsets: RubyOffsets
+    ec_mode: int
+    tls_slot: int              # vaddr of the loader-filled slot (module id, or TLSDESC/TPOFF64 offset)
+    tls_offset: int            # RB_EC_DTV: offset of ruby_current_ec in the module's TLS block
+    ec_address: int            # vaddr of the global (RB_EC_GLOBAL / RB_EC_RACTOR)
+    all_symbols: int           # vaddr of rb_sym_all_symbols (finds the symbol table for C-function names)
+    file_size: int
+
+
+@dataclass(frozen=True)
+class RubyProcess:
+    pid: int
+    binary: RubyBinary
+    base: int
+    record_fields: dict
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        return self.binary.version
+
+    @property
+    def offsets(self) -> RubyOffsets:
+        return self.binary.offsets
+
+
+def _tls_slots(elf: ElfFile, symbol: bytes) -> dict[int, int]:
+    """relocation type -> r_offset of the dynamic relocations against `symbol` (TLS ones)."""
+    dynsym = next((s for s in elf.sections if s.type == SHT_DYNSYM and s.link < len(elf.sections)), None)
+    if dynsym is None:
+        return {}
+    strtab = elf.sections[dynsym.link]
+    strings = elf.read(strtab.offset, strtab.size)
+    pos = strings.find(b"\0" + symbol + b"\0")
+    if pos < 0:
+        return {}
+    syms = np.frombuffer(elf.read(dynsym.offset, dynsym.size - dynsym.size % _SYM.itemsize), dtype=_SYM)
+    index = np.flatnonzero(syms["name"] == pos + 1)
+    if not len(index):
+        return {}
+    out: dict[int, int] = {}
+    for s in elf.sections:
+        if s.type != SHT_RELA or s.size < _RELA.itemsize:
+            continue
+        rela = np.frombuffer(elf.read(s.offset, s.size - s.size % _RELA.itemsize), dtype=_RELA)
+        mine = rela[(rela["info"] >> np.uint64(32)) == np.uint64(index[0])]
+        for r in mine:
+            out.setdefault(int(r["info"]) & 0xFFFFFFFF, int(r["offset"]))
+    return out
+
+
+def inspect_binary(path: str) -> RubyBinary | None:
+    """The interpreter facts of one ELF file, or None if it is not a Ruby we can read."""
+    try:
+        with ElfFile(path) as elf:
+            syms = _symbols(elf, _WANTED)
+            if b"ruby_version" not in syms:
+                return None
+            off = _vaddr_to_offset(elf, syms[b"ruby_version"])
+            m = _VERSION.match(elf.read(off, 16)) if off is not None else None
+            if not m:
+                return None
+            version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            offsets = offsets_for(version[:2])
+            if offsets is None:
+                return None
+            mode, slot, tls_offset, ec_address = schema.RB_EC_NONE, 0, 0, 0
+            if b"ruby_current_ec" in syms or b"ruby_current_ec" in _dynsym_names(elf):
+                slots = _tls_slots(elf, b"ruby_current_ec")
+                if R_X86_64_DTPMOD64 in slots:
+                    mode, slot = schema.RB_EC_DTV, slots[R_X86_64_DTPMOD64]
+                    tls_offset = syms.get(b"ruby_current_ec", 0)
+                elif R_X86_64_TLSDESC in slots:
+                    mode, slot = schema.RB_EC_TP, slots[R_X86_64_TLSDESC] + 8
+                elif R_X86_64_TPOFF64 in slots:
+                    mode, slot = schema.RB_EC_TP, slots[R_X86_64_TPOFF64]
+            if mode == schema.RB_EC_NONE and b"ruby_single_main_ractor" in syms:
+                mode, ec_address = schema.RB_EC_RACTOR, syms[b"ruby_single_main_ractor"]
+            if mode == schema.RB_EC_NONE and b"ruby_current_execution_context_ptr" in syms:
+                mode, ec_address = schema.RB_EC_GLOBAL, syms[b"ruby_current_execution_context_ptr"]
+            if mode == schema.RB_EC_NONE:
+                return None
+            return RubyBinary(path, version, offsets, mode, slot, tls_offset, ec_address,
+                              syms.get(b"rb_sym_all_symbols", 0), elf.size)
+    except (ElfError, OSError, ValueError, struct.error):
+        return None
+
+
+def _dynsym_names(elf: ElfFile) -> bytes:
+    """The dynamic string table (TLS symbols have value 0..n, which _symbols may skip)."""
+    for s in elf.sections:
+        if s.type == SHT_DYNSYM and s.link < len(elf.sections):
+            strtab = elf.sections[s.link]
+            return elf.read(strtab.offset, strtab.size)
+    return b""
+
+
+def _candidates(mappings: list[Mapping]) -> list[Mapping]:
+    seen: dict[str, Mapping] = {}
+    for m in mappings:
+        if m.is_file and _NAME.search(m.file_path) and m.file_path not in seen:
+            seen[m.file_path] = m
+    return sorted(seen.values(), key=lambda m: "libruby" not in m.file_path)
+
+
+_binaries: dict[tuple, RubyBinary | None] = {}
+
+
+def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | None:
+    """The walker's record (struct rb_proc) for one process, or None if its TLS slot is not filled yet."""
+    o = binary.offsets
+    tls_module, tls_offset, ec_address = 0, binary.tls_offset, 0
+    if binary.ec_mode == schema.RB_EC_DTV:
+        tls_module = mem.u64(base + binary.tls_slot)
+        if tls_module == 0 or tls_module > 1 << 16:
+            return None
+    elif binary.ec_mode == schema.RB_EC_TP:
+        tls_offset = struct.unpack("<q", mem.read(base + binary.tls_slot, 8))[0]
+        if tls_offset == 0:
+            return None
+    else:
+        ec_address = base + binary.ec_address
+    return dict(ec_address=ec_address, tls_offset=tls_offset, tls_module=tls_module, ec_mode=binary.ec_mode,
+                dtv_entry=16, running_ec=o.running_ec, ec_vm_stack=o.ec_vm_stack,
+                ec_vm_stack_size=o.ec_vm_stack_size, ec_cfp=o.ec_cfp, cf_size=o.cf_size)
+
+
+def detect(pid: int) -> RubyProcess | None:
+    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone)."""
+    text = procs.read_maps_text(pid)
+    if "ruby" not in text:      # cheap test first: most processes of a host are not Ruby
+        return None
+    mappings = parse_maps(text)
+    root = procs.root_path(pid)
+    for cand in _candidates(mappings):
+        path = root + cand.file_path
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in _binaries:
+            _binaries[key] = inspect_binary(path)
+        binary = _binaries[key]
+        if binary is None:
+            continue
+        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        if base is None:
+            continue
+        if "ld-musl" in text and binary.ec_mode == schema.RB_EC_DTV:
+            return None       # musl's DTV holds 8-byte entries and differs in layout: not tested
+        try:
+            fields = record_fields(binary, base, ProcessMemory(pid))
+        except MemoryReadError:
+            return None
+        if fields is None:
+            return None
+        return RubyProcess(pid, binary, base, fields)
+    return None

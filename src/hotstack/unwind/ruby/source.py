@@ -1,0 +1,242 @@
+"""RubySource: the Ruby frame source (unwind/runtimes.py).
+
+It detects Ruby processes (detect.py: memory and ELF reads only), lists them for the kernel
+walker (bpf/ruby.h) through the RuntimeKernel the engine gives it, names recorded frames early
+(every ~100 ms, so short-lived processes keep their names), and merges them into native stacks:
+each `rb_vm_exec` native frame is replaced by the Ruby frames that VM entry ran (frames.py),
+the way CPython's evaluation-loop frames are (python/merge.py).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame, FrameKind
+from ..python.memory import MemoryReadError, ProcessMemory
+from ..python.merge import merge
+from .detect import RubyProcess, detect
+from .frames import RawRubyFrame, vm_groups
+from .iseq import IMEMO_MENT, IseqCache, imemo_type
+from .symbols import find_table, method_name, table_candidates
+
+if TYPE_CHECKING:
+    from ..runtimes import RuntimeKernel
+
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+VM_ENTRY = "rb_vm_exec"
+_U64 = struct.Struct("<Q")
+
+
+def is_vm_entry(frame: Frame) -> bool:
+    return frame.name == VM_ENTRY
+
+
+def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
+    """(frames leaf first, truncated, first pid) of a struct rb_stack."""
+    head = schema.RB_STACK.unpack(raw)
+    size = schema.RB_FRAME.size
+    n = min(head.len, schema.RB_MAX_FRAMES, (len(raw) - schema.RB_STACK_TAIL_OFFSET) // size)
+    unpack = schema.RB_FRAME.struct.unpack_from
+    frames = [RawRubyFrame(*unpack(raw, schema.RB_STACK_TAIL_OFFSET + i * size)) for i in range(n)]
+    return frames, bool(head.truncated), head.pid
+
+
+class _Process:
+    def __init__(self, proc: RubyProcess, process: procs.Process | None) -> None:
+        self.proc = proc
+        self.process = process
+        self.cfuncs: dict[int, str | None] = {}
+        self._table: int | None = None
+        self._candidates = table_candidates(proc.binary.path, proc.binary.all_symbols)
+
+    def symbol_table(self, mem: ProcessMemory) -> int:
+        if self._table is None:
+            self._table = find_table(mem, self.proc.base, self._candidates)
+        return self._table
+
+
+class RubySource:
+    """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
+
+    name = "ruby"
+
+    def __init__(self) -> None:
+        self._kernel: "RuntimeKernel | None" = None
+        self._procs: dict[int, _Process] = {}
+        self._found: list[RubyProcess] = []
+        self._retry: dict[int, tuple[float, int]] = {}
+        self._stacks: dict[int, tuple[list[RawRubyFrame], bool]] = {}
+        self._lock = threading.Lock()
+        self.iseqs = IseqCache()
+        self._fsbase_offset = 0
+        self._prefetch_buffer, self._prefetched = -1, set()
+
+    def prepare(self) -> bool:
+        """The walker finds a thread's TLS through task_struct.thread.fsbase (kernel BTF)."""
+        from ...ebpf import kernel_btf
+        try:
+            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
+        except (KeyError, OSError, ValueError):
+            return False
+        return True
+
+    def detect(self, pid: int) -> bool:
+        proc = detect(pid)
+        if proc is not None:
+            self._found.append(proc)
+        return proc is not None
+
+    def attach(self, kernel: "RuntimeKernel") -> None:
+        kernel.configure(self._fsbase_offset)
+        self._kernel = kernel
+        for proc in self._found:
+            self._track(proc)
+        self._found = []
+
+    def observe(self, pid: int) -> bool:
+        if self._kernel is None or pid in self._procs:
+            return False
+        proc = detect(pid)
+        if proc is None:
+            self._retry.setdefault(pid, (time.monotonic(), 0))
+            return False
+        self._retry.pop(pid, None)
+        return self._track(proc)
+
+    def _track(self, proc: RubyProcess) -> bool:
+        try:
+            record = schema.RB_PROC.pack(**proc.record_fields)
+        except struct.error:        # a value out of its field's range: not a layout we read
+            return False
+        with self._lock:
+            self._procs[proc.pid] = _Process(proc, procs.read_process(proc.pid))
+            if not self._kernel.track(proc.pid, record):
+                self._procs.pop(proc.pid, None)
+                return False
+        return True
+
+    def _retry_pending(self) -> None:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES):
+                self._retry.pop(pid, None)
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
+
+    def poll(self, active_buffer: int) -> None:
+        """Name the frames recorded so far in the active buffer (every ~100 ms), so that a process
+        which exits before the interval ends keeps its names."""
+        if self._kernel is None:
+            return
+        self._retry_pending()
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            for key, raw in self._kernel.recorded(active_buffer):
+                if key in self._prefetched:
+                    continue
+                self._prefetched.add(key)
+                frames, _truncated, pid = parse_stack(raw)
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    for f in frames:
+                        if f.shown:
+                            self._frame(pid, entry, f)
+        except Exception:       # the session is closing under us
+            return
+
+    def collect(self, buffer: int) -> None:
+        if self._kernel is None:
+            return
+        stacks = {}
+        for k, v in self._kernel.take(buffer):
+            frames, truncated, _pid = parse_stack(v)
+            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
+        self._stacks = stacks
+
+    def _cfunc_name(self, pid: int, entry: _Process, me: int) -> str | None:
+        if me in entry.cfuncs:
+            return entry.cfuncs[me]
+        o = entry.proc.offsets
+        mem = ProcessMemory(pid)
+        name = None
+        try:
+            if imemo_type(mem.u64(me)) == IMEMO_MENT:
+                table = entry.symbol_table(mem)
+                if table:
+                    definition = mem.u64(me + o.me_def)
+                    name = method_name(mem, o, table, o.last_op_id, mem.u64(definition + o.def_original_id))
+        except (MemoryReadError, struct.error, IndexError):
+            name = None
+        if len(entry.cfuncs) > 50_000:
+            entry.cfuncs.clear()
+        entry.cfuncs[me] = name
+        return name
+
+    def _frame(self, pid: int, entry: _Process, f: RawRubyFrame) -> Frame:
+        if f.is_cfunc:
+            name = self._cfunc_name(pid, entry, f.me)
+            if name is None:
+                self.iseqs.misses += 1
+                return Frame("[unknown ruby C function]", FrameKind.RUBY, resolved=False)
+            return Frame(name, FrameKind.RUBY)
+        o = entry.proc.offsets
+        info = self.iseqs.iseq(pid, o, f.iseq, f.pc)
+        if info is None:
+            self.iseqs.misses += 1
+            return Frame("[unknown ruby]", FrameKind.RUBY, resolved=False)
+        return Frame(info.label, FrameKind.RUBY, file=info.path, line=self.iseqs.line(pid, o, info, f.pc))
+
+    def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
+        """(leaf-first groups of named Ruby frames, one per VM entry; truncated)."""
+        raw = self._stacks.get(key)
+        entry = self._procs.get(pid)
+        if not raw or entry is None:
+            return [], False
+        groups = [[self._frame(pid, entry, f) for f in group] for group in vm_groups(raw[0])]
+        return groups, raw[1]
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        if not key:
+            return native
+        groups, truncated = self.frames(pid, key)
+        if not groups:
+            return native
+        return merge(native, groups, truncated, is_anchor=is_vm_entry)
+
+    def counters(self) -> list[int]:
+        if self._kernel is None:
+            return [0] * schema.RB_STAT_MAX
+        return self._kernel.counters()
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            found = self._procs.pop(pid, None)
+        self.iseqs.forget(pid)
+        self._retry.pop(pid, None)
+        if found is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
+    def forget_dead(self) -> None:
+        for pid, entry in list(self._procs.items()):
+            if entry.process is not None and entry.process.is_current():
+                continue
+            with self._lock:
+                self._procs.pop(pid, None)
+            self.iseqs.forget(pid)
+            if self._kernel is not None:
+                self._kernel.untrack(pid)
+            if entry.process is not None and procs.exists(pid):
+                self.observe(pid)
+        for pid in list(self._retry):
+            if not procs.exists(pid):
+                self._retry.pop(pid, None)
+
+
+__all__ = ["RubySource", "parse_stack"]

@@ -1,0 +1,140 @@
+"""Ruby frames through the real BPF sampler, against the distribution's ruby (3.1 on Debian 12)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hotstack.procs import ProcessTable
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+from hotstack.symbols.symbolizer import Symbolizer
+from tests.peers import require_tool
+
+from rb_helpers import WORKLOAD, rbspy
+
+pytestmark = pytest.mark.root
+
+_PROCESSES = ProcessTable()
+_SYMBOLIZER = Symbolizer(_PROCESSES)
+
+# Lines of the workload's methods (def .. end), to check the lines frames carry.
+_SOURCE = WORKLOAD.read_text().splitlines()
+
+
+def _def_range(name: str) -> range:
+    start = next(i for i, line in enumerate(_SOURCE, 1) if line.strip() == f"def {name}" or
+                 line.strip().startswith(f"def {name}("))
+    end = next(i for i in range(start, len(_SOURCE) + 1) if _SOURCE[i - 1] == "  end")
+    return range(start, end + 1)
+
+
+def ruby_names(sample) -> list[str]:
+    return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.RUBY]
+
+
+def profile_until(pid: int, enough, max_seconds: float, **config) -> list:
+    samples: list = []
+    with Engine(EngineConfig(frequency=499, pids=(pid,), **config), symbolizer=_SYMBOLIZER,
+                processes=_PROCESSES) as prof:
+        deadline = time.monotonic() + max_seconds
+        while time.monotonic() < deadline and not enough(samples):
+            time.sleep(0.5)
+            samples.extend(prof.collect()[0].samples)
+    return samples
+
+
+def hot_share(samples) -> tuple[float, int]:
+    """(percent of hot_a among samples in hot_a or hot_b, their count)."""
+    c = Counter()
+    for s in samples:
+        names = ruby_names(s)
+        for hot in ("hot_a", "hot_b"):
+            if hot in names:
+                c[hot] += s.value
+    total = c["hot_a"] + c["hot_b"]
+    return (100.0 * c["hot_a"] / total if total else 0.0), total
+
+
+def rbspy_share(pid: int, seconds: int, out: Path) -> tuple[float, int] | None:
+    """hot_a's share as rbspy (an independent profiler, from crates.io) sees the same process."""
+    tool = rbspy()
+    if tool is None:
+        return None
+    subprocess.run([tool, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "199", "--nonblocking",
+                    "--format", "collapsed", "--file", str(out), "--silent"], check=True, capture_output=True,
+                   timeout=seconds + 60)
+    c = Counter()
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f.split(" - ")[0].strip() for f in stack.split(";")]
+        for hot in ("hot_a", "hot_b"):
+            if any(f == hot or f.endswith(f"#{hot}") for f in frames):
+                c[hot] += int(count)
+    total = c["hot_a"] + c["hot_b"]
+    return (100.0 * c["hot_a"] / total if total else 0.0), total
+
+
+@pytest.mark.shares
+def test_shares_order_and_lines(ruby_target, tmp_path):
+    t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
+    samples = profile_until(t.pid, lambda got: hot_share(got)[1] >= 1200, 12)
+    share, total = hot_share(samples)
+    assert total >= 300, f"only {total} samples in hot_a/hot_b"
+    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+
+    lines = {"hot_a": _def_range("hot_a"), "hot_b": _def_range("hot_b"), "burn": _def_range("burn"),
+             "step": _def_range("step"), "run": _def_range("run")}
+    checked = 0
+    for s in samples:
+        names = ruby_names(s)
+        if "hot_a" not in names and "hot_b" not in names:
+            continue
+        hot = "hot_a" if "hot_a" in names else "hot_b"
+        # caller order, root first: <main> -> run -> step -> hot -> burn
+        assert names[:4] == ["<main>", "run", "step", hot], names
+        for f in s.stack:
+            if f.kind is FrameKind.RUBY and f.name in lines:
+                assert Path(f.file) == WORKLOAD, f
+                assert f.line in lines[f.name], f
+        checked += 1
+    assert checked >= 300
+
+    # C functions are named: the clock read that burn spins on is the leaf Ruby frame, above burn.
+    cfunc = Counter(ruby_names(s)[-1] for s in samples if "burn" in ruby_names(s))
+    assert cfunc["clock_gettime"] > 0, cfunc.most_common(5)
+    # native frames below the VM stay
+    assert any(f.kind is FrameKind.NATIVE for s in samples for f in s.stack)
+
+    # the same process seen by rbspy (if the peer could be built): the same split
+    theirs = rbspy_share(t.pid, 6, tmp_path / "rbspy.txt")
+    if theirs is not None:
+        assert theirs[1] >= 200, f"rbspy saw only {theirs[1]} samples"
+        assert abs(theirs[0] - share) <= 5, f"hotstack {share:.1f}% vs rbspy {theirs[0]:.1f}%"
+
+
+def test_no_ruby_leaves_native_frames(ruby_target):
+    t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
+    samples = profile_until(t.pid, lambda got: sum(s.value for s in got) >= 200, 6, runtimes_off=("ruby",))
+    assert sum(s.value for s in samples) >= 50
+    assert not any(f.kind is FrameKind.RUBY for s in samples for f in s.stack)
+
+
+def test_started_after_profiler_and_exited_keep_names():
+    """A Ruby process started after sampling began is found; once it exits its frames keep their names.
+    (Sampling only `ruby` commands: on a busy machine the whole host's new processes would delay the
+    look at this one past its short life.)"""
+    ruby = require_tool("ruby")
+    with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+        proc = subprocess.Popen([ruby, str(WORKLOAD), "1.5"], stdout=subprocess.DEVNULL)
+        proc.wait(timeout=30)
+        time.sleep(0.3)
+        samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
+    names = Counter(n for s in samples for n in ruby_names(s))
+    assert names["hot_a"] > 0 and names["hot_b"] > 0, names.most_common(8)
+    # Only code freed before it was read (eval'd gemspecs, files whose loading ended) may be unknown.
+    assert names["[unknown ruby]"] <= 0.05 * sum(names.values()), names.most_common(8)
