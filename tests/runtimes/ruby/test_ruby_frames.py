@@ -134,6 +134,10 @@ def test_started_after_profiler_and_exited_keep_names():
         proc.wait(timeout=30)
         time.sleep(0.3)
         samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
+        stats = next(src for src in prof.runtimes if src.name == "ruby").stats()
+    with_ruby = sum(s.value for s in samples if ruby_names(s))
+    assert stats["walks"] >= with_ruby > 0, stats
+    assert stats["iseqs_read"] > 0, stats
     names = Counter(n for s in samples for n in ruby_names(s))
     assert names["hot_a"] > 0 and names["hot_b"] > 0, names.most_common(8)
     # Only code freed before it was read (eval'd gemspecs, files whose loading ended) may be unknown.

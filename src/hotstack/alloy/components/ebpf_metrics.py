@@ -150,6 +150,11 @@ def _python_counter(index_name: str):
     return read
 
 
+def _ruby_stat(profiler, name: str) -> int:
+    return sum(source.stats()[name] for source in getattr(profiler, "runtimes", ())
+               if getattr(source, "name", "") == "ruby")
+
+
 def _v8_frames(profiler):
     return sum(source.stats()["frames"] for source in getattr(profiler, "runtimes", ())
                if getattr(source, "name", "") == "v8")
@@ -169,6 +174,9 @@ PROFILER_METRICS = [
     ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
      _python_counter("PY_STAT_NO_THREAD")),
     ("UnwindV8Frames", "counter", "Number of unwound V8 frames", _v8_frames),
+    ("UnwindRubyAttempts", "counter", "Number of attempted Ruby unwinds", lambda p: _ruby_stat(p, "walks")),
+    ("UnwindRubyErrNoProcInfo", "counter", "Number of Ruby threads without an execution context",
+     lambda p: _ruby_stat(p, "no_ec")),
     # symbolization
     ("ELFInfoCacheHit", "counter", "Number of cache hits for ELF information", _elf_cache("hits")),
     ("ELFInfoCacheMiss", "counter", "Number of cache misses for ELF information", _elf_cache("misses")),

@@ -75,6 +75,7 @@ class RubySource:
         self.iseqs = IseqCache()
         self._fsbase_offset = 0
         self._prefetch_buffer, self._prefetched = -1, set()
+        self._kernel_totals = [0] * schema.RB_STAT_MAX
 
     def prepare(self) -> bool:
         """The walker finds a thread's TLS through task_struct.thread.fsbase (kernel BTF)."""
@@ -214,6 +215,20 @@ class RubySource:
         if self._kernel is None:
             return [0] * schema.RB_STAT_MAX
         return self._kernel.counters()
+
+    def stats(self) -> dict[str, int]:
+        """For the agent's debug info and /metrics: processes listed now; since the start, the kernel
+        walker's counters (rb_stat) and the frames named or left unknown."""
+        if self._kernel is not None:
+            try:
+                for i, delta in enumerate(self._kernel.counters()):
+                    self._kernel_totals[i] += delta
+            except Exception:       # the session is closing
+                pass
+        t = self._kernel_totals
+        return {"processes": len(self._procs), "walks": t[schema.RB_STAT_WALKS], "no_ec": t[schema.RB_STAT_NO_EC],
+                "truncated": t[schema.RB_STAT_TRUNCATED], "stacks_full": t[schema.RB_STAT_STACKS_FULL],
+                "iseqs_read": self.iseqs.reads, "unknown": self.iseqs.misses}
 
     def forget(self, pid: int) -> None:
         with self._lock:
