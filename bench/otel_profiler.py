@@ -4,8 +4,8 @@
 Mixed load on all CPUs: Debian's python3 in a recursion (no frame pointers), a shell loop of short
 `xz -9` runs (each a new process), and a frame-pointer C program (tests/engine/workloads/hot_ab.c).
 At each rate the profilers take turns (same number of runs each, every run printed), whole host:
-  hotstack kernel   `hotstack run profile_cpu --unwind kernel`
-  hotstack default  `hotstack run profile_cpu` (no --unwind)
+  hotstack kernel   `hotstack run profile_cpu --unwind kernel` (the default mode)
+  hotstack fp       `hotstack run profile_cpu --unwind fp` (frame pointers in the kernel)
   otel              the OpenTelemetry eBPF profiler, exporting OTLP to a real OpenTelemetry Collector
                     (the 0.165 that CI builds, .ci/install.d/export.sh), which forwards to a loopback
                     receiver here (tests/export/otlp_receiver.py) so that its stacks can be read back
@@ -244,6 +244,7 @@ def hotstack_samples(folded: str) -> Counter:
         if not count.isdigit() or ";" not in head:
             continue
         comm, *frames = head.split(";")
+        samples[("*", ())] += int(count)
         if comm in TARGETS:
             user = [f for f in frames if not f.endswith("_[k]")]
             samples[(comm, tuple(user))] += int(count)
@@ -259,6 +260,7 @@ def perf_samples(data: Path) -> Counter:
         if not lines:
             continue
         comm = lines[0].strip().split()[0]
+        samples[("*", ())] += 1
         if comm not in TARGETS:
             continue
         user = []
@@ -317,6 +319,7 @@ def otel_samples(requests, symbolizer: Symbolizer, seen: Counter) -> Counter:
                         a = attrs(sample.attribute_indices)
                         seen.update(a.keys())
                         comm = a.get("thread.name") or a.get("process.executable.name") or ""
+                        samples[("*", ())] += count
                         if comm not in TARGETS:
                             continue
                         names = []
@@ -470,7 +473,7 @@ def main() -> int:
         # the first `--unwind kernel` start fills the on-disk table cache, as on any host after its first start
         subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none"], capture_output=True)
         tools = {"hotstack kernel": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "kernel"], 2),
-                 "hotstack default": lambda hz: ([*hotstack, "--sample-rate", str(hz)], 2),
+                 "hotstack fp": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "fp"], 2),
                  "otel ebpf-profiler": lambda hz: (
                      ["unshare", "-m", "--propagation", "private", "sh", "-c",
                       'mount -t tracefs tracefs /sys/kernel/tracing && exec "$0" "$@"', str(peer),
@@ -501,6 +504,7 @@ def main() -> int:
                         time.sleep(3)        # its last export, through the collector
                         samples = otel_samples(receiver.wait_for(1, timeout=5), symbolizer, seen_attrs)
                     r["complete"] = completeness(samples)
+                    r["host_samples"] = samples[("*", ())]
                     r["load"] = (load_before, os.getloadavg()[0])
                     rows.append((name, hz, run, r))
                     print_run(name, hz, run, r, is_perf=name.startswith("perf"))
@@ -526,7 +530,8 @@ def print_run(name: str, hz: int, run: int, r: dict, is_perf: bool) -> None:
     complete = "  ".join(f"{comm} {share * 100:5.1f}% of {n}" for comm, (share, n) in r["complete"].items())
     bpf = "" if is_perf else f"BPF {r['bpf_per_sample_us']:5.1f} µs/sample ({r['sampling_runs']} runs)  "
     print(f"{name:18s} {hz:3d} Hz run {run + 1}: steady {r['steady'] * 100:5.2f}% of a core  start-up "
-          f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  {bpf}max RSS {r['rss_mb']:5.0f} MB  complete: {complete}  "
+          f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
+          f"samples read back {r['host_samples']}  complete: {complete}  "
           f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
 
 
@@ -562,7 +567,7 @@ def summary(rows, names, rates) -> None:
     print("|---|---|---|---|---|---|")
     for hz in rates:
         peer = figures.get(("otel ebpf-profiler", hz))
-        for name in ("hotstack kernel", "hotstack default"):
+        for name in ("hotstack kernel", "hotstack fp"):
             ours = figures.get((name, hz))
             if not peer or not ours:
                 continue
