@@ -1,6 +1,7 @@
 """Benchmark: Node.js (V8) frames of hotstack against native-only sampling and `node --cpu-prof`, in one run.
 
     sudo .venv/bin/python bench/node.py [--seconds 8] [--rate 99]
+    sudo .venv/bin/python bench/node.py --processes 10 --rate 19 --seconds 30    # the agent's rate, many nodes
 
 The workload (tests/runtimes/node_work.js) runs `optimized` and `parsing` 75/25. Four phases of the same
 length, one after the other: the workload alone, under hotstack with JavaScript frames (kernel unwinder,
@@ -69,11 +70,41 @@ def run_hotstack(seconds: float, rate: int, node_frames: bool) -> dict:
             "cpu_percent": 100.0 * (cpu1 - cpu0) / (seconds - 0.5)}
 
 
+def run_many(count: int, seconds: float, rate: int, node_frames: bool) -> dict:
+    """hotstack's own CPU (% of one core) sampling `count` node workloads, the whole host."""
+    procs = [start(["node", str(WORKLOAD), str(seconds + 5)]) for _ in range(count)]
+    try:
+        config = EngineConfig(frequency=rate, runtimes_off=() if node_frames else ("v8",))
+        with Engine(config) as engine:
+            cpu0 = time.process_time()
+            samples = js = 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                time.sleep(min(5.0, max(0.0, end - time.monotonic())))
+                profile = engine.collect()[0]
+                samples += sum(s.value for s in profile.samples if s.comm == "node")
+                js += sum(s.value for s in profile.samples if any(f.kind is FrameKind.JS for f in s.stack))
+            cpu = time.process_time() - cpu0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return {"cpu_percent": 100.0 * cpu / seconds, "samples": samples, "js": js}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--rate", type=int, default=99)
+    ap.add_argument("--processes", type=int, default=0, help="N node workloads at once: hotstack's CPU only")
     args = ap.parse_args()
+    if args.processes:
+        for node_frames in (True, False):
+            r = run_many(args.processes, args.seconds, args.rate, node_frames)
+            print(f"{args.processes} node processes, {args.rate} Hz, {'JS frames' if node_frames else '--no-node'}: "
+                  f"hotstack CPU {r['cpu_percent']:.2f}% of a core, {r['samples']} node samples "
+                  f"({r['js']} with JS frames)")
+        return
     stats_fd = enable_run_time_stats()
     try:
         alone = throughput(start(["node", str(WORKLOAD), str(args.seconds)]))

@@ -43,9 +43,12 @@ class RuntimeMaps:
     def _stacks(self, buffer: int) -> ebpf.Map:
         return self._collection.maps[schema.buffered(self._roles["stacks"], buffer)]
 
-    def recorded(self, buffer: int):
+    def recorded(self, buffer: int, skip=()):
+        """(key, record) pairs so far; keys in `skip` (already read) are not looked up again."""
         stacks = self._stacks(buffer)
         for key in stacks.keys():
+            if key in skip:
+                continue
             raw = stacks.lookup(key)
             if raw is not None:
                 yield key, raw

@@ -40,8 +40,9 @@ class RuntimeKernel(Protocol):
 
     def untrack(self, pid: int) -> None: ...
 
-    def recorded(self, buffer: int) -> Iterable[tuple[bytes, bytes]]:
-        """(key, record) pairs the walker stored so far in a buffer still being written."""
+    def recorded(self, buffer: int, skip=()) -> Iterable[tuple[bytes, bytes]]:
+        """(key, record) pairs the walker stored so far in a buffer still being written, but
+        those whose key is in `skip`."""
 
     def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
         """(key, record) pairs of a drained buffer, removed from the kernel."""

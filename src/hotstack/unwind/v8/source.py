@@ -34,6 +34,10 @@ _U64 = struct.Struct("<Q")
 # these ages (seconds since first seen).
 RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
+# Stacks recorded so far are named at most this often (seconds): a process that exits keeps the names
+# of what it ran until this long before its end (and of all it ran before, which repeats).
+NAME_EVERY = 0.5
+
 
 def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
     """((index, pc, function, marker) per recorded frame, pid) of a struct v8_stack."""
@@ -49,14 +53,16 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
 
 
 def _v8_files(pid: int) -> list[str]:
-    """Files of `pid` that may hold V8: the executable if named like node, and mapped libnode."""
+    """Files of a `node*` process that may hold V8: the executable, and a mapped libnode (Debian's
+    node links it). Other executables are not looked into: this runs for every new process."""
     out = []
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return out
-    if _NODE.search(exe.removesuffix(" (deleted)")):
-        out.append(f"/proc/{pid}/exe")
+    if not _NODE.search(exe.removesuffix(" (deleted)")):
+        return out
+    out.append(f"/proc/{pid}/exe")
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
@@ -82,6 +88,7 @@ class V8Source:
         self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
         self._lock = threading.Lock()
         self._prefetch_buffer, self._prefetched = -1, set()
+        self._named_at = 0.0
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
         self._kernel_totals = [0] * schema.V8_STAT_MAX
@@ -150,12 +157,14 @@ class V8Source:
         if self._kernel is None:
             return
         self._retry_pending()
+        now = time.monotonic()
+        if active_buffer == self._prefetch_buffer and now - self._named_at < NAME_EVERY:
+            return
+        self._named_at = now
         if active_buffer != self._prefetch_buffer:
             self._prefetch_buffer, self._prefetched = active_buffer, set()
         try:
-            for key, raw in self._kernel.recorded(active_buffer):
-                if key in self._prefetched:
-                    continue
+            for key, raw in self._kernel.recorded(active_buffer, self._prefetched):
                 self._prefetched.add(key)
                 frames, pid = parse_stack(raw)
                 entry = self._procs.get(pid)
