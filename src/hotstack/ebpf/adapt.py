@@ -88,7 +88,9 @@ def _stub_missing_helpers(prog: ProgramSpec) -> tuple[ProgramSpec, list[Adaptati
     for helper_name in NULL_SAFE_HELPERS:
         helper = features.HELPERS[helper_name]
         calls = _helper_calls(prog.instructions, helper.id)
-        if not calls or features.helper_available(helper_name, prog.prog_type):
+        # Probed as a perf_event program: a probe program of a tracing type (tp_btf, fentry) cannot
+        # load without an attach target, and these helpers come to every tracing type at once.
+        if not calls or features.helper_available(helper_name, PROG_PERF_EVENT):
             continue
         if not changes:
             prog = copy.deepcopy(prog)

@@ -95,17 +95,6 @@ def _kernel_counter(name: str):
     return read
 
 
-def _user_unwinder(field_: str):
-    def read(profiler):
-        unwinder = getattr(profiler, "unwinder", None)
-        return getattr(unwinder.stats, field_) if unwinder is not None else 0
-    return read
-
-
-def _sum(*reads):
-    return lambda profiler: sum(r(profiler) or 0 for r in reads)
-
-
 def _elf_cache(field_: str):
     def read(profiler):
         cache = getattr(getattr(profiler, "symbolizer", None), "elf_cache", None)
@@ -161,10 +150,10 @@ def _v8_frames(profiler):
 
 
 PROFILER_METRICS = [
-    # native unwinding: the kernel unwinder's walks (--unwind kernel) and the stack copies unwound on the host
+    # native unwinding: the kernel unwinder's walks (--unwind kernel, the default)
     ("UnwindNativeAttempts", "counter", "Unwind attempts",
-     _sum(_kernel_counter("walks"), _user_unwinder("snapshots"))),
-    ("UnwindNativeFrames", "counter", "Unwound frames", _sum(_kernel_counter("frames"), _user_unwinder("frames"))),
+     _kernel_counter("walks")),
+    ("UnwindNativeFrames", "counter", "Unwound frames", _kernel_counter("frames")),
     ("UnwindNativeErrWrongTextSection", "counter", "Number of PCs met in an executable whose unwind table was "
      "not loaded in eBPF", _kernel_counter("no_table")),
     ("UnwindErrStackLengthExceeded", "counter", "Number of times the frame limit was reached",
