@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Peers of tests/runtimes/ruby (and php, perl): the distribution's interpreters, and rbspy, the
+# Peers of tests/runtimes/ruby and tests/runtimes/php: the distribution's interpreters, and rbspy, the
 # independent Ruby profiler the share test compares with (built from crates.io with cargo, cached
 # under $HOTSTACK_CACHE/rbspy keyed by version; the test skips only that comparison without it).
 # Only what is missing is installed.
 set -euo pipefail
 need=()
 command -v ruby >/dev/null || need+=(ruby)
+command -v php >/dev/null || need+=(php-cli)
 if [ ${#need[@]} -gt 0 ]; then
     echo "interpreters.sh: installing ${need[*]}"
     "$(dirname "$0")/../apt-install" "${need[@]}"

@@ -28,6 +28,7 @@
 #include "schema.h"
 #include "python.h"
 #include "ruby.h"
+#include "php.h"
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
@@ -113,6 +114,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 		if (!key.runtime_stack)   /* Ruby (bpf/ruby.h) */
 			key.runtime_stack = ruby_walk(key.pid, buffer);
+		if (!key.runtime_stack)   /* PHP (bpf/php.h) */
+			key.runtime_stack = php_walk(key.pid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
 			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
@@ -139,6 +142,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* Ruby (bpf/ruby.h) */
 		key.runtime_stack = ruby_walk(key.pid, buffer);
+	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* PHP (bpf/php.h) */
+		key.runtime_stack = php_walk(key.pid, buffer);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
 }

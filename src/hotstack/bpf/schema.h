@@ -10,6 +10,7 @@
 #define PY_NONE 65535
 #define V8_MAX_FRAMES 64
 #define RB_MAX_FRAMES 128
+#define PHP_MAX_FRAMES 128
 #define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17
@@ -145,6 +146,32 @@ struct rb_stack {
 };
 _Static_assert(sizeof(struct rb_stack) == 4112, "struct rb_stack: schema layout");
 
+struct php_proc {
+	__u64 current_execute_data;
+	__u16 ed_func;
+	__u16 ed_call_info;
+	__u16 ed_prev;
+	__u16 pad;
+};
+_Static_assert(sizeof(struct php_proc) == 16, "struct php_proc: schema layout");
+
+struct php_frame {
+	__u64 func;
+	__u64 opline;
+	__u32 call_info;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct php_frame) == 24, "struct php_frame: schema layout");
+
+struct php_stack {
+	__u32 len;
+	__u32 truncated;
+	__u32 pid;
+	__u32 pad;
+	struct php_frame frames[PHP_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct php_stack) == 3088, "struct php_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -185,6 +212,14 @@ enum rb_stat {
 	RB_STAT_TRUNCATED = 2,
 	RB_STAT_STACKS_FULL = 3,
 	RB_STAT_MAX = 4,
+};
+
+enum php_stat {
+	PHP_STAT_WALKS = 0,
+	PHP_STAT_NO_FRAME = 1,
+	PHP_STAT_TRUNCATED = 2,
+	PHP_STAT_STACKS_FULL = 3,
+	PHP_STAT_MAX = 4,
 };
 
 enum v8_stat {
@@ -438,6 +473,45 @@ enum v8_stat {
 		__type(key, __u32); \
 		__type(value, __u64); \
 	} rb_stats SEC(".maps"); \
+	/* end */
+
+/* group php */
+#define HS_PHP_VARIABLES \
+	volatile __u32 php_walk_on = 0; \
+	/* end */
+#define HS_PHP_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, struct php_proc); \
+	} php_procs SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct php_stack); \
+	} php_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct php_stack); \
+	} php_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct php_stack); \
+	} php_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, PHP_STAT_MAX); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} php_stats SEC(".maps"); \
 	/* end */
 
 /* group offcpu */

@@ -9,6 +9,7 @@ PY_MAX_THREADS = 256
 PY_NONE = 65535
 V8_MAX_FRAMES = 64
 RB_MAX_FRAMES = 128
+PHP_MAX_FRAMES = 128
 NATIVE_STACK_WORDS = 130
 EFAULT = 14
 EEXIST = 17
@@ -26,10 +27,14 @@ V8_STACK = Record('v8_stack', '<IIBB2xHH', ('len', 'pid', 'walking', 'truncated'
 RB_PROC = Record('rb_proc', '<QqIHHHHHHH6x', ('ec_address', 'tls_offset', 'tls_module', 'ec_mode', 'dtv_entry', 'running_ec', 'ec_vm_stack', 'ec_vm_stack_size', 'ec_cfp', 'cf_size'), 40)
 RB_FRAME = Record('rb_frame', '<QQQI4x', ('iseq', 'pc', 'me', 'flags'), 32)
 RB_STACK = Record('rb_stack', '<III4x', ('len', 'truncated', 'pid'), 4112)
+PHP_PROC = Record('php_proc', '<QHHH2x', ('current_execute_data', 'ed_func', 'ed_call_info', 'ed_prev'), 16)
+PHP_FRAME = Record('php_frame', '<QQI4x', ('func', 'opline', 'call_info'), 24)
+PHP_STACK = Record('php_stack', '<III4x', ('len', 'truncated', 'pid'), 3088)
 
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
 RB_STACK_TAIL_OFFSET = 16
+PHP_STACK_TAIL_OFFSET = 16
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
@@ -63,6 +68,12 @@ RB_STAT_TRUNCATED = 2
 RB_STAT_STACKS_FULL = 3
 RB_STAT_MAX = 4
 
+PHP_STAT_WALKS = 0
+PHP_STAT_NO_FRAME = 1
+PHP_STAT_TRUNCATED = 2
+PHP_STAT_STACKS_FULL = 3
+PHP_STAT_MAX = 4
+
 V8_STAT_WALKS = 0
 V8_STAT_FRAMES = 1
 V8_STAT_TRUNCATED = 2
@@ -70,11 +81,11 @@ V8_STAT_STACKS_FULL = 3
 V8_STAT_MAX = 4
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'off_cpu_threads')
-BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks')
-VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'threshold', 'task_pid_offset')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'off_cpu_threads')
+BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}}
 
 
 def buffered(name: str, buffer: int) -> str:

@@ -15,6 +15,7 @@ class FrameKind(str, Enum):
     NATIVE = "native"
     PYTHON = "python"
     RUBY = "ruby"            # unwind/ruby
+    PHP = "php"              # unwind/php
     JIT = "jit"
     JS = "js"          # JavaScript, named from V8's heap (unwind/v8/)
     JAVA = "java"

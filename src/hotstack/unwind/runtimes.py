@@ -89,6 +89,14 @@ def _ruby() -> FrameSource:
 FRAME_SOURCES["ruby"] = _ruby
 
 
+def _php() -> FrameSource:
+    from .php.source import PhpSource
+    return PhpSource()
+
+
+FRAME_SOURCES["php"] = _php
+
+
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
     """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:

@@ -34,6 +34,7 @@ FRAME_TYPE_ATTRIBUTE = "profile.frame.type"
 FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind.PYTHON: "cpython",
                FrameKind.JIT: "jit", FrameKind.JS: "v8js", FrameKind.JAVA: "jvm"}
 FRAME_TYPES[FrameKind.RUBY] = "ruby"
+FRAME_TYPES[FrameKind.PHP] = "php"
 
 # Sample labels that OBI trace correlation sets (sampling/obi.py): they become the sample's Link.
 LINK_ATTRIBUTES = ("trace_id", "span_id")

@@ -1,0 +1,265 @@
+"""PhpSource: the PHP frame source (unwind/runtimes.py), on the model of RubySource.
+
+Frames are named from the target's memory: a user function `Class::method` or `function` (or
+`{main}` for a script's top level) with its file and the line of the frame's opline; an internal
+function by its name. Names are cached per (process, zend_function); a function whose name no
+longer reads as a string (freed) gives `[unknown php]`. Each `execute_ex` native frame is replaced
+by the frames that call of the VM ran: walking leaf first, a group ends after a ZEND_CALL_TOP frame.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame, FrameKind
+from ..python.memory import MemoryReadError, ProcessMemory
+from ..python.merge import merge
+from .detect import PhpOffsets, PhpProcess, detect
+
+if TYPE_CHECKING:
+    from ..runtimes import RuntimeKernel
+
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+VM_ENTRY = "execute_ex"
+CALL_TOP = 1 << 17
+USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
+IS_STRING = 6
+MAX_STRING = 1024
+MAX_FUNCS_PER_PROCESS = 50_000
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True, slots=True)
+class RawPhpFrame:
+    func: int
+    opline: int
+    call_info: int
+
+
+@dataclass(frozen=True)
+class FuncInfo:
+    name: str
+    file: str
+    user: bool
+
+
+def parse_stack(raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
+    head = schema.PHP_STACK.unpack(raw)
+    size = schema.PHP_FRAME.size
+    n = min(head.len, schema.PHP_MAX_FRAMES, (len(raw) - schema.PHP_STACK_TAIL_OFFSET) // size)
+    unpack = schema.PHP_FRAME.struct.unpack_from
+    return ([RawPhpFrame(*unpack(raw, schema.PHP_STACK_TAIL_OFFSET + i * size)) for i in range(n)],
+            bool(head.truncated), head.pid)
+
+
+def vm_groups(frames: list[RawPhpFrame]) -> list[list[RawPhpFrame]]:
+    groups, current = [], []
+    for f in frames:
+        if f.func:
+            current.append(f)
+        if f.call_info & CALL_TOP and current:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
+
+
+def read_zstring(mem: ProcessMemory, o: PhpOffsets, address: int) -> str:
+    head = mem.read(address, o.str_val)
+    if head[4] & 0x0F != IS_STRING:      # gc.u.type_info: the type in its low 4 bits
+        raise MemoryReadError(f"{address:#x} is not a string")
+    length = struct.unpack_from("<Q", head, o.str_len)[0]
+    return mem.read(address + o.str_val, min(length, MAX_STRING)).decode("utf-8", "replace")
+
+
+def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> FuncInfo:
+    kind = mem.u8(func + o.fn_type)
+    if kind not in (USER_FUNCTION, INTERNAL_FUNCTION):
+        raise MemoryReadError(f"{func:#x} is not a function")
+    name_ptr = mem.u64(func + o.fn_name)
+    name = read_zstring(mem, o, name_ptr) if name_ptr else "{main}"
+    scope = mem.u64(func + o.fn_scope)
+    if scope and name_ptr:
+        name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
+    file = read_zstring(mem, o, mem.u64(func + o.op_filename)) if kind == USER_FUNCTION else ""
+    return FuncInfo(name, file, kind == USER_FUNCTION)
+
+
+class PhpSource:
+    name = "php"
+
+    def __init__(self) -> None:
+        self._kernel: "RuntimeKernel | None" = None
+        self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
+        self._found: list[PhpProcess] = []
+        self._retry: dict[int, tuple[float, int]] = {}
+        self._stacks: dict[int, tuple[list[RawPhpFrame], bool]] = {}
+        self._funcs: dict[int, dict[int, FuncInfo | None]] = {}
+        self._lines: dict[int, dict[int, int]] = {}
+        self._lock = threading.Lock()
+        self._prefetch_buffer, self._prefetched = -1, set()
+        self._totals = [0] * schema.PHP_STAT_MAX
+        self.reads = self.misses = 0
+
+    def prepare(self) -> bool:
+        return True
+
+    def detect(self, pid: int) -> bool:
+        proc = detect(pid)
+        if proc is not None:
+            self._found.append(proc)
+        return proc is not None
+
+    def attach(self, kernel: "RuntimeKernel") -> None:
+        kernel.configure(1)
+        self._kernel = kernel
+        for proc in self._found:
+            self._track(proc)
+        self._found = []
+
+    def observe(self, pid: int) -> bool:
+        if self._kernel is None or pid in self._procs:
+            return False
+        proc = detect(pid)
+        if proc is None:
+            self._retry.setdefault(pid, (time.monotonic(), 0))
+            return False
+        self._retry.pop(pid, None)
+        return self._track(proc)
+
+    def _track(self, proc: PhpProcess) -> bool:
+        o = proc.offsets
+        record = schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
+                                      ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev)
+        with self._lock:
+            self._procs[proc.pid] = (proc, procs.read_process(proc.pid))
+            if not self._kernel.track(proc.pid, record):
+                self._procs.pop(proc.pid, None)
+                return False
+        return True
+
+    def _retry_pending(self) -> None:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES):
+                self._retry.pop(pid, None)
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
+
+    def poll(self, active_buffer: int) -> None:
+        if self._kernel is None:
+            return
+        self._retry_pending()
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            for key, raw in self._kernel.recorded(active_buffer):
+                if key in self._prefetched:
+                    continue
+                self._prefetched.add(key)
+                frames, _truncated, pid = parse_stack(raw)
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    for f in frames:
+                        if f.func:
+                            self._frame(pid, entry[0].offsets, f)
+        except Exception:       # the session is closing under us
+            return
+
+    def collect(self, buffer: int) -> None:
+        if self._kernel is None:
+            return
+        self._stacks = {_U64.unpack_from(k)[0]: parse_stack(v)[:2] for k, v in self._kernel.take(buffer)}
+
+    def _frame(self, pid: int, o: PhpOffsets, f: RawPhpFrame) -> Frame:
+        funcs = self._funcs.setdefault(pid, {})
+        info = funcs.get(f.func, False)
+        mem = ProcessMemory(pid)
+        if info is False:
+            self.reads += 1
+            try:
+                info = read_func(mem, o, f.func)
+            except (MemoryReadError, struct.error, IndexError):
+                info = None
+            if len(funcs) >= MAX_FUNCS_PER_PROCESS:
+                funcs.clear()
+            if info is not None:
+                funcs[f.func] = info
+        if info is None:
+            self.misses += 1
+            return Frame("[unknown php]", FrameKind.PHP, resolved=False)
+        if not info.user:
+            return Frame(info.name, FrameKind.PHP)
+        lines = self._lines.setdefault(pid, {})
+        line = lines.get(f.opline)
+        if line is None:
+            try:
+                line = mem.u32(f.opline + o.op_lineno) if f.opline else 0
+            except MemoryReadError:
+                line = 0
+            if len(lines) >= MAX_FUNCS_PER_PROCESS:
+                lines.clear()
+            lines[f.opline] = line
+        return Frame(info.name, FrameKind.PHP, file=info.file, line=line)
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        raw = self._stacks.get(key) if key else None
+        entry = self._procs.get(pid)
+        if not raw or entry is None:
+            return native
+        o = entry[0].offsets
+        groups = [[self._frame(pid, o, f) for f in g] for g in vm_groups(raw[0])]
+        if not groups:
+            return native
+        return merge(native, groups, raw[1], is_anchor=lambda fr: fr.name == VM_ENTRY)
+
+    def counters(self) -> list[int]:
+        if self._kernel is None:
+            return [0] * schema.PHP_STAT_MAX
+        return self._kernel.counters()
+
+    def stats(self) -> dict[str, int]:
+        if self._kernel is not None:
+            try:
+                for i, delta in enumerate(self._kernel.counters()):
+                    self._totals[i] += delta
+            except Exception:
+                pass
+        t = self._totals
+        return {"processes": len(self._procs), "walks": t[schema.PHP_STAT_WALKS],
+                "no_frame": t[schema.PHP_STAT_NO_FRAME], "truncated": t[schema.PHP_STAT_TRUNCATED],
+                "functions_read": self.reads, "unknown": self.misses}
+
+    def _drop(self, pid: int) -> None:
+        with self._lock:
+            found = self._procs.pop(pid, None)
+        self._funcs.pop(pid, None)
+        self._lines.pop(pid, None)
+        if found is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
+    def forget(self, pid: int) -> None:
+        self._retry.pop(pid, None)
+        self._drop(pid)
+
+    def forget_dead(self) -> None:
+        for pid, (_proc, process) in list(self._procs.items()):
+            if process is not None and process.is_current():
+                continue
+            self._drop(pid)
+            if process is not None and procs.exists(pid):
+                self.observe(pid)
+        for pid in list(self._retry):
+            if not procs.exists(pid):
+                self._retry.pop(pid, None)
+
+
+__all__ = ["PhpSource", "parse_stack", "vm_groups"]

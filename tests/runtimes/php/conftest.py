@@ -1,0 +1,1 @@
+"""PHP-frame tests: the distribution's php-cli (.ci/install.d/interpreters.sh installs it)."""

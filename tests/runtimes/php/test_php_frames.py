@@ -1,0 +1,122 @@
+"""PHP frames through the real BPF sampler, against the distribution's php-cli (8.2 on Debian 12).
+
+Ground truth is the split the script is built to have (75/25 of its CPU time): no independent PHP
+sampling profiler installs from a package registry here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hotstack.procs import ProcessTable
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+from hotstack.symbols.symbolizer import Symbolizer
+from tests.peers import require_tool
+
+pytestmark = pytest.mark.root
+
+WORKLOAD = Path(__file__).resolve().parent / "workload.php"
+_SOURCE = WORKLOAD.read_text().splitlines()
+_PROCESSES = ProcessTable()
+_SYMBOLIZER = Symbolizer(_PROCESSES)
+
+
+def _body(name: str) -> range:
+    start = next(i for i, line in enumerate(_SOURCE, 1) if f"function {name}(" in line)
+    end = next(i for i in range(start, len(_SOURCE) + 1) if _SOURCE[i - 1] in ("    }", "}"))
+    return range(start, end + 1)
+
+
+def php_names(sample) -> list[str]:
+    return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.PHP]
+
+
+def start(seconds: str) -> subprocess.Popen:
+    proc = subprocess.Popen([require_tool("php"), str(WORKLOAD), seconds], stdout=subprocess.PIPE, text=True)
+    json.loads(proc.stdout.readline())
+    return proc
+
+
+def profile_until(pid: int, enough, max_seconds: float, **config) -> list:
+    samples: list = []
+    with Engine(EngineConfig(frequency=499, pids=(pid,), **config), symbolizer=_SYMBOLIZER,
+                processes=_PROCESSES) as prof:
+        deadline = time.monotonic() + max_seconds
+        while time.monotonic() < deadline and not enough(samples):
+            time.sleep(0.5)
+            samples.extend(prof.collect()[0].samples)
+    return samples
+
+
+def hot_share(samples) -> tuple[float, int]:
+    c = Counter()
+    for s in samples:
+        names = php_names(s)
+        for hot in ("Workload::hot_a", "Workload::hot_b"):
+            if hot in names:
+                c[hot] += s.value
+    total = sum(c.values())
+    return (100.0 * c["Workload::hot_a"] / total if total else 0.0), total
+
+
+@pytest.mark.shares
+def test_shares_order_and_lines():
+    proc = start("60")
+    try:
+        samples = profile_until(proc.pid, lambda got: hot_share(got)[1] >= 1200, 12)
+    finally:
+        proc.kill()
+        proc.wait()
+    share, total = hot_share(samples)
+    assert total >= 300, f"only {total} samples in hot_a/hot_b"
+    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    lines = {f"Workload::{n}": _body(n) for n in ("burn", "hot_a", "hot_b", "step", "run")}
+    lines["cpu_seconds"] = _body("cpu_seconds")
+    checked = 0
+    for s in samples:
+        names = php_names(s)
+        hot = next((h for h in ("Workload::hot_a", "Workload::hot_b") if h in names), None)
+        if hot is None:
+            continue
+        assert names[:4] == ["{main}", "Workload::run", "Workload::step", hot], names
+        for f in s.stack:
+            if f.kind is FrameKind.PHP and f.name in lines:
+                assert Path(f.file) == WORKLOAD, f
+                assert f.line in lines[f.name], f
+        checked += 1
+    assert checked >= 300
+    # internal functions are named (getrusage under cpu_seconds), native frames stay below them
+    leaves = Counter(php_names(s)[-1] for s in samples if php_names(s))
+    assert leaves["getrusage"] > 0, leaves.most_common(5)
+    assert any(f.kind is FrameKind.NATIVE for s in samples for f in s.stack)
+
+
+def test_no_php_leaves_native_frames():
+    proc = start("60")
+    try:
+        samples = profile_until(proc.pid, lambda got: sum(s.value for s in got) >= 200, 6, runtimes_off=("php",))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sum(s.value for s in samples) >= 50
+    assert not any(f.kind is FrameKind.PHP for s in samples for f in s.stack)
+
+
+def test_started_after_profiler_and_exited_keep_names():
+    php = require_tool("php")
+    with Engine(EngineConfig(frequency=499, comms=("php",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+        proc = subprocess.Popen([php, str(WORKLOAD), "1.5"], stdout=subprocess.DEVNULL)
+        proc.wait(timeout=30)
+        time.sleep(0.3)
+        samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
+        stats = next(src for src in prof.runtimes if src.name == "php").stats()
+    names = Counter(n for s in samples for n in php_names(s))
+    assert names["Workload::hot_a"] > 0 and names["Workload::hot_b"] > 0, names.most_common(8)
+    assert names["[unknown php]"] == 0, names.most_common(8)
+    assert stats["walks"] >= sum(s.value for s in samples if php_names(s)) > 0, stats
