@@ -10,6 +10,7 @@ from ... import procs
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
 from ..python.detect import _load_base, _symbols
+from ..ruby.detect import exe_name
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")
 
@@ -69,6 +70,10 @@ def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
 
 
 def detect(pid: int) -> PhpProcess | None:
+    """The PHP interpreter of `pid`, or None; only `php*` executables are looked into (this runs
+    for every new process of the host)."""
+    if "php" not in exe_name(pid):
+        return None
     text = procs.read_maps_text(pid)
     if "php" not in text:
         return None

@@ -151,6 +151,13 @@ def _candidates(mappings: list[Mapping]) -> list[Mapping]:
 _binaries: dict[tuple, RubyBinary | None] = {}
 
 
+def exe_name(pid: int) -> str:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)"))
+    except OSError:
+        return ""
+
+
 def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | None:
     """The walker's record (struct rb_proc) for one process, or None if its TLS slot is not filled yet."""
     o = binary.offsets
@@ -171,7 +178,11 @@ def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | N
 
 
 def detect(pid: int) -> RubyProcess | None:
-    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone)."""
+    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone).
+
+    Only `ruby*` executables are looked into: this runs for every new process of the host."""
+    if "ruby" not in exe_name(pid):
+        return None
     text = procs.read_maps_text(pid)
     if "ruby" not in text:      # cheap test first: most processes of a host are not Ruby
         return None
