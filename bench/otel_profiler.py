@@ -173,16 +173,21 @@ def run_measured(argv: list[str], seconds: float, settle: float, stop_signal: in
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         polls = []       # (t, cpu_s, bpf_ns, sampling_ns, sampling_cnt, hwm)
         on = None
-        while proc.poll() is None and time.monotonic() - started < 300:
-            time.sleep(0.5)
-            cpu = process_cpu_s(proc.pid)
-            if cpu is None:
-                break
-            polls.append((time.monotonic() - started, cpu, *bpf_stats(proc.pid), vm_hwm_mb(proc.pid)))
-            if on is None and (polls[-1][4] > 0 or not bpf):
-                on = len(polls) - 1
-            if on is not None and polls[-1][0] >= polls[on][0] + settle + seconds:
-                break
+        try:
+            while proc.poll() is None and time.monotonic() - started < 300:
+                time.sleep(0.5)
+                cpu = process_cpu_s(proc.pid)
+                if cpu is None:
+                    break
+                polls.append((time.monotonic() - started, cpu, *bpf_stats(proc.pid), vm_hwm_mb(proc.pid)))
+                if on is None and (polls[-1][4] > 0 or not bpf):
+                    on = len(polls) - 1
+                if on is not None and polls[-1][0] >= polls[on][0] + settle + seconds:
+                    break
+        except BaseException:
+            proc.kill()      # a profiler left running would skew every later measurement
+            proc.wait()
+            raise
         if proc.poll() is not None or on is None:
             raise SystemExit(f"{argv[0]} exited early or never sampled ({proc.returncode}): "
                              f"{log.read_text(errors='replace')[-1500:]}")
