@@ -65,9 +65,10 @@ def rbspy_share(pid: int, seconds: int, out: Path) -> tuple[float, int] | None:
     tool = rbspy()
     if tool is None:
         return None
+    # --on-cpu: samples of the process on a CPU only, as hotstack's; --nonblocking: never paused
     subprocess.run([tool, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "199", "--nonblocking",
-                    "--format", "collapsed", "--file", str(out), "--silent"], check=True, capture_output=True,
-                   timeout=seconds + 60)
+                    "--on-cpu", "--format", "collapsed", "--file", str(out), "--silent"], check=True,
+                   capture_output=True, timeout=seconds + 60)
     c = Counter()
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -113,7 +114,7 @@ def test_shares_order_and_lines(ruby_target, tmp_path):
     # the same process seen by rbspy (if the peer could be built): the same split
     theirs = rbspy_share(t.pid, 6, tmp_path / "rbspy.txt")
     if theirs is not None:
-        assert theirs[1] >= 200, f"rbspy saw only {theirs[1]} samples"
+        assert theirs[1] >= 100, f"rbspy saw only {theirs[1]} samples"
         assert abs(theirs[0] - share) <= 5, f"hotstack {share:.1f}% vs rbspy {theirs[0]:.1f}%"
 
 
