@@ -108,9 +108,8 @@ def features_off() -> list[str]:
     missing = [n for n in ("bpf_get_current_task_btf", "bpf_task_pt_regs")
                if features.can_probe() and not features.helper_available(n)]
     if missing:
-        lines.append("user stacks of samples taken in kernel mode and of off-CPU waits walked with frame "
-                     "pointers: this kernel lacks " + " and ".join(_helper_line(n) for n in missing)
-                     + " (the registers a thread entered the kernel with)")
+        lines.append("user registers of samples taken in kernel mode and of off-CPU waits found at the top "
+                     "of the task's kernel stack: this kernel lacks " + " and ".join(_helper_line(n) for n in missing))
     if not _uprobe_type():
         lines.append("uprobe:/uretprobe: probe links off: this kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)")
     ok, detail = _kprobes()

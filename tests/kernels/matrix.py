@@ -151,6 +151,7 @@ def _build_workloads(out: Path) -> None:
     for source, name, flags in (
             (tests / "engine" / "workloads" / "hot_ab.c", "hot_ab", fp),
             (tests / "probes" / "workloads" / "offcpu_split.c", "offcpu_split", fp),
+            (tests / "unwind" / "workloads" / "sleep_leaf.c", "sleep_leaf", ["-O1", "-fno-omit-frame-pointer"]),
             (tests / "probes" / "workloads" / "malloc_ratio.c", "malloc_ratio", fp),
             (tests / "alloy" / "workloads" / "spin.c", "alloy-spin", ["-O1", "-g", "-fno-omit-frame-pointer"])):
         _run(["cc", *flags, "-o", str(out / name), str(source)])

@@ -124,14 +124,23 @@ static __always_inline int native_step_and_count(void *ctx)
 }
 
 /* The user registers of the current task, saved where it entered the kernel (pt_regs at the top
- * of its kernel stack); -1 for a kernel thread, which has no user context. */
+ * of its kernel stack); -1 for a kernel thread, which has no user context. Kernels before 5.15
+ * have no bpf_task_pt_regs (the loader makes it return NULL): there the top of the stack is found
+ * from task_struct.stack and THREAD_SIZE, and the registers are trusted only if they look like a
+ * user context (code and stack segments of ring 3). */
 static __always_inline int native_task_user_regs(struct pt_regs *out)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((void *)bpf_get_current_task_btf());
 
+	if (!regs && nu_off_task_stack) {
+		__u64 stack = nu_kread((__u64)bpf_get_current_task(), nu_off_task_stack);
+
+		if (stack)
+			regs = (struct pt_regs *)(stack + nu_thread_size - sizeof(struct pt_regs));
+	}
 	if (!regs || bpf_probe_read_kernel(out, sizeof(*out), regs))
 		return -1;
-	if ((out->cs & 3) != 3)
+	if ((out->cs & 3) != 3 || (out->ss & 3) != 3)
 		return -1;
 	return 0;
 }

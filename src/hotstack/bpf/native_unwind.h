@@ -198,6 +198,8 @@ const volatile __u32 nu_off_inode_ino = 0;
 const volatile __u32 nu_off_inode_sb = 0;
 const volatile __u32 nu_off_sb_dev = 0;
 const volatile __u32 nu_off_task_mm = 0;
+const volatile __u32 nu_off_task_stack = 0;      /* task_struct.stack (0: unknown) */
+const volatile __u32 nu_thread_size = 16384;    /* x86-64 THREAD_SIZE without KASAN */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -91,6 +91,10 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
         spec.set_constant("nu_off_mm_seq", btf.member_offset("mm_struct", "mm_lock_seq"))
     except KeyError:
         pass      # no maple tree (walk is off), or no mm_lock_seq (the cache lives until exec)
+    try:   # where the kernel has no bpf_task_pt_regs (before 5.15): the top of a task's stack
+        spec.set_constant("nu_off_task_stack", btf.member_offset("task_struct", "stack"))
+    except KeyError:
+        pass
     spec.set_constant("nu_kernel_vma_walk", int(walk))
     spec.maps["nu_rows"].max_entries = rows
     return walk
