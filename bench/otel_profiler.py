@@ -219,7 +219,7 @@ def _wait_ready(proc: subprocess.Popen, timeout: float) -> bool:
 
 # -- completeness -----------------------------------------------------------------------------------
 TARGETS = ("xz", "python3", "hot_ab")
-ROOTS = ("_start", "clone", "clone3", "start_thread")
+ROOTS = ("_start", "clone", "clone3", "__clone", "__clone3", "start_thread")   # glibc names clone3 __clone3
 
 
 def reaches_root(stack: list[str]) -> bool:
