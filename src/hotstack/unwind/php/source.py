@@ -10,22 +10,17 @@ by the frames that call of the VM ran: walking leaf first, a group ends after a 
 from __future__ import annotations
 
 import struct
-import threading
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame, FrameKind
 from ..python.memory import MemoryReadError, ProcessMemory
+from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
 from .detect import PhpOffsets, PhpProcess, detect
 
-if TYPE_CHECKING:
-    from ..runtimes import RuntimeKernel
 
-RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 VM_ENTRY = "execute_ex"
 CALL_TOP = 1 << 17
 USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
@@ -92,18 +87,15 @@ def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> FuncInfo:
     return FuncInfo(name, file, kind == USER_FUNCTION)
 
 
-class PhpSource:
+class PhpSource(InterpreterSource):
     name = "php"
 
     def __init__(self) -> None:
-        self._kernel: "RuntimeKernel | None" = None
+        super().__init__()
         self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
-        self._found: list[PhpProcess] = []
-        self._retry: dict[int, tuple[float, int]] = {}
         self._stacks: dict[int, tuple[list[RawPhpFrame], bool]] = {}
         self._funcs: dict[int, dict[int, FuncInfo | None]] = {}
         self._lines: dict[int, dict[int, int]] = {}
-        self._lock = threading.Lock()
         self._prefetch_buffer, self._prefetched = -1, set()
         self._totals = [0] * schema.PHP_STAT_MAX
         self.reads = self.misses = 0
@@ -111,48 +103,16 @@ class PhpSource:
     def prepare(self) -> bool:
         return True
 
-    def detect(self, pid: int) -> bool:
-        proc = detect(pid)
-        if proc is not None:
-            self._found.append(proc)
-        return proc is not None
+    def _tunable(self) -> int:
+        return 1
 
-    def attach(self, kernel: "RuntimeKernel") -> None:
-        kernel.configure(1)
-        self._kernel = kernel
-        for proc in self._found:
-            self._track(proc)
-        self._found = []
+    def _find(self, pid: int) -> PhpProcess | None:
+        return detect(pid)
 
-    def observe(self, pid: int) -> bool:
-        if self._kernel is None or pid in self._procs:
-            return False
-        proc = detect(pid)
-        if proc is None:
-            self._retry.setdefault(pid, (time.monotonic(), 0))
-            return False
-        self._retry.pop(pid, None)
-        return self._track(proc)
-
-    def _track(self, proc: PhpProcess) -> bool:
+    def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets
-        record = schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
-                                      ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev)
-        with self._lock:
-            self._procs[proc.pid] = (proc, procs.read_process(proc.pid))
-            if not self._kernel.track(proc.pid, record):
-                self._procs.pop(proc.pid, None)
-                return False
-        return True
-
-    def _retry_pending(self) -> None:
-        now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(RETRY_AGES):
-                self._retry.pop(pid, None)
-            elif now - first >= RETRY_AGES[tries]:
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+        return schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
+                                    ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev)
 
     def poll(self, active_buffer: int) -> None:
         if self._kernel is None:

@@ -9,9 +9,6 @@ into native stacks (merge.py). The record layouts come from bpf/schema.py.
 from __future__ import annotations
 
 import struct
-import threading
-import time
-from typing import TYPE_CHECKING
 
 from ... import procs
 from ...bpf import schema
@@ -19,15 +16,10 @@ from ...profile.model import Frame
 from .code import CodeCache
 from .detect import PythonProcess, detect
 from .frames import RawPyFrame, eval_groups
+from ..interpreter_source import InterpreterSource
 from .merge import merge
 from .offsets import FRAME_CFRAME, NONE
 
-if TYPE_CHECKING:   # the interface it implements (runtimes.py lists this source: no import back)
-    from ..runtimes import RuntimeKernel
-
-# A process first seen before it runs CPython (still in the parent's code before exec, or before
-# the interpreter is initialized) is looked at again at these ages (seconds since first seen).
-RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 _U64 = struct.Struct("<Q")
 
 
@@ -54,72 +46,26 @@ def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
     return frames, bool(head.truncated), head.pid
 
 
-class CPythonSource:
+class CPythonSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     name = "python"
 
     def __init__(self) -> None:
-        self._kernel: "RuntimeKernel | None" = None
+        super().__init__()
         self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
-        self._found: list[PythonProcess] = []            # detected before attach()
-        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self._stacks: dict[int, tuple[list[RawPyFrame], bool]] = {}
-        self._lock = threading.Lock()
         self.codes = CodeCache()
-        self._fsbase_offset = 0
         self._prefetch_buffer, self._prefetched = -1, set()
 
     def prepare(self) -> bool:
-        """The walker finds a thread's state through task_struct.thread.fsbase (kernel BTF)."""
-        from ...ebpf import kernel_btf
-        try:
-            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
-        except (KeyError, OSError, ValueError):
-            return False        # no BTF: no Python frames; native profiling goes on
-        return True
+        return self._prepare_fsbase()
 
-    def detect(self, pid: int) -> bool:
-        """Before sampling: remember `pid` if it runs CPython (listed at attach())."""
-        proc = detect(pid)
-        if proc is not None:
-            self._found.append(proc)
-        return proc is not None
+    def _find(self, pid: int) -> PythonProcess | None:
+        return detect(pid)
 
-    def attach(self, kernel: "RuntimeKernel") -> None:
-        kernel.configure(self._fsbase_offset)
-        self._kernel = kernel
-        for proc in self._found:
-            self._track(proc)
-        self._found = []
-
-    def observe(self, pid: int) -> bool:
-        """Look at a newly seen process; list it for the walker if it runs CPython."""
-        if self._kernel is None or pid in self._procs:
-            return False
-        proc = detect(pid)
-        if proc is None:
-            self._retry.setdefault(pid, (time.monotonic(), 0))
-            return False
-        self._retry.pop(pid, None)
-        return self._track(proc)
-
-    def _track(self, proc: PythonProcess) -> bool:
-        with self._lock:
-            self._procs[proc.pid] = (proc, procs.read_process(proc.pid))
-            if not self._kernel.track(proc.pid, proc_record(proc)):
-                self._procs.pop(proc.pid, None)
-                return False
-        return True
-
-    def _retry_pending(self) -> None:
-        now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(RETRY_AGES):
-                self._retry.pop(pid, None)
-            elif now - first >= RETRY_AGES[tries]:
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+    def _record(self, proc: PythonProcess) -> bytes:
+        return proc_record(proc)
 
     def poll(self, active_buffer: int) -> None:
         """Read the code objects of stacks recorded so far in the active buffer (called every

@@ -10,24 +10,19 @@ the way CPython's evaluation-loop frames are (python/merge.py).
 from __future__ import annotations
 
 import struct
-import threading
-import time
-from typing import TYPE_CHECKING
 
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame, FrameKind
 from ..python.memory import MemoryReadError, ProcessMemory
+from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
 from .detect import RubyProcess, detect
 from .frames import RawRubyFrame, vm_groups
 from .iseq import IMEMO_MENT, IseqCache, imemo_type
 from .symbols import find_table, method_name, table_candidates
 
-if TYPE_CHECKING:
-    from ..runtimes import RuntimeKernel
 
-RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 VM_ENTRY = "rb_vm_exec"
 _U64 = struct.Struct("<Q")
 
@@ -60,75 +55,33 @@ class _Process:
         return self._table
 
 
-class RubySource:
+class RubySource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     name = "ruby"
 
     def __init__(self) -> None:
-        self._kernel: "RuntimeKernel | None" = None
+        super().__init__()
         self._procs: dict[int, _Process] = {}
-        self._found: list[RubyProcess] = []
-        self._retry: dict[int, tuple[float, int]] = {}
         self._stacks: dict[int, tuple[list[RawRubyFrame], bool]] = {}
-        self._lock = threading.Lock()
         self.iseqs = IseqCache()
-        self._fsbase_offset = 0
         self._prefetch_buffer, self._prefetched = -1, set()
         self._kernel_totals = [0] * schema.RB_STAT_MAX
 
     def prepare(self) -> bool:
-        """The walker finds a thread's TLS through task_struct.thread.fsbase (kernel BTF)."""
-        from ...ebpf import kernel_btf
+        return self._prepare_fsbase()
+
+    def _find(self, pid: int) -> RubyProcess | None:
+        return detect(pid)
+
+    def _record(self, proc: RubyProcess) -> bytes | None:
         try:
-            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
-        except (KeyError, OSError, ValueError):
-            return False
-        return True
-
-    def detect(self, pid: int) -> bool:
-        proc = detect(pid)
-        if proc is not None:
-            self._found.append(proc)
-        return proc is not None
-
-    def attach(self, kernel: "RuntimeKernel") -> None:
-        kernel.configure(self._fsbase_offset)
-        self._kernel = kernel
-        for proc in self._found:
-            self._track(proc)
-        self._found = []
-
-    def observe(self, pid: int) -> bool:
-        if self._kernel is None or pid in self._procs:
-            return False
-        proc = detect(pid)
-        if proc is None:
-            self._retry.setdefault(pid, (time.monotonic(), 0))
-            return False
-        self._retry.pop(pid, None)
-        return self._track(proc)
-
-    def _track(self, proc: RubyProcess) -> bool:
-        try:
-            record = schema.RB_PROC.pack(**proc.record_fields)
+            return schema.RB_PROC.pack(**proc.record_fields)
         except struct.error:        # a value out of its field's range: not a layout we read
-            return False
-        with self._lock:
-            self._procs[proc.pid] = _Process(proc, procs.read_process(proc.pid))
-            if not self._kernel.track(proc.pid, record):
-                self._procs.pop(proc.pid, None)
-                return False
-        return True
+            return None
 
-    def _retry_pending(self) -> None:
-        now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(RETRY_AGES):
-                self._retry.pop(pid, None)
-            elif now - first >= RETRY_AGES[tries]:
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+    def _entry(self, proc: RubyProcess, process: procs.Process | None) -> _Process:
+        return _Process(proc, process)
 
     def poll(self, active_buffer: int) -> None:
         """Name the frames recorded so far in the active buffer (every ~100 ms), so that a process

@@ -1,0 +1,101 @@
+"""What every interpreter frame source (CPython, Ruby, PHP) does the same way: processes found
+before the sampler loads are listed at attach(); a process first seen before it runs the
+interpreter (still in its parent's code before exec, or before the interpreter is initialized) is
+looked at again at RETRY_AGES; each listed process is given to the kernel walker with its record.
+
+A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
+(its kernel record, None if the layout cannot be expressed) and `_entry(proc)` (what it keeps per
+process), and `_tunable()` (the value its kernel half is configured with).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import procs
+
+if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
+    from .runtimes import RuntimeKernel
+
+# ages (seconds since first seen) at which a process not running the interpreter yet is looked at again
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
+class InterpreterSource:
+    def __init__(self) -> None:
+        self._kernel: "RuntimeKernel | None" = None
+        self._procs: dict[int, Any] = {}
+        self._found: list = []                            # detected before attach()
+        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
+        self._lock = threading.Lock()
+        self._fsbase_offset = 0
+
+    # -- what each source supplies ------------------------------------------------------------
+    def _find(self, pid: int):
+        raise NotImplementedError
+
+    def _record(self, proc) -> bytes | None:
+        raise NotImplementedError
+
+    def _entry(self, proc, process: procs.Process | None):
+        return proc, process
+
+    def _tunable(self) -> int:
+        return self._fsbase_offset
+
+    # -- the shared lifecycle (unwind/runtimes.py) ---------------------------------------------
+    def _prepare_fsbase(self) -> bool:
+        """The walkers find a thread's TLS through task_struct.thread.fsbase (kernel BTF)."""
+        from ..ebpf import kernel_btf
+        try:
+            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
+        except (KeyError, OSError, ValueError):
+            return False        # no BTF: no frames of this runtime; native profiling goes on
+        return True
+
+    def detect(self, pid: int) -> bool:
+        """Before sampling: remember `pid` if it runs the interpreter (listed at attach())."""
+        proc = self._find(pid)
+        if proc is not None:
+            self._found.append(proc)
+        return proc is not None
+
+    def attach(self, kernel: "RuntimeKernel") -> None:
+        kernel.configure(self._tunable())
+        self._kernel = kernel
+        for proc in self._found:
+            self._track(proc)
+        self._found = []
+
+    def observe(self, pid: int) -> bool:
+        """Look at a newly seen process; list it for the walker if it runs the interpreter."""
+        if self._kernel is None or pid in self._procs:
+            return False
+        proc = self._find(pid)
+        if proc is None:
+            self._retry.setdefault(pid, (time.monotonic(), 0))
+            return False
+        self._retry.pop(pid, None)
+        return self._track(proc)
+
+    def _track(self, proc) -> bool:
+        record = self._record(proc)
+        if record is None:
+            return False
+        with self._lock:
+            self._procs[proc.pid] = self._entry(proc, procs.read_process(proc.pid))
+            if not self._kernel.track(proc.pid, record):
+                self._procs.pop(proc.pid, None)
+                return False
+        return True
+
+    def _retry_pending(self) -> None:
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(RETRY_AGES):
+                self._retry.pop(pid, None)
+            elif now - first >= RETRY_AGES[tries]:
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
