@@ -3,13 +3,18 @@ before the sampler loads are listed at attach(); a process first seen before it 
 interpreter (still in its parent's code before exec, or before the interpreter is initialized) is
 looked at again at RETRY_AGES; each listed process is given to the kernel walker with its record.
 
+Every ~100 ms `poll` names the frames recorded so far in the active buffer (a process that exits
+before the interval ends keeps its names); `collect` takes a drained buffer's stacks.
+
 A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
-(its kernel record, None if the layout cannot be expressed) and `_entry(proc)` (what it keeps per
-process), and `_tunable()` (the value its kernel half is configured with).
+(its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what it keeps per
+process), `_tunable()` (the value its kernel half is configured with), `_parse(raw)` (a recorded
+stack: frames leaf first, truncated, pid) and `_name_early(pid, entry, frames)`.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -21,6 +26,7 @@ if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists the
 
 # ages (seconds since first seen) at which a process not running the interpreter yet is looked at again
 RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+_U64 = struct.Struct("<Q")
 
 
 class InterpreterSource:
@@ -31,6 +37,8 @@ class InterpreterSource:
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self._lock = threading.Lock()
         self._fsbase_offset = 0
+        self._stacks: dict[int, tuple[list, bool]] = {}   # a drained buffer's stacks by key
+        self._prefetch_buffer, self._prefetched = -1, set()
 
     # -- what each source supplies ------------------------------------------------------------
     def _find(self, pid: int):
@@ -44,6 +52,12 @@ class InterpreterSource:
 
     def _tunable(self) -> int:
         return self._fsbase_offset
+
+    def _parse(self, raw: bytes) -> tuple[list, bool, int]:
+        raise NotImplementedError
+
+    def _name_early(self, pid: int, entry, frames: list) -> None:
+        raise NotImplementedError
 
     # -- the shared lifecycle (unwind/runtimes.py) ---------------------------------------------
     def _prepare_fsbase(self) -> bool:
@@ -99,3 +113,33 @@ class InterpreterSource:
             elif now - first >= RETRY_AGES[tries]:
                 self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
+
+    def poll(self, active_buffer: int) -> None:
+        """Called every ~100 ms: retries, then the frames recorded so far in the active buffer are
+        named while their process still runs."""
+        if self._kernel is None:
+            return
+        self._retry_pending()
+        if active_buffer != self._prefetch_buffer:
+            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        try:
+            for key, raw in self._kernel.recorded(active_buffer):
+                if key in self._prefetched:
+                    continue
+                self._prefetched.add(key)
+                frames, _truncated, pid = self._parse(raw)
+                entry = self._procs.get(pid)
+                if entry is not None:
+                    self._name_early(pid, entry, frames)
+        except Exception:       # the session is closing under us
+            return
+
+    def collect(self, buffer: int) -> None:
+        """Take the stacks of a buffer the engine just drained."""
+        if self._kernel is None:
+            return
+        stacks = {}
+        for k, v in self._kernel.take(buffer):
+            frames, truncated, _pid = self._parse(v)
+            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
+        self._stacks = stacks

@@ -27,7 +27,6 @@ USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
 IS_STRING = 6
 MAX_STRING = 1024
 MAX_FUNCS_PER_PROCESS = 50_000
-_U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +92,8 @@ class PhpSource(InterpreterSource):
     def __init__(self) -> None:
         super().__init__()
         self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
-        self._stacks: dict[int, tuple[list[RawPhpFrame], bool]] = {}
         self._funcs: dict[int, dict[int, FuncInfo | None]] = {}
         self._lines: dict[int, dict[int, int]] = {}
-        self._prefetch_buffer, self._prefetched = -1, set()
         self._totals = [0] * schema.PHP_STAT_MAX
         self.reads = self.misses = 0
 
@@ -114,30 +111,13 @@ class PhpSource(InterpreterSource):
         return schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
                                     ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev)
 
-    def poll(self, active_buffer: int) -> None:
-        if self._kernel is None:
-            return
-        self._retry_pending()
-        if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
-        try:
-            for key, raw in self._kernel.recorded(active_buffer):
-                if key in self._prefetched:
-                    continue
-                self._prefetched.add(key)
-                frames, _truncated, pid = parse_stack(raw)
-                entry = self._procs.get(pid)
-                if entry is not None:
-                    for f in frames:
-                        if f.func:
-                            self._frame(pid, entry[0].offsets, f)
-        except Exception:       # the session is closing under us
-            return
+    def _parse(self, raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
+        return parse_stack(raw)
 
-    def collect(self, buffer: int) -> None:
-        if self._kernel is None:
-            return
-        self._stacks = {_U64.unpack_from(k)[0]: parse_stack(v)[:2] for k, v in self._kernel.take(buffer)}
+    def _name_early(self, pid: int, entry, frames: list[RawPhpFrame]) -> None:
+        for f in frames:
+            if f.func:
+                self._frame(pid, entry[0].offsets, f)
 
     def _frame(self, pid: int, o: PhpOffsets, f: RawPhpFrame) -> Frame:
         funcs = self._funcs.setdefault(pid, {})

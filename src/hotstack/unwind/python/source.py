@@ -8,8 +8,6 @@ into native stacks (merge.py). The record layouts come from bpf/schema.py.
 
 from __future__ import annotations
 
-import struct
-
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
@@ -19,8 +17,6 @@ from .frames import RawPyFrame, eval_groups
 from ..interpreter_source import InterpreterSource
 from .merge import merge
 from .offsets import FRAME_CFRAME, NONE
-
-_U64 = struct.Struct("<Q")
 
 
 def proc_record(proc: PythonProcess) -> bytes:
@@ -54,9 +50,7 @@ class CPythonSource(InterpreterSource):
     def __init__(self) -> None:
         super().__init__()
         self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
-        self._stacks: dict[int, tuple[list[RawPyFrame], bool]] = {}
         self.codes = CodeCache()
-        self._prefetch_buffer, self._prefetched = -1, set()
 
     def prepare(self) -> bool:
         return self._prepare_fsbase()
@@ -67,37 +61,13 @@ class CPythonSource(InterpreterSource):
     def _record(self, proc: PythonProcess) -> bytes:
         return proc_record(proc)
 
-    def poll(self, active_buffer: int) -> None:
-        """Read the code objects of stacks recorded so far in the active buffer (called every
-        ~100 ms), so that a process which exits before the interval ends keeps its names."""
-        if self._kernel is None:
-            return
-        self._retry_pending()
-        if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
-        try:
-            for key, raw in self._kernel.recorded(active_buffer):
-                if key in self._prefetched:
-                    continue
-                self._prefetched.add(key)
-                frames, _truncated, pid = parse_stack(raw)
-                entry = self._procs.get(pid)
-                if entry is not None:
-                    o = entry[0].offsets
-                    for f in frames:
-                        self.codes.frame(pid, o, f.code, f.instr, f.checksum)
-        except Exception:       # the session is closing under us
-            return
+    def _parse(self, raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
+        return parse_stack(raw)
 
-    def collect(self, buffer: int) -> None:
-        """Take the Python stacks of a buffer the engine just drained."""
-        if self._kernel is None:
-            return
-        stacks = {}
-        for k, v in self._kernel.take(buffer):
-            frames, truncated, _pid = parse_stack(v)
-            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
-        self._stacks = stacks
+    def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
+        o = entry[0].offsets
+        for f in frames:
+            self.codes.frame(pid, o, f.code, f.instr, f.checksum)
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""

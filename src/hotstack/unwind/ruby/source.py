@@ -24,7 +24,6 @@ from .symbols import find_table, method_name, table_candidates
 
 
 VM_ENTRY = "rb_vm_exec"
-_U64 = struct.Struct("<Q")
 
 
 def is_vm_entry(frame: Frame) -> bool:
@@ -63,9 +62,7 @@ class RubySource(InterpreterSource):
     def __init__(self) -> None:
         super().__init__()
         self._procs: dict[int, _Process] = {}
-        self._stacks: dict[int, tuple[list[RawRubyFrame], bool]] = {}
         self.iseqs = IseqCache()
-        self._prefetch_buffer, self._prefetched = -1, set()
         self._kernel_totals = [0] * schema.RB_STAT_MAX
 
     def prepare(self) -> bool:
@@ -83,36 +80,13 @@ class RubySource(InterpreterSource):
     def _entry(self, proc: RubyProcess, process: procs.Process | None) -> _Process:
         return _Process(proc, process)
 
-    def poll(self, active_buffer: int) -> None:
-        """Name the frames recorded so far in the active buffer (every ~100 ms), so that a process
-        which exits before the interval ends keeps its names."""
-        if self._kernel is None:
-            return
-        self._retry_pending()
-        if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
-        try:
-            for key, raw in self._kernel.recorded(active_buffer):
-                if key in self._prefetched:
-                    continue
-                self._prefetched.add(key)
-                frames, _truncated, pid = parse_stack(raw)
-                entry = self._procs.get(pid)
-                if entry is not None:
-                    for f in frames:
-                        if f.shown:
-                            self._frame(pid, entry, f)
-        except Exception:       # the session is closing under us
-            return
+    def _parse(self, raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
+        return parse_stack(raw)
 
-    def collect(self, buffer: int) -> None:
-        if self._kernel is None:
-            return
-        stacks = {}
-        for k, v in self._kernel.take(buffer):
-            frames, truncated, _pid = parse_stack(v)
-            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
-        self._stacks = stacks
+    def _name_early(self, pid: int, entry: _Process, frames: list[RawRubyFrame]) -> None:
+        for f in frames:
+            if f.shown:
+                self._frame(pid, entry, f)
 
     def _cfunc_name(self, pid: int, entry: _Process, me: int) -> str | None:
         if me in entry.cfuncs:
