@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, replace
 
 from ... import procs
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..python.detect import _load_base, _symbols
+from ..python.detect import _load_base, _symbols, inspected_once
 from ..ruby.detect import exe_name
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")
@@ -85,14 +84,7 @@ def detect(pid: int) -> PhpProcess | None:
             continue
         seen.add(cand.file_path)
         path = root + cand.file_path
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key not in _binaries:
-            _binaries[key] = _inspect(path, cand.file_path)
-        found = _binaries[key]
+        found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path))
         if found is None:
             continue
         base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])

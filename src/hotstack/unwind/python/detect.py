@@ -167,6 +167,20 @@ def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[in
 _binaries: dict[tuple, PythonBinary | None] = {}
 
 
+def inspected_once(cache: dict, path: str, inspect):
+    """`inspect()` of the file at `path`, run once per file (keyed by device, inode, size and mtime,
+    so a replaced file is inspected again); None if the file is gone or not the runtime's. Shared
+    by the interpreter sources' detection (CPython, Ruby, PHP)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in cache:
+        cache[key] = inspect()
+    return cache[key]
+
+
 def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
     text = procs.read_maps_text(pid)
@@ -176,14 +190,7 @@ def detect(pid: int) -> PythonProcess | None:
     root = procs.root_path(pid)
     for cand in _candidates(mappings):
         path = root + cand.file_path
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key not in _binaries:
-            _binaries[key] = inspect_binary(path, cand.file_path)
-        binary = _binaries[key]
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path))
         if binary is None:
             continue
         base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])

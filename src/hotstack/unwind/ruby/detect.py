@@ -24,7 +24,7 @@ from ... import procs
 from ...bpf import schema
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, _vaddr_to_offset
+from ..python.detect import _load_base, _symbols, _vaddr_to_offset, inspected_once
 from ..python.memory import MemoryReadError, ProcessMemory
 from .offsets import RubyOffsets, offsets_for
 
@@ -190,14 +190,7 @@ def detect(pid: int) -> RubyProcess | None:
     root = procs.root_path(pid)
     for cand in _candidates(mappings):
         path = root + cand.file_path
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key not in _binaries:
-            _binaries[key] = inspect_binary(path)
-        binary = _binaries[key]
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path))
         if binary is None:
             continue
         base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
