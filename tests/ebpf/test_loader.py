@@ -130,3 +130,35 @@ def test_perf_events_on_every_online_cpu():
         finally:
             for e in events:
                 e.close()
+
+
+def test_load_survives_signals_during_verification():
+    """The verifier stops with EAGAIN when a signal arrives (a child exits, the terminal is resized,
+    a tracer attaches): the loader tries again instead of failing the start."""
+    import signal
+    import threading
+    import time
+
+    main = threading.main_thread().ident
+    stop = threading.Event()
+    sent = 0
+
+    def pester() -> None:
+        nonlocal sent
+        while not stop.is_set():
+            signal.pthread_kill(main, signal.SIGUSR2)
+            sent += 1
+            time.sleep(0.1)
+
+    previous = signal.signal(signal.SIGUSR2, lambda *_: None)
+    thread = threading.Thread(target=pester, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        with ebpf.Collection.load(ebpf.load_spec(object_path(), map_prefix="hstest")) as c:
+            assert c.programs
+    finally:
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGUSR2, previous)
+    assert sent >= 2, f"the load took {time.monotonic() - started:.2f} s: too short to be interrupted"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import signal
 import struct
 from dataclasses import dataclass
 
@@ -59,6 +61,9 @@ class Program:
             self.fd = -1
 
 
+LOAD_ATTEMPTS = 5
+
+
 def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None) -> int:
     insns = ctypes.create_string_buffer(instructions, len(instructions))
     license = ctypes.create_string_buffer(spec.license.encode())
@@ -69,7 +74,27 @@ def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None)
     ctypes.memmove(ctypes.addressof(attr) + 48, name, len(name))
     struct.pack_into("<I", attr, 68, spec.attach_type)
     struct.pack_into("<I", attr, 108, spec.attach_btf_id)
-    return sc.bpf(sc.BPF_PROG_LOAD, attr, f"load program {spec.name}")
+    # The verifier gives up with EAGAIN when a signal arrives while it works (a child exits, the
+    # terminal is resized, a tracer stops us), and our largest program takes it seconds: signals
+    # wait (blocked in this thread, delivered when the load returns, so Ctrl-C still stops the start
+    # after at most one program), and a load cut short anyway (a ptrace stop) is tried again.
+    with _signals_blocked():
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                return sc.bpf(sc.BPF_PROG_LOAD, attr, f"load program {spec.name}")
+            except SyscallError as error:
+                if error.errno != errno.EAGAIN or attempt == LOAD_ATTEMPTS - 1:
+                    raise
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _signals_blocked():
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def enable_run_time_stats() -> int:
