@@ -48,6 +48,15 @@
 #define NU_RUNTIME_FRAME(pc, fp, index) do { } while (0)
 #endif
 
+/*
+ * The runtime step hook: a runtime whose generated code cannot be walked with frame pointers
+ * (bpf/hotspot.h) steps a PC in anonymous executable memory itself: 1 if the PC is not its code
+ * (frame pointers, as without the hook), 0 when it stepped st to the caller, -1 at the end.
+ */
+#ifndef NU_RUNTIME_JIT_STEP
+#define NU_RUNTIME_JIT_STEP(st, pc, index) 1
+#endif
+
 #ifndef NU_MAX_FRAMES
 #define NU_MAX_FRAMES 128
 #endif
@@ -560,7 +569,12 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		return -1;
 	}
 	if (!range.ino) {
+		int stepped;
+
 		nu_count(NU_STAT_JIT);
+		stepped = NU_RUNTIME_JIT_STEP(st, pc, n);
+		if (stepped != 1)
+			return stepped;
 		return nu_fp_frame(st, pc, n);
 	}
 	rule = nu_find_rule(&range, lookup, st->tgid);

@@ -35,12 +35,18 @@
 /* V8 (Node.js) frames: recorded by the kernel unwinder's runtime hook (bpf/v8.h). */
 #include "v8.h"
 #define NU_RUNTIME_FRAME(pc, fp, index) v8_frame(pc, fp, index)
+/* Java (HotSpot) frames: walked and recorded by the kernel unwinder's step hook (bpf/hotspot.h). */
+#define NU_RUNTIME_JIT_STEP(st, pc, index) hs_step(st, pc, index)
 #define NU_RUNTIME_END(key, buffer)                                                                \
 	do {                                                                                       \
 		__u64 v8_key = v8_finish(buffer);                                                  \
+		__u64 hs_key = hs_finish(buffer);                                                  \
 		if (v8_key && !(key)->runtime_stack)                                               \
 			(key)->runtime_stack = v8_key;                                             \
+		if (hs_key && !(key)->runtime_stack)                                               \
+			(key)->runtime_stack = hs_key;                                             \
 	} while (0)
+#include "hotspot.h"
 #include "native_count.h"
 
 HS_CPU_VARIABLES
@@ -118,6 +124,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 			key.runtime_stack = php_walk(key.pid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
+			hs_begin(key.pid);
 			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
 				return 0;
 		} else {

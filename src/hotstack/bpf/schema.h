@@ -9,6 +9,8 @@
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
 #define V8_MAX_FRAMES 64
+#define HS_MAX_FRAMES 64
+#define HS_MAX_HEAPS 4
 #define RB_MAX_FRAMES 128
 #define PHP_MAX_FRAMES 128
 #define NATIVE_STACK_WORDS 130
@@ -172,6 +174,52 @@ struct php_stack {
 };
 _Static_assert(sizeof(struct php_stack) == 3088, "struct php_stack: schema layout");
 
+struct hs_heap {
+	__u64 low;
+	__u64 high;
+	__u64 segmap;
+	__u32 log2_segment;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct hs_heap) == 32, "struct hs_heap: schema layout");
+
+struct hs_proc {
+	__u64 code_low;
+	__u64 code_high;
+	__u64 interp_low;
+	__u64 interp_high;
+	__u16 heap_block;
+	__u16 block_used;
+	__u16 blob_frame_size;
+	__u16 blob_frame_complete;
+	__u16 blob_code_begin;
+	__u16 blob_name;
+	__u16 nmethod_method;
+	__u16 pad;
+	struct hs_heap heaps[HS_MAX_HEAPS];
+};
+_Static_assert(sizeof(struct hs_proc) == 176, "struct hs_proc: schema layout");
+
+struct hs_frame {
+	__u32 index;
+	__u32 kind;
+	__u64 pc;
+	__u64 method;
+	__u64 extra;
+	__u64 blob;
+};
+_Static_assert(sizeof(struct hs_frame) == 40, "struct hs_frame: schema layout");
+
+struct hs_stack {
+	__u32 len;
+	__u32 pid;
+	__u8 walking;
+	__u8 truncated;
+	__u8 pad[6];
+	struct hs_frame frames[HS_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct hs_stack) == 2576, "struct hs_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -228,6 +276,22 @@ enum v8_stat {
 	V8_STAT_TRUNCATED = 2,
 	V8_STAT_STACKS_FULL = 3,
 	V8_STAT_MAX = 4,
+};
+
+enum hs_kind {
+	HS_KIND_NONE = 0,
+	HS_KIND_INTERPRETED = 1,
+	HS_KIND_COMPILED = 2,
+	HS_KIND_BLOB_FP = 3,
+};
+
+enum hs_stat {
+	HS_STAT_WALKS = 0,
+	HS_STAT_FRAMES = 1,
+	HS_STAT_NO_BLOB = 2,
+	HS_STAT_TRUNCATED = 3,
+	HS_STAT_STACKS_FULL = 4,
+	HS_STAT_MAX = 5,
 };
 
 /* group counts */
@@ -512,6 +576,51 @@ enum v8_stat {
 		__type(key, __u32); \
 		__type(value, __u64); \
 	} php_stats SEC(".maps"); \
+	/* end */
+
+/* group hotspot */
+#define HS_HOTSPOT_VARIABLES \
+	volatile __u32 hs_walk = 0; \
+	/* end */
+#define HS_HOTSPOT_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 1024); \
+		__type(key, __u32); \
+		__type(value, struct hs_proc); \
+	} hs_procs SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct hs_proc); \
+	} hs_current SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct hs_stack); \
+	} hs_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 8192); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct hs_stack); \
+	} hs_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 8192); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct hs_stack); \
+	} hs_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, HS_STAT_MAX); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} hs_stats SEC(".maps"); \
 	/* end */
 
 /* group offcpu */

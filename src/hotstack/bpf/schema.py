@@ -8,6 +8,8 @@ PY_MAX_FRAMES = 96
 PY_MAX_THREADS = 256
 PY_NONE = 65535
 V8_MAX_FRAMES = 64
+HS_MAX_FRAMES = 64
+HS_MAX_HEAPS = 4
 RB_MAX_FRAMES = 128
 PHP_MAX_FRAMES = 128
 NATIVE_STACK_WORDS = 130
@@ -30,11 +32,17 @@ RB_STACK = Record('rb_stack', '<III4x', ('len', 'truncated', 'pid'), 4112)
 PHP_PROC = Record('php_proc', '<QHHH2x', ('current_execute_data', 'ed_func', 'ed_call_info', 'ed_prev'), 16)
 PHP_FRAME = Record('php_frame', '<QQI4x', ('func', 'opline', 'call_info'), 24)
 PHP_STACK = Record('php_stack', '<III4x', ('len', 'truncated', 'pid'), 3088)
+HS_HEAP = Record('hs_heap', '<QQQI4x', ('low', 'high', 'segmap', 'log2_segment'), 32)
+HS_PROC = Record('hs_proc', '<QQQQHHHHHHH2x', ('code_low', 'code_high', 'interp_low', 'interp_high', 'heap_block', 'block_used', 'blob_frame_size', 'blob_frame_complete', 'blob_code_begin', 'blob_name', 'nmethod_method'), 176)
+HS_FRAME = Record('hs_frame', '<IIQQQQ', ('index', 'kind', 'pc', 'method', 'extra', 'blob'), 40)
+HS_STACK = Record('hs_stack', '<IIBB6x', ('len', 'pid', 'walking', 'truncated'), 2576)
 
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
 RB_STACK_TAIL_OFFSET = 16
 PHP_STACK_TAIL_OFFSET = 16
+HS_PROC_TAIL_OFFSET = 48
+HS_STACK_TAIL_OFFSET = 16
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
@@ -80,12 +88,24 @@ V8_STAT_TRUNCATED = 2
 V8_STAT_STACKS_FULL = 3
 V8_STAT_MAX = 4
 
+HS_KIND_NONE = 0
+HS_KIND_INTERPRETED = 1
+HS_KIND_COMPILED = 2
+HS_KIND_BLOB_FP = 3
+
+HS_STAT_WALKS = 0
+HS_STAT_FRAMES = 1
+HS_STAT_NO_BLOB = 2
+HS_STAT_TRUNCATED = 3
+HS_STAT_STACKS_FULL = 4
+HS_STAT_MAX = 5
+
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'off_cpu_threads')
-BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks')
-VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'threshold', 'task_pid_offset')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'off_cpu_threads')
+BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5}}
 
 
 def buffered(name: str, buffer: int) -> str:

@@ -97,6 +97,14 @@ def _php() -> FrameSource:
 FRAME_SOURCES["php"] = _php
 
 
+def _hotspot() -> FrameSource:
+    from .hotspot.source import HotSpotSource
+    return HotSpotSource()
+
+
+FRAME_SOURCES["hotspot"] = _hotspot      # Java (unwind/hotspot/)
+
+
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
     """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:

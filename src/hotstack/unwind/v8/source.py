@@ -76,9 +76,15 @@ def _v8_files(pid: int) -> list[str]:
 
 
 class V8Source:
-    """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
+    """Thread-safe: observe() and poll() run on the engine's pid watcher thread.
+
+    The lifecycle here is shared with HotSpotSource (unwind/hotspot/source.py), which supplies its
+    own _layout, _record, _names, _parse and _name_frame."""
 
     name = "v8"
+    stat_max = schema.V8_STAT_MAX
+    stat_frames = schema.V8_STAT_FRAMES
+    retry_ages = RETRY_AGES
 
     def __init__(self) -> None:
         self._kernel: "RuntimeKernel | None" = None
@@ -91,7 +97,7 @@ class V8Source:
         self._named_at = 0.0
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
-        self._kernel_totals = [0] * schema.V8_STAT_MAX
+        self._kernel_totals = [0] * self.stat_max
         self._gone = [0, 0]      # functions named, read errors: of processes no longer listed
 
     def prepare(self) -> bool:
@@ -136,16 +142,29 @@ class V8Source:
     def _retry_pending(self) -> None:
         now = time.monotonic()
         for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(RETRY_AGES) or not procs.exists(pid):
+            if tries >= len(self.retry_ages) or not procs.exists(pid):
                 self._retry.pop(pid, None)
-            elif now - first >= RETRY_AGES[tries]:
+            elif now - first >= self.retry_ages[tries]:
                 self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
 
+    def _record(self, layout: V8Layout) -> bytes:
+        return schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
+
+    def _names(self, pid: int, layout: V8Layout) -> Names:
+        return Names(pid, layout)
+
+    _parse = staticmethod(parse_stack)
+
+    @staticmethod
+    def _name_frame(names: Names, frame: tuple) -> Frame | None:
+        _index, _pc, function, marker = frame
+        return names.frame(function, marker)
+
     def _track(self, pid: int, layout: V8Layout) -> bool:
-        record = schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
+        record = self._record(layout)
         with self._lock:
-            self._procs[pid] = (Names(pid, layout), procs.read_process(pid))
+            self._procs[pid] = (self._names(pid, layout), procs.read_process(pid))
             if not self._kernel.track(pid, record):
                 self._procs.pop(pid, None)
                 return False
@@ -166,18 +185,18 @@ class V8Source:
         try:
             for key, raw in self._kernel.recorded(active_buffer, self._prefetched):
                 self._prefetched.add(key)
-                frames, pid = parse_stack(raw)
+                frames, pid = self._parse(raw)
                 entry = self._procs.get(pid)
                 if entry is not None:
-                    for _index, _pc, function, marker in frames:
-                        entry[0].frame(function, marker)
+                    for frame in frames:
+                        self._name_frame(entry[0], frame)
         except Exception:       # the session is closing under us
             return
 
     def collect(self, buffer: int) -> None:
         if self._kernel is None:
             return
-        self._stacks = {_U64.unpack_from(k)[0]: parse_stack(v)[0] for k, v in self._kernel.take(buffer)}
+        self._stacks = {_U64.unpack_from(k)[0]: self._parse(v)[0] for k, v in self._kernel.take(buffer)}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         """The native frames with JavaScript ones at the positions the walker recorded them."""
@@ -188,19 +207,20 @@ class V8Source:
         names = entry[0]
         out = list(native)
         changed = False
-        for index, _pc, function, marker in frames:
+        for frame in frames:
+            index = frame[0]
             if index >= len(out):
                 continue
-            js = names.frame(function, marker)
-            if js is not None:
-                out[index] = js
+            named = self._name_frame(names, frame)
+            if named is not None:
+                out[index] = named
                 changed = True
         return out if changed else native
 
     def counters(self) -> list[int]:
         """The walker's counter deltas (enum v8_stat order)."""
         if self._kernel is None:
-            return [0] * schema.V8_STAT_MAX
+            return [0] * self.stat_max
         return self._kernel.counters()
 
     def stats(self) -> dict[str, int]:
@@ -214,7 +234,7 @@ class V8Source:
                 pass
         with self._lock:
             entries = [e[0] for e in self._procs.values()]
-        return {"processes": len(entries), "frames": self._kernel_totals[schema.V8_STAT_FRAMES],
+        return {"processes": len(entries), "frames": self._kernel_totals[self.stat_frames],
                 "functions_named": self._gone[0] + sum(n.named for n in entries),
                 "read_errors": self._gone[1] + sum(n.read_errors for n in entries)}
 

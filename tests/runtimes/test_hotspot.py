@@ -1,0 +1,159 @@
+"""Java (HotSpot) frames through the real BPF sampler and kernel unwinder, against the JDK's own
+Flight Recorder method sampling (jdk.ExecutionSample) in the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+HERE = Path(__file__).parent
+WORK = HERE / "hotspot" / "HotWork.java"
+HOT = ("heavy", "light")
+
+
+def _jdk(tool: str) -> str:
+    home = os.environ.get("JAVA_HOME", "")
+    path = str(Path(home) / "bin" / tool) if home else shutil.which(tool)
+    if not path or not os.path.exists(path):
+        pytest.skip(f"no {tool} on this machine (.ci/install.d/runtimes.sh installs a JDK)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hotwork")
+    subprocess.run([_jdk("javac"), "-d", str(out), str(WORK)], check=True, timeout=120)
+    return out
+
+
+def java_names(sample) -> list[str]:
+    """`Class.method` of the Java frames, root first."""
+    return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.JAVA]
+
+
+def shares(counts: dict[str, float]) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: 100.0 * v / total for k, v in counts.items()}
+
+
+def hotstack_split(samples) -> dict[str, float]:
+    counts = dict.fromkeys(HOT, 0)
+    for s in samples:
+        names = java_names(s)
+        for hot in HOT:
+            if f"HotWork.{hot}" in names:
+                counts[hot] += s.value
+    return counts
+
+
+def jfr_split(recording: Path) -> dict[str, float]:
+    """Execution samples per hot method (anywhere in the stack), from `jfr print --json`."""
+    out = subprocess.run([_jdk("jfr"), "print", "--json", "--events", "jdk.ExecutionSample", str(recording)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    counts = dict.fromkeys(HOT, 0)
+    for event in json.loads(out)["recording"]["events"]:
+        frames = event["values"]["stackTrace"]["frames"]
+        seen = {(f["method"]["type"]["name"], f["method"]["name"]) for f in frames}
+        for hot in HOT:
+            if ("HotWork", hot) in seen:
+                counts[hot] += 1
+    return counts
+
+
+def _start(classes: Path, seconds: float, *flags: str) -> subprocess.Popen:
+    proc = subprocess.Popen([_jdk("java"), *flags, "-cp", str(classes), "HotWork", str(seconds), "8"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.shares
+def test_java_shares_match_jfr(classes, tmp_path):
+    jcmd = _jdk("jcmd")
+    proc = _start(classes, 30)
+    recording = tmp_path / "rec.jfr"
+    try:
+        time.sleep(1.0)          # past the first compilations
+        subprocess.run([jcmd, str(proc.pid), "JFR.start", "name=hs", "settings=profile"], check=True,
+                       capture_output=True, timeout=60)
+        samples = []
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
+            # until 800 samples of the two methods or 10 s: a busy machine gives the workload little CPU
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and sum(hotstack_split(samples).values()) < 800:
+                time.sleep(1.0)
+                samples.extend(prof.collect()[0].samples)
+        subprocess.run([jcmd, str(proc.pid), "JFR.stop", "name=hs", f"filename={recording}"], check=True,
+                       capture_output=True, timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    ours = hotstack_split(samples)
+    assert sum(ours.values()) >= 300, ours
+    truth = jfr_split(recording)
+    assert sum(truth.values()) >= 100, truth
+    ours_pct, truth_pct = shares(ours), shares(truth)
+    print("hotstack", ours_pct, ours, "jfr", truth_pct, truth)
+    assert abs(ours_pct["heavy"] - truth_pct["heavy"]) <= 5, (ours_pct, truth_pct)
+    # caller order: Thread.run -> HotWork.run -> work -> heavy (inlined by C2 into work)
+    sample = max((s for s in samples if "HotWork.heavy" in java_names(s)), key=lambda s: s.value)
+    names = java_names(sample)
+    assert names[-4:] == ["java.lang.Thread.run", "HotWork.run", "HotWork.work", "HotWork.heavy"], names
+    heavy = next(f for f in sample.stack if f.name == "HotWork.heavy")
+    assert heavy.file == "HotWork.java", heavy
+    # native frames of the JVM stay below the Java ones (the thread's start in libjvm)
+    assert any(f.kind is FrameKind.NATIVE and "JavaCalls::call_helper" in f.name for f in sample.stack), sample.stack
+    # every sample of the workload's threads is walked to a Java root: no [unknown] frame above it
+    walked = [s for s in samples if java_names(s)]
+    assert sum(s.value for s in walked) >= 0.9 * sum(s.value for s in samples if s.comm.startswith("hot-")), \
+        [[f.name for f in s.stack] for s in samples if s.comm.startswith("hot-") and not java_names(s)][:5]
+
+
+def test_interpreted_frames_named(classes):
+    """-Xint: every frame is the template interpreter's, walked by frame pointer, named from fp[-3]."""
+    proc = _start(classes, 20, "-Xint")
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
+            time.sleep(1.5)
+            samples = prof.collect()[0].samples
+    finally:
+        proc.kill()
+        proc.wait()
+    split = hotstack_split(samples)
+    assert sum(split.values()) >= 100, split
+    assert abs(shares(split)["heavy"] - 75) <= 10, split
+    sample = max((s for s in samples if "HotWork.light" in java_names(s)), key=lambda s: s.value)
+    assert java_names(sample)[-3:] == ["HotWork.run", "HotWork.work", "HotWork.light"], java_names(sample)
+
+
+def test_jvm_started_later_and_exited_keeps_names(classes):
+    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+        time.sleep(0.3)
+        proc = subprocess.run([_jdk("java"), "-cp", str(classes), "HotWork", "3", "8"], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        time.sleep(0.3)
+        samples = prof.collect()[0].samples
+    hot = hotstack_split(samples)
+    assert sum(hot.values()) >= 50, (hot, sum(s.value for s in samples if s.comm.startswith("hot-")))
+
+
+def test_not_a_jvm_is_not_listed():
+    from hotstack.unwind.hotspot.source import HotSpotSource
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not HotSpotSource().detect(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
