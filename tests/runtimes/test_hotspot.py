@@ -157,3 +157,89 @@ def test_not_a_jvm_is_not_listed():
     finally:
         proc.kill()
         proc.wait()
+
+
+def _gadget_config(*flags: str) -> EngineConfig:
+    import argparse
+    from hotstack.gadget.cli import add_arguments, profile_run_options
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return profile_run_options(p.parse_args(["profile_cpu", *flags])).engine_config()
+
+
+def test_java_flags():
+    assert "hotspot" not in _gadget_config().runtimes_off
+    assert _gadget_config("--no-java").runtimes_off == ("hotspot",)
+    assert set(_gadget_config("--no-java", "--no-node").runtimes_off) == {"hotspot", "v8"}
+
+
+def test_alloy_hotspot_enabled_is_honoured():
+    from hotstack.alloy.components import ebpf_args
+    args = ebpf_args.SCHEMA.defaults()
+    assert "hotspot" not in ebpf_args.engine_config(args).runtimes_off
+    assert "hotspot" in ebpf_args.engine_config({**args, "hotspot_enabled": False}).runtimes_off
+    assert not any("hotspot" in w for w in ebpf_args.start_warnings(args))
+
+
+def test_no_java_flag_leaves_native_frames(classes):
+    proc = _start(classes, 20)
+    try:
+        config = _gadget_config("--no-java", "--pid", str(proc.pid), "--sample-rate", "499")
+        with Engine(config) as prof:
+            samples = prof.run(1.5).samples
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sum(s.value for s in samples) >= 50
+    assert not any(java_names(s) for s in samples)
+
+
+def test_java_counters_in_agent_metrics(classes):
+    """The agent's /metrics show the HotSpot source: processes attached, frames, methods named."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
+    proc = _start(classes, 20)
+    try:
+        registry = CollectorRegistry()
+        metrics = EbpfMetrics.of(registry)
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,))) as prof:
+            profile = prof.run(1.5)
+            metrics.observe_profile(profile, prof)
+            text = generate_latest(registry).decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("hotstack_runtime_")}
+    assert values['hotstack_runtime_processes{runtime="hotspot"}'] == 1, values
+    assert values['hotstack_runtime_events_total{runtime="hotspot",what="frames"}'] > 100, values
+    assert values['hotstack_runtime_events_total{runtime="hotspot",what="functions_named"}'] >= 3, values
+    assert 'hotstack_runtime_events_total{runtime="hotspot",what="read_errors"}' in values
+
+
+def test_jni_frames_stay_native_below_java(tmp_path):
+    """Java -> a native method in a small C library: the C frames stay native, under the Java method."""
+    jni = HERE / "hotspot"
+    home = Path(os.path.realpath(_jdk("javac"))).parent.parent
+    lib = tmp_path / "libhotjni.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-I{home / 'include'}", f"-I{home / 'include' / 'linux'}",
+                    "-o", str(lib), str(jni / "hotjni.c")], check=True, timeout=120)
+    subprocess.run([_jdk("javac"), "-d", str(tmp_path), str(jni / "HotJni.java")], check=True, timeout=120)
+    proc = subprocess.Popen([_jdk("java"), "-cp", str(tmp_path), "HotJni", "20", str(lib)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
+            time.sleep(1.5)
+            samples = prof.collect()[0].samples
+    finally:
+        proc.kill()
+        proc.wait()
+    native = [s for s in samples if s.stack and s.stack[0].name == "spin_loop"]
+    assert sum(s.value for s in native) >= 50, [[f.name for f in s.stack][:4] for s in samples][:5]
+    sample = max(native, key=lambda s: s.value)
+    names = [f.name for f in reversed(sample.stack)]
+    assert names[-4:] == ["HotJni.main", "HotJni.callNative", "HotJni.spin", "spin_loop"], names
+    java_side = sum(s.value for s in samples if "HotJni.javaSide" in java_names(s))
+    assert java_side >= 50, java_side

@@ -49,6 +49,7 @@ class RunOptions:
     node_enabled: bool = True     # JavaScript frames in place of V8's (unwind/v8)
     ruby_enabled: bool = True     # Ruby frames in place of the VM's (unwind/ruby)
     php_enabled: bool = True      # PHP frames in place of the Zend VM's (unwind/php)
+    java_enabled: bool = True     # Java frames in place of the JVM's code cache (unwind/hotspot)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
     containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
@@ -69,6 +70,7 @@ class RunOptions:
             sanitize_labels=args.otel_profiles_sanitize_labels, unwind=getattr(args, "unwind", "kernel"),
             python_enabled=getattr(args, "python", True), node_enabled=getattr(args, "node", True),
             ruby_enabled=getattr(args, "ruby", True), php_enabled=getattr(args, "php", True),
+            java_enabled=getattr(args, "java", True),
             show_hotstack=getattr(args, "show_hotstack", False),
             map_fetch_count=getattr(args, "map_fetch_count", 0),
             containers={"runtime.containerName": getattr(args, "containername", ""),
@@ -99,9 +101,11 @@ class RunOptions:
         return EngineConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
                             include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
-                            runtime_frames=self.python_enabled or self.node_enabled or self.ruby_enabled or self.php_enabled,
+                            runtime_frames=(self.python_enabled or self.node_enabled or self.ruby_enabled
+                                            or self.php_enabled or self.java_enabled),
                             runtimes_off=runtimes_off(python=self.python_enabled, v8=self.node_enabled,
-                                                      ruby=self.ruby_enabled, php=self.php_enabled),
+                                                      ruby=self.ruby_enabled, php=self.php_enabled,
+                                                      hotspot=self.java_enabled),
                             demangle=self.demangle, **samplers)
 
 
