@@ -160,3 +160,28 @@ def test_cache_memory_is_bounded(built_binaries):
         cache.get(elf)
     assert cache.nbytes <= 300_000 or len(cache._tables) == 1
     assert cache.evicted >= 1
+
+
+def test_slices_give_the_same_rows_and_bound_memory(monkeypatch):
+    """FDEs are evaluated in slices of the section: any slice size gives the same rows, and the
+    working arrays follow the slice, not the section (libLLVM's 5 MB .eh_frame peaked at 600 MB)."""
+    import tracemalloc
+
+    from hotstack.unwind import fastcfi
+
+    files = [f for f in system_libraries() if "libpython" in f or "libstdc++" in f] or system_libraries()[:1]
+    elf = ElfFile(max(files, key=lambda f: ElfFile(f).section(".eh_frame").size))
+    size = elf.section(".eh_frame").size
+    peaks, tables = {}, {}
+    for chunk in (1 << 30, fastcfi.CHUNK_BYTES, 4096):
+        monkeypatch.setattr(fastcfi, "CHUNK_BYTES", chunk)
+        tracemalloc.start()
+        tables[chunk] = expanded(build_table_fast(elf))
+        peaks[chunk] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    whole, default, tiny = tables[1 << 30], tables[fastcfi.CHUNK_BYTES], tables[4096]
+    for other in (default, tiny):
+        assert np.array_equal(whole[0], other[0]) and np.array_equal(whole[1], other[1])
+    if size > 2 * fastcfi.CHUNK_BYTES:
+        assert peaks[fastcfi.CHUNK_BYTES] < 0.6 * peaks[1 << 30], (size, peaks)
+    assert peaks[4096] < 0.6 * peaks[1 << 30], (size, peaks)

@@ -65,7 +65,7 @@ def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> Un
         return UnwindTable(np.zeros(0, np.uint64), np.zeros(0, np.uint16), [], fdes, 0, source)
     col = {k: np.concatenate([p[k] for p in parts]) for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source")}
     pc, kind = col["pc"], col["kind"]
-    is_real = (kind != cfi.KIND_END).astype(np.int64)
+    is_real = (kind != cfi.KIND_END).astype(np.int8)
     order = np.lexsort((col["order"], col["source"], is_real, pc.astype(np.uint64)))
     pc_s = pc[order]
     keep = np.ones(len(order), bool)
@@ -78,13 +78,14 @@ def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> Un
     cfa_k = np.where(end, 0, col["cfa"][sel])
     rbp_k = np.where(end, 0, col["rbp"][sel])
     ra_k = np.where(end, 0, col["ra"][sel])
-    change = np.ones(len(sel), bool)
+    del col, pc, kind, is_real, order, pc_s, keep, sel, end     # a large library has millions of rows
+    change = np.ones(len(pc_k), bool)
     change[1:] = (kind_k[1:] != kind_k[:-1]) | (cfa_k[1:] != cfa_k[:-1]) | (rbp_k[1:] != rbp_k[:-1]) \
         | (ra_k[1:] != ra_k[:-1])
     pc_k, kind_k, cfa_k, rbp_k, ra_k = pc_k[change], kind_k[change], cfa_k[change], rbp_k[change], ra_k[change]
     # rule ids: unique over packed columns (two 64-bit keys, then their pair)
-    key1 = (kind_k << 40) ^ (cfa_k & 0xFFFFFFFFFF)
-    key2 = (rbp_k << 32) ^ (ra_k & 0xFFFFFFFF)
+    key1 = (kind_k.astype(np.int64) << 40) ^ (cfa_k.astype(np.int64) & 0xFFFFFFFFFF)
+    key2 = (rbp_k.astype(np.int64) << 32) ^ (ra_k.astype(np.int64) & 0xFFFFFFFF)
     u1, inv1 = np.unique(key1, return_inverse=True)
     u2, inv2 = np.unique(key2, return_inverse=True)
     pair = inv1.astype(np.int64) * len(u2) + inv2

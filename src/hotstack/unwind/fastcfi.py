@@ -33,6 +33,10 @@ from . import cfi
 
 RA_UNDEFINED = np.int64(-(1 << 40))     # the return address rule is "undefined": outermost frame
 _SMALL_FRONTIER = 32                    # below this many active FDEs, walk the rest in Python
+# FDEs are evaluated in slices of about this many bytes of instructions: every array is per byte or
+# per instruction of the slice, ~115 bytes of them per byte of section, so the whole .eh_frame of
+# a large library at once (libLLVM: 5.2 MB) peaked at 600 MB; slices bound that to ~30 MB.
+CHUNK_BYTES = 256 << 10
 
 # Per low opcode (op < 0x40): how its operands are laid out.
 _LEN_ONE, _LEN_FIXED, _LEN_LEB, _LEN_LEB2, _LEN_EXPR, _LEN_REG_EXPR, _LEN_BAD = range(7)
@@ -302,228 +306,239 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     slow = valid & ~signal & ~cie_ok
     evaluate = valid & ~signal & cie_ok
 
-    # -- instruction boundaries, for every byte of the section at once ---------------------------------
-    s = np.frombuffer(data + bytes(16), np.uint8)
-    n = len(s)
-    pos = np.arange(n, dtype=np.int32)
-    # after[p]: the position after the LEB128 that starts at p (a reversed running minimum over the
-    # positions of bytes without the continuation bit)
-    after = pos + 1
-    longer = np.flatnonzero(s >= 0x80)                 # few: most LEBs are one byte
-    if len(longer):
-        ends = np.flatnonzero(s < 0x80)
-        after[longer] = ends[np.minimum(np.searchsorted(ends, longer), len(ends) - 1)] + 1
-    np.minimum(after, n - 1, out=after)
-    e1 = np.empty(n, np.int32)
-    e1[:-1] = after[1:]
-    e1[-1] = n - 1
-    nlebs = _NLEBS[s]
-    nxt = pos + _FIXLEN[s]
-    one = np.flatnonzero(nlebs)
-    nxt[one] = e1[one]
-    two = one[nlebs[one] == 2]
-    nxt[two] = after[e1[two]]
+    def evaluate_chunk(ev: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Rows of the FDEs `ev` (indexes, by section order) whose instructions lie together in one
+        slice of the section: the per-byte and per-instruction arrays are sized by the slice."""
+        lo, hi = int(ins_start[ev[0]]), int(ins_end[ev[-1]])
+        # -- instruction boundaries, for every byte of the section at once ---------------------------------
+        s = np.frombuffer(data[lo:hi] + bytes(16), np.uint8)
+        n = len(s)
+        pos = np.arange(n, dtype=np.int32)
+        # after[p]: the position after the LEB128 that starts at p (a reversed running minimum over the
+        # positions of bytes without the continuation bit)
+        after = pos + 1
+        longer = np.flatnonzero(s >= 0x80)                 # few: most LEBs are one byte
+        if len(longer):
+            ends = np.flatnonzero(s < 0x80)
+            after[longer] = ends[np.minimum(np.searchsorted(ends, longer), len(ends) - 1)] + 1
+        np.minimum(after, n - 1, out=after)
+        e1 = np.empty(n, np.int32)
+        e1[:-1] = after[1:]
+        e1[-1] = n - 1
+        nlebs = _NLEBS[s]
+        nxt = pos + _FIXLEN[s]
+        one = np.flatnonzero(nlebs)
+        nxt[one] = e1[one]
+        two = one[nlebs[one] == 2]
+        nxt[two] = after[e1[two]]
 
-    ev = np.flatnonzero(evaluate & (ins_end > ins_start))
-    ev_start, ev_end = ins_start[ev], ins_end[ev]
-    # the end of the FDE each byte belongs to; a step past it goes to the sink (the last pad byte)
-    end_of = np.zeros(n, np.int32)
-    end_of[ev_start] = ev_end
-    np.maximum.accumulate(end_of, out=end_of)
-    sink = n - 1
-    step = nxt.copy()
-    step[nxt >= end_of] = sink
-    step[sink] = sink
-    mark = np.zeros(n, bool)
-    cur = ev_start
-    while len(cur) > _SMALL_FRONTIER:
-        for _ in range(8):
-            mark[cur] = True
-            cur = step[cur]
-        cur = cur[cur != sink]
-    for c in cur.tolist():
-        while c != sink:
-            mark[c] = True
-            c = int(step[c])
-    mark[sink] = False
-    ops = np.flatnonzero(mark)
-    fde = np.searchsorted(ev_start, ops, side="right") - 1      # index into ev
-    m = len(ops)
-    op = s[ops]
-    bad_ops = _SLOWB[op] | (nxt[ops] > end_of[ops])              # odd opcodes, or one that overruns
-    if bad_ops.any():
-        slow[ev[np.unique(fde[bad_ops])]] = True
+        ev_start, ev_end = ins_start[ev] - lo, ins_end[ev] - lo
+        # the end of the FDE each byte belongs to; a step past it goes to the sink (the last pad byte)
+        end_of = np.zeros(n, np.int32)
+        end_of[ev_start] = ev_end
+        np.maximum.accumulate(end_of, out=end_of)
+        sink = n - 1
+        step = nxt.copy()
+        step[nxt >= end_of] = sink
+        step[sink] = sink
+        mark = np.zeros(n, bool)
+        cur = ev_start
+        while len(cur) > _SMALL_FRONTIER:
+            for _ in range(8):
+                mark[cur] = True
+                cur = step[cur]
+            cur = cur[cur != sink]
+        for c in cur.tolist():
+            while c != sink:
+                mark[c] = True
+                c = int(step[c])
+        mark[sink] = False
+        ops = np.flatnonzero(mark)
+        fde = np.searchsorted(ev_start, ops, side="right") - 1      # index into ev
+        m = len(ops)
+        op = s[ops]
+        bad_ops = _SLOWB[op] | (nxt[ops] > end_of[ops])              # odd opcodes, or one that overruns
+        if bad_ops.any():
+            slow[ev[np.unique(fde[bad_ops])]] = True
 
-    # -- operands, by kind of instruction ----------------------------------------------------------------
-    g = ev[fde]                                      # FDE (index into the header arrays) of each instruction
-    cat = _CAT[op]
-    by_cat = np.argsort(cat, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(cat, minlength=_NCAT))))
+        # -- operands, by kind of instruction ----------------------------------------------------------------
+        g = ev[fde]                                      # FDE (index into the header arrays) of each instruction
+        cat = _CAT[op]
+        by_cat = np.argsort(cat, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(cat, minlength=_NCAT))))
 
-    def of(*cats: int) -> np.ndarray:
-        """Indexes (sorted) of the instructions of these kinds."""
-        parts = [by_cat[bounds[c]:bounds[c + 1]] for c in cats]
-        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        def of(*cats: int) -> np.ndarray:
+            """Indexes (sorted) of the instructions of these kinds."""
+            parts = [by_cat[bounds[c]:bounds[c + 1]] for c in cats]
+            return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
 
-    q1 = ops + 1
-    adv = np.zeros(m, np.int64)
-    w = of(C_ADV)
-    adv[w] = op[w] & 0x3F
-    for c, width in ((C_ADV1, 1), (C_ADV2, 2), (C_ADV4, 4)):
-        w = of(c)
-        if len(w):
-            v = np.zeros(len(w), np.int64)
-            for k in range(width):
-                v |= s[q1[w] + k].astype(np.int64) << (8 * k)
-            adv[w] = v
-    adv *= code_align[g]
+        q1 = ops + 1
+        adv = np.zeros(m, np.int64)
+        w = of(C_ADV)
+        adv[w] = op[w] & 0x3F
+        for c, width in ((C_ADV1, 1), (C_ADV2, 2), (C_ADV4, 4)):
+            w = of(c)
+            if len(w):
+                v = np.zeros(len(w), np.int64)
+                for k in range(width):
+                    v |= s[q1[w] + k].astype(np.int64) << (8 * k)
+                adv[w] = v
+        adv *= code_align[g]
 
-    def reg_of(w: np.ndarray) -> np.ndarray:
-        """The register operand: in the opcode (DW_CFA_offset, DW_CFA_restore) or a LEB after it."""
-        inline = op[w] >= 0x80
-        return np.where(inline, (op[w] & 0x3F).astype(np.int64), _uleb_at(s, q1[w]))
+        def reg_of(w: np.ndarray) -> np.ndarray:
+            """The register operand: in the opcode (DW_CFA_offset, DW_CFA_restore) or a LEB after it."""
+            inline = op[w] >= 0x80
+            return np.where(inline, (op[w] & 0x3F).astype(np.int64), _uleb_at(s, q1[w]))
 
-    def second(w: np.ndarray, signed: bool) -> np.ndarray:
-        q2 = after[q1[w]]
-        return _sleb_at(s, q2) if signed else _uleb_at(s, q2)
+        def second(w: np.ndarray, signed: bool) -> np.ndarray:
+            q2 = after[q1[w]]
+            return _sleb_at(s, q2) if signed else _uleb_at(s, q2)
 
-    # DW_CFA_remember_state / restore_state: each restore matched to its remember (same FDE and level)
-    rem, rst = of(C_REMEMBER), of(C_RESTORE_STATE)
-    rs = np.sort(np.concatenate((rem, rst)))
-    copy = np.zeros(0, np.int64)
-    match_of_copy = np.zeros(0, np.int64)
-    if len(rs):
-        is_rem = np.isin(rs, rem, assume_unique=True)
-        depth = np.cumsum(np.where(is_rem, 1, -1))
-        f_rs = fde[rs]
-        group_start = np.concatenate(([True], f_rs[1:] != f_rs[:-1]))
-        base = np.where(group_start, depth - np.where(is_rem, 1, -1), 0)
-        base = np.maximum.accumulate(np.where(group_start, np.arange(len(rs)), 0))
-        local = depth - (depth[base] - np.where(is_rem[base], 1, -1))
-        bad = local < 0
-        if bad.any():
-            slow[ev[np.unique(f_rs[bad])]] = True
-        level = np.where(is_rem, local, local + 1)
-        order = np.lexsort((rs, level, f_rs))
-        srt = rs[order]
-        prev = np.concatenate(([-1], srt[:-1]))
-        same = np.concatenate(([False], (f_rs[order][1:] == f_rs[order][:-1]) & (level[order][1:] == level[order][:-1])))
-        ok = ~is_rem[order] & same & np.concatenate(([False], is_rem[order][:-1]))
-        copy = np.sort(srt[ok])
-        match_of_copy = prev[ok][np.argsort(srt[ok])]
-        unmatched = ~is_rem[order] & ~ok
-        if unmatched.any():
-            slow[ev[np.unique(f_rs[order][unmatched])]] = True
-    copy_ord = np.full(m, -1, np.int64)
-    copy_ord[copy] = np.arange(len(copy))
-    first_op = np.searchsorted(fde, np.arange(len(ev)))
-    fde_first = first_op[fde]
+        # DW_CFA_remember_state / restore_state: each restore matched to its remember (same FDE and level)
+        rem, rst = of(C_REMEMBER), of(C_RESTORE_STATE)
+        rs = np.sort(np.concatenate((rem, rst)))
+        copy = np.zeros(0, np.int64)
+        match_of_copy = np.zeros(0, np.int64)
+        if len(rs):
+            is_rem = np.isin(rs, rem, assume_unique=True)
+            depth = np.cumsum(np.where(is_rem, 1, -1))
+            f_rs = fde[rs]
+            group_start = np.concatenate(([True], f_rs[1:] != f_rs[:-1]))
+            base = np.where(group_start, depth - np.where(is_rem, 1, -1), 0)
+            base = np.maximum.accumulate(np.where(group_start, np.arange(len(rs)), 0))
+            local = depth - (depth[base] - np.where(is_rem[base], 1, -1))
+            bad = local < 0
+            if bad.any():
+                slow[ev[np.unique(f_rs[bad])]] = True
+            level = np.where(is_rem, local, local + 1)
+            order = np.lexsort((rs, level, f_rs))
+            srt = rs[order]
+            prev = np.concatenate(([-1], srt[:-1]))
+            same = np.concatenate(([False], (f_rs[order][1:] == f_rs[order][:-1]) & (level[order][1:] == level[order][:-1])))
+            ok = ~is_rem[order] & same & np.concatenate(([False], is_rem[order][:-1]))
+            copy = np.sort(srt[ok])
+            match_of_copy = prev[ok][np.argsort(srt[ok])]
+            unmatched = ~is_rem[order] & ~ok
+            if unmatched.any():
+                slow[ev[np.unique(f_rs[order][unmatched])]] = True
+        copy_ord = np.full(m, -1, np.int64)
+        copy_ord[copy] = np.arange(len(copy))
+        first_op = np.searchsorted(fde, np.arange(len(ev)))
+        fde_first = first_op[fde]
 
-    # writers of each rule: (instruction indexes, values)
-    w_cfa = [of(C_DEF_CFA, C_DEF_CFA_SF, C_DEF_REG)]
-    v_cfa = [_uleb_at(s, q1[w_cfa[0]])]
-    w = of(C_REGISTER, C_VAL_OFFSET)
-    w = w[reg_of(w) == ra_reg[g[w]]]                      # return address in a register: not ours to follow
-    w_cfa.append(w)
-    v_cfa.append(np.full(len(w), -1, np.int64))
-    w_off, v_off = [], []
-    for c, get in ((C_DEF_CFA, lambda w: second(w, False)), (C_DEF_CFA_SF, lambda w: second(w, True) * data_align[g[w]]),
-                   (C_DEF_OFF, lambda w: _uleb_at(s, q1[w])), (C_DEF_OFF_SF, lambda w: _sleb_at(s, q1[w]) * data_align[g[w]])):
-        w = of(c)
-        w_off.append(w)
-        v_off.append(get(w))
-    w_rbp, v_rbp, w_ra, v_ra = [], [], [], []
-    for c, get in ((C_OFFSET, lambda w: _uleb_at(s, q1[w]) * data_align[g[w]]),
-                   (C_OFF_EXT, lambda w: second(w, False) * data_align[g[w]]),
-                   (C_OFF_EXT_SF, lambda w: second(w, True) * data_align[g[w]]),
-                   (C_NEG_OFF, lambda w: -second(w, False) * data_align[g[w]]),
-                   (C_RESTORE, None), (C_UNDEFINED, None), (C_SAME, None)):
-        w = of(c)
-        if not len(w):
-            continue
-        r = reg_of(w)
-        is_rbp = r == cfi.REG_RBP
-        is_ra = ~is_rbp & (r == ra_reg[g[w]])
-        if get is not None:
-            val = get(w)
-            w_rbp.append(w[is_rbp]); v_rbp.append(val[is_rbp])
-            w_ra.append(w[is_ra]); v_ra.append(val[is_ra])
-        elif c == C_RESTORE:
-            w_rbp.append(w[is_rbp]); v_rbp.append(i_rbp[g[w[is_rbp]]])
-            w_ra.append(w[is_ra]); v_ra.append(i_ra[g[w[is_ra]]])
-        elif c == C_UNDEFINED:
-            w_rbp.append(w[is_rbp]); v_rbp.append(np.full(int(is_rbp.sum()), cfi.RBP_SAME, np.int64))
-            w_ra.append(w[is_ra]); v_ra.append(np.full(int(is_ra.sum()), RA_UNDEFINED, np.int64))
-        else:
-            w_rbp.append(w[is_rbp]); v_rbp.append(np.full(int(is_rbp.sum()), cfi.RBP_SAME, np.int64))
+        # writers of each rule: (instruction indexes, values)
+        w_cfa = [of(C_DEF_CFA, C_DEF_CFA_SF, C_DEF_REG)]
+        v_cfa = [_uleb_at(s, q1[w_cfa[0]])]
+        w = of(C_REGISTER, C_VAL_OFFSET)
+        w = w[reg_of(w) == ra_reg[g[w]]]                      # return address in a register: not ours to follow
+        w_cfa.append(w)
+        v_cfa.append(np.full(len(w), -1, np.int64))
+        w_off, v_off = [], []
+        for c, get in ((C_DEF_CFA, lambda w: second(w, False)), (C_DEF_CFA_SF, lambda w: second(w, True) * data_align[g[w]]),
+                       (C_DEF_OFF, lambda w: _uleb_at(s, q1[w])), (C_DEF_OFF_SF, lambda w: _sleb_at(s, q1[w]) * data_align[g[w]])):
+            w = of(c)
+            w_off.append(w)
+            v_off.append(get(w))
+        w_rbp, v_rbp, w_ra, v_ra = [], [], [], []
+        for c, get in ((C_OFFSET, lambda w: _uleb_at(s, q1[w]) * data_align[g[w]]),
+                       (C_OFF_EXT, lambda w: second(w, False) * data_align[g[w]]),
+                       (C_OFF_EXT_SF, lambda w: second(w, True) * data_align[g[w]]),
+                       (C_NEG_OFF, lambda w: -second(w, False) * data_align[g[w]]),
+                       (C_RESTORE, None), (C_UNDEFINED, None), (C_SAME, None)):
+            w = of(c)
+            if not len(w):
+                continue
+            r = reg_of(w)
+            is_rbp = r == cfi.REG_RBP
+            is_ra = ~is_rbp & (r == ra_reg[g[w]])
+            if get is not None:
+                val = get(w)
+                w_rbp.append(w[is_rbp]); v_rbp.append(val[is_rbp])
+                w_ra.append(w[is_ra]); v_ra.append(val[is_ra])
+            elif c == C_RESTORE:
+                w_rbp.append(w[is_rbp]); v_rbp.append(i_rbp[g[w[is_rbp]]])
+                w_ra.append(w[is_ra]); v_ra.append(i_ra[g[w[is_ra]]])
+            elif c == C_UNDEFINED:
+                w_rbp.append(w[is_rbp]); v_rbp.append(np.full(int(is_rbp.sum()), cfi.RBP_SAME, np.int64))
+                w_ra.append(w[is_ra]); v_ra.append(np.full(int(is_ra.sum()), RA_UNDEFINED, np.int64))
+            else:
+                w_rbp.append(w[is_rbp]); v_rbp.append(np.full(int(is_rbp.sum()), cfi.RBP_SAME, np.int64))
 
-    # rows: at every advance (state before it, at the location before it) and after the last instruction
-    cum = np.cumsum(adv)
-    adv_base = np.where(first_op > 0, cum[np.maximum(first_op - 1, 0)], 0)
-    adv_rows = of(C_ADV, C_ADV1, C_ADV2, C_ADV4)
-    last_op = np.full(len(ev), -1, np.int64)
-    last_op[fde] = np.arange(m)
-    fin_rows = last_op[last_op >= 0]
-    at = np.concatenate((adv_rows, fin_rows))
-    at_fde = g[at]
-    loc = pc_begin[at_fde] + cum[at] - adv_base[fde[at]]
-    loc[:len(adv_rows)] -= adv[adv_rows]
-    at_first = fde_first[at]
+        # rows: at every advance (state before it, at the location before it) and after the last instruction
+        cum = np.cumsum(adv)
+        adv_base = np.where(first_op > 0, cum[np.maximum(first_op - 1, 0)], 0)
+        adv_rows = of(C_ADV, C_ADV1, C_ADV2, C_ADV4)
+        last_op = np.full(len(ev), -1, np.int64)
+        last_op[fde] = np.arange(m)
+        fin_rows = last_op[last_op >= 0]
+        at = np.concatenate((adv_rows, fin_rows))
+        at_fde = g[at]
+        loc = pc_begin[at_fde] + cum[at] - adv_base[fde[at]]
+        loc[:len(adv_rows)] -= adv[adv_rows]
+        at_first = fde_first[at]
 
-    def field(writers: list, values: list, default: np.ndarray) -> np.ndarray:
-        """The rule's value after instruction `at`: its last writer's, restore_state copies followed."""
-        wi = np.concatenate(writers) if writers else np.zeros(0, np.int64)
-        wv = np.concatenate(values) if values else np.zeros(0, np.int64)
-        marker = np.full(m, -1, np.int32)
-        marker[wi] = wi
-        marker[copy] = copy
-        last = np.maximum.accumulate(marker)
-        val = np.zeros(m, np.int64)
-        val[wi] = wv
-        target = last[match_of_copy].astype(np.int64) if len(copy) else np.zeros(0, np.int64)
-        target = np.where(target >= fde_first[copy], target, -1)
-        for _ in range(64):
-            k = np.where(target >= 0, copy_ord[np.maximum(target, 0)], -1)
-            if not (k >= 0).any():
-                break
-            target = np.where(k >= 0, target[np.maximum(k, 0)], target)
-        src = last[at].astype(np.int64)
-        src[src < at_first] = -1
-        if len(copy):
-            k = np.where(src >= 0, copy_ord[np.maximum(src, 0)], -1)
-            src = np.where(k >= 0, target[np.maximum(k, 0)], src)
-        return np.where(src >= 0, val[np.maximum(src, 0)], default[at_fde])
+        def field(writers: list, values: list, default: np.ndarray) -> np.ndarray:
+            """The rule's value after instruction `at`: its last writer's, restore_state copies followed."""
+            wi = np.concatenate(writers) if writers else np.zeros(0, np.int64)
+            wv = np.concatenate(values) if values else np.zeros(0, np.int64)
+            marker = np.full(m, -1, np.int32)
+            marker[wi] = wi
+            marker[copy] = copy
+            last = np.maximum.accumulate(marker)
+            val = np.zeros(m, np.int64)
+            val[wi] = wv
+            target = last[match_of_copy].astype(np.int64) if len(copy) else np.zeros(0, np.int64)
+            target = np.where(target >= fde_first[copy], target, -1)
+            for _ in range(64):
+                k = np.where(target >= 0, copy_ord[np.maximum(target, 0)], -1)
+                if not (k >= 0).any():
+                    break
+                target = np.where(k >= 0, target[np.maximum(k, 0)], target)
+            src = last[at].astype(np.int64)
+            src[src < at_first] = -1
+            if len(copy):
+                k = np.where(src >= 0, copy_ord[np.maximum(src, 0)], -1)
+                src = np.where(k >= 0, target[np.maximum(k, 0)], src)
+            return np.where(src >= 0, val[np.maximum(src, 0)], default[at_fde])
 
-    cfa_reg = field(w_cfa, v_cfa, i_reg)
-    cfa_off = field(w_off, v_off, i_off)
-    rbp = field(w_rbp, v_rbp, i_rbp)
-    ra = field(w_ra, v_ra, i_ra)
-    seq = np.concatenate((adv_rows - fde_first[adv_rows], np.full(len(fin_rows), 1 << 40)))
-    row_fde = at_fde
+        cfa_reg = field(w_cfa, v_cfa, i_reg)
+        cfa_off = field(w_off, v_off, i_off)
+        rbp = field(w_rbp, v_rbp, i_rbp)
+        ra = field(w_ra, v_ra, i_ra)
+        seq = np.concatenate((adv_rows - fde_first[adv_rows], np.full(len(fin_rows), 1 << 40)))
+        return at_fde, loc, cfa_reg, cfa_off, rbp, ra, seq, ev[last_op < 0]
+
+    ev_all = np.flatnonzero(evaluate & (ins_end > ins_start))
+    parts: list[tuple] = []
+    fp: set[int] = set()
+
+    def add_rule_rows(row_fde, loc, cfa_reg, cfa_off, rbp, ra, seq) -> None:
+        """Keep the rows of FDEs that stay on the fast path, in the compact columns of `_part`."""
+        kind = np.where(cfa_reg == cfi.REG_RSP, cfi.KIND_CFA_SP,
+                        np.where(cfa_reg == cfi.REG_RBP, cfi.KIND_CFA_FP, cfi.KIND_INVALID))
+        kind = np.where(ra == RA_UNDEFINED, cfi.KIND_STOP, kind)
+        keep = ~slow[row_fde]
+        row_fde, kind = row_fde[keep], kind[keep]
+        parts.append(_part(loc[keep], kind, cfa_off[keep], rbp[keep], ra[keep], h.offset[row_fde], seq[keep]))
+        fp.update(np.unique(row_fde[kind == cfi.KIND_CFA_FP]).tolist())
+
+    no_ops = []
+    for ev in _chunks(ev_all, ins_start, CHUNK_BYTES):
+        *rows, no_ops_here = evaluate_chunk(ev)
+        add_rule_rows(*rows)
+        no_ops.append(no_ops_here)
     # evaluated FDEs without any instruction: their CIE's initial state
-    bare = np.flatnonzero(evaluate & (ins_end == ins_start))
-    bare_rows = np.concatenate((bare, ev[last_op < 0]))
-    row_fde = np.concatenate((row_fde, bare_rows))
-    loc = np.concatenate((loc, pc_begin[bare_rows]))
-    cfa_reg = np.concatenate((cfa_reg, i_reg[bare_rows]))
-    cfa_off = np.concatenate((cfa_off, i_off[bare_rows]))
-    rbp = np.concatenate((rbp, i_rbp[bare_rows]))
-    ra = np.concatenate((ra, i_ra[bare_rows]))
-    seq = np.concatenate((seq, np.full(len(bare_rows), 1 << 40)))
-    kind = np.where(cfa_reg == cfi.REG_RSP, cfi.KIND_CFA_SP,
-                    np.where(cfa_reg == cfi.REG_RBP, cfi.KIND_CFA_FP, cfi.KIND_INVALID))
-    kind = np.where(ra == RA_UNDEFINED, cfi.KIND_STOP, kind)
-    keep = ~slow[row_fde]
-    parts = [(loc[keep], kind[keep], cfa_off[keep], rbp[keep], ra[keep], h.offset[row_fde[keep]], seq[keep])]
-    fp = set(np.unique(row_fde[keep][kind[keep] == cfi.KIND_CFA_FP]).tolist())
+    bare = np.concatenate([np.flatnonzero(evaluate & (ins_end == ins_start))] + no_ops)
+    add_rule_rows(bare, pc_begin[bare], i_reg[bare], i_off[bare], i_rbp[bare], i_ra[bare],
+                  np.full(len(bare), 1 << 40))
 
     sig = np.flatnonzero(valid & signal)
     zero = np.zeros(len(sig), np.int64)
-    parts.append((pc_begin[sig], np.full(len(sig), cfi.KIND_SIGNAL), zero, zero, zero, h.offset[sig], zero))
+    parts.append(_part(pc_begin[sig], np.full(len(sig), cfi.KIND_SIGNAL), zero, zero, zero, h.offset[sig], zero))
     ends = np.flatnonzero(valid & ~slow)
     zero = np.zeros(len(ends), np.int64)
-    parts.append((pc_begin[ends] + pc_range[ends], np.full(len(ends), cfi.KIND_END), zero, zero, zero,
-                  h.offset[ends], np.full(len(ends), (1 << 40) + 1)))
+    parts.append(_part(pc_begin[ends] + pc_range[ends], np.full(len(ends), cfi.KIND_END), zero, zero, zero,
+                       h.offset[ends], np.full(len(ends), (1 << 40) + 1)))
     # the FDEs left to cfi.py's evaluator, one by one
     slow_rows: list[tuple] = []
     slow_keys: list[tuple[int, int]] = []
@@ -543,17 +558,44 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     if slow_rows:
         arr = np.array(slow_rows, np.int64)
         keys = np.array(slow_keys, np.int64)
-        parts.append((arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
-    pc, kind, cfa, rbp, ra, fkey, seq = (np.concatenate([p[c] for p in parts]).astype(np.int64) for c in range(7))
-    # cfi.py's row tuples carry zeros in the fields of non-rule rows
-    plain = (kind == cfi.KIND_CFA_SP) | (kind == cfi.KIND_CFA_FP) | (kind == cfi.KIND_PLT)
-    cfa = np.where(plain, cfa, 0)
-    rbp = np.where(plain, rbp, 0)
-    ra = np.where(plain, ra, 0)
+        parts.append(_part(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
+    pc, kind, cfa, rbp, ra, fkey, seq = (np.concatenate([p[c] for p in parts]) for c in range(7))
+    del parts
     order = np.lexsort((seq, fkey))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return {"pc": pc, "kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra, "order": rank}, nf, len(fp)
+
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _part(pc, kind, cfa, rbp, ra, fkey, seq) -> tuple[np.ndarray, ...]:
+    """Rows in compact columns (a large library has millions): pc, FDE offset and rank int64, kind
+    int8, offsets int32. Non-rule rows carry zeros (as cfi.py's row tuples do). An offset beyond
+    int32 is clipped, still out of the range the kernel rules accept (kernel_tables.kernel_rules),
+    and never onto RBP_SAME."""
+    kind = np.asarray(kind, np.int8)
+    plain = (kind == cfi.KIND_CFA_SP) | (kind == cfi.KIND_CFA_FP) | (kind == cfi.KIND_PLT)
+    rbp = np.where(rbp == cfi.RBP_SAME, cfi.RBP_SAME, np.clip(rbp, _I32_MIN, _I32_MAX - 1))
+    return (np.asarray(pc, np.int64), kind,
+            np.where(plain, np.clip(cfa, _I32_MIN, _I32_MAX), 0).astype(np.int32),
+            np.where(plain, rbp, 0).astype(np.int32),
+            np.where(plain, np.clip(ra, _I32_MIN, _I32_MAX), 0).astype(np.int32),
+            np.asarray(fkey, np.int64), np.asarray(seq, np.int64))
+
+
+def _chunks(fdes: np.ndarray, ins_start: np.ndarray, size: int) -> list[np.ndarray]:
+    """`fdes` (sorted by where their instructions start) cut where the instructions pass `size` bytes
+    from the first of the slice (an FDE longer than that is a slice of its own)."""
+    out = []
+    i, n = 0, len(fdes)
+    starts = ins_start[fdes]
+    while i < n:
+        j = max(int(np.searchsorted(starts, starts[i] + size, side="left")), i + 1)
+        out.append(fdes[i:j])
+        i = j
+    return out
 
 
 def _header_end(data: bytes, start: int) -> int:

@@ -18,6 +18,7 @@ from .offsets import NONE, PyOffsets
 MAX_STRING = 1024            # characters of a name or file name we read
 MAX_LINETABLE = 1 << 18
 MAX_CODES_PER_PROCESS = 50_000
+MAX_FRAMES_PER_PROCESS = 200_000
 
 
 def checksum(argcount: int, flags: int, firstlineno: int) -> int:
@@ -77,14 +78,31 @@ def lasti_of(o: PyOffsets, code: int, instr: int) -> int:
 
 
 class CodeCache:
-    """Per-process cache of code objects read from the target."""
+    """Per-process cache of code objects read from the target, and of the frames made from them.
+
+    A frame is the same for the same (code object, instruction): hot frames recur in every
+    interval, and decoding a line table per frame was the largest cost of a busy Python host.
+    """
 
     def __init__(self) -> None:
         self._codes: dict[int, dict[tuple[int, int], CodeInfo | None]] = {}
+        self._frames: dict[int, dict[tuple[int, int, int], Frame]] = {}
         self.reads = 0
         self.misses = 0
 
     def frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
+        frames = self._frames.setdefault(pid, {})
+        frame_key = (code, sampled_checksum if sampled_checksum is not None else -1, instr)
+        made = frames.get(frame_key)
+        if made is None:
+            made = self._make_frame(pid, o, code, instr, sampled_checksum)
+            if made.resolved:        # an unreadable code object is read again next time
+                if len(frames) >= MAX_FRAMES_PER_PROCESS:
+                    frames.clear()
+                frames[frame_key] = made
+        return made
+
+    def _make_frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
         codes = self._codes.setdefault(pid, {})
         key = (code, sampled_checksum if sampled_checksum is not None else -1)
         info = codes.get(key, False)
@@ -108,3 +126,4 @@ class CodeCache:
 
     def forget(self, pid: int) -> None:
         self._codes.pop(pid, None)
+        self._frames.pop(pid, None)
