@@ -162,3 +162,24 @@ def test_load_survives_signals_during_verification():
         thread.join()
         signal.signal(signal.SIGUSR2, previous)
     assert sent >= 2, f"the load took {time.monotonic() - started:.2f} s: too short to be interrupted"
+
+
+def test_kernel_btf_index_cache_is_used_and_checked(tmp_path):
+    """The kernel BTF's type index is kept on disk between starts; a damaged file is not trusted."""
+    from hotstack.ebpf.btf import Btf
+
+    fresh = Btf.from_file("/sys/kernel/btf/vmlinux")            # no cache: indexed in Python
+    cached_first = Btf.from_file("/sys/kernel/btf/vmlinux", str(tmp_path))
+    (index,) = list(tmp_path.iterdir())
+    cached = Btf.from_file("/sys/kernel/btf/vmlinux", str(tmp_path))
+    names = ("task_struct", "mm"), ("mm_struct", "mm_mt"), ("vm_area_struct", "vm_start")
+    for btf in (cached_first, cached):
+        assert len(btf) == len(fresh)
+        for struct_name, member in names:
+            assert btf.member_offset(struct_name, member) == fresh.member_offset(struct_name, member)
+    raw = bytearray(index.read_bytes())
+    raw[8:12] = (int.from_bytes(raw[8:12], "little") + 4).to_bytes(4, "little")   # shift one entry
+    index.write_bytes(bytes(raw))
+    damaged = Btf.from_file("/sys/kernel/btf/vmlinux", str(tmp_path))
+    assert damaged.member_offset("task_struct", "mm") == fresh.member_offset("task_struct", "mm")
+    assert index.read_bytes() != bytes(raw)          # indexed again and rewritten

@@ -38,6 +38,12 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+/* How a queued request (a file without a table, a stale mapping list) wakes userspace: the
+ * includer's pids.h defines it; a harness without one polls. */
+#ifndef NU_WAKE_USERSPACE
+#define NU_WAKE_USERSPACE() do { } while (0)
+#endif
+
 /*
  * The runtime hook: a language runtime's recorder (bpf/v8.h) learns of every frame walked with
  * frame pointers (JIT code, code without tables: where a runtime's generated code is), with its pc,
@@ -441,7 +447,11 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_range *range, __u6
 		struct nu_missing_value missing = { .pid = tgid, .start = range->start, .end = range->end };
 
 		nu_count(NU_STAT_NO_TABLE);
-		if (bpf_map_update_elem(&nu_missing, &key, &missing, BPF_NOEXIST) == -7 /* E2BIG: full */)
+		long queued = bpf_map_update_elem(&nu_missing, &key, &missing, BPF_NOEXIST);
+
+		if (queued == 0)
+			NU_WAKE_USERSPACE();
+		else if (queued == -7 /* E2BIG: full */)
 			nu_count(NU_STAT_QUEUE_FULL);
 		return 0;
 	}
@@ -564,7 +574,8 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		if (!nu_kernel_vma_walk) {
 			__u32 one = 1;
 
-			bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST);
+			if (bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST) == 0)
+				NU_WAKE_USERSPACE();
 		}
 		return -1;
 	}

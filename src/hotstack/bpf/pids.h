@@ -3,7 +3,8 @@
  * New processes, announced to userspace: every program that counts stacks calls
  * announce_pid() so that userspace reads a process's maps while it still runs.
  *
- * `new_pids` is drained by userspace every 100 ms. `seen_pids` keeps the comm each
+ * `new_pids` is drained by userspace at most every 100 ms, when a record in `wakeups` wakes
+ * it (wake_userspace: an idle host costs no polling). `seen_pids` keeps the comm each
  * pid was announced with: a changed comm announces it again. An exec keeps the pid and
  * the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
@@ -16,6 +17,17 @@
 
 HS_PIDS_VARIABLES
 HS_PIDS_MAPS
+
+/* Wake the userspace thread that waits on `wakeups` (without BPF_RB_NO_WAKEUP the kernel
+ * notifies only when userspace has read everything before: one wakeup per batch). */
+static __always_inline void wake_userspace(void)
+{
+	__u32 why = 0;
+
+	bpf_ringbuf_output(&wakeups, &why, sizeof(why), 0);
+}
+
+#define NU_WAKE_USERSPACE() wake_userspace()
 
 /* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
 static __always_inline void announce_pid(__u32 pid, const char *comm)
@@ -32,6 +44,7 @@ static __always_inline void announce_pid(__u32 pid, const char *comm)
 		bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
 		/* NOEXIST: an exec announced and not drained yet stays an exec. */
 		bpf_map_update_elem(&new_pids, &pid, &one, BPF_NOEXIST);
+		wake_userspace();
 	}
 }
 
@@ -46,6 +59,7 @@ static __always_inline void announce_exec(int allowed)
 		return;
 	bpf_map_delete_elem(&seen_pids, &pid);
 	bpf_map_update_elem(&new_pids, &pid, &exec, BPF_ANY);
+	wake_userspace();
 }
 
 #endif

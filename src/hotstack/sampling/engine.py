@@ -15,6 +15,8 @@ unwinder met without one (a first parse of a large binary can take a second).
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +36,9 @@ from .sampler import Sampler
 from .samples import SampleMaker
 
 WATCH_INTERVAL_S = 0.1
+# With nothing queued by the programs (they wake us: bpf/pids.h wake_userspace) and no runtime
+# process to name frames of, the watcher sleeps this long: an idle host costs no polling.
+IDLE_WAIT_S = 1.0
 TargetFilter = Callable[[int], bool]
 
 
@@ -62,6 +67,8 @@ class Engine:
         self._declined: set[int] = set()
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
+        self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
+        self._native_kick = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started: list[Sampler] = []
         self._lock = threading.Lock()     # one drain at a time
@@ -129,6 +136,9 @@ class Engine:
     def stop(self) -> None:
         """Stop sampling (perf events off, links detached); what was counted stays readable."""
         self._stop.set()
+        self._native_kick.set()
+        if self._stop_fd >= 0:
+            os.eventfd_write(self._stop_fd, 1)
         for thread in self._threads:
             thread.join(timeout=1)
         self._threads = []
@@ -143,6 +153,9 @@ class Engine:
             except Exception:   # closing must reach every sampler
                 pass
         self._started = []
+        if self._stop_fd >= 0:
+            os.close(self._stop_fd)
+            self._stop_fd = -1
 
     def __enter__(self) -> "Engine":
         self.start()
@@ -153,15 +166,38 @@ class Engine:
 
     # -- new processes -------------------------------------------------------------------------
     def _watch_new_pids(self) -> None:
-        while not self._stop.wait(self._watch_interval):
-            self.observe_new_pids()
+        """New pids (their maps read while they run), then the unwind thread kicked; between rounds
+        at least WATCH_INTERVAL_S (one round serves a burst), at most IDLE_WAIT_S unless a program
+        wakes us or runtime processes need their frames named early."""
+        waiter = select.epoll()
+        try:
+            waiter.register(self._stop_fd, select.EPOLLIN)
+            for sampler in self._started:
+                fd = sampler.wakeup_fd()
+                if fd is not None:
+                    waiter.register(fd, select.EPOLLIN)
+            while not self._stop.is_set():
+                for sampler in self._started:
+                    sampler.clear_wakeups()
+                busy = self.observe_new_pids()
+                self._native_kick.set()
+                waiter.poll(self._watch_interval if busy else IDLE_WAIT_S)
+                if self._stop.wait(self._watch_interval):
+                    break
+        except (OSError, ValueError):   # a sampler closed under us
+            return
+        finally:
+            waiter.close()
 
-    def observe_new_pids(self) -> None:
+    def observe_new_pids(self) -> bool:
+        """True if there was something to do, or runtime processes are being followed."""
+        busy = False
         for sampler in self._started:
             try:
                 pids = sampler.new_pids()
             except Exception:   # the sampler is closing under us
                 continue
+            busy = busy or bool(pids)
             for pid, exec_ed in pids:
                 if exec_ed:
                     self._forget_image(pid)
@@ -172,6 +208,9 @@ class Engine:
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
+                # a source that cannot tell is taken as following processes (polled every round)
+                busy = busy or getattr(source, "tracking", lambda: True)()
+        return busy
 
     def _forget_image(self, pid: int) -> None:
         """`pid` exec'ed: what was read of its old image (maps, runtime state) goes, and the new
@@ -190,7 +229,9 @@ class Engine:
         """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid
         watcher: a first parse of a large binary can take a second, and new processes' maps must
         be read before they exit all the same."""
-        while not self._stop.wait(self._watch_interval):
+        while not self._stop.is_set():
+            self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
+            self._native_kick.clear()
             for sampler in self._started:
                 try:
                     sampler.serve_native()

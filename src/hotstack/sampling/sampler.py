@@ -20,12 +20,13 @@ from ..unwind.kernel_maps import NativeTables
 from .buffers import RawBatch, StackBuffers, parse_native_stack
 from .config import EngineConfig
 from .obi import attach_trace_context
+from .ringbuf import RingBuffer
 
 _PID = struct.Struct("<I")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
 EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
-EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids")
+EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "wakeups")
 log = logging.getLogger("hotstack.sampling")
 
 
@@ -47,6 +48,7 @@ class Sampler:
         self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
+        self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
 
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
@@ -60,6 +62,8 @@ class Sampler:
             for pid in self.config.pids:
                 self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
             self.buffers = StackBuffers(self.collection)
+            wakeups = self.collection.maps["wakeups"]
+            self._wakeups = RingBuffer(wakeups.fd, wakeups.spec.max_entries)
             self._announce_execs()
         except BaseException:
             self.close()
@@ -168,8 +172,20 @@ class Sampler:
             link.close()
         self._links = []
 
+    def wakeup_fd(self) -> int | None:
+        """A descriptor that polls readable when the program queued work for userspace (a new pid,
+        a file without unwind table, a stale mapping list): bpf/pids.h wake_userspace."""
+        return self.collection.maps["wakeups"].fd if self.collection is not None and self._wakeups else None
+
+    def clear_wakeups(self) -> None:
+        if self._wakeups is not None:
+            self._wakeups.read()
+
     def close(self) -> None:
         self.stop()
+        if self._wakeups is not None:
+            self._wakeups.close()
+            self._wakeups = None
         if self._exec is not None:
             self._exec.close()
             self._exec = None

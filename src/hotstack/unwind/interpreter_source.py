@@ -114,6 +114,10 @@ class InterpreterSource:
                 self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
 
+    def tracking(self) -> bool:
+        """True while processes of this runtime are followed (the engine then polls every round)."""
+        return bool(self._procs) or bool(self._retry)
+
     def poll(self, active_buffer: int) -> None:
         """Called every ~100 ms: retries, then the frames recorded so far in the active buffer are
         named while their process still runs."""

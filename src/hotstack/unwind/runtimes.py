@@ -11,7 +11,9 @@ The lifecycle, driven by the engine (sampling/engine.py), which never knows whic
 3. `attach(kernel)` once the sampler is loaded: `kernel` is a RuntimeKernel, this source's own
    maps by role (bpf/schema.yaml, a group with `runtime:`), so the source never names a map.
 4. Every ~100 ms `poll(active_buffer)`: early reads (a process that exits before the interval
-   ends keeps its names), retries of processes not ready yet.
+   ends keeps its names), retries of processes not ready yet. A source may say with `tracking()`
+   whether it follows any process now; when none does (and no program queued work), the engine
+   sleeps up to a second between rounds. A source without `tracking` is polled every round.
 5. After a buffer is drained, `collect(buffer)` takes what the kernel recorded in it; then for
    each sample `merge(pid, key, native)` returns the native frames with the runtime's frames in
    place (`key` is the sample's runtime_stack, 0: none).

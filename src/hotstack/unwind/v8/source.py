@@ -171,6 +171,10 @@ class V8Source:
         self.attached += 1
         return True
 
+    def tracking(self) -> bool:
+        """True while processes of this runtime are followed (the engine then polls every round)."""
+        return bool(self._procs) or bool(self._retry)
+
     def poll(self, active_buffer: int) -> None:
         """Name the functions of stacks recorded so far (called every ~100 ms)."""
         if self._kernel is None:
