@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Peers of tests/runtimes/ruby and tests/runtimes/php: the distribution's interpreters, and (only with
+# Peers of tests/runtimes/ruby, php and perl: the distribution's interpreters; for Perl, Devel::NYTProf
+# (libdevel-nytprof-perl, the independent profiler the Perl share test compares with) and libperl's
+# headers with a C compiler (the offset-table test compiles against them); and (only with
 # HOTSTACK_BENCH_PEERS=1) rbspy, the independent Ruby profiler the share test also compares with when
 # it is there (built from crates.io with cargo, cached under $HOTSTACK_CACHE/rbspy keyed by version;
 # the build takes over an hour on a 2-CPU machine, too long for CI; without it the test checks the
@@ -8,6 +10,11 @@ set -euo pipefail
 need=()
 command -v ruby >/dev/null || need+=(ruby)
 command -v php >/dev/null || need+=(php-cli)
+command -v perl >/dev/null || need+=(perl)
+command -v nytprofcalls >/dev/null || need+=(libdevel-nytprof-perl)
+perl_core="$(perl -MConfig -e 'print $Config{archlibexp}' 2>/dev/null || true)/CORE/perl.h"
+[ -f "$perl_core" ] || need+=(libperl-dev)
+command -v cc >/dev/null || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
     echo "interpreters.sh: installing ${need[*]}"
     "$(dirname "$0")/../apt-install" "${need[@]}"

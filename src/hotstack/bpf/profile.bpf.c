@@ -29,6 +29,7 @@
 #include "python.h"
 #include "ruby.h"
 #include "php.h"
+#include "perl.h"
 #include "obi.h"
 #include "pids.h"
 #include "counts.h"
@@ -122,6 +123,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 			key.runtime_stack = ruby_walk(key.pid, buffer);
 		if (!key.runtime_stack)   /* PHP (bpf/php.h) */
 			key.runtime_stack = php_walk(key.pid, buffer);
+		if (!key.runtime_stack)   /* Perl (bpf/perl.h) */
+			key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
 			hs_begin(key.pid);
@@ -151,6 +154,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		key.runtime_stack = ruby_walk(key.pid, buffer);
 	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* PHP (bpf/php.h) */
 		key.runtime_stack = php_walk(key.pid, buffer);
+	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* Perl (bpf/perl.h) */
+		key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
 }

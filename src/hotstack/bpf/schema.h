@@ -13,6 +13,7 @@
 #define HS_MAX_HEAPS 4
 #define RB_MAX_FRAMES 128
 #define PHP_MAX_FRAMES 128
+#define PERL_MAX_CONTEXTS 128
 #define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17
@@ -220,6 +221,45 @@ struct hs_stack {
 };
 _Static_assert(sizeof(struct hs_stack) == 2576, "struct hs_stack: schema layout");
 
+struct perl_proc {
+	__u64 interp_address;
+	__s64 tls_offset;
+	__u64 curcop;
+	__u64 curstackinfo;
+	__u32 tls_module;
+	__u16 interp_mode;
+	__u16 dtv_entry;
+	__u16 si_cxstack;
+	__u16 si_prev;
+	__u16 si_cxix;
+	__u16 cx_size;
+	__u16 cx_oldcop;
+	__u16 cx_sub_cv;
+	__u16 cx_retop;
+	__u16 pad;
+};
+_Static_assert(sizeof(struct perl_proc) == 56, "struct perl_proc: schema layout");
+
+struct perl_context {
+	__u64 cv;
+	__u64 oldcop;
+	__u64 retop;
+	__u8 type;
+	__u8 runlevel;
+	__u8 pad[6];
+};
+_Static_assert(sizeof(struct perl_context) == 32, "struct perl_context: schema layout");
+
+struct perl_stack {
+	__u32 len;
+	__u32 truncated;
+	__u32 pid;
+	__u32 pad;
+	__u64 curcop;
+	struct perl_context contexts[PERL_MAX_CONTEXTS];
+};
+_Static_assert(sizeof(struct perl_stack) == 4120, "struct perl_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -268,6 +308,22 @@ enum php_stat {
 	PHP_STAT_TRUNCATED = 2,
 	PHP_STAT_STACKS_FULL = 3,
 	PHP_STAT_MAX = 4,
+};
+
+enum perl_interp_mode {
+	PERL_INTERP_NONE = 0,
+	PERL_INTERP_DTV = 1,
+	PERL_INTERP_TP = 2,
+	PERL_INTERP_GLOBAL = 3,
+	PERL_INTERP_STATIC = 4,
+};
+
+enum perl_stat {
+	PERL_STAT_WALKS = 0,
+	PERL_STAT_NO_INTERP = 1,
+	PERL_STAT_TRUNCATED = 2,
+	PERL_STAT_STACKS_FULL = 3,
+	PERL_STAT_MAX = 4,
 };
 
 enum v8_stat {
@@ -625,6 +681,45 @@ enum hs_stat {
 		__type(key, __u32); \
 		__type(value, __u64); \
 	} hs_stats SEC(".maps"); \
+	/* end */
+
+/* group perl */
+#define HS_PERL_VARIABLES \
+	volatile __u32 perl_fsbase_offset = 0; \
+	/* end */
+#define HS_PERL_MAPS \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u32); \
+		__type(value, struct perl_proc); \
+	} perl_procs SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, struct perl_stack); \
+	} perl_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct perl_stack); \
+	} perl_stacks_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u64); \
+		__type(value, struct perl_stack); \
+	} perl_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, PERL_STAT_MAX); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} perl_stats SEC(".maps"); \
 	/* end */
 
 /* group offcpu */

@@ -12,6 +12,7 @@ HS_MAX_FRAMES = 64
 HS_MAX_HEAPS = 4
 RB_MAX_FRAMES = 128
 PHP_MAX_FRAMES = 128
+PERL_MAX_CONTEXTS = 128
 NATIVE_STACK_WORDS = 130
 EFAULT = 14
 EEXIST = 17
@@ -36,6 +37,9 @@ HS_HEAP = Record('hs_heap', '<QQQI4x', ('low', 'high', 'segmap', 'log2_segment')
 HS_PROC = Record('hs_proc', '<QQQQHHHHHHH2x', ('code_low', 'code_high', 'interp_low', 'interp_high', 'heap_block', 'block_used', 'blob_frame_size', 'blob_frame_complete', 'blob_code_begin', 'blob_name', 'nmethod_method'), 176)
 HS_FRAME = Record('hs_frame', '<IIQQQQ', ('index', 'kind', 'pc', 'method', 'extra', 'blob'), 40)
 HS_STACK = Record('hs_stack', '<IIBB6x', ('len', 'pid', 'walking', 'truncated'), 2576)
+PERL_PROC = Record('perl_proc', '<QqQQIHHHHHHHHH2x', ('interp_address', 'tls_offset', 'curcop', 'curstackinfo', 'tls_module', 'interp_mode', 'dtv_entry', 'si_cxstack', 'si_prev', 'si_cxix', 'cx_size', 'cx_oldcop', 'cx_sub_cv', 'cx_retop'), 56)
+PERL_CONTEXT = Record('perl_context', '<QQQBB6x', ('cv', 'oldcop', 'retop', 'type', 'runlevel'), 32)
+PERL_STACK = Record('perl_stack', '<III4xQ', ('len', 'truncated', 'pid', 'curcop'), 4120)
 
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
@@ -43,6 +47,7 @@ RB_STACK_TAIL_OFFSET = 16
 PHP_STACK_TAIL_OFFSET = 16
 HS_PROC_TAIL_OFFSET = 48
 HS_STACK_TAIL_OFFSET = 16
+PERL_STACK_TAIL_OFFSET = 24
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
@@ -82,6 +87,18 @@ PHP_STAT_TRUNCATED = 2
 PHP_STAT_STACKS_FULL = 3
 PHP_STAT_MAX = 4
 
+PERL_INTERP_NONE = 0
+PERL_INTERP_DTV = 1
+PERL_INTERP_TP = 2
+PERL_INTERP_GLOBAL = 3
+PERL_INTERP_STATIC = 4
+
+PERL_STAT_WALKS = 0
+PERL_STAT_NO_INTERP = 1
+PERL_STAT_TRUNCATED = 2
+PERL_STAT_STACKS_FULL = 3
+PERL_STAT_MAX = 4
+
 V8_STAT_WALKS = 0
 V8_STAT_FRAMES = 1
 V8_STAT_TRUNCATED = 2
@@ -101,11 +118,11 @@ HS_STAT_STACKS_FULL = 4
 HS_STAT_MAX = 5
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'wakeups', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'off_cpu_threads')
-BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks')
-VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'threshold', 'task_pid_offset')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'wakeups', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_tstates', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
+BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
+VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4}}
 
 
 def buffered(name: str, buffer: int) -> str:

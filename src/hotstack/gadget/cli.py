@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--java", action=argparse.BooleanOptionalAction, default=True,
                    help="show the Java methods (package.Class.method, inlined ones too) that HotSpot JVMs 11-21 "
                         "run, in place of the code cache's frames; needs --unwind kernel (default: on)")
+    p.add_argument("--perl", action=argparse.BooleanOptionalAction, default=True,
+                   help="show the Perl subs (Package::sub, file, line) that Perl 5.36 processes run, in place of "
+                        "the runloop's frames (default: on)")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",

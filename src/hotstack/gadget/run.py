@@ -50,6 +50,7 @@ class RunOptions:
     ruby_enabled: bool = True     # Ruby frames in place of the VM's (unwind/ruby)
     php_enabled: bool = True      # PHP frames in place of the Zend VM's (unwind/php)
     java_enabled: bool = True     # Java frames in place of the JVM's code cache (unwind/hotspot)
+    perl_enabled: bool = True     # Perl frames in place of the runloop's (unwind/perl)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
     containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
@@ -71,6 +72,7 @@ class RunOptions:
             python_enabled=getattr(args, "python", True), node_enabled=getattr(args, "node", True),
             ruby_enabled=getattr(args, "ruby", True), php_enabled=getattr(args, "php", True),
             java_enabled=getattr(args, "java", True),
+            perl_enabled=getattr(args, "perl", True),
             show_hotstack=getattr(args, "show_hotstack", False),
             map_fetch_count=getattr(args, "map_fetch_count", 0),
             containers={"runtime.containerName": getattr(args, "containername", ""),
@@ -102,10 +104,10 @@ class RunOptions:
                             include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
                             runtime_frames=(self.python_enabled or self.node_enabled or self.ruby_enabled
-                                            or self.php_enabled or self.java_enabled),
+                                            or self.php_enabled or self.java_enabled or self.perl_enabled),
                             runtimes_off=runtimes_off(python=self.python_enabled, v8=self.node_enabled,
                                                       ruby=self.ruby_enabled, php=self.php_enabled,
-                                                      hotspot=self.java_enabled),
+                                                      hotspot=self.java_enabled, perl=self.perl_enabled),
                             demangle=self.demangle, **samplers)
 
 

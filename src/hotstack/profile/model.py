@@ -16,6 +16,7 @@ class FrameKind(str, Enum):
     PYTHON = "python"
     RUBY = "ruby"            # unwind/ruby
     PHP = "php"              # unwind/php
+    PERL = "perl"            # unwind/perl
     JIT = "jit"
     JS = "js"          # JavaScript, named from V8's heap (unwind/v8/)
     JAVA = "java"

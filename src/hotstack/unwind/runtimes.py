@@ -107,6 +107,14 @@ def _hotspot() -> FrameSource:
 FRAME_SOURCES["hotspot"] = _hotspot      # Java (unwind/hotspot/)
 
 
+def _perl() -> FrameSource:
+    from .perl.source import PerlSource
+    return PerlSource()
+
+
+FRAME_SOURCES["perl"] = _perl
+
+
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
     """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:

@@ -36,6 +36,7 @@ CAPABILITIES = {
     "ruby_enabled": (lambda: _engine_field("runtimes_off"), "Ruby frames in the sampler"),
     "php_enabled": (lambda: _engine_field("runtimes_off"), "PHP frames in the sampler"),
     "hotspot_enabled": (lambda: _engine_field("runtimes_off"), "Java frames in the sampler"),
+    "perl_enabled": (lambda: _engine_field("runtimes_off"), "Perl frames in the sampler"),
     "demangle": (lambda: _has("hotstack.symbols.demangle", "Demangler"), "C++ demangling"),
     "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu", "OffCpuSampler"), "off-CPU sampling"),
     "probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeSampler"), "probe-triggered sampling"),
@@ -61,10 +62,10 @@ def engine_config(a: dict):
         if OBI_AVAILABLE() else None
     return EngineConfig(frequency=a["sample_rate"], kernel_stacks=a["kernel_frames"],
                         runtime_frames=(a["python_enabled"] or a["v8_enabled"] or a["ruby_enabled"] or a["php_enabled"]
-                                        or a["hotspot_enabled"]),
+                                        or a["hotspot_enabled"] or a["perl_enabled"]),
                         runtimes_off=tuple(name for name, arg in (("python", "python_enabled"), ("v8", "v8_enabled"),
                                                                   ("ruby", "ruby_enabled"), ("php", "php_enabled"),
-                                                                  ("hotspot", "hotspot_enabled"))
+                                                                  ("hotspot", "hotspot_enabled"), ("perl", "perl_enabled"))
                                            if not a[arg]),
                         off_cpu_threshold=a["off_cpu_threshold"],
                         probe_links=tuple(parse_probe_links(a["probe_links"], a["u_probe_links"])),
@@ -80,7 +81,7 @@ OBI_AVAILABLE = lambda: _has("hotstack.sampling.obi", "ObiConfig")  # noqa: E731
 # Interpreter unwinders hotstack does not have. Alloy turns them on by default, so refusing
 # `true` would fail every seed config: `true` is accepted with one warning at start (their
 # frames stay native frames of the interpreter), `false` is what already happens.
-NO_UNWINDER = ("perl_enabled", "dotnet_enabled")
+NO_UNWINDER = ("dotnet_enabled",)
 
 # debug_info settings of Alloy's debug-info uploader (its cache of uploaded build ids, its
 # queue, its workers, stripping .text before upload). hotstack does not upload debug info

@@ -139,9 +139,12 @@ def _python_counter(index_name: str):
     return read
 
 
-def _ruby_stat(profiler, name: str) -> int:
-    return sum(source.stats()[name] for source in getattr(profiler, "runtimes", ())
-               if getattr(source, "name", "") == "ruby")
+def _runtime_stat(runtime: str, name: str):
+    """A counter of an interpreter source's stats() (unwind/ruby, unwind/perl), summed over profilers' sources."""
+    def read(profiler) -> int:
+        return sum(source.stats()[name] for source in getattr(profiler, "runtimes", ())
+                   if getattr(source, "name", "") == runtime)
+    return read
 
 
 def _v8_frames(profiler):
@@ -163,9 +166,12 @@ PROFILER_METRICS = [
     ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
      _python_counter("PY_STAT_NO_THREAD")),
     ("UnwindV8Frames", "counter", "Number of unwound V8 frames", _v8_frames),
-    ("UnwindRubyAttempts", "counter", "Number of attempted Ruby unwinds", lambda p: _ruby_stat(p, "walks")),
+    ("UnwindRubyAttempts", "counter", "Number of attempted Ruby unwinds", _runtime_stat("ruby", "walks")),
     ("UnwindRubyErrNoProcInfo", "counter", "Number of Ruby threads without an execution context",
-     lambda p: _ruby_stat(p, "no_ec")),
+     _runtime_stat("ruby", "no_ec")),
+    ("UnwindPerlAttempts", "counter", "Number of attempted perl unwinds", _runtime_stat("perl", "walks")),
+    ("UnwindPerlTLS", "counter", "Number of Perl threads whose interpreter could not be found",
+     _runtime_stat("perl", "no_interpreter")),
     # symbolization
     ("ELFInfoCacheHit", "counter", "Number of cache hits for ELF information", _elf_cache("hits")),
     ("ELFInfoCacheMiss", "counter", "Number of cache misses for ELF information", _elf_cache("misses")),

@@ -28,7 +28,7 @@ DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
 ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "v8_enabled", "off_cpu_threshold",
                "probe_links", "u_probe_links", "obi_process_context_enabled", "bpf_fs_root", "go_enabled",
                "no_kernel_version_check")
-ENGINE_ARGS += ("ruby_enabled", "php_enabled", "hotspot_enabled")
+ENGINE_ARGS += ("ruby_enabled", "php_enabled", "hotspot_enabled", "perl_enabled")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ FRAME_TYPES = {FrameKind.KERNEL: "kernel", FrameKind.NATIVE: "native", FrameKind
                FrameKind.JIT: "jit", FrameKind.JS: "v8js", FrameKind.JAVA: "jvm"}
 FRAME_TYPES[FrameKind.RUBY] = "ruby"
 FRAME_TYPES[FrameKind.PHP] = "php"
+FRAME_TYPES[FrameKind.PERL] = "perl"
 
 # Sample labels that OBI trace correlation sets (sampling/obi.py): they become the sample's Link.
 LINK_ATTRIBUTES = ("trace_id", "span_id")

@@ -1,0 +1,80 @@
+"""The offset table (unwind/perl/offsets.py) against the installed perl's own headers: a C program
+compiled against them prints offsetof() of every member the walker and the namer read, which must
+equal the table's entry for that perl's version."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import fields
+
+import pytest
+
+from hotstack.unwind.perl.offsets import CVF_NAMED, SVT_PVCV, SVT_PVGV, SVT_PVHV, offsets_for
+from hotstack.unwind.perl.source import SVF_OOK
+from hotstack.unwind.perl.frames import CXT_EVAL, CXT_FORMAT, CXT_SUB, CXTYPEMASK
+from tests.peers import require_tool
+
+# PerlOffsets field -> the C expression it must equal (threaded build: ithreads, MULTIPLICITY)
+EXPRESSIONS = {
+    "interp_curcop": "offsetof(struct interpreter, Icurcop)",
+    "interp_curstackinfo": "offsetof(struct interpreter, Icurstackinfo)",
+    "si_cxstack": "offsetof(struct stackinfo, si_cxstack)",
+    "si_prev": "offsetof(struct stackinfo, si_prev)",
+    "si_cxix": "offsetof(struct stackinfo, si_cxix)",
+    "cx_size": "sizeof(PERL_CONTEXT)",
+    "cx_oldcop": "offsetof(struct block, blku_oldcop)",
+    "cx_sub_cv": "offsetof(struct block, blk_u.blku_sub.cv)",
+    "cx_retop": "offsetof(struct block, blk_u.blku_sub.retop)",
+    "cop_line": "offsetof(struct cop, cop_line)",
+    "cop_file": "offsetof(struct cop, cop_file)",
+    "sv_any": "offsetof(struct sv, sv_any)",
+    "sv_flags": "offsetof(struct sv, sv_flags)",
+    "sv_u": "offsetof(struct sv, sv_u)",
+    "xcv_stash": "offsetof(XPVCV, xcv_stash)",
+    "xcv_gv": "offsetof(XPVCV, xcv_gv_u)",
+    "xcv_flags": "offsetof(XPVCV, xcv_flags)",
+    "xgv_name_hek": "offsetof(XPVGV, xiv_u)",
+    "xgv_stash": "offsetof(XPVGV, xnv_u)",
+    "xhv_max": "offsetof(XPVHV, xhv_max)",
+    "hv_aux_offset": "offsetof(struct xpvhv_with_aux, xhv_aux)",
+    "aux_name": "offsetof(struct xpvhv_aux, xhv_name_u)",
+    "aux_name_count": "offsetof(struct xpvhv_aux, xhv_name_count)",
+    "hek_len": "offsetof(struct hek, hek_len)",
+    "hek_key": "offsetof(struct hek, hek_key)",
+}
+CONSTANTS = {"CVf_NAMED": CVF_NAMED, "SVt_PVCV": SVT_PVCV, "SVt_PVGV": SVT_PVGV, "SVt_PVHV": SVT_PVHV,
+             "SVf_OOK": SVF_OOK, "CXt_SUB": CXT_SUB, "CXt_FORMAT": CXT_FORMAT, "CXt_EVAL": CXT_EVAL,
+             "CXTYPEMASK": CXTYPEMASK, "sizeof(((struct block *)0)->blku_type)": 1,
+             "offsetof(struct block, blk_u.blku_eval.retop)": offsets_for((5, 36)).cx_retop}
+
+
+def test_table_matches_the_installed_perls_headers(tmp_path):
+    perl, cc = require_tool("perl"), require_tool("cc")
+    config = subprocess.run([perl, "-MConfig", "-e", 'print join " ", $Config{archlibexp}, $Config{ccflags}, '
+                             '$Config{PERL_REVISION}, $Config{PERL_VERSION}, $Config{useithreads} // ""'],
+                            capture_output=True, text=True, check=True).stdout.split()
+    archlib, ccflags, version, threads = config[0], config[1:-3], (int(config[-3]), int(config[-2])), config[-1]
+    if threads != "define":
+        pytest.skip("this perl is not threaded (the table is for ithreads builds)")
+    offsets = offsets_for(version)
+    assert offsets is not None, f"no offsets for perl {version}"
+    if not offsets.hv_aux_in_body:
+        EXPRESSIONS.pop("hv_aux_offset")
+    checks = {**{name: expr for name, expr in EXPRESSIONS.items()}, **{expr: expr for expr in CONSTANTS}}
+    source = tmp_path / "offsets.c"
+    source.write_text("#include <EXTERN.h>\n#include <perl.h>\n#include <stdio.h>\n#include <stddef.h>\n"
+                      "int main(void) {\n" + "".join(f'    printf("%s %ld\\n", "{name}", (long)({expr}));\n'
+                                                        for name, expr in checks.items()) + "    return 0;\n}\n")
+    binary = tmp_path / "offsets"
+    built = subprocess.run([cc, *ccflags, f"-I{archlib}/CORE", str(source), "-o", str(binary)],
+                           capture_output=True, text=True)
+    if built.returncode != 0 and "perl.h" in built.stderr and "No such file" in built.stderr:
+        pytest.fail(f"perl's headers are missing ({archlib}/CORE): install perl's development files",
+                    pytrace=False)
+    assert built.returncode == 0, built.stderr[-2000:]
+    found = dict(line.rsplit(" ", 1) for line in subprocess.run([str(binary)], capture_output=True, text=True,
+                                                                 check=True).stdout.splitlines())
+    table = {f.name: getattr(offsets, f.name) for f in fields(offsets)}
+    wrong = {name: (table[name], int(found[name])) for name in EXPRESSIONS if table[name] != int(found[name])}
+    wrong.update({expr: (want, int(found[expr])) for expr, want in CONSTANTS.items() if want != int(found[expr])})
+    assert not wrong, f"perl {version}: (table, headers) {wrong}"
