@@ -16,6 +16,17 @@ def object_path() -> str:
     return _object_path("profile")
 
 
+def configured_spec() -> ebpf.CollectionSpec:
+    """The sampling object as the engine loads it on this kernel: the kernel unwinder's constants
+    set from this kernel's BTF (left at zero, it would be the path for kernels without a VMA
+    tree, which the kernel matrix loads on the kernels that take it: tests/kernels)."""
+    from hotstack.unwind import kernel_maps
+
+    spec = ebpf.load_spec(object_path(), map_prefix="hstest")
+    kernel_maps.configure(spec)
+    return spec
+
+
 from ..peers import require_tool
 
 pytestmark = pytest.mark.root
@@ -74,7 +85,7 @@ def test_percpu_values_are_one_per_possible_cpu():
 
 
 def test_collection_loads_and_global_variable_roundtrip():
-    with ebpf.Collection.load(ebpf.load_spec(object_path(), map_prefix="hstest")) as c:
+    with ebpf.Collection.load(configured_spec()) as c:
         var = c.variable("active_buffer")
         assert var.get() == 0
         var.set(1)
@@ -123,7 +134,7 @@ def test_kernel_btf_offsets_match_bpftool():
 
 
 def test_perf_events_on_every_online_cpu():
-    with ebpf.Collection.load(ebpf.load_spec(object_path(), map_prefix="hstest")) as c:
+    with ebpf.Collection.load(configured_spec()) as c:
         events = ebpf.open_cpu_clock_events(19, c.programs["profile_cpu"])
         try:
             assert sorted(e.cpu for e in events) == ebpf.online_cpus()
@@ -155,7 +166,7 @@ def test_load_survives_signals_during_verification():
     started = time.monotonic()
     thread.start()
     try:
-        with ebpf.Collection.load(ebpf.load_spec(object_path(), map_prefix="hstest")) as c:
+        with ebpf.Collection.load(configured_spec()) as c:
             assert c.programs
     finally:
         stop.set()
