@@ -37,7 +37,9 @@ FILE_VALUE = struct.Struct("<IIQ")
 RANGE = struct.Struct("<QQqQII")
 RANGES_HEADER = struct.Struct("<QII")
 MISSING_VALUE = struct.Struct("<IIQQ")
-DEFAULT_ROWS = 1 << 21           # 16 MiB of rows: ~60 files the size of libc, hundreds of small ones
+# 32 MiB of rows: ~120 files the size of libc, hundreds of small ones; one large C++ library
+# (libLLVM: 1M rows) took half of the former 16 MiB on a developer host, and evictions churned.
+DEFAULT_ROWS = 1 << 22
 
 STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
               "signal", "vma_walks", "vma_walk_misses", "unused", "no_ranges", "end_root", "end_zero",
