@@ -4,11 +4,17 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 BPF_DIR := src/hotstack/bpf
 BPF_SOURCES := $(wildcard $(BPF_DIR)/*.bpf.c)
-BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
+# Each program is built for x86-64 (NAME.bpf.o) and arm64 (NAME.arm64.bpf.o); hotstack.bpf.object_path
+# picks one by the machine. The register layouts differ (bpf/arch.h); each build reads the UAPI headers
+# of its architecture: the host's own for x86-64, Debian's linux-libc-dev-arm64-cross (headers only,
+# architecture-independent, no cross compiler) for arm64. Debian multiarch paths, not `uname -m`:
+# the objects must come out the same on any build host.
+BPF_OBJECTS := $(BPF_SOURCES:.c=.o) $(BPF_SOURCES:.bpf.c=.arm64.bpf.o)
 CLANG ?= clang
-ARCH_INCLUDE := /usr/include/$(shell uname -m)-linux-gnu
+X86_INCLUDE := /usr/include/x86_64-linux-gnu
+ARM64_INCLUDE := /usr/aarch64-linux-gnu/include
 
-.PHONY: run test test-peers test-kernels venv generate bpf proto check-generated clean
+.PHONY: run test test-peers test-kernels test-arm64 venv generate bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
@@ -32,6 +38,13 @@ test-kernels: venv
 	bash .ci/install.d/kernels.sh
 	$(VPY) tests/kernels/matrix.py $(KERNELS_ARGS)
 
+# The same smoke suite on arm64: Debian's arm64 kernel in qemu-system-aarch64 (TCG) on an arm64
+# Debian root filesystem (mmdebstrap), hotstack from a wheel of this tree (tests/kernels/arm64.py).
+# Slow (every instruction emulated): not in .ci/run. Needs root.
+test-arm64: venv
+	HOTSTACK_ARM64=1 bash .ci/install.d/arm64.sh
+	$(VPY) tests/kernels/arm64.py $(ARM64_ARGS)
+
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -50,9 +63,18 @@ generate: venv
 # would embed the build directory.
 bpf: $(BPF_OBJECTS)
 
+$(BPF_DIR)/%.arm64.bpf.o: $(BPF_DIR)/%.bpf.c $(wildcard $(BPF_DIR)/*.h)
+	@test -e $(ARM64_INCLUDE)/asm/ptrace.h || { echo "make bpf: no arm64 UAPI headers in $(ARM64_INCLUDE): apt-get install linux-libc-dev-arm64-cross" >&2; exit 2; }
+	cd $(BPF_DIR) && $(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_arm64 -fdebug-prefix-map=$$PWD=. \
+		-nostdinc -isystem $(ARM64_INCLUDE) -isystem /usr/include \
+		-Wall -Werror -c $*.bpf.c -o $*.arm64.bpf.tmp.o
+	llvm-objcopy --strip-debug --remove-section=.BTF.ext --remove-section=.rel.BTF.ext \
+		--remove-section=.llvm_addrsig $(BPF_DIR)/$*.arm64.bpf.tmp.o $@
+	rm -f $(BPF_DIR)/$*.arm64.bpf.tmp.o
+
 $(BPF_DIR)/%.bpf.o: $(BPF_DIR)/%.bpf.c $(wildcard $(BPF_DIR)/*.h)
 	cd $(BPF_DIR) && $(CLANG) -O2 -g -target bpf -D__TARGET_ARCH_x86 -fdebug-prefix-map=$$PWD=. \
-		-I$(ARCH_INCLUDE) -Wall -Werror -c $*.bpf.c -o $*.bpf.tmp.o
+		-I$(X86_INCLUDE) -Wall -Werror -c $*.bpf.c -o $*.bpf.tmp.o
 	llvm-objcopy --strip-debug --remove-section=.BTF.ext --remove-section=.rel.BTF.ext \
 		--remove-section=.llvm_addrsig $(BPF_DIR)/$*.bpf.tmp.o $@
 	rm -f $(BPF_DIR)/$*.bpf.tmp.o

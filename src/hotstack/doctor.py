@@ -122,6 +122,15 @@ def run_checks() -> list[Check]:
     caps = effective_caps()
     checks: list[Check] = []
     checks.append(Check("kernel", True, os.uname().release, required=False))
+    machine = os.uname().machine
+    try:
+        from .bpf import object_suffix
+        objects = f"BPF objects: profile{object_suffix(machine)}.bpf.o and its siblings"
+        built = True
+    except RuntimeError as e:
+        objects, built = str(e), False
+    checks.append(Check("machine", built, f"{machine} ({objects})", "all sampling",
+                        "run on x86_64 or aarch64 (arm64)"))
     priv = has_cap(CAP_SYS_ADMIN, caps) or (has_cap(CAP_BPF, caps) and has_cap(CAP_PERFMON, caps))
     have = [name for name, cap in (("CAP_SYS_ADMIN", CAP_SYS_ADMIN), ("CAP_BPF", CAP_BPF),
                                    ("CAP_PERFMON", CAP_PERFMON)) if has_cap(cap, caps)]

@@ -145,7 +145,8 @@ def _site_packages() -> Path:
     return target
 
 
-def _build_workloads(out: Path) -> None:
+def _build_workloads(out: Path, cc: str = "cc") -> None:
+    """The C workloads, built with `cc` (arm64.py: Debian's aarch64-linux-gnu-gcc)."""
     fp = ["-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"]
     tests = ROOT / "tests"
     for source, name, flags in (
@@ -154,7 +155,7 @@ def _build_workloads(out: Path) -> None:
             (tests / "unwind" / "workloads" / "sleep_leaf.c", "sleep_leaf", ["-O1", "-fno-omit-frame-pointer"]),
             (tests / "probes" / "workloads" / "malloc_ratio.c", "malloc_ratio", fp),
             (tests / "alloy" / "workloads" / "spin.c", "alloy-spin", ["-O1", "-g", "-fno-omit-frame-pointer"])):
-        _run(["cc", *flags, "-o", str(out / name), str(source)])
+        _run([cc, *flags, "-o", str(out / name), str(source)])
     shutil.copy(tests / "python" / "workload_abc.py", out / "workload_abc.py")
 
 

@@ -31,9 +31,9 @@ _Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks
 /* Begin a walk from user registers and hand it to the step program; 0 if handed over (the step
  * program counts the sample), -1 if the caller must count it itself (key.user_stack_id set). */
 static __always_inline int native_begin(void *ctx, struct stack_key *key, const char *comm, __u32 buffer,
-					__u64 value, __u64 ip, __u64 sp, __u64 bp)
+					__u64 value, const struct arch_regs *regs)
 {
-	struct nu_state *st = nu_begin(key->pid, ip, sp, bp);
+	struct nu_state *st = nu_begin(key->pid, regs);
 
 	key->user_stack_id = -1;
 	if (!st)
@@ -128,21 +128,19 @@ static __always_inline int native_step_and_count(void *ctx)
  * have no bpf_task_pt_regs (the loader makes it return NULL): there the top of the stack is found
  * from task_struct.stack and THREAD_SIZE, and the registers are trusted only if they look like a
  * user context (code and stack segments of ring 3). */
-static __always_inline int native_task_user_regs(struct pt_regs *out)
+static __always_inline int native_task_user_regs(struct arch_regs *out)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((void *)bpf_get_current_task_btf());
+	arch_user_regs *regs = (arch_user_regs *)bpf_task_pt_regs((void *)bpf_get_current_task_btf());
 
 	if (!regs && nu_off_task_stack) {
 		__u64 stack = nu_kread((__u64)bpf_get_current_task(), nu_off_task_stack);
 
 		if (stack)
-			regs = (struct pt_regs *)(stack + nu_thread_size - sizeof(struct pt_regs));
+			regs = (arch_user_regs *)(stack + nu_thread_size - ARCH_KERNEL_PT_REGS_SIZE);
 	}
-	if (!regs || bpf_probe_read_kernel(out, sizeof(*out), regs))
+	if (!regs)
 		return -1;
-	if ((out->cs & 3) != 3 || (out->ss & 3) != 3)
-		return -1;
-	return 0;
+	return arch_regs_read_kernel(out, regs);
 }
 
 #endif

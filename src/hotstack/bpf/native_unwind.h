@@ -38,6 +38,8 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+#include "arch.h"
+
 /* How a queued request (a file without a table, a stale mapping list) wakes userspace: the
  * includer's pids.h defines it; a harness without one polls. */
 #ifndef NU_WAKE_USERSPACE
@@ -80,6 +82,7 @@
 #define NU_KIND_SIGNAL 5
 #define NU_KIND_FP_GO 7
 #define NU_RBP_SAME (-32768)
+#define NU_RA_SAME (-32768)   /* the return address is still in the link register (arm64) */
 
 /* How a walk ended (struct nu_state.end). */
 enum nu_end {
@@ -123,8 +126,8 @@ struct nu_rule {
 	__u8 kind;
 	__u8 pad;
 	__s16 cfa;      /* CFA offset (from RSP, RBP); PLT: from RSP */
-	__s16 rbp;      /* caller's RBP at CFA + rbp, NU_RBP_SAME: unchanged; PLT: the (RIP & 15) threshold */
-	__s16 ra;       /* return address at CFA + ra */
+	__s16 rbp;      /* caller's frame pointer (RBP, x29) at CFA + rbp, NU_RBP_SAME: unchanged; PLT: the (RIP & 15) threshold */
+	__s16 ra;       /* return address at CFA + ra; NU_RA_SAME: in the link register (arm64 x30) */
 };
 
 struct nu_file_key {
@@ -188,6 +191,7 @@ struct nu_state {
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
+	__u64 lr;          /* arm64: the link register, known at the first frame and after a signal frame only */
 	__u64 mm;
 	__u32 tgid;
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
@@ -214,7 +218,7 @@ const volatile __u32 nu_off_inode_sb = 0;
 const volatile __u32 nu_off_sb_dev = 0;
 const volatile __u32 nu_off_task_mm = 0;
 const volatile __u32 nu_off_task_stack = 0;      /* task_struct.stack (0: unknown) */
-const volatile __u32 nu_thread_size = 16384;    /* x86-64 THREAD_SIZE without KASAN */
+const volatile __u32 nu_thread_size = 16384;    /* THREAD_SIZE without KASAN (x86-64, arm64 with 4K pages) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -511,9 +515,11 @@ static __always_inline int nu_fp_walk(struct nu_state *st, int same_stack)
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
+	ra = ARCH_STRIP_RA(ra);
 	st->sp = bp + 16;
 	st->bp = next_bp;
 	st->pc = ra;
+	st->lr = 0;
 	st->signal = 0;
 	if (!ra) {
 		st->stack.end = NU_END_ZERO;
@@ -535,16 +541,36 @@ static __always_inline int nu_fp_frame(struct nu_state *st, __u64 pc, __u32 inde
 	return nu_fp_step(st);
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/* arm64: the kernel's rt_sigframe at SP in the sigreturn trampoline: siginfo (128), then the
+ * ucontext, whose uc_mcontext (16-aligned, at +176) holds fault_address, regs[31], sp, pc. */
+#define NU_SIGCONTEXT (128 + 176)
+#define NU_SIG_FP (NU_SIGCONTEXT + 8 + 29 * 8)
+#define NU_SIG_LR (NU_SIGCONTEXT + 8 + 30 * 8)
+#define NU_SIG_SP (NU_SIGCONTEXT + 8 + 31 * 8)
+#define NU_SIG_PC (NU_SIGCONTEXT + 8 + 32 * 8)
+#else
 /* x86-64: the kernel's rt_sigframe at RSP after the handler returned into __restore_rt:
  * ucontext at +0 (pretcode popped), uc_mcontext at +40; rbp, rsp, rip at +80, +120, +128 of it. */
+#define NU_SIG_FP (40 + 80)
+#define NU_SIG_SP (40 + 120)
+#define NU_SIG_PC (40 + 128)
+#endif
 static __always_inline int nu_signal_step(struct nu_state *st)
 {
-	__u64 base = st->sp + 40, bp, sp, pc;
+	__u64 base = st->sp, bp, sp, pc, lr = 0;
 
-	if (nu_read(&bp, base + 80) || nu_read(&sp, base + 120) || nu_read(&pc, base + 128)) {
+	if (nu_read(&bp, base + NU_SIG_FP) || nu_read(&sp, base + NU_SIG_SP) || nu_read(&pc, base + NU_SIG_PC)) {
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
+#ifdef NU_SIG_LR
+	if (nu_read(&lr, base + NU_SIG_LR)) {
+		st->stack.end = NU_END_READ;
+		return -1;
+	}
+#endif
+	st->lr = lr;
 	st->bp = bp;
 	st->sp = sp;
 	st->pc = pc;
@@ -613,10 +639,22 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		nu_count(NU_STAT_INVALID_RULE);
 		return nu_fp_frame(st, pc, n);
 	}
+#if defined(__TARGET_ARCH_arm64)
+	if (rule->ra == NU_RA_SAME) {
+		/* before the prologue saved it (or in a leaf that never does) the return address is in
+		 * the link register, which only the first frame (or a signal frame) still has */
+		if (!(n == 0 || st->signal) || !st->lr) {
+			nu_count(NU_STAT_INVALID_RULE);
+			return nu_fp_frame(st, pc, n);
+		}
+		ra = st->lr;
+	} else
+#endif
 	if (nu_read(&ra, cfa + rule->ra)) {
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
+	ra = ARCH_STRIP_RA(ra);
 	bp = st->bp;
 	if (rule->kind != NU_KIND_PLT && rule->rbp != NU_RBP_SAME && nu_read(&bp, cfa + rule->rbp)) {
 		st->stack.end = NU_END_READ;
@@ -626,6 +664,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 	st->pc = ra;
 	st->sp = cfa;
 	st->bp = bp;
+	st->lr = 0;
 	st->signal = 0;
 	if (!ra) {
 		st->stack.end = NU_END_ZERO;
@@ -645,7 +684,7 @@ static __always_inline struct nu_state *nu_state(void)
  * Start a walk for the current task from its user registers. Finds (or builds, in the kernel)
  * the process's mapping list. Returns the per-CPU state, or 0 if there is nothing to walk.
  */
-static __always_inline struct nu_state *nu_begin(__u32 tgid, __u64 pc, __u64 sp, __u64 bp)
+static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_regs *regs)
 {
 	struct nu_state *st = nu_state();
 	struct nu_ranges *pr, *fresh;
@@ -654,9 +693,10 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, __u64 pc, __u64 sp,
 
 	if (!st)
 		return 0;
-	st->pc = pc;
-	st->sp = sp;
-	st->bp = bp;
+	st->pc = regs->ip;
+	st->sp = regs->sp;
+	st->bp = regs->fp;
+	st->lr = regs->lr;
 	st->tgid = tgid;
 	st->stack.n = 0;
 	st->stack.end = NU_END_NONE;

@@ -19,6 +19,8 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+#include "arch.h"
+
 /* Off-CPU stacks are many and long-lived: as many user-stack buckets as probes use. */
 #define USER_STACK_ENTRIES 16384
 #define KERN_STACK_ENTRIES 4096
@@ -40,7 +42,7 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 {
 	struct off_cpu entry = {};
 	__u32 buffer = active_buffer & 1;
-	struct pt_regs regs = {};
+	struct arch_regs regs = {};
 	struct stack_key key = {};
 
 	entry.pid = pid;
@@ -71,7 +73,7 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	entry.user_stack_id = -1;
 	bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
 	/* the value word carries the switch-out time: the step checks it is still this entry */
-	native_begin(ctx, &key, entry.comm, buffer, entry.since, regs.rip, regs.rsp, regs.rbp);
+	native_begin(ctx, &key, entry.comm, buffer, entry.since, &regs);
 }
 
 static __always_inline void switch_in(__u32 tid)

@@ -17,6 +17,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
+#include "arch.h"
+
 /* Probes on busy code see many distinct user stacks: more buckets for those than for kernel stacks. */
 #define USER_STACK_ENTRIES 16384
 #define KERN_STACK_ENTRIES 4096
@@ -55,9 +57,11 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int us
 	if (unwind_in_kernel && user_regs) {
 		/* --unwind kernel: the walk starts at the probed instruction itself, so the caller of a
 		 * function probed at its entry is found from the table (no `caller` needed) */
+		struct arch_regs regs;
+
 		key.caller = 0;
-		if (native_begin(ctx, &key, comm, buffer, 1, PT_REGS_IP((struct pt_regs *)ctx),
-				 PT_REGS_SP((struct pt_regs *)ctx), PT_REGS_FP((struct pt_regs *)ctx)) == 0)
+		arch_regs_load(&regs, ARCH_REGS(ctx));
+		if (native_begin(ctx, &key, comm, buffer, 1, &regs) == 0)
 			return 0;
 		count_stack(&key, comm, 1, buffer);
 		return 0;
@@ -81,13 +85,14 @@ int probe_native_step(struct pt_regs *ctx)
 	return native_step_and_count(ctx);
 }
 
-/* At a function's first instruction the return address is on top of the stack. */
+/* At a function's first instruction the return address is on top of the stack (x86) or in the
+ * link register (arm64). */
 SEC("uprobe")
 int probe_uprobe(struct pt_regs *ctx)
 {
 	__u64 caller = 0;
 
-	bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
+	ARCH_ENTRY_RETURN_ADDRESS(ARCH_REGS(ctx), &caller);
 	return hit(ctx, 0, caller, 1);
 }
 

@@ -25,6 +25,7 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+#include "arch.h"
 #include "schema.h"
 #include "python.h"
 #include "ruby.h"
@@ -54,12 +55,10 @@ HS_CPU_VARIABLES
 HS_CPU_MAPS
 
 /* The user registers of the current task: the sample's own if it hit user mode. */
-static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct pt_regs *out)
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct arch_regs *out)
 {
 	if (!in_kernel) {
-		out->rip = ctx->regs.rip;
-		out->rsp = ctx->regs.rsp;
-		out->rbp = ctx->regs.rbp;
+		arch_regs_load(out, &ctx->regs);
 		return 0;
 	}
 	return native_task_user_regs(out);
@@ -106,7 +105,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	buffer = active_buffer & 1;
 	/* A sample taken in user mode has no kernel stack: do not ask for one. */
-	in_kernel = (ctx->regs.cs & 3) == 0;
+	in_kernel = !ARCH_REGS_USER_MODE(&ctx->regs);
 
 	key.kern_stack_id = -1;
 	if (collect_kernel_stacks && in_kernel) {
@@ -116,7 +115,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	key.user_stack_id = -1;
 	if (collect_user_stacks && key.pid != 0 && unwind_in_kernel) {
-		struct pt_regs regs = {};
+		struct arch_regs regs = {};
 
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
 		if (!key.runtime_stack)   /* Ruby (bpf/ruby.h) */
@@ -128,7 +127,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
 			hs_begin(key.pid);
-			if (native_begin(ctx, &key, comm, buffer, 1, regs.rip, regs.rsp, regs.rbp) == 0)
+			if (native_begin(ctx, &key, comm, buffer, 1, &regs) == 0)
 				return 0;
 		} else {
 			/* in the kernel with no saved user registers to walk from (no bpf_task_pt_regs

@@ -21,6 +21,7 @@
 #ifndef HOTSTACK_PYTHON_H
 #define HOTSTACK_PYTHON_H
 
+#include "arch.h"
 #include "schema.h"
 
 /* Structs py_proc, py_frame, py_stack, enum py_stat and the maps: bpf/schema.yaml (group python). */
@@ -62,11 +63,11 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 		return 0;
 	/* A cached state is used only if it still names this thread (states are freed and reused). */
 	cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && *cached && py_read_u64(*cached + proc->thread_id) == fsbase)
+	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(py_read_u64(*cached + proc->thread_id), fsbase))
 		return *cached;
 	tstate = py_read_u64(proc->threads_head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
-		if (py_read_u64(tstate + proc->thread_id) == fsbase) {
+		if (ARCH_PTHREAD_IS_THREAD(py_read_u64(tstate + proc->thread_id), fsbase)) {
 			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
 			return tstate;
 		}

@@ -22,9 +22,10 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
     parts: list[dict] = []
     fdes = fp_fdes = 0
     sources: list[str] = []
+    arch = cfi.arch_of(elf.machine)         # x86-64 or arm64 registers, by the ELF's e_machine
     for source_elf, name, debug in ((elf, ".eh_frame", False), (elf, ".debug_frame", True),
                                     (debug_elf, ".debug_frame", True)):
-        if source_elf is None or (debug and not debug_frame):
+        if source_elf is None or arch is None or (debug and not debug_frame):
             continue
         section = source_elf.section(name)
         if section is None or section.size == 0:
@@ -45,7 +46,8 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
                     hdr, hdr_addr = source_elf.section_data(hdr_section, cap=64 << 20), hdr_section.addr
                 except ElfError:
                     hdr = None
-        rows, n, fp = parse_fast(data, section.addr, debug_frame=debug, hdr=hdr, hdr_addr=hdr_addr or 0)
+        rows, n, fp = parse_fast(data, section.addr, debug_frame=debug, hdr=hdr, hdr_addr=hdr_addr or 0,
+                                 arch=arch)
         fp_fdes += fp
         if len(rows["pc"]):
             # .debug_frame rows go first so that .eh_frame rows win at equal pcs (as table.py)

@@ -3,10 +3,12 @@
 A hand-written parser: pyelftools was measured 17x slower on libpython and
 raises on Debian's libc (an opcode path it does not know), see
 research/python-ebpf.md section 2. We only evaluate what an unwinder needs on
-x86-64: where the CFA is (a register + offset, or the PLT expression), where the
-return address and the caller's RBP are saved, whether the return address is
-undefined (the outermost frame: `_start`, `clone3`, thread start) and whether
-the function is a signal trampoline (augmentation 'S').
+x86-64 and arm64: where the CFA is (the stack or frame pointer + offset, or x86's PLT
+expression), where the return address and the caller's frame pointer (RBP, x29) are saved,
+whether the return address is undefined (the outermost frame: `_start`, `clone3`, thread
+start), still in its register (arm64's link register x30, before a prologue saves it), and
+whether the function is a signal trampoline (augmentation 'S'). The registers are the ELF's
+machine's (`Arch`, from e_machine); the row fields keep x86's names (rbp: the frame pointer).
 
 Rows are emitted as (pc, kind, cfa_offset, rbp_offset, ra_offset) with `pc` an
 ELF virtual address; a row holds from its pc up to the next row's pc.
@@ -27,9 +29,36 @@ KIND_END = 6         # parser-internal: the end of an FDE (INVALID unless anothe
 KIND_NAMES = ("invalid", "cfa=sp", "cfa=fp", "plt", "stop", "signal")
 
 RBP_SAME = 0x7FFFFFFF   # rbp_offset when the caller's RBP is still in RBP
+RA_SAME = 0x7FFFFFFF    # ra_offset when the return address is still in the link register (arm64)
 
-# DWARF register numbers, x86-64 (System V psABI); aarch64 would map x29/x30/sp here.
+# DWARF register numbers, x86-64 (System V psABI).
 REG_RBP, REG_RSP, REG_RA = 6, 7, 16
+
+EM_X86_64, EM_AARCH64 = 62, 183
+
+
+class Arch:
+    """An architecture's DWARF register numbers and the return-address rule at a function's entry
+    (x86-64: at CFA - 8, pushed by the call; arm64: in x30, the link register)."""
+
+    __slots__ = ("name", "fp", "sp", "ra", "ra_at_entry", "cfa_at_entry")
+
+    def __init__(self, name: str, fp: int, sp: int, ra: int, ra_at_entry: int, cfa_at_entry: int) -> None:
+        self.name, self.fp, self.sp, self.ra = name, fp, sp, ra
+        self.ra_at_entry, self.cfa_at_entry = ra_at_entry, cfa_at_entry
+
+    def __repr__(self) -> str:
+        return f"Arch({self.name})"
+
+
+X86_64 = Arch("x86_64", REG_RBP, REG_RSP, REG_RA, -8, 8)
+AARCH64 = Arch("aarch64", 29, 31, 30, RA_SAME, 0)      # x29 (fp), sp, x30 (lr); AAPCS64 DWARF
+ARCHES = {EM_X86_64: X86_64, EM_AARCH64: AARCH64}
+
+
+def arch_of(machine: int) -> Arch | None:
+    """The Arch of an ELF's e_machine; None for a machine we have no rules for."""
+    return ARCHES.get(machine)
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -94,15 +123,17 @@ def _encoded(data: bytes, pos: int, enc: int, section_addr: int) -> tuple[int, i
 
 class _Cie:
     __slots__ = ("code_align", "data_align", "ra_reg", "fde_enc", "has_aug_data", "signal", "initial",
-                 "lsda_enc")
+                 "lsda_enc", "arch")
 
-    def __init__(self) -> None:
-        self.code_align, self.data_align, self.ra_reg = 1, -8, REG_RA
+    def __init__(self, arch: Arch = X86_64) -> None:
+        self.arch = arch
+        self.code_align, self.data_align, self.ra_reg = 1, -8, arch.ra
         self.fde_enc, self.has_aug_data, self.signal, self.initial, self.lsda_enc = 0, False, False, b"", 0xFF
 
 
-def _parse_cie(data: bytes, pos: int, end: int, section_addr: int, debug_frame: bool) -> _Cie:
-    cie = _Cie()
+def _parse_cie(data: bytes, pos: int, end: int, section_addr: int, debug_frame: bool,
+               arch: Arch = X86_64) -> _Cie:
+    cie = _Cie(arch)
     version = data[pos]
     pos += 1
     aug_end = data.index(b"\0", pos)
@@ -159,16 +190,17 @@ def _plt_threshold(expr: bytes) -> tuple[int, int] | None:
 
 
 class _State:
-    __slots__ = ("kind", "cfa_reg", "cfa_off", "rbp_off", "ra_off", "plt_k")
+    __slots__ = ("kind", "cfa_reg", "cfa_off", "rbp_off", "ra_off", "plt_k", "arch")
 
-    def __init__(self) -> None:
-        self.kind, self.cfa_reg, self.cfa_off = KIND_CFA_SP, REG_RSP, 8
-        self.rbp_off, self.ra_off, self.plt_k = RBP_SAME, -8, 0
+    def __init__(self, arch: Arch = X86_64) -> None:
+        self.arch = arch
+        self.kind, self.cfa_reg, self.cfa_off = KIND_CFA_SP, arch.sp, arch.cfa_at_entry
+        self.rbp_off, self.ra_off, self.plt_k = RBP_SAME, arch.ra_at_entry, 0
 
     def copy(self) -> "_State":
         s = _State.__new__(_State)
-        s.kind, s.cfa_reg, s.cfa_off, s.rbp_off, s.ra_off, s.plt_k = \
-            self.kind, self.cfa_reg, self.cfa_off, self.rbp_off, self.ra_off, self.plt_k
+        s.kind, s.cfa_reg, s.cfa_off, s.rbp_off, s.ra_off, s.plt_k, s.arch = \
+            self.kind, self.cfa_reg, self.cfa_off, self.rbp_off, self.ra_off, self.plt_k, self.arch
         return s
 
     def row(self, pc: int) -> tuple[int, int, int, int, int]:
@@ -177,9 +209,9 @@ class _State:
         if self.kind == KIND_PLT:
             return (pc, KIND_PLT, self.cfa_off, self.plt_k, self.ra_off)
         if self.kind != KIND_INVALID:
-            if self.cfa_reg == REG_RSP:
+            if self.cfa_reg == self.arch.sp:
                 return (pc, KIND_CFA_SP, self.cfa_off, self.rbp_off, self.ra_off)
-            if self.cfa_reg == REG_RBP:
+            if self.cfa_reg == self.arch.fp:
                 return (pc, KIND_CFA_FP, self.cfa_off, self.rbp_off, self.ra_off)
         return (pc, KIND_INVALID, 0, 0, 0)
 
@@ -190,6 +222,7 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
     stack: list[_State] = []
     pos, n = 0, len(ins)
     ca, da = cie.code_align, cie.data_align
+    fp_reg, arm64 = cie.arch.fp, cie.arch is AARCH64
     while pos < n:
         op = ins[pos]
         pos += 1
@@ -231,12 +264,14 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
             reg, pos = _uleb(ins, pos)
             if reg == cie.ra_reg:
                 state.ra_off = None
-            elif reg == REG_RBP:
+            elif reg == fp_reg:
                 state.rbp_off = RBP_SAME
         elif op == 0x08:                                      # same_value
             reg, pos = _uleb(ins, pos)
-            if reg == REG_RBP:
+            if reg == fp_reg:
                 state.rbp_off = RBP_SAME
+            elif reg == cie.ra_reg and arm64:
+                state.ra_off = RA_SAME
         elif op == 0x09:                                      # register(reg, reg2)
             reg, pos = _uleb(ins, pos)
             _, pos = _uleb(ins, pos)
@@ -249,6 +284,8 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
                 saved = stack.pop()
                 state.kind, state.cfa_reg, state.cfa_off, state.rbp_off, state.ra_off, state.plt_k = \
                     saved.kind, saved.cfa_reg, saved.cfa_off, saved.rbp_off, saved.ra_off, saved.plt_k
+        elif op == 0x2D and arm64:
+            pass       # AARCH64_negate_ra_state: return addresses signed (PAC); the unwinder strips it
         elif op in (0x0C, 0x12):                              # def_cfa(_sf)
             reg, pos = _uleb(ins, pos)
             if op == 0x0C:
@@ -281,7 +318,7 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
             pos += length
             if reg == cie.ra_reg:
                 state.kind = KIND_INVALID
-            elif reg == REG_RBP:
+            elif reg == fp_reg:
                 state.rbp_off = RBP_SAME   # rare (hand-written asm): keep the register as it is
         elif op in (0x14, 0x15):                              # val_offset(_sf)
             reg, pos = _uleb(ins, pos)
@@ -296,21 +333,21 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
 
 
 def _set_saved(state: _State, cie: _Cie, reg: int, off: int) -> None:
-    if reg == REG_RBP:
+    if reg == cie.arch.fp:
         state.rbp_off = off
     elif reg == cie.ra_reg:
         state.ra_off = off
 
 
 def _restore(state: _State, initial: _State | None, cie: _Cie, reg: int) -> None:
-    base = initial or _State()
-    if reg == REG_RBP:
+    base = initial or _State(cie.arch)
+    if reg == cie.arch.fp:
         state.rbp_off = base.rbp_off
     elif reg == cie.ra_reg:
         state.ra_off = base.ra_off
 
 
-def parse(data: bytes, section_addr: int, debug_frame: bool = False) -> tuple[list, int]:
+def parse(data: bytes, section_addr: int, debug_frame: bool = False, arch: Arch = X86_64) -> tuple[list, int]:
     """Rows of every FDE in a .eh_frame or .debug_frame section, and the number of FDEs.
 
     Each FDE contributes its rows plus a KIND_END row at its end address, so a
@@ -323,13 +360,13 @@ def parse(data: bytes, section_addr: int, debug_frame: bool = False) -> tuple[li
     for start, pos, end, cie_at in records(data, debug_frame):
         try:
             if cie_at is None:
-                cies[start] = _parse_cie(data, pos, end, section_addr, debug_frame)
+                cies[start] = _parse_cie(data, pos, end, section_addr, debug_frame, arch)
             else:
                 cie = cies.get(cie_at)
                 if cie is None and cie_at < size:
                     # CIEs normally come first, but nothing requires it.
                     cie = cies[cie_at] = _parse_cie(data, _cie_body(data, cie_at), _entry_end(data, cie_at),
-                                                    section_addr, debug_frame)
+                                                    section_addr, debug_frame, arch)
                 if cie is not None:
                     _fde(data, pos, end, cie, cie_at, initial_states, section_addr, debug_frame, rows)
                     fdes += 1
@@ -403,7 +440,7 @@ def _fde(data: bytes, pos: int, end: int, cie: _Cie, cie_at: int, initial_states
         return
     initial = initial_states.get(cie_at)
     if initial is None:
-        initial = _State()
+        initial = _State(cie.arch)
         _execute(cie.initial, initial, None, cie, 0, None)
         initial_states[cie_at] = initial
     state = initial.copy()

@@ -42,7 +42,7 @@ CHUNK_BYTES = 256 << 10
 _LEN_ONE, _LEN_FIXED, _LEN_LEB, _LEN_LEB2, _LEN_EXPR, _LEN_REG_EXPR, _LEN_BAD = range(7)
 _LAYOUT = np.full(64, _LEN_BAD, np.int8)
 _FIXED = np.zeros(64, np.int64)
-for _op in (0x00, 0x0A, 0x0B):
+for _op in (0x00, 0x0A, 0x0B, 0x2D):      # 0x2D: AARCH64_negate_ra_state
     _LAYOUT[_op] = _LEN_ONE
 for _op, _n in ((0x02, 2), (0x03, 3), (0x04, 5)):
     _LAYOUT[_op], _FIXED[_op] = _LEN_FIXED, _n
@@ -71,7 +71,7 @@ class Fdes:
         self.cie_offsets: list[int] = []
 
 
-def _headers(data: bytes, section_addr: int, debug_frame: bool) -> Fdes:
+def _headers(data: bytes, section_addr: int, debug_frame: bool, arch: cfi.Arch = cfi.X86_64) -> Fdes:
     """One pass over the records: CIEs parsed (few), FDE headers decoded."""
     out = Fdes()
     cie_index: dict[int, int] = {}
@@ -82,7 +82,7 @@ def _headers(data: bytes, section_addr: int, debug_frame: bool) -> Fdes:
             if cie_at is None:
                 if start not in cie_index:
                     cie_index[start] = len(out.cies)
-                    out.cies.append(cfi._parse_cie(data, pos, end, section_addr, debug_frame))
+                    out.cies.append(cfi._parse_cie(data, pos, end, section_addr, debug_frame, arch))
                     out.cie_offsets.append(start)
             else:
                 c = cie_index.get(cie_at)
@@ -91,7 +91,7 @@ def _headers(data: bytes, section_addr: int, debug_frame: bool) -> Fdes:
                         continue
                     c = cie_index[cie_at] = len(out.cies)
                     out.cies.append(cfi._parse_cie(data, cfi._cie_body(data, cie_at), cfi._entry_end(data, cie_at),
-                                                   section_addr, debug_frame))
+                                                   section_addr, debug_frame, arch))
                     out.cie_offsets.append(cie_at)
                 cie = out.cies[c]
                 if debug_frame:
@@ -216,8 +216,8 @@ class _Headers:
         self.ins_start, self.ins_end, self.cies, self.cie_offsets = ins_start, ins_end, cies, cie_offsets
 
 
-def _headers_arrays(data: bytes, section_addr: int, debug_frame: bool) -> _Headers:
-    h = _headers(data, section_addr, debug_frame)
+def _headers_arrays(data: bytes, section_addr: int, debug_frame: bool, arch: cfi.Arch = cfi.X86_64) -> _Headers:
+    h = _headers(data, section_addr, debug_frame, arch)
     a = lambda v: np.array(v, np.int64)
     return _Headers(a(h.offset), a(h.cie), np.array(h.pc_begin, np.uint64).astype(np.int64), a(h.pc_range),
                     a(h.ins_start), a(h.ins_end), h.cies, h.cie_offsets)
@@ -233,7 +233,8 @@ def _s32_at(b: np.ndarray, o: np.ndarray) -> np.ndarray:
     return np.where(v >= 1 << 31, v - (1 << 32), v)
 
 
-def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int) -> _Headers | None:
+def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int,
+                      arch: cfi.Arch = cfi.X86_64) -> _Headers | None:
     """FDE headers through .eh_frame_hdr's table (vectorized); None if the layout is not the usual one
     (then the records are walked instead)."""
     if len(hdr) < 12 or hdr[0] != 1 or hdr[2] != 0x03 or hdr[3] != 0x3B:
@@ -257,7 +258,7 @@ def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int)
         if at < 0 or at + 8 > size or struct.unpack_from("<I", data, at + 4)[0] != 0:
             return None
         try:
-            c = cfi._parse_cie(data, cfi._cie_body(data, at), cfi._entry_end(data, at), section_addr, False)
+            c = cfi._parse_cie(data, cfi._cie_body(data, at), cfi._entry_end(data, at), section_addr, False, arch)
         except (cfi.CfiError, IndexError, struct.error, ValueError):
             return None
         if c.fde_enc != 0x1B or not c.has_aug_data:
@@ -273,23 +274,24 @@ def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int)
 
 
 def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: bytes | None = None,
-               hdr_addr: int = 0) -> tuple[dict, int, int]:
+               hdr_addr: int = 0, arch: cfi.Arch = cfi.X86_64) -> tuple[dict, int, int]:
     """Rows of every FDE of a .eh_frame/.debug_frame section, as arrays.
 
     Returns ({pc, kind, cfa, rbp, ra, order}, FDEs, FDEs with a CFA=RBP row). `order` ranks the
     rows as cfi.parse would have listed them (it matters only where two rows share a pc).
     `hdr`: the .eh_frame_hdr bytes, if any (its table locates the FDEs without a walk).
+    `arch`: the registers of the ELF's machine (cfi.arch_of(e_machine)).
     """
-    h = _headers_from_hdr(data, section_addr, hdr, hdr_addr) if hdr and not debug_frame else None
+    h = _headers_from_hdr(data, section_addr, hdr, hdr_addr, arch) if hdr and not debug_frame else None
     if h is None:
-        h = _headers_arrays(data, section_addr, debug_frame)
+        h = _headers_arrays(data, section_addr, debug_frame, arch)
     nf = len(h.offset)
     if nf == 0:
         return {k: np.zeros(0, np.int64) for k in ("pc", "kind", "cfa", "rbp", "ra", "order")}, 0, 0
     # the CIEs' initial states (few): evaluated by cfi.py
     init = []
     for c in h.cies:
-        st = cfi._State()
+        st = cfi._State(arch)
         try:
             cfi._execute(c.initial, st, None, c, 0, None)
             ok = st.kind == cfi.KIND_CFA_SP
@@ -358,6 +360,8 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         m = len(ops)
         op = s[ops]
         bad_ops = _SLOWB[op] | (nxt[ops] > end_of[ops])              # odd opcodes, or one that overruns
+        if arch is not cfi.AARCH64:
+            bad_ops |= op == 0x2D                                    # arm64's negate_ra_state only
         if bad_ops.any():
             slow[ev[np.unique(fde[bad_ops])]] = True
 
@@ -449,7 +453,7 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
             if not len(w):
                 continue
             r = reg_of(w)
-            is_rbp = r == cfi.REG_RBP
+            is_rbp = r == arch.fp
             is_ra = ~is_rbp & (r == ra_reg[g[w]])
             if get is not None:
                 val = get(w)
@@ -463,6 +467,8 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
                 w_ra.append(w[is_ra]); v_ra.append(np.full(int(is_ra.sum()), RA_UNDEFINED, np.int64))
             else:
                 w_rbp.append(w[is_rbp]); v_rbp.append(np.full(int(is_rbp.sum()), cfi.RBP_SAME, np.int64))
+                if arch is cfi.AARCH64:      # same_value(x30): the return address is in the link register
+                    w_ra.append(w[is_ra]); v_ra.append(np.full(int(is_ra.sum()), cfi.RA_SAME, np.int64))
 
         # rows: at every advance (state before it, at the location before it) and after the last instruction
         cum = np.cumsum(adv)
@@ -514,8 +520,8 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
 
     def add_rule_rows(row_fde, loc, cfa_reg, cfa_off, rbp, ra, seq) -> None:
         """Keep the rows of FDEs that stay on the fast path, in the compact columns of `_part`."""
-        kind = np.where(cfa_reg == cfi.REG_RSP, cfi.KIND_CFA_SP,
-                        np.where(cfa_reg == cfi.REG_RBP, cfi.KIND_CFA_FP, cfi.KIND_INVALID))
+        kind = np.where(cfa_reg == arch.sp, cfi.KIND_CFA_SP,
+                        np.where(cfa_reg == arch.fp, cfi.KIND_CFA_FP, cfi.KIND_INVALID))
         kind = np.where(ra == RA_UNDEFINED, cfi.KIND_STOP, kind)
         keep = ~slow[row_fde]
         row_fde, kind = row_fde[keep], kind[keep]

@@ -61,10 +61,14 @@ class InterpreterSource:
 
     # -- the shared lifecycle (unwind/runtimes.py) ---------------------------------------------
     def _prepare_fsbase(self) -> bool:
-        """The walkers find a thread's TLS through task_struct.thread.fsbase (kernel BTF)."""
+        """The walkers find a thread's TLS through its thread pointer in the task_struct (kernel
+        BTF): thread.fsbase on x86-64, thread.uw.tp_value (TPIDR_EL0) on arm64."""
+        import os
+
         from ..ebpf import kernel_btf
+        member = "thread.uw.tp_value" if os.uname().machine == "aarch64" else "thread.fsbase"
         try:
-            self._fsbase_offset = kernel_btf().member_offset("task_struct", "thread.fsbase")
+            self._fsbase_offset = kernel_btf().member_offset("task_struct", member)
         except (KeyError, OSError, ValueError):
             return False        # no BTF: no frames of this runtime; native profiling goes on
         return True

@@ -34,6 +34,7 @@ from .table import UnwindTable
 
 KIND_FP_GO = 7              # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
 RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
+RA_SAME_K = -32768           # ... of "the return address is in the link register" (arm64; NU_RA_SAME)
 RULE_DTYPE = np.dtype([("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"), ("rbp", "<i2"), ("ra", "<i2")])
 MAX_ROWS_PER_FILE = 1 << 22
 CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
@@ -94,8 +95,11 @@ def kernel_rules(table: UnwindTable) -> np.ndarray:
         kind, cfa, rbp, ra = r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset
         if kind in (cfi.KIND_CFA_SP, cfi.KIND_CFA_FP, cfi.KIND_PLT):
             rbp = RBP_SAME_K if rbp == cfi.RBP_SAME else rbp
-            if not all(-32767 <= v <= 32767 for v in (cfa, ra)) or not -32768 <= rbp <= 32767:
+            in_lr = ra == cfi.RA_SAME and kind != cfi.KIND_PLT
+            if not all(-32767 <= v <= 32767 for v in (cfa, 0 if in_lr else ra)) or not -32768 <= rbp <= 32767:
                 kind, cfa, rbp, ra = cfi.KIND_INVALID, 0, 0, 0
+            elif in_lr:
+                ra = RA_SAME_K
         else:
             cfa = rbp = ra = 0
         out[i] = (kind, 0, cfa, rbp, ra)
@@ -103,7 +107,8 @@ def kernel_rules(table: UnwindTable) -> np.ndarray:
 
 
 def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | None = None) -> FileTable:
-    go = _go_rows(elf)
+    # Go's rows follow the x86-64 Go ABI (frame pointer below the return address); elsewhere CFI only
+    go = _go_rows(elf) if elf.machine == cfi.EM_X86_64 else None
     table = build_table_fast(elf, debug_elf, debug_frame=go is None)
     rules = kernel_rules(table)
     pcs, ids = table.pcs, table.rule_ids.astype(np.int64)

@@ -148,9 +148,10 @@ def build_table(elf: ElfFile, debug_elf: ElfFile | None = None) -> UnwindTable:
     rows: list[tuple] = []
     fdes = 0
     sources = []
+    arch = cfi.arch_of(elf.machine)
     for source_elf, name, debug in ((elf, ".eh_frame", False), (elf, ".debug_frame", True),
                                     (debug_elf, ".debug_frame", True)):
-        if source_elf is None:
+        if source_elf is None or arch is None:      # a machine we have no rules for: no rows
             continue
         section = source_elf.section(name)
         if section is None or section.size == 0:
@@ -163,7 +164,7 @@ def build_table(elf: ElfFile, debug_elf: ElfFile | None = None) -> UnwindTable:
             data = _decompressed(source_elf.section_data(section, cap=256 << 20))
         except (ElfError, zlib.error):
             continue
-        section_rows, n = cfi.parse(data, section.addr, debug_frame=debug)
+        section_rows, n = cfi.parse(data, section.addr, debug_frame=debug, arch=arch)
         if section_rows:
             # .debug_frame rows go first so that .eh_frame rows win at equal pcs.
             rows = section_rows + rows if debug else rows + section_rows

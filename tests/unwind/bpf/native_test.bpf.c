@@ -57,7 +57,7 @@ int nu_test_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	struct pt_regs regs = {};
+	struct arch_regs regs = {};
 	struct nu_state *st;
 
 	if (!tgid || (target_tgid && tgid != target_tgid))
@@ -74,17 +74,15 @@ int nu_test_sample(struct bpf_perf_event_data *ctx)
 				break;
 		}
 	}
-	if ((ctx->regs.cs & 3) == 3) {
-		regs.rip = ctx->regs.rip;
-		regs.rsp = ctx->regs.rsp;
-		regs.rbp = ctx->regs.rbp;
+	if (ARCH_REGS_USER_MODE(&ctx->regs)) {
+		arch_regs_load(&regs, &ctx->regs);
 	} else {
-		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		arch_user_regs *user = (arch_user_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-		if (!user || bpf_probe_read_kernel(&regs, sizeof(regs), user) || (regs.cs & 3) != 3)
+		if (!user || arch_regs_read_kernel(&regs, user))
 			return 0;
 	}
-	st = nu_begin(tgid, regs.rip, regs.rsp, regs.rbp);
+	st = nu_begin(tgid, &regs);
 	if (!st)
 		return 0;
 	st->ctx_words[0] = pid_tgid;
