@@ -44,7 +44,8 @@ ROOT = matrix.ROOT
 ARM64 = matrix.CACHE / "arm64"
 SUITE = os.environ.get("HOTSTACK_ARM64_SUITE", "bookworm")
 GUEST_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
-ROOTFS_PACKAGES = ("python3", "kmod", "iproute2", "procps", "linux-image-arm64", "initramfs-tools", "udev")
+ROOTFS_PACKAGES = ("python3", "kmod", "iproute2", "procps", "linux-image-arm64", "initramfs-tools", "e2fsprogs",
+                   "udev")
 ROOTFS_SIZE = "3G"
 CROSS_CC = "aarch64-linux-gnu-gcc"
 TIMEOUT = int(os.environ.get("HOTSTACK_ARM64_TIMEOUT", "5400"))   # seconds for the whole VM run
@@ -95,17 +96,25 @@ def _run(argv: list[str], **kw) -> str:
 
 def build_rootfs() -> Path:
     """The cached arm64 root image with the kernel and initramfs Debian installed into it."""
-    key = hashlib.sha256("\n".join((SUITE, *ROOTFS_PACKAGES, HS_INIT, ROOTFS_SIZE)).encode()).hexdigest()[:12]
+    packages = hashlib.sha256("\n".join((SUITE, *ROOTFS_PACKAGES)).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join((packages, HS_INIT, ROOTFS_SIZE)).encode()).hexdigest()[:12]
     out = ARM64 / f"rootfs-{SUITE}-{key}"
     if (out / ".complete").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    # mmdebstrap's tar, cached on its own: the slow step (Debian's arm64 packages installed
+    # through qemu-user, the initramfs built), which a change of the init script need not redo
+    archive = ARM64 / f"mmdebstrap-{SUITE}-{packages}.tar"
+    if not archive.exists():
+        log(f"mmdebstrap --arch=arm64 {SUITE} (through qemu-user: ~15-30 min, cached)")
+        _run(["mmdebstrap", "--arch=arm64", "--variant=apt", "--format=tar", "--include=" + ",".join(ROOTFS_PACKAGES),
+              SUITE, str(archive) + ".part", f"{matrix.MIRROR}/debian"])
+        os.replace(str(archive) + ".part", archive)
     with tempfile.TemporaryDirectory(dir=ARM64) as tmp:
         tree = Path(tmp) / "root"
-        log(f"mmdebstrap --arch=arm64 {SUITE} (through qemu-user: ~10-20 min, cached)")
-        _run(["mmdebstrap", "--arch=arm64", "--variant=apt", "--include=" + ",".join(ROOTFS_PACKAGES),
-              SUITE, str(tree), f"{matrix.MIRROR}/debian"])
+        tree.mkdir()
+        _run(["tar", "-xf", str(archive), "-C", str(tree), "--numeric-owner"])
         vmlinuz = sorted((tree / "boot").glob("vmlinuz-*"))
         initrd = sorted((tree / "boot").glob("initrd.img-*"))
         if not vmlinuz or not initrd:
