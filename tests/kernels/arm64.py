@@ -44,7 +44,7 @@ ROOT = matrix.ROOT
 ARM64 = matrix.CACHE / "arm64"
 SUITE = os.environ.get("HOTSTACK_ARM64_SUITE", "bookworm")
 GUEST_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
-ROOTFS_PACKAGES = ("python3", "kmod", "iproute2", "procps", "linux-image-arm64", "initramfs-tools", "e2fsprogs",
+ROOTFS_PACKAGES = ("python3", "mount", "kmod", "iproute2", "procps", "linux-image-arm64", "initramfs-tools", "e2fsprogs",
                    "udev")
 ROOTFS_SIZE = "3G"
 CROSS_CC = "aarch64-linux-gnu-gcc"
@@ -56,8 +56,9 @@ HS_INIT = """#!/bin/sh
 mount -t proc proc /proc 2>/dev/null
 mount -t sysfs sysfs /sys 2>/dev/null
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
-mount -t tmpfs tmpfs /run
-mkdir -p /run/hs /hs-results
+mkdir -p /run/hs
+mount -t tmpfs -o exec,size=1g tmpfs /run/hs
+mkdir -p /hs-results
 tar -xf /dev/vdb -C /run/hs && sh /run/hs/guest.sh
 sync
 echo o > /proc/sysrq-trigger
@@ -69,7 +70,7 @@ GUEST_SH = """#!/bin/sh
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug
-mount -t tmpfs tmpfs /tmp
+mount -t tmpfs -o exec tmpfs /tmp
 ip link set lo up 2>/dev/null
 # the classic default limit, so that kernels before 5.11 show the loader raising it
 ulimit -l 64
