@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Peers of tests/runtimes/ruby, php and perl: the distribution's interpreters; for Perl, Devel::NYTProf
+# Peers of tests/runtimes/ruby, php and perl: the distribution's interpreters (for PHP also php-fpm,
+# whose pool the FPM test starts itself: the package's own service is never started); for Perl, Devel::NYTProf
 # (libdevel-nytprof-perl, the independent profiler the Perl share test compares with) and libperl's
 # headers with a C compiler (the offset-table test compiles against them); and (only with
 # HOTSTACK_BENCH_PEERS=1) rbspy, the independent Ruby profiler the share test also compares with when
@@ -10,6 +11,7 @@ set -euo pipefail
 need=()
 command -v ruby >/dev/null || need+=(ruby)
 command -v php >/dev/null || need+=(php-cli)
+compgen -G '/usr/sbin/php-fpm*' >/dev/null || need+=(php-fpm)
 command -v perl >/dev/null || need+=(perl)
 command -v nytprofcalls >/dev/null || need+=(libdevel-nytprof-perl)
 perl_core="$(perl -MConfig -e 'print $Config{archlibexp}' 2>/dev/null || true)/CORE/perl.h"
