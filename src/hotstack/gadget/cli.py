@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--k8s-podname", default="", metavar="NAMES", help="only these pods")
     c.add_argument("--k8s-containername", default="", metavar="NAMES", help="only these Kubernetes containers")
     c.add_argument("--host", action="store_true",
-                   help="host processes and containers (hotstack's default: it always profiles the whole host)")
+                   help="host processes too (default, as ig: only processes in containers known to the host's "
+                        "runtimes; --pid PID is always profiled)")
     c.add_argument("--fields", default="", metavar="F1,F2|+F|-F",
                    help="-o json/jsonpretty/yaml: only these fields, or +field/-field from the default ones")
     c.add_argument("--filter", default="", metavar="EXPR",

@@ -120,6 +120,8 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
         parts.append(f"{st.idle} idle samples skipped")
     if st.filtered:
         parts.append(f"{st.filtered} filtered")
+    if st.out_of_scope:
+        parts.append(f"{st.out_of_scope} samples of processes outside containers left out (--host for them)")
     lost = []
     if st.user_stacks_lost:
         lost.append(f"{st.user_stacks_lost} user stacks")

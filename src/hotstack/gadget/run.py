@@ -20,6 +20,8 @@ from ..units import parse_duration
 from . import filters, output
 from .exports import RunExports
 from .profile_cpu import samples_datasource
+from .scope import ContainerScope
+from .scope import hint as scope_hint
 
 OUTPUT_MODES = ("columns", "json", "jsonpretty", "yaml", "folded", "pprof", "flamegraph", "none")
 ROW_MODES = ("json", "jsonpretty", "yaml")         # outputs of datasource rows: --fields and --sort shape them
@@ -57,6 +59,7 @@ class RunOptions:
     filter: str = ""              # --filter
     fields: str = ""              # --fields
     sort: str = ""                # --sort
+    host: bool = False            # --host: every process; otherwise, as ig, processes in containers (scope.py)
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
@@ -79,7 +82,8 @@ class RunOptions:
                         "k8s.namespace": getattr(args, "k8s_namespace", ""),
                         "k8s.podName": getattr(args, "k8s_podname", ""),
                         "k8s.containerName": getattr(args, "k8s_containername", "")},
-            filter=getattr(args, "filter", ""), fields=getattr(args, "fields", ""), sort=getattr(args, "sort", ""))
+            filter=getattr(args, "filter", ""), fields=getattr(args, "fields", ""), sort=getattr(args, "sort", ""),
+            host=getattr(args, "host", False))
 
     def validate(self) -> None:
         self.engine_config().validate(FLAG_NAMES)
@@ -155,6 +159,11 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
     from ..sampling.engine import Engine
 
     engine = Engine(config)
+    # ig's scope: without --host, only processes in containers (scope.py). Named pids are filtered
+    # in the kernel and are in scope whatever they are, so they need no scope filter.
+    scoped = not opts.host and not config.pids
+    if scoped:
+        engine.set_target_filter(ContainerScope(engine.processes).wants)
     engine.start()
 
     stop = threading.Event()
@@ -164,14 +173,21 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
     own = () if opts.show_hotstack or opts.pids or opts.comms else (os.getpid(),)
 
     fetches = 0
+    in_scope = 0          # samples of processes in scope so far
+    hinted = not scoped   # the line telling that --host profiles the host too, printed once
 
     def emit(profile: Profile) -> None:
-        nonlocal fetches
+        nonlocal fetches, in_scope, hinted
         fetches += 1
         if opts.map_fetch_count and fetches > opts.map_fetch_count:
             return         # the drain at stop, after the last counted fetch
         if opts.map_fetch_count and fetches == opts.map_fetch_count:
             stop.set()     # as ig: the run ends after N fetches
+        in_scope += profile.total
+        if not hinted and not in_scope and profile.stats.out_of_scope:
+            # A host without containers: say why the table is empty rather than print nothing.
+            print(scope_hint(profile.stats.out_of_scope), file=sys.stderr, flush=True)
+            hinted = True
         profile = filters.apply(profile, rules)
         for sink in sinks or ():
             sink(profile)

@@ -32,6 +32,7 @@ class Process:
     maps_read_at: float = field(default_factory=time.monotonic)
 
     image: tuple | None = None   # (dev, inode) of the executable: an exec changes it
+    mntns: int = 0               # its mount namespace (the inode of /proc/PID/ns/mnt); 0: unknown
 
     @property
     def key(self) -> tuple[int, int]:
@@ -71,6 +72,15 @@ def exe_identity(pid: int) -> tuple | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def mount_namespace(pid: int) -> int:
+    """The mount namespace of a process (the inode number of /proc/PID/ns/mnt, as `ig` and
+    `lsns` name it); 0 when it is gone or cannot be read."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return 0
 
 
 def exists(pid: int) -> bool:
@@ -133,7 +143,7 @@ def read_process(pid: int) -> Process | None:
         pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe,
         container_id=container_id_from_cgroup(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid), mappings=MappingIndex(read_maps(pid)),
-        image=exe_identity(pid))
+        image=exe_identity(pid), mntns=mount_namespace(pid))
 
 
 def _exec_changed(info: Process) -> bool:

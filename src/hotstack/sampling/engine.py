@@ -259,13 +259,16 @@ class Engine:
         wants = self._wants
         samples = []
         truncated = 0
+        out_of_scope = 0
         for raw in batch.stacks:
             if wants is not None and raw.pid and not wants(raw.pid):
+                out_of_scope += raw.value
                 continue
             sample, cut = self._samples.sample(raw, sampler.strips_bpf_frames)
             samples.append(sample)
             truncated += sample.value if cut else 0
         batch.stats.truncated = truncated
+        batch.stats.out_of_scope = out_of_scope
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
                        sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)
