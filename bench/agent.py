@@ -21,6 +21,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from procstat import cpu_seconds, rss_mb
+
 LOAD_C = r"""
 #include <stdlib.h>
 #include <time.h>
@@ -100,23 +102,6 @@ class Receiver:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(current RSS, peak RSS) in MB."""
-    values = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                values[line.split(":")[0]] = int(line.split()[1]) / 1024
-    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60)
@@ -143,7 +128,7 @@ def main() -> int:
         agent = subprocess.Popen([*hotstack, "agent", str(tmp / "bench.alloy"),
                                   "--server.http.listen-addr", "127.0.0.1:0", "--log.level", "warn"])
         gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--map-fetch-interval", "0", "--sample-rate", "19", "--timeout", "0",
-                                   "--map-fetch-interval", "15s", "-o", "none", "--comm", "bench-load"], stdout=subprocess.DEVNULL)
+                                   "--map-fetch-interval", "15s", "-o", "none", "--comm", "bench-load", "--host"], stdout=subprocess.DEVNULL)
         time.sleep(args.warmup)
         start = {p.pid: cpu_seconds(p.pid) for p in (agent, gadget)}
         t0 = time.monotonic()

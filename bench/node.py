@@ -15,7 +15,6 @@ that drop other processes' samples) and its own CPU (% of a core).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import subprocess
 import sys
@@ -27,27 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 WORKLOAD = ROOT / "tests" / "runtimes" / "node_work.js"
 
+from procstat import bpf_run_time_ns, start  # noqa: E402
+
 from hotstack.ebpf import enable_run_time_stats  # noqa: E402
 from hotstack.profile.model import FrameKind  # noqa: E402
 from hotstack.sampling import Engine, EngineConfig  # noqa: E402
-
-
-def bpf_run_time_ns(pid: int) -> int:
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/fdinfo/*"):
-        try:
-            text = Path(path).read_text()
-        except OSError:
-            continue
-        if "prog_type:" in text:
-            total += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("run_time_ns:"))
-    return total
-
-
-def start(argv: list[str]) -> subprocess.Popen:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
 
 
 def throughput(proc: subprocess.Popen) -> float:
