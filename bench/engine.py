@@ -92,7 +92,7 @@ def main() -> None:
     try:
         for hz in (19, 99):
             commands = {"hotstack": lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout",
-                                               str(d), "--sample-rate", str(hz), "-o", "folded", *ours]}
+                                               str(d), "--sample-rate", str(hz), "-o", "folded", "--host", *ours]}
             if perf:
                 commands["perf record -g"] = lambda d: [perf, "record", "-q", "-F", str(hz), *theirs, "-g", "-o",
                                                         str(tmp / "perf.data"), "--", "sleep", str(d)]

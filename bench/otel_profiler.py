@@ -474,9 +474,9 @@ def main() -> int:
         time.sleep(2)
         symbolizer = Symbolizer(load_paths(load))
         hotstack = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "-t", "0", "--map-fetch-interval", "5s",
-                    "-o", "folded"]
+                    "-o", "folded", "--host"]
         # the first `--unwind kernel` start fills the on-disk table cache, as on any host after its first start
-        subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none"], capture_output=True)
+        subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none", "--host"], capture_output=True)
         tools = {"hotstack kernel": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "kernel"], 2),
                  "hotstack fp": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "fp"], 2),
                  "otel ebpf-profiler": lambda hz: (

@@ -83,7 +83,7 @@ def end_to_end(rate: int) -> tuple[float, float, float]:
     cpus = online_cpus()
     t0 = time.perf_counter()
     on: tuple[float, float] | None = None
-    proc = subprocess.Popen([*HOTSTACK, "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "3", "--sample-rate", str(rate), "-o", "none"],
+    proc = subprocess.Popen([*HOTSTACK, "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "3", "--sample-rate", str(rate), "-o", "none", "--host"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while True:

@@ -58,7 +58,7 @@ def main() -> None:
 
         def hotstack(mode, hz):
             return lambda d: [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", str(d),
-                              "--sample-rate", str(hz), "--unwind", mode, "-o", "folded", *comms]
+                              "--sample-rate", str(hz), "--unwind", mode, "-o", "folded", "--host", *comms]
         measure(hotstack("kernel", 99)(3), 3, watch_bpf=False)       # fills the table cache
         for hz in (19, 99):
             commands = {"hotstack --unwind fp": hotstack("fp", hz),
