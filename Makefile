@@ -18,7 +18,7 @@ ARM64_INCLUDE := /usr/aarch64-linux-gnu/include
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
-	$(VENV)/bin/hotstack run profile_cpu --timeout 10 --map-fetch-interval 0
+	$(VENV)/bin/hotstack run profile_cpu --host --timeout 10 --map-fetch-interval 0
 
 # The whole test suite, as root, against the real kernel, with every peer it needs installed first
 # (the same install scripts as CI; a missing peer is a failure, never a skip). Only tests marked
