@@ -94,7 +94,7 @@ def test_file_that_fails_during_the_run_is_never_claimed(tmp_path):
     """The directory goes away while the run writes: one line, exit 2, and no "wrote"."""
     out = tmp_path / "gone"
     out.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--timeout", "4",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--timeout", "4",
                           "--map-fetch-interval", "500ms", "-o", "folded", "--file", str(out / "x.folded")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until_sampling(p.pid)
@@ -113,7 +113,7 @@ def test_sigint_during_start_up_prints_no_traceback():
     interruptible, e.g. "init_import_site"); from hotstack's first line on, nothing may."""
     hotstack_tracebacks = []
     for i in range(30):
-        p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "5", "-o",
+        p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--map-fetch-interval", "0", "--timeout", "5", "-o",
                               "none"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep((i % 15) * 0.01)
         p.send_signal(signal.SIGINT)
@@ -126,7 +126,7 @@ def test_sigint_during_start_up_prints_no_traceback():
 
 def test_sigint_while_running_is_quiet_and_flushes(tmp_path):
     out = tmp_path / "x.folded"
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "-o", "folded", "--file",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--map-fetch-interval", "0", "-o", "folded", "--file",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if os.geteuid() == 0:
         wait_until_sampling(p.pid)
@@ -197,7 +197,7 @@ def test_sighup_ends_a_run_cleanly_with_its_output(tmp_path, workloads):
     host has none to write.)"""
     out = tmp_path / "x.folded"
     workloads([sys.executable, "-c", "while True: pass"])
-    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "-o", "folded", "--file",
+    p = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--map-fetch-interval", "0", "-o", "folded", "--file",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until_sampling(p.pid)
     time.sleep(1)

@@ -45,7 +45,7 @@ def test_filter_fields_sort_as_yaml(hot_ab, workloads):
 def test_regex_filter_and_field_changes_as_jsonpretty(hot_ab, workloads):
     w = workloads([hot_ab])
     workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--comm", "hot_ab", "--comm", "dd", "--timeout", "2", "-o", "jsonpretty",
+    r = hotstack("run", "profile_cpu", "--host", "--map-fetch-interval", "0", "--comm", "hot_ab", "--comm", "dd", "--timeout", "2", "-o", "jsonpretty",
                  "--filter", "proc.comm~^hot_", "--fields=-kern_stack,-runtime.containerId")
     assert r.returncode == 0, r.stderr
     [rows] = json_values(r.stdout)          # one array, indented, for the one fetch

@@ -81,7 +81,7 @@ def test_stripped_binary_gives_module_offsets(hot_ab_stripped, workloads):
 def test_process_that_exits_mid_run_keeps_samples_and_symbols(hot_ab, workloads):
     import subprocess
     import sys
-    profiler = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "5",
+    profiler = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--map-fetch-interval", "0", "--timeout", "5",
                                  "--sample-rate", "99", "-o", "json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:
@@ -112,7 +112,7 @@ def test_pid_filter_isolates_one_process(hot_ab, workloads):
 def test_comm_filter(hot_ab, workloads):
     workloads([hot_ab])
     workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
-    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--comm", "dd", "--timeout", "2", "-o", "json")
+    r = hotstack("run", "profile_cpu", "--host", "--map-fetch-interval", "0", "--comm", "dd", "--timeout", "2", "-o", "json")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert rows and {row["proc"]["comm"] for row in rows} == {"dd"}

@@ -111,8 +111,9 @@ def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy,
     workloads([export_busy])
     before = len(receiver.requests)
     # `sudo ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`,
-    # stopped by --timeout instead of Ctrl-C.
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+    # stopped by --timeout instead of Ctrl-C, with --host: the guide's workload runs in a container,
+    # this one on the host (without --host only container processes are profiled, as by ig).
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -149,8 +150,8 @@ def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, 
     collector, _ = collectors["v1.8"]
     config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint) + "        protocol-version: v1.8\n"
     (tmp_path / "ig-config.yaml").write_text(config)
-    workloads([export_busy])
-    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+    workloads([export_busy])     # on the host, hence --host (the guide's runs in a container)
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -18,6 +18,15 @@ def test_map_fetch_interval_defaults_to_igs_1000ms():
     assert args.map_fetch_count == 0   # ig: no limit
 
 
+def test_scope_defaults_to_igs_containers_only():
+    """ig run without --host: only processes in containers (hotstack.gadget.scope)."""
+    from hotstack.gadget.run import RunOptions
+
+    args = build_parser("run").parse_args(["run", "profile_cpu"])
+    assert args.host is False and RunOptions.from_args(args).host is False
+    assert RunOptions.from_args(build_parser("run").parse_args(["run", "profile_cpu", "--host"])).host is True
+
+
 @pytest.mark.root
 @pytest.mark.shares
 def test_without_the_flag_a_table_comes_every_second(workloads):

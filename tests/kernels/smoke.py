@@ -308,7 +308,7 @@ def item_agent(w: Path) -> str:
 
 
 def item_kprobes(w: Path) -> str:
-    out = run_gadget("profile_probe", "--map-fetch-interval", "0", "--probe", "kprobe:do_sys_openat2", "--probe", "kretprobe:do_sys_openat2",
+    out = run_gadget("profile_probe", "--host", "--map-fetch-interval", "0", "--probe", "kprobe:do_sys_openat2", "--probe", "kretprobe:do_sys_openat2",
                      "--timeout", "3")
     rows = folded(out)
     total = sum(c for _, c in rows)

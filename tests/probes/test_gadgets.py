@@ -82,7 +82,7 @@ def test_missing_symbol_and_kprobe_without_kernel_support_exit_2():
     assert f"uprobe:{libc}:no_such_function_here" in r.stderr and "no function" in r.stderr
 
     from hotstack.ebpf.links import pmu_available
-    r = hotstack("run", "profile_probe", "--map-fetch-interval", "0", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
+    r = hotstack("run", "profile_probe", "--host", "--map-fetch-interval", "0", "--probe", "kprobe:vfs_read", "--timeout", "1", "-o", "folded")
     if pmu_available("kprobe") or r.returncode == 0:
         # kprobes, or (without them) the fentry fallback: either way the hits are recorded, with
         # vfs_read in their kernel stacks (the run itself reads files).

@@ -24,6 +24,8 @@ def profile_folded(*pids: int, seconds: float = 3, extra: tuple[str, ...] = ()) 
     args = ["run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", str(seconds), "--sample-rate", "99", "-o", "folded", *extra]
     for pid in pids:
         args += ["--pid", str(pid)]
+    if not pids:
+        args.append("--host")   # the whole host (named pids are in scope without it)
     r = hotstack(*args)
     assert r.returncode == 0, r.stderr
     return r.stdout

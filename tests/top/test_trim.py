@@ -69,7 +69,7 @@ def test_whole_host_table_shows_hotstack_as_one_row(tmp_path):
     if __import__("os").geteuid() != 0:
         pytest.skip("needs root: loads BPF programs")
     for flag in ([], ["--show-hotstack"]):
-        proc = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "4",
+        proc = subprocess.Popen([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host", "--map-fetch-interval", "0", "--timeout", "4",
                                  "--max-entries", "200", *flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, cwd=ROOT)
         out, err = proc.communicate(timeout=180)
