@@ -53,6 +53,7 @@ class NativeSampler:
 
     def close(self) -> None:
         self.stop()
+        self.tables.close()
         self.collection.close()
 
     def preload(self, pid: int) -> None:

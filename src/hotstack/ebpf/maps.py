@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 import struct
 from typing import Iterator
@@ -14,6 +15,8 @@ from .spec import MapSpec
 
 BPF_NOEXIST = 1
 BPF_ANY = 0
+BPF_F_MMAPABLE = 1 << 10
+MAP_TYPE_ARRAY = 2
 
 # Map types whose values are per CPU: the kernel reads and writes one value per possible CPU.
 _PERCPU_TYPES = {5, 6, 10}  # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
@@ -67,6 +70,19 @@ class Map:
         ctypes.memmove(ctypes.addressof(attr) + 28, name, len(name))
         fd = sc.bpf(sc.BPF_MAP_CREATE, attr, f"create map {spec.name}")
         return cls(spec, fd)
+
+    def mmap(self) -> mmap.mmap:
+        """The values of an array map created with BPF_F_MMAPABLE (5.5+), shared with the programs:
+        writing them is a memory copy, where an update (batched or not) costs a syscall's worth of
+        work per element in the kernel."""
+        if self.spec.type != MAP_TYPE_ARRAY or self.percpu:
+            raise ValueError(f"map {self.name}: only array maps can be mapped")
+        size = ((self.value_size + 7) & ~7) * self.spec.max_entries
+        size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        try:
+            return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            raise SyscallError.from_errno(f"mmap of map {self.name}", e.errno) from None
 
     def close(self) -> None:
         if self.fd >= 0:

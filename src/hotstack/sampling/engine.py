@@ -201,10 +201,10 @@ class Engine:
             for pid, exec_ed in pids:
                 if exec_ed:
                     self._forget_image(pid)
-                self.processes.observe(pid)
+                info = self.processes.observe(pid)
                 if self.wants(pid):
                     self._take_on(pid)
-                    sampler.native_process(pid)
+                    sampler.native_process(pid, info)
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
@@ -229,12 +229,15 @@ class Engine:
         """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid
         watcher: a first parse of a large binary can take a second, and new processes' maps must
         be read before they exit all the same."""
+        waiting = False
         while not self._stop.is_set():
-            self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
+            if not waiting:     # files still waiting for a build go on at once
+                self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
             self._native_kick.clear()
+            waiting = False
             for sampler in self._started:
                 try:
-                    sampler.serve_native()
+                    waiting = sampler.serve_native() or waiting
                 except Exception:
                     if sampler.collection is None:   # closing under us
                         return

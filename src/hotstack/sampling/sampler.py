@@ -101,17 +101,24 @@ class Sampler:
             if not self.native_vma_walk:
                 self.native.write_process(pid)
 
-    def serve_native(self) -> None:
+    def serve_native(self) -> bool:
         """Build the tables of files the kernel unwinder met without one (and, where userspace
-        keeps the mapping lists, write those the program found stale)."""
-        if self.native is not None:
-            self.native.serve_missing()
-            if not self.native_vma_walk:
-                self.native.serve_remaps()
+        keeps the mapping lists, write those the program found stale). True while files wait."""
+        if self.native is None:
+            return False
+        waiting = self.native.serve_missing()
+        if not self.native_vma_walk:
+            self.native.serve_remaps()
+        return waiting
 
-    def native_process(self, pid: int) -> None:
-        """A new process: kernels whose VMA tree the program cannot walk get its mappings from here."""
-        if self.native is not None and not self.native_vma_walk:
+    def native_process(self, pid: int, info=None) -> None:
+        """A new process (`info`: its procs.Process, maps read): where its files can be opened
+        after it exits; kernels whose VMA tree the program cannot walk get its mappings from here."""
+        if self.native is None:
+            return
+        if info is not None:
+            self.native.learn_paths(info.mappings.mappings, info.root, info.root_is_host)
+        if not self.native_vma_walk:
             self.native.write_process(pid)
     def _announce_execs(self) -> None:
         """Load bpf/exec.bpf.c beside the program, on its pid maps: execs are announced. Where the
@@ -193,5 +200,7 @@ class Sampler:
             self.collection.close()
             self.collection = None
         self.buffers = None
+        if self.native is not None:
+            self.native.close()
         self.native = None
 

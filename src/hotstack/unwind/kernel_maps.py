@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ebpf.btf import kernel_btf
+from ..ebpf.errors import SyscallError
+from ..ebpf.maps import BPF_F_MMAPABLE
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
@@ -40,6 +42,10 @@ MISSING_VALUE = struct.Struct("<IIQQ")
 # 32 MiB of rows: ~120 files the size of libc, hundreds of small ones; one large C++ library
 # (libLLVM: 1M rows) took half of the former 16 MiB on a developer host, and evictions churned.
 DEFAULT_ROWS = 1 << 22
+# One serve builds tables for about this long before it lets cached files and the kernel's new
+# requests in again (a first build of a large library takes seconds).
+BUILD_BUDGET_S = 0.2
+KNOWN_PATHS = 16384              # (ino, dev) -> path entries remembered for files of exited processes
 
 STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
               "signal", "vma_walks", "vma_walk_misses", "unused", "no_ranges", "end_root", "end_zero",
@@ -99,6 +105,9 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
         pass
     spec.set_constant("nu_kernel_vma_walk", int(walk))
     spec.maps["nu_rows"].max_entries = rows
+    # rows are written through a shared mapping of the array: a table of 500k rows took ~0.5 s
+    # of kernel time as a batch update (the kernel updates element by element), a copy takes ms
+    spec.maps["nu_rows"].flags |= BPF_F_MMAPABLE
     return walk
 
 
@@ -111,10 +120,18 @@ class _Loaded:
 
 
 @dataclass
+class _Pending:
+    fd: int          # the file, held open
+    size: int        # its size: the smallest are built first
+    display: str     # its path, as the process maps it
+
+
+@dataclass
 class Counters:
     files_loaded: int = 0
     files_evicted: int = 0
     files_failed: int = 0          # queued files we could not open or parse
+    files_deferred: int = 0        # queued while `limit` files already waited (queued again later)
     rows_full: int = 0             # tables that found no room even after eviction
     rules_full: int = 0
     build_seconds: float = 0.0
@@ -134,6 +151,14 @@ class NativeTables:
         self._written: dict[int, float] = {}      # pid -> when its mapping list was last written
         self.stats_map = maps["nu_stats"]
         self.capacity = self.rows_map.spec.max_entries
+        self._rows_mem = None          # the row arena mapped into our memory, where the map allows it
+        self._rows = None
+        if self.rows_map.spec.flags & BPF_F_MMAPABLE:
+            try:
+                self._rows_mem = self.rows_map.mmap()
+                self._rows = np.frombuffer(self._rows_mem, dtype="<u8", count=self.capacity)
+            except (SyscallError, ValueError):
+                self._rows_mem = None
         self.cache = cache or TableCache()
         self.rules = RuleSet(self.rules_map.spec.max_entries)
         self.loaded: dict[tuple[int, int], _Loaded] = {}
@@ -141,14 +166,17 @@ class NativeTables:
         self._lock = threading.Lock()
         self.counters = Counters()
         self._last_counters: dict[str, int] = {}
+        self._pending: dict[tuple[int, int], _Pending] = {}      # queued files waiting for their table
+        self._known_paths: dict[tuple[int, int], str] = {}       # (ino, dev) -> a path that opens it
 
     # -- files ---------------------------------------------------------------------------------------
     @property
     def rows_used(self) -> int:
         return sum(v.count for v in self.loaded.values())
 
-    def add_path(self, path: str, ino: int, dev: int, display: str | None = None) -> bool:
-        """Build (or take from the cache) the table of the file at `path` and load it under (ino, dev)."""
+    def add_path(self, path: str, ino: int, dev: int, display: str | None = None, build: bool = True) -> bool | None:
+        """Load the table of the file at `path` under (ino, dev): from the cache, or built when
+        `build` (else None when it is not cached). False if the file cannot be read as ELF."""
         if (ino, dev) in self.loaded:
             return True
         try:
@@ -160,7 +188,7 @@ class NativeTables:
         try:
             debug = _debug_file_for_tables(elf, display or path)
             start = time.perf_counter()
-            table = self.cache.get(elf, debug)
+            table = self.cache.get(elf, debug) if build else self.cache.cached(elf, debug)
             self.counters.build_seconds += time.perf_counter() - start
         except (ElfError, ValueError, IndexError, OverflowError):
             self.counters.files_failed += 1
@@ -169,6 +197,8 @@ class NativeTables:
             elf.close()
             if debug is not None:
                 debug.close()
+        if table is None:
+            return None
         return self.add_table(ino, dev, table, display or path)
 
     def add_table(self, ino: int, dev: int, table: FileTable, path: str = "") -> bool:
@@ -190,12 +220,13 @@ class NativeTables:
             self.counters.rules_full = self.rules.dropped
             for gid, raw in new_rules:
                 self.rules_map.update(struct.pack("<I", gid), raw)
-            if len(table):
-                rows = table.rows_u64(ids)
+            rows = table.rows_u64(ids) if len(table) else np.zeros(1, np.uint64)
+            # (an empty table gets one invalid row, so that the file is known: frame pointers)
+            if self._rows is not None:
+                self._rows[first:first + len(rows)] = rows
+            else:
                 keys = np.arange(first, first + len(rows), dtype=np.uint32)
                 self.rows_map.update_batch(keys.tobytes(), rows.astype("<u8").tobytes(), len(rows))
-            else:   # an empty table: one invalid row, so that the file is known (frame pointers)
-                self.rows_map.update(struct.pack("<I", first), struct.pack("<Q", 0))
             self.files_map.update(FILE_KEY.pack(ino, dev, 0), FILE_VALUE.pack(first, count, time.monotonic_ns()))
             self.loaded[(ino, dev)] = _Loaded(first, count, table.key, path)
             self.counters.files_loaded += 1
@@ -246,31 +277,103 @@ class NativeTables:
         self.counters.files_evicted += 1
 
     # -- what the kernel asked for --------------------------------------------------------------------
-    def serve_missing(self, limit: int = 64) -> int:
-        """Build and load the tables of files the kernel met without one; returns how many."""
-        served = 0
+    def learn_paths(self, mappings, root: str = "", root_is_host: bool = True) -> None:
+        """Remember where the files of a process's executable mappings can be opened (procs.Mapping
+        objects), for when the kernel queues one after every process that mapped it has exited
+        (a compiler's passes, a loop of short commands): their /proc/PID/map_files are gone then."""
+        for m in mappings:
+            if not m.inode or not m.path.startswith("/") or m.deleted:
+                continue
+            try:
+                major, minor = (int(x, 16) for x in m.dev.split(":"))
+            except ValueError:
+                continue
+            key = (m.inode, (major << 20) | minor)
+            if key in self.loaded:
+                continue
+            self._known_paths[key] = m.path if root_is_host else f"{root}{m.path}"
+        if len(self._known_paths) > KNOWN_PATHS:
+            for key in list(self._known_paths)[:len(self._known_paths) // 2]:
+                del self._known_paths[key]
+
+    def serve_missing(self, limit: int = 64, build_budget_s: float = BUILD_BUDGET_S) -> bool:
+        """Load the tables of files the kernel met without one. Each queued file is opened at once
+        (held by descriptor: its process may exit, its file be deleted, before the table exists);
+        tables already cached (memory, disk) are loaded first, smallest first, milliseconds each, so
+        a file met by a short process never waits behind the first build of a large library; then
+        files are built, smallest first, for about `build_budget_s` (at least one). True while some
+        wait."""
+        self._take_queued(limit)
+        for key, pending in sorted(self._pending.items(), key=lambda kv: kv[1].size):
+            if self._serve(key, pending, build=False) is not None:
+                del self._pending[key]
+        deadline = time.perf_counter() + build_budget_s
+        for key, pending in sorted(self._pending.items(), key=lambda kv: kv[1].size):
+            self._serve(key, pending, build=True)
+            del self._pending[key]
+            if time.perf_counter() >= deadline:
+                break
+        return bool(self._pending)
+
+    def _take_queued(self, limit: int) -> None:
         for raw_key, raw_value in self.missing_map.items():
             ino, dev, _ = FILE_KEY.unpack(raw_key)
             pid, _, start, end = MISSING_VALUE.unpack(raw_value)
             self.missing_map.delete(raw_key)
-            if (ino, dev) in self.loaded:
+            key = (ino, dev)
+            if key in self.loaded or key in self._pending:
                 continue
-            path = f"/proc/{pid}/map_files/{start:x}-{end:x}"
-            try:
-                st = os.stat(path)
-            except OSError:
+            if len(self._pending) >= limit:
+                self.counters.files_deferred += 1    # queued again by the next sample that needs it
+                continue
+            pending = self._open(pid, start, end, key)
+            if pending is None:
                 self.counters.files_failed += 1
                 continue
-            if st.st_ino != ino or kernel_dev(st.st_dev) != dev:
-                # the mapping changed since the sample (or an overlay reports other numbers): load
-                # the table under the numbers the kernel saw, which are what it will look up
+            self._pending[key] = pending
+
+    def _open(self, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending | None":
+        """The file behind the kernel's (ino, dev), held open: through the process's mapping while
+        it runs, else through a path a process that mapped it showed (checked to be that file)."""
+        candidates = [(f"/proc/{pid}/map_files/{start:x}-{end:x}", None)]
+        known = self._known_paths.get(key)     # (the pid watcher's thread adds to it)
+        if known is not None:
+            candidates.append((known, key))
+        for path, must_be in candidates:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            # the process's own mapping is the file the kernel saw even where an overlay reports
+            # other numbers; a remembered path must be that very file
+            if must_be is not None and (st.st_ino, kernel_dev(st.st_dev)) != must_be:
+                os.close(fd)
+                continue
+            display = _mapped_path(pid, start) or known or path
+            return _Pending(fd, st.st_size, display)
+        return None
+
+    def _serve(self, key: tuple[int, int], pending: "_Pending", build: bool) -> bool | None:
+        """Load one waiting file's table (None: not cached and not `build`); its descriptor is
+        closed once it is served either way."""
+        loaded = self.add_path(f"/proc/self/fd/{pending.fd}", key[0], key[1], pending.display, build=build)
+        if loaded is not None:
+            os.close(pending.fd)
+        return loaded
+
+    def close(self) -> None:
+        """Let go of the files still waiting for a table, and of the row arena's mapping."""
+        for pending in self._pending.values():
+            os.close(pending.fd)
+        self._pending.clear()
+        if self._rows_mem is not None:
+            self._rows = None
+            try:
+                self._rows_mem.close()
+            except BufferError:     # a view of it is still held somewhere: the GC unmaps it
                 pass
-            display = _mapped_path(pid, start) or path
-            if self.add_path(path, ino, dev, display):
-                served += 1
-            if served >= limit:
-                break
-        return served
+            self._rows_mem = None
 
     def preload_process(self, pid: int) -> int:
         """Load the tables of every executable file mapping of `pid` (e.g. a process found at start)."""

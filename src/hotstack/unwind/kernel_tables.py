@@ -255,23 +255,41 @@ class TableCache:
     def nbytes(self) -> int:
         return self._bytes
 
+    @staticmethod
+    def key_of(elf: ElfFile, debug_elf: ElfFile | None = None) -> str:
+        # the table of a file with a debug file's .debug_frame differs from the file's alone
+        return content_key(elf) if debug_elf is None else f"{content_key(elf)}-{content_key(debug_elf)[-32:]}"
+
+    def cached(self, elf: ElfFile, debug_elf: ElfFile | None = None) -> FileTable | None:
+        """The file's table if it is in memory or on disk (milliseconds), else None: never builds."""
+        return self._lookup(self.key_of(elf, debug_elf))
+
     def get(self, elf: ElfFile, debug_elf: ElfFile | None = None) -> FileTable:
         import time
 
-        # the table of a file with a debug file's .debug_frame differs from the file's alone
-        key = content_key(elf) if debug_elf is None else f"{content_key(elf)}-{content_key(debug_elf)[-32:]}"
-        with self._lock:
-            table = self._tables.get(key)
-            if table is not None:
-                self._tables.move_to_end(key)
-                return table
-        table = self._load(key)
+        key = self.key_of(elf, debug_elf)
+        table = self._lookup(key)
         if table is None:
             start = time.perf_counter()
             table = build_file_table(elf, debug_elf, key)
             self.build_seconds += time.perf_counter() - start
             self.built += 1
             self._save(table)
+            self._keep(key, table)
+        return table
+
+    def _lookup(self, key: str) -> FileTable | None:
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+                return table
+        table = self._load(key)
+        if table is not None:
+            self._keep(key, table)
+        return table
+
+    def _keep(self, key: str, table: FileTable) -> None:
         with self._lock:
             if key not in self._tables:
                 self._tables[key] = table
@@ -280,7 +298,6 @@ class TableCache:
                     _, old = self._tables.popitem(last=False)
                     self._bytes -= old.nbytes
                     self.evicted += 1
-        return table
 
     def _path(self, key: str) -> str | None:
         if not self.directory or not all(c in "0123456789abcdef-" for c in key):
