@@ -137,6 +137,12 @@ def test_interpreted_frames_named(classes):
     assert java_names(sample)[-3:] == ["HotWork.run", "HotWork.work", "HotWork.light"], java_names(sample)
 
 
+def named_share(samples) -> float:
+    """% of the workload threads' samples (hot-N) that carry Java frames."""
+    mine = [s for s in samples if s.comm.startswith("hot-")]
+    return 100.0 * sum(s.value for s in mine if java_names(s)) / max(1, sum(s.value for s in mine))
+
+
 def test_jvm_started_later_and_exited_keeps_names(classes):
     with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
         time.sleep(0.3)
@@ -147,6 +153,49 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
         samples = prof.collect()[0].samples
     hot = hotstack_split(samples)
     assert sum(hot.values()) >= 50, (hot, sum(s.value for s in samples if s.comm.startswith("hot-")))
+    assert named_share(samples) >= 80, named_share(samples)
+
+
+def test_jvm_started_later_keeps_names(classes):
+    """A JVM that starts after the profiler and still runs: listed within its first second, its
+    workload's samples named, the 75/25 split right."""
+    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+        time.sleep(0.3)
+        prof.collect()
+        proc = _start(classes, 20)
+        try:
+            time.sleep(2.5)
+            samples = prof.collect()[0].samples
+        finally:
+            proc.kill()
+            proc.wait()
+    split = hotstack_split(samples)
+    assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
+    assert named_share(samples) >= 80, named_share(samples)
+    assert abs(shares(split)["heavy"] - 75) <= 10, split
+
+
+def test_jvm_exiting_mid_interval_keeps_names(classes):
+    """A JVM running before the profiler, followed from the interval's start, that exits (SIGTERM: its
+    shutdown, then gone) in its middle: the interval's profile, taken after the exit, still names its
+    frames (names read while it ran, kept past its end)."""
+    proc = _start(classes, 60)
+    try:
+        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+            time.sleep(0.5)
+            prof.collect()          # the interval starts here, with the JVM followed
+            time.sleep(1.5)
+            proc.terminate()
+            proc.wait(timeout=30)
+            time.sleep(0.5)
+            samples = prof.collect()[0].samples
+    finally:
+        proc.kill()
+        proc.wait()
+    split = hotstack_split(samples)
+    assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
+    assert named_share(samples) >= 90, named_share(samples)
+    assert abs(shares(split)["heavy"] - 75) <= 10, split
 
 
 def test_not_a_jvm_is_not_listed():
