@@ -407,3 +407,82 @@ def test_off_cpu_waits_in_libc_keep_their_callers(build_dir, workloads):
     assert abs(kernel["wait_a"] / (kernel["wait_a"] + kernel["wait_b"]) - 0.7) <= 0.05, kernel
     fp = waited("fp")
     assert (fp["wait_a"] + fp["wait_b"]) / max(sum(fp.values()), 1) < 0.5, fp
+
+
+def test_a_file_queued_by_a_process_that_exited_is_still_loaded(native_object, build_dir, workloads):
+    """A short process (a compiler pass, one run of a command loop) is gone before userspace serves
+    the file it queued: its /proc/PID/map_files is gone too. The file is opened through the path a
+    process showed when its maps were read, checked to be the inode the kernel queued."""
+    from hotstack.procs.maps import read_maps
+
+    exe = compile_c(HERE / "workloads" / "callback.c", build_dir / "callback_short", "-O2", "-fomit-frame-pointer")
+    for learn in (False, True):
+        sampler = NativeSampler(native_object, comm="callback_short")
+        try:
+            w = workloads([exe])
+            sampler.start(199)
+            time.sleep(1.0)                  # samples queue the files; nothing serves them yet
+            sampler.stop()
+            maps = read_maps(w.pid)          # what the pid watcher reads of a new process
+            w.stop()
+            if learn:
+                sampler.tables.learn_paths(maps)
+            failed = sampler.tables.counters.files_failed
+            sampler.tables.serve_missing()
+            loaded = {entry.path for entry in sampler.tables.loaded.values()}
+        finally:
+            sampler.close()
+        if learn:
+            assert str(exe) in loaded, (loaded, sampler.tables.counters)
+        else:      # without a path to open it by, the queued file of a gone process is lost
+            assert str(exe) not in loaded and sampler.tables.counters.files_failed > failed
+
+
+def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_object, tmp_path):
+    """Queued files whose tables are cached load first; builds go on in slices of the budget (at
+    least one file per call), the rest waiting (serve_missing says so) for the next call."""
+    import glob
+    import os
+    import struct
+
+    from hotstack.procs.maps import Mapping
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind.kernel_maps import FILE_KEY, MISSING_VALUE, kernel_dev
+    from hotstack.unwind.kernel_tables import TableCache
+
+    paths = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libstdc++.so.6", "/usr/lib/*-linux-gnu/libc.so.6",
+                                                "/usr/lib/*-linux-gnu/libz.so.1")]
+    if not all(paths):
+        pytest.skip("libstdc++, libc and libz are needed")
+    big, medium, small = (os.path.realpath(p[0]) for p in paths)
+    cache = TableCache(directory=str(tmp_path))
+    with ElfFile(big) as elf:
+        cache.get(elf)                     # the largest is cached: it must not wait behind builds
+    sampler = NativeSampler(native_object, cache_dir=str(tmp_path))
+    sampler.tables.cache = cache
+    gone = 0x7ffffff0                      # no such pid: every file opens through its known path
+    try:
+        keys = {}
+        for path in (medium, small, big):
+            st = os.stat(path)
+            key = (st.st_ino, kernel_dev(st.st_dev))
+            keys[path] = key
+            dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+            sampler.tables.learn_paths([Mapping(0x1000, 0x2000, 0, "r-xp", dev, st.st_ino, path)])
+            sampler.collection.maps["nu_missing"].update(FILE_KEY.pack(*key, 0), MISSING_VALUE.pack(gone, 0, 0x1000, 0x2000))
+        waiting = sampler.tables.serve_missing(build_budget_s=0.0)
+        first_round = set(sampler.tables.loaded)
+        assert keys[big] in first_round, first_round                   # cached: loaded at once
+        assert keys[small] in first_round and keys[medium] not in first_round   # one build, the smallest
+        assert waiting
+        assert sampler.tables.serve_missing(build_budget_s=0.0) is False
+        assert keys[medium] in sampler.tables.loaded
+        # the rows the kernel reads are the ones written through the mapped arena
+        entry = sampler.tables.loaded[keys[big]]
+        rows_map = sampler.collection.maps["nu_rows"]
+        read = [struct.unpack("<Q", rows_map.lookup(struct.pack("<I", i)))[0]
+                for i in range(entry.first, entry.first + entry.count, max(1, entry.count // 64))]
+        offsets = [row >> 32 for row in read]
+        assert len(read) > 32 and offsets == sorted(offsets) and offsets[-1] > 0
+    finally:
+        sampler.close()
