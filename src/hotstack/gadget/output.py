@@ -14,6 +14,7 @@ from ..profile.model import Frame, Profile
 from ..profile.transforms import fold_own
 from ..profile.trim import trim_stack
 from .datasource import DataSource, rows
+from .scope import left_out_text
 
 MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
 
@@ -121,7 +122,8 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
     if st.filtered:
         parts.append(f"{st.filtered} filtered")
     if st.out_of_scope:
-        parts.append(f"{st.out_of_scope} samples of processes outside containers left out (--host for them)")
+        parts.append(f"{left_out_text(st.out_of_scope, profile.sample_type.type, profile.sample_type.unit)} "
+                     f"of processes outside containers left out (--host for them)")
     lost = []
     if st.user_stacks_lost:
         lost.append(f"{st.user_stacks_lost} user stacks")

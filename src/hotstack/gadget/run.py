@@ -186,7 +186,7 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
         in_scope += profile.total
         if not hinted and not in_scope and profile.stats.out_of_scope:
             # A host without containers: say why the table is empty rather than print nothing.
-            print(scope_hint(profile.stats.out_of_scope), file=sys.stderr, flush=True)
+            print(scope_hint(profile), file=sys.stderr, flush=True)
             hinted = True
         profile = filters.apply(profile, rules)
         for sink in sinks or ():

@@ -84,8 +84,16 @@ class ContainerScope:
         return keep
 
 
-def hint(left_out: int) -> str:
+def left_out_text(value: int, sample_type: str, unit: str) -> str:
+    """What the scope left out, in the profile's own values: samples, probe hits or time off the CPU."""
+    if unit == "nanoseconds":
+        return f"{value / 1e9:.1f} s off the CPU"
+    return f"{value} samples" if sample_type == "samples" else f"{value} {sample_type} hits"
+
+
+def hint(profile) -> str:
     """The one line a default run prints when no container process was sampled."""
-    return (f"hotstack: no container process was sampled ({left_out} samples of host processes left out): "
+    left_out = left_out_text(profile.stats.out_of_scope, profile.sample_type.type, profile.sample_type.unit)
+    return (f"hotstack: no container process was sampled ({left_out} of host processes left out): "
             f"without --host, hotstack run profiles only processes in containers, as ig does; "
             f"add --host to profile the host too")

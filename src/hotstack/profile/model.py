@@ -86,7 +86,8 @@ class ProfileStats:
     idle: int = 0                 # dropped: idle CPU (without --include-idle)
     filtered: int = 0             # dropped: pid/comm filters
     out_of_scope: int = 0         # dropped in userspace, before symbols: a process the front door's
-                                  # target filter declines (`hotstack run` without --host: a host process)
+                                  # target filter declines (`hotstack run` without --host: a host process);
+                                  # in the profile's values (samples, probe hits, off-CPU nanoseconds)
     counts_full: int = 0          # dropped: aggregation map full
     user_stacks_lost: int = 0     # kept, but without their user stack
     kernel_stacks_lost: int = 0   # kept, but without their kernel stack
