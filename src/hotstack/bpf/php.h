@@ -4,9 +4,13 @@
  *
  * For a process listed in `php_procs` (filled by userspace: unwind/php/), follow
  * executor_globals.current_execute_data through prev_execute_data, leaf first, recording per
- * frame the zend_function, the opline and the call flags. PHP (NTS builds: php-cli, php-fpm)
- * runs one request per process, so the one global names the sampled thread's frames.
- * Names, files and lines are read later in userspace; nothing here writes to the target.
+ * frame the zend_function, the opline, the call flags, the opline's line and the function's
+ * identity at the sample: the hashes of its name and file (interned strings carry theirs) and
+ * its first line. Code compiled per request (no opcache, closures) is freed when the request
+ * ends and the next request's functions reuse its memory, often before userspace reads it:
+ * userspace names a frame only from a function whose identity matches. PHP (NTS builds: php-cli,
+ * php-fpm) runs one request per process, so the one global names the sampled thread's frames.
+ * Names and files are read later in userspace; nothing here writes to the target.
  * Transport as in python.h: php_stacks_<buffer> under a hash, the sample key's `runtime_stack`.
  */
 #ifndef HOTSTACK_PHP_H
@@ -16,6 +20,8 @@
 
 HS_PHP_VARIABLES
 HS_PHP_MAPS
+
+#define PHP_USER_FUNCTION 2
 
 static __always_inline void php_count(__u32 index)
 {
@@ -47,25 +53,41 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 	}
 	for (i = 0; i < PHP_MAX_FRAMES; i++) {
 		struct php_frame *f = &stack->frames[i];
-		__u64 opline = 0, func = 0, prev = 0;
-		__u32 info = 0;
+		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, func;
+		__u32 line = 0;
 
 		if (!ed)
 			break;
-		if (bpf_probe_read_user(&opline, 8, (void *)ed) ||
-		    bpf_probe_read_user(&func, 8, (void *)(ed + proc->ed_func)) ||
-		    bpf_probe_read_user(&prev, 8, (void *)(ed + proc->ed_prev))) {
+		/* zend_execute_data: opline 0, func, This (call info in its u1), prev: all in 56 bytes */
+		if (bpf_probe_read_user(block, 56, (void *)ed)) {
 			ed = 0;
 			break;
 		}
-		bpf_probe_read_user(&info, 4, (void *)(ed + proc->ed_call_info));
+		func = block[(proc->ed_func >> 3) & 7];
 		f->func = func;
-		f->opline = opline;
-		f->call_info = info;
-		hash = (hash ^ func) * 0x100000001b3ULL;
-		hash = (hash ^ opline ^ ((__u64)info << 32)) * 0x100000001b3ULL;
+		f->opline = block[0];
+		f->call_info = (__u32)block[(proc->ed_call_info >> 3) & 7];
+		f->ident = 0;
+		if (func && !bpf_probe_read_user(head, sizeof(head), (void *)func)) {
+			/* head[0]: zend_function.type in its low byte; function_name right after */
+			__u64 name = head[(proc->fn_name >> 3) & 1];
+
+			if (name)
+				bpf_probe_read_user(&name_h, 8, (void *)(name + proc->str_h));
+			if ((head[0] & 0xff) == PHP_USER_FUNCTION &&
+			    !bpf_probe_read_user(file, sizeof(file), (void *)(func + proc->fn_filename))) {
+				if (file[0])
+					bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
+				if (block[0])
+					bpf_probe_read_user(&line, 4, (void *)(block[0] + proc->op_lineno));
+			}
+			f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
+		}
+		f->line = line;
+		hash = (hash ^ func ^ f->ident) * 0x100000001b3ULL;
+		hash = (hash ^ f->opline ^ ((__u64)f->call_info << 32) ^ line) * 0x100000001b3ULL;
 		n++;
-		ed = prev;
+		ed = block[(proc->ed_prev >> 3) & 7];
 	}
 	stack->truncated = ed != 0;
 	if (ed)

@@ -154,17 +154,22 @@ struct php_proc {
 	__u16 ed_func;
 	__u16 ed_call_info;
 	__u16 ed_prev;
+	__u16 fn_name;
+	__u16 fn_filename;
+	__u16 op_lineno;
+	__u16 str_h;
 	__u16 pad;
 };
-_Static_assert(sizeof(struct php_proc) == 16, "struct php_proc: schema layout");
+_Static_assert(sizeof(struct php_proc) == 24, "struct php_proc: schema layout");
 
 struct php_frame {
 	__u64 func;
 	__u64 opline;
+	__u64 ident;
 	__u32 call_info;
-	__u32 pad;
+	__u32 line;
 };
-_Static_assert(sizeof(struct php_frame) == 24, "struct php_frame: schema layout");
+_Static_assert(sizeof(struct php_frame) == 32, "struct php_frame: schema layout");
 
 struct php_stack {
 	__u32 len;
@@ -173,7 +178,7 @@ struct php_stack {
 	__u32 pad;
 	struct php_frame frames[PHP_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct php_stack) == 3088, "struct php_stack: schema layout");
+_Static_assert(sizeof(struct php_stack) == 4112, "struct php_stack: schema layout");
 
 struct hs_heap {
 	__u64 low;

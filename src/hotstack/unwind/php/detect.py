@@ -29,6 +29,7 @@ class PhpOffsets:
     op_lineno: int = 24                  # zend_op.lineno
     str_len: int = 16
     str_val: int = 24
+    str_h: int = 8                       # zend_string.h
     ce_name: int = 8
 
 

@@ -1,10 +1,16 @@
 """PhpSource: the PHP frame source (unwind/runtimes.py), on the model of RubySource.
 
 Frames are named from the target's memory: a user function `Class::method` or `function` (or
-`{main}` for a script's top level) with its file and the line of the frame's opline; an internal
-function by its name. Names are cached per (process, zend_function); a function whose name no
-longer reads as a string (freed) gives `[unknown php]`. Each `execute_ex` native frame is replaced
+`{main}` for a script's top level) with its file and the line of the frame's opline (read by the
+walker at the sample); an internal function by its name. Each `execute_ex` native frame is replaced
 by the frames that call of the VM ran: walking leaf first, a group ends after a ZEND_CALL_TOP frame.
+
+Identity: the walker records, with each zend_function pointer, the function's identity at the
+sample (hashes of its name and file, its first line: bpf/php.h). Code compiled per request (PHP-FPM
+without opcache, closures) is freed at the request's end and the next request's functions take its
+memory, often before userspace reads it; so a function read from memory names a frame only if its
+identity is the recorded one, and names are cached per process by identity (one read serves every
+later request that compiles the same function, wherever it lands). No match: `[unknown php]`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ MAX_FUNCS_PER_PROCESS = 50_000
 class RawPhpFrame:
     func: int
     opline: int
+    ident: int
     call_info: int
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,17 +81,32 @@ def read_zstring(mem: ProcessMemory, o: PhpOffsets, address: int) -> str:
     return mem.read(address + o.str_val, min(length, MAX_STRING)).decode("utf-8", "replace")
 
 
-def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> FuncInfo:
+_FNV = 0x100000001B3
+_MASK = (1 << 64) - 1
+
+
+def identity(name_h: int, file_h: int, line_start: int) -> int:
+    """The walker's `ident` of a function (bpf/php.h computes the same)."""
+    return ((((name_h * _FNV) & _MASK) ^ file_h) * _FNV & _MASK) ^ line_start
+
+
+def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, int]:
+    """The function at `func` now, and its identity."""
     kind = mem.u8(func + o.fn_type)
     if kind not in (USER_FUNCTION, INTERNAL_FUNCTION):
         raise MemoryReadError(f"{func:#x} is not a function")
     name_ptr = mem.u64(func + o.fn_name)
     name = read_zstring(mem, o, name_ptr) if name_ptr else "{main}"
+    name_h = mem.u64(name_ptr + o.str_h) if name_ptr else 0
     scope = mem.u64(func + o.fn_scope)
     if scope and name_ptr:
         name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
-    file = read_zstring(mem, o, mem.u64(func + o.op_filename)) if kind == USER_FUNCTION else ""
-    return FuncInfo(name, file, kind == USER_FUNCTION)
+    file, file_h, line_start = "", 0, 0
+    if kind == USER_FUNCTION:
+        file_ptr, line_start = struct.unpack("<QI", mem.read(func + o.op_filename, 12))
+        file = read_zstring(mem, o, file_ptr)
+        file_h = mem.u64(file_ptr + o.str_h)
+    return FuncInfo(name, file, kind == USER_FUNCTION), identity(name_h, file_h, line_start)
 
 
 class PhpSource(InterpreterSource):
@@ -92,8 +115,7 @@ class PhpSource(InterpreterSource):
     def __init__(self) -> None:
         super().__init__()
         self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
-        self._funcs: dict[int, dict[int, FuncInfo | None]] = {}
-        self._lines: dict[int, dict[int, int]] = {}
+        self._funcs: dict[int, dict[int, FuncInfo]] = {}      # pid -> identity -> function
         self._totals = [0] * schema.PHP_STAT_MAX
         self.reads = self.misses = 0
 
@@ -108,8 +130,12 @@ class PhpSource(InterpreterSource):
 
     def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets
+        if any(off % 8 or off >= 56 for off in (o.ed_func, o.ed_call_info, o.ed_prev)) or o.fn_name != 8:
+            return None     # the walker reads these as words of the first 56 bytes (bpf/php.h)
         return schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
-                                    ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev)
+                                    ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev,
+                                    fn_name=o.fn_name, fn_filename=o.op_filename, op_lineno=o.op_lineno,
+                                    str_h=o.str_h)
 
     def _parse(self, raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
         return parse_stack(raw)
@@ -121,34 +147,23 @@ class PhpSource(InterpreterSource):
 
     def _frame(self, pid: int, o: PhpOffsets, f: RawPhpFrame) -> Frame:
         funcs = self._funcs.setdefault(pid, {})
-        info = funcs.get(f.func, False)
-        mem = ProcessMemory(pid)
-        if info is False:
+        info = funcs.get(f.ident) if f.ident else None
+        if info is None and f.ident:
             self.reads += 1
             try:
-                info = read_func(mem, o, f.func)
+                found, ident = read_func(ProcessMemory(pid), o, f.func)
             except (MemoryReadError, struct.error, IndexError):
-                info = None
-            if len(funcs) >= MAX_FUNCS_PER_PROCESS:
-                funcs.clear()
-            if info is not None:
-                funcs[f.func] = info
+                found, ident = None, 0
+            if found is not None and ident == f.ident:      # still the function the sample saw
+                if len(funcs) >= MAX_FUNCS_PER_PROCESS:
+                    funcs.clear()
+                info = funcs[ident] = found
         if info is None:
             self.misses += 1
             return Frame("[unknown php]", FrameKind.PHP, resolved=False)
         if not info.user:
             return Frame(info.name, FrameKind.PHP)
-        lines = self._lines.setdefault(pid, {})
-        line = lines.get(f.opline)
-        if line is None:
-            try:
-                line = mem.u32(f.opline + o.op_lineno) if f.opline else 0
-            except MemoryReadError:
-                line = 0
-            if len(lines) >= MAX_FUNCS_PER_PROCESS:
-                lines.clear()
-            lines[f.opline] = line
-        return Frame(info.name, FrameKind.PHP, file=info.file, line=line)
+        return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line)
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         raw = self._stacks.get(key) if key else None
@@ -182,7 +197,6 @@ class PhpSource(InterpreterSource):
         with self._lock:
             found = self._procs.pop(pid, None)
         self._funcs.pop(pid, None)
-        self._lines.pop(pid, None)
         if found is not None and self._kernel is not None:
             self._kernel.untrack(pid)
 

@@ -1,0 +1,43 @@
+<?php
+// The PHP-FPM test's `report` script: each request runs
+//   {main} -> Router::dispatch -> handle_report -> burn -> cpu_seconds
+// and burns PART seconds of the worker's CPU time (getrusage), as fpm_search.php does for `search`
+// requests, so the handlers' split of samples is the split of requests the test sends (3 to 1).
+// fpm_search.php has the same shape line for line under other names: without opcache each request
+// compiles its script into memory the previous request freed, so the two scripts' functions take
+// each other's addresses, and a frame named from whatever sits at its address now would be wrong.
+const PART = 0.008;
+
+function cpu_seconds(): float {
+    $u = getrusage();
+    return $u["ru_utime.tv_sec"] + $u["ru_utime.tv_usec"] / 1e6 + $u["ru_stime.tv_sec"] + $u["ru_stime.tv_usec"] / 1e6;
+}
+
+function burn(float $seconds): int {
+    $stop = cpu_seconds() + $seconds;
+    $x = 0;
+    while (cpu_seconds() < $stop) {
+        $x++;
+    }
+    return $x;
+}
+
+function handle_report(): int {
+    return burn(PART);
+}
+
+class Router {
+    static function dispatch(string $route): int {
+        if ($route === "report") {
+            return handle_report();
+        }
+        http_response_code(404);
+        return 0;
+    }
+}
+
+$route = $_GET["route"] ?? "";
+$n = Router::dispatch($route);
+header("Content-Type: application/json");
+echo json_encode(["pid" => getmypid(), "file" => __FILE__, "route" => $route, "n" => $n, "sapi" => PHP_SAPI,
+                  "opcache" => function_exists("opcache_get_status") && (opcache_get_status(false)["opcache_enabled"] ?? false)]);
