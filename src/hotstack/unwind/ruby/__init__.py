@@ -9,7 +9,9 @@ How it fits together (Ruby 3.1 tested; offsets for 2.7-3.4, x86-64):
   rb_stacks_<buffer>; the sample key carries the stack's hash.
 - source.py: RubySource, the frame source (unwind/runtimes.py).
 - iseq.py: iseq -> label, file, line (cached per process, checked against the sampled pc);
-  symbols.py: C-function frames' method names from Ruby's symbol table.
+  symbols.py: C-function frames' method names from Ruby's symbol table;
+  classes.py: the class of method and C-function frames (`Class#method`, `Class.method`) from
+  the recorded method entry's owner.
 - frames.py: frame kinds and the split into VM entries; each `rb_vm_exec` native frame is
   replaced by its entry's frames (python/merge.py, shared with CPython).
 

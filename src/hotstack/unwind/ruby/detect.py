@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -204,5 +204,6 @@ def detect(pid: int) -> RubyProcess | None:
             return None
         if fields is None:
             return None
-        return RubyProcess(pid, binary, base, fields)
+        # the cached facts were read through the first process's root: this one's path opens the file
+        return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields)
     return None

@@ -39,6 +39,9 @@ class RubyOffsets:
     me_owner: int = 32
     def_original_id: int = 32
     last_op_id: int = 169            # tLAST_OP_ID: IDs above it carry a scope in their low bits
+    # classes (classes.py): RClass.ptr -> rb_classext_t.iv_tbl (an st_table); 0: names not read
+    class_ext: int = 24
+    ext_iv_tbl: int = 8
 
 
 _V31 = RubyOffsets((3, 1), cf_size=64, running_ec=0x208)
@@ -47,7 +50,7 @@ _TABLE: dict[tuple[int, int], RubyOffsets] = {
     (3, 0): replace(_V31, version=(3, 0), cf_size=56, insn_info_entry=8, last_op_id=168),
     (3, 1): _V31,
     (3, 2): replace(_V31, version=(3, 2), insn_info_body=112, insn_info_size=128, succ_index_table=136,
-                    local_iseq=168, rstring_embed_len_in_flags=False, rstring_ary=24),
+                    local_iseq=168, rstring_embed_len_in_flags=False, rstring_ary=24, class_ext=0),
 }
 _TABLE[(3, 3)] = replace(_TABLE[(3, 2)], version=(3, 3), cf_size=56, running_ec=0x180)
 _TABLE[(3, 4)] = replace(_TABLE[(3, 3)], version=(3, 4), last_op_id=170)

@@ -17,9 +17,10 @@ from ...profile.model import Frame, FrameKind
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
+from .classes import ClassNames
 from .detect import RubyProcess, detect
-from .frames import RawRubyFrame, vm_groups
-from .iseq import IMEMO_MENT, IseqCache, imemo_type
+from .frames import FRAME_METHOD, RawRubyFrame, vm_groups
+from .iseq import IMEMO_MENT, IseqCache, IseqInfo, imemo_type
 from .symbols import find_table, method_name, table_candidates
 
 
@@ -45,13 +46,23 @@ class _Process:
         self.proc = proc
         self.process = process
         self.cfuncs: dict[int, str | None] = {}
+        self.methods: dict[tuple[int, int], str | None] = {}    # (me, iseq) -> "Class#" / "Class." / None
+        self.iseq_prefix: dict[int, str] = {}                    # a method's iseq -> its class prefix
         self._table: int | None = None
+        self._classes: ClassNames | None = None
         self._candidates = table_candidates(proc.binary.path, proc.binary.all_symbols)
 
     def symbol_table(self, mem: ProcessMemory) -> int:
         if self._table is None:
             self._table = find_table(mem, self.proc.base, self._candidates)
         return self._table
+
+    def classes(self, mem: ProcessMemory) -> ClassNames | None:
+        if self._classes is None:
+            table = self.symbol_table(mem)
+            if table:
+                self._classes = ClassNames(self.proc.offsets, table)
+        return self._classes
 
 
 class RubySource(InterpreterSource):
@@ -84,6 +95,7 @@ class RubySource(InterpreterSource):
         return parse_stack(raw)
 
     def _name_early(self, pid: int, entry: _Process, frames: list[RawRubyFrame]) -> None:
+        self._methods_first(pid, entry, frames)
         for f in frames:
             if f.shown:
                 self._frame(pid, entry, f)
@@ -100,6 +112,9 @@ class RubySource(InterpreterSource):
                 if table:
                     definition = mem.u64(me + o.me_def)
                     name = method_name(mem, o, table, o.last_op_id, mem.u64(definition + o.def_original_id))
+                    classes = entry.classes(mem)
+                    prefix = classes.prefix(mem, mem.u64(me + o.me_owner)) if classes else None
+                    name = f"{prefix}{name}" if prefix else name
         except (MemoryReadError, struct.error, IndexError):
             name = None
         if len(entry.cfuncs) > 50_000:
@@ -119,7 +134,47 @@ class RubySource(InterpreterSource):
         if info is None:
             self.iseqs.misses += 1
             return Frame("[unknown ruby]", FrameKind.RUBY, resolved=False)
-        return Frame(info.label, FrameKind.RUBY, file=info.path, line=self.iseqs.line(pid, o, info, f.pc))
+        return Frame(self._label(pid, entry, f, info), FrameKind.RUBY, file=info.path,
+                     line=self.iseqs.line(pid, o, info, f.pc))
+
+    def _method_prefix(self, pid: int, entry: _Process, f: RawRubyFrame, info: IseqInfo) -> str | None:
+        """The class prefix of a method frame, from its method entry (ep[-2]); the entry must name
+        the method the iseq is (its definition's original ID is the iseq's label), else None."""
+        key = (f.me, f.iseq)
+        if key in entry.methods:
+            return entry.methods[key]
+        o = entry.proc.offsets
+        mem = ProcessMemory(pid)
+        prefix = None
+        try:
+            classes = entry.classes(mem)
+            if classes is not None and f.me and imemo_type(mem.u64(f.me)) == IMEMO_MENT:
+                definition = mem.u64(f.me + o.me_def)
+                name = method_name(mem, o, classes.table, o.last_op_id, mem.u64(definition + o.def_original_id))
+                if name == info.label:
+                    prefix = classes.prefix(mem, mem.u64(f.me + o.me_owner))
+        except (MemoryReadError, struct.error, IndexError):
+            prefix = None
+        if len(entry.methods) > 50_000:
+            entry.methods.clear()
+            entry.iseq_prefix.clear()
+        entry.methods[key] = prefix
+        if prefix:
+            entry.iseq_prefix[f.iseq] = prefix
+        return prefix
+
+    def _label(self, pid: int, entry: _Process, f: RawRubyFrame, info: IseqInfo) -> str:
+        """`Class#method` / `Class.method` for a method frame; `block in Class#method` for a block
+        (rescue, ensure) of a method whose class is known: the label of its local iseq's method
+        frame, met in this or an earlier stack of the process."""
+        if f.magic == FRAME_METHOD:
+            prefix = self._method_prefix(pid, entry, f, info)
+            return f"{prefix}{info.label}" if prefix else info.label
+        prefix = entry.iseq_prefix.get(info.local_iseq) if info.local_iseq != f.iseq else None
+        head, sep, method = info.label.rpartition(" in ")
+        if prefix and sep and method and " " not in method:
+            return f"{head} in {prefix}{method}"
+        return info.label
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of named Ruby frames, one per VM entry; truncated)."""
@@ -127,8 +182,17 @@ class RubySource(InterpreterSource):
         entry = self._procs.get(pid)
         if not raw or entry is None:
             return [], False
+        self._methods_first(pid, entry, raw[0])
         groups = [[self._frame(pid, entry, f) for f in group] for group in vm_groups(raw[0])]
         return groups, raw[1]
+
+    def _methods_first(self, pid: int, entry: _Process, frames: list[RawRubyFrame]) -> None:
+        """Method frames' classes before the blocks above them are named (frames are leaf first)."""
+        for f in reversed(frames):
+            if f.magic == FRAME_METHOD and f.runs_iseq and (f.me, f.iseq) not in entry.methods:
+                info = self.iseqs.iseq(pid, entry.proc.offsets, f.iseq, f.pc)
+                if info is not None:
+                    self._method_prefix(pid, entry, f, info)
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         if not key:

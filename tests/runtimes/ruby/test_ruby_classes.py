@@ -1,0 +1,67 @@
+"""Ruby frames named with their class: `Class#method`, `Class.method` (singleton), a module's method
+where a class includes it, `block in Class#method`, C functions of a class and of a module.
+
+The expected names come from the workload's own reflection (each method's owner, singleton or not,
+as Ruby 3.4's backtraces print them); Debian's Ruby 3.1 prints no class names in its backtraces."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.peers import require_tool
+
+from rb_helpers import HERE
+from test_ruby_frames import profile_until, ruby_names
+
+pytestmark = pytest.mark.root
+
+WORKLOAD = HERE / "classes.rb"
+_SOURCE = WORKLOAD.read_text().splitlines()
+
+
+def _def_line(name: str) -> int:
+    return next(i for i, line in enumerate(_SOURCE, 1) if line.strip().startswith(f"def {name}"))
+
+
+@pytest.mark.shares
+def test_class_and_singleton_names(ruby_target):
+    t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
+    n = t.info["names"]
+    assert n["price"].endswith(".price") and n["total"].endswith("#total") and n["spin"].startswith("Spinner#"), n
+    block = f"block in {n['total']}"
+    total_path = ["<main>", n["run"], n["step"], n["total"], n["times"], block]
+    price_path = ["<main>", n["run"], n["step"], n["price"]]
+
+    def split(samples):
+        c = Counter()
+        for s in samples:
+            names = ruby_names(s)
+            if n["spin"] in names:
+                c["total" if n["total"] in names else "price" if n["price"] in names else "other"] += s.value
+        return c
+
+    samples = profile_until(t.pid, lambda got: split(got)["price"] >= 300, 15)
+    c = split(samples)
+    assert c["price"] >= 150 and c["other"] == 0, c
+    share = 100.0 * c["total"] / (c["total"] + c["price"])
+    assert abs(share - 75) <= 5, f"{n['total']} has {share:.1f}% of {c} (built: 75%)"
+
+    spins = Counter()
+    for s in samples:
+        names = ruby_names(s)
+        if n["spin"] not in names:
+            continue
+        path = total_path if n["total"] in names else price_path
+        assert names[:len(path) + 1] == path + [n["spin"]], names
+        assert names[len(path) + 1:] in ([], [n["clock_gettime"]]), names
+        spins[names[-1]] += s.value
+        by_name = {f.name: f for f in s.stack}
+        assert by_name[n["spin"]].line > _def_line("spin"), by_name[n["spin"]]
+        assert by_name[n["run"]].file == str(WORKLOAD), by_name[n["run"]]
+    assert spins[n["clock_gettime"]] > 0, spins
+    # no method of the workload lost its class, nor kept its bare label
+    bare = Counter(name for s in samples for name in ruby_names(s)
+                   if name in ("run", "step", "total", "price", "spin", "times", "clock_gettime", "block in total"))
+    assert not bare, bare
