@@ -71,16 +71,20 @@ class Map:
         fd = sc.bpf(sc.BPF_MAP_CREATE, attr, f"create map {spec.name}")
         return cls(spec, fd)
 
-    def mmap(self) -> mmap.mmap:
-        """The values of an array map created with BPF_F_MMAPABLE (5.5+), shared with the programs:
-        writing them is a memory copy, where an update (batched or not) costs a syscall's worth of
-        work per element in the kernel."""
+    def mmap(self, offset: int = 0, length: int | None = None) -> mmap.mmap:
+        """Values of an array map created with BPF_F_MMAPABLE (5.5+), shared with the programs,
+        from byte `offset` (a multiple of the page size) for `length` bytes (default: to the end).
+        Writing them is a memory copy, where an update (batched or not) costs a syscall's worth of
+        work per element in the kernel. The kernel maps every page at once: map what you write."""
         if self.spec.type != MAP_TYPE_ARRAY or self.percpu:
             raise ValueError(f"map {self.name}: only array maps can be mapped")
         size = ((self.value_size + 7) & ~7) * self.spec.max_entries
         size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        if offset % mmap.PAGESIZE or not 0 <= offset < size:
+            raise ValueError(f"map {self.name}: offset {offset} is not a page of the map")
+        length = size - offset if length is None else min(length, size - offset)
         try:
-            return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            return mmap.mmap(self.fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
         except OSError as e:
             raise SyscallError.from_errno(f"mmap of map {self.name}", e.errno) from None
 

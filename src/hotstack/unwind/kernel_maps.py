@@ -17,6 +17,7 @@ to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_ra
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import threading
@@ -151,14 +152,7 @@ class NativeTables:
         self._written: dict[int, float] = {}      # pid -> when its mapping list was last written
         self.stats_map = maps["nu_stats"]
         self.capacity = self.rows_map.spec.max_entries
-        self._rows_mem = None          # the row arena mapped into our memory, where the map allows it
-        self._rows = None
-        if self.rows_map.spec.flags & BPF_F_MMAPABLE:
-            try:
-                self._rows_mem = self.rows_map.mmap()
-                self._rows = np.frombuffer(self._rows_mem, dtype="<u8", count=self.capacity)
-            except (SyscallError, ValueError):
-                self._rows_mem = None
+        self._rows_mappable = self._can_map_rows()
         self.cache = cache or TableCache()
         self.rules = RuleSet(self.rules_map.spec.max_entries)
         self.loaded: dict[tuple[int, int], _Loaded] = {}
@@ -222,15 +216,35 @@ class NativeTables:
                 self.rules_map.update(struct.pack("<I", gid), raw)
             rows = table.rows_u64(ids) if len(table) else np.zeros(1, np.uint64)
             # (an empty table gets one invalid row, so that the file is known: frame pointers)
-            if self._rows is not None:
-                self._rows[first:first + len(rows)] = rows
-            else:
-                keys = np.arange(first, first + len(rows), dtype=np.uint32)
-                self.rows_map.update_batch(keys.tobytes(), rows.astype("<u8").tobytes(), len(rows))
+            self._write_rows(first, rows)
             self.files_map.update(FILE_KEY.pack(ino, dev, 0), FILE_VALUE.pack(first, count, time.monotonic_ns()))
             self.loaded[(ino, dev)] = _Loaded(first, count, table.key, path)
             self.counters.files_loaded += 1
             return True
+
+    def _can_map_rows(self) -> bool:
+        if not self.rows_map.spec.flags & BPF_F_MMAPABLE:
+            return False
+        try:
+            self.rows_map.mmap(0, mmap.PAGESIZE).close()
+            return True
+        except (SyscallError, ValueError):
+            return False
+
+    def _write_rows(self, first: int, rows: np.ndarray) -> None:
+        """rows into nu_rows[first:]: through a mapping of just their pages where the map allows it
+        (mapped for the copy only: the kernel maps every page of a mapping at once, and pages kept
+        mapped would count in our RSS), else as a batch update."""
+        if not self._rows_mappable:
+            keys = np.arange(first, first + len(rows), dtype=np.uint32)
+            self.rows_map.update_batch(keys.tobytes(), rows.astype("<u8").tobytes(), len(rows))
+            return
+        lo = first * 8 // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = (first + len(rows)) * 8
+        with self.rows_map.mmap(lo, hi - lo) as mem:
+            view = np.frombuffer(mem, dtype="<u8")
+            view[first - lo // 8:first - lo // 8 + len(rows)] = rows
+            del view      # the mapping closes only once no view of it is left
 
     def _allocate(self, count: int) -> int | None:
         for i, (first, size) in enumerate(self._free):
@@ -363,17 +377,10 @@ class NativeTables:
         return loaded
 
     def close(self) -> None:
-        """Let go of the files still waiting for a table, and of the row arena's mapping."""
+        """Let go of the files still waiting for a table."""
         for pending in self._pending.values():
             os.close(pending.fd)
         self._pending.clear()
-        if self._rows_mem is not None:
-            self._rows = None
-            try:
-                self._rows_mem.close()
-            except BufferError:     # a view of it is still held somewhere: the GC unmaps it
-                pass
-            self._rows_mem = None
 
     def preload_process(self, pid: int) -> int:
         """Load the tables of every executable file mapping of `pid` (e.g. a process found at start)."""
