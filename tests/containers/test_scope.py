@@ -63,9 +63,10 @@ def test_a_process_is_in_a_container_when_its_runtime_knows_it_and_its_mount_nam
                    Process(11, 1, "sshd", mntns=4),                           # the host's
                    Process(12, 1, "unshared", mntns=6),                       # unshare -m: no container
                    Process(13, 1, "fake", container_id=CID, mntns=4),         # a container's cgroup, host mounts
-                   Process(14, 1, "new", container_id="b" * 64, mntns=7))     # id no runtime knows (yet)
+                   Process(14, 1, "new", container_id="b" * 64, mntns=7),     # id no runtime knows (yet)
+                   Process(15, 1, "nsenter", mntns=5))                        # joined 10's mounts only
     scope = ContainerScope(table, known=known, host_mntns=4)
-    assert [scope.wants(pid) for pid in (10, 11, 12, 13, 14, 99)] == [True, False, False, False, False, False]
+    assert [scope.wants(pid) for pid in (10, 11, 12, 13, 14, 15, 99)] == [True, False, False, False, False, True, False]
     # a known container is decided once; an id no runtime knows is asked again (it may be starting)
     scope.wants(10), scope.wants(14)
     assert asked.count(CID) == 1 and asked.count("b" * 64) == 2
@@ -117,15 +118,18 @@ def test_default_run_shows_a_docker_container_and_not_the_host(docker_engine, sp
     host_spin = workloads([static_spin])
     docker_engine.run(spin_image, "hotstack-scope-app", ["/spin"])
     pid = docker_engine.pid("hotstack-scope-app")
+    # a process that joins the container's mount namespace (and root) from the host, not its cgroup
+    joined = workloads(["nsenter", "-t", str(pid), "-m", "-r", "/spin"])
     env = {**os.environ, "DOCKER_HOST": docker_engine.host}
     argv = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "3", "-o", "json"]
 
     r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr
     rows = _rows(r.stdout)
-    assert pid in {row["proc"]["pid"] for row in rows}, r.stdout[:2000]
+    assert {pid, joined.pid} <= {row["proc"]["pid"] for row in rows}, r.stdout[:2000]
     assert host_spin.pid not in {row["proc"]["pid"] for row in rows}
-    assert all(row["runtime"]["containerId"] for row in rows), "a host process in the default scope"
+    assert all(row["runtime"]["containerId"] or row["proc"]["pid"] == joined.pid for row in rows), \
+        "a host process in the default scope"
     assert {row["runtime"]["containerName"] for row in rows if row["proc"]["pid"] == pid} == {"hotstack-scope-app"}
     assert HINT not in r.stderr
 

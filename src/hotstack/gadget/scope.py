@@ -8,7 +8,9 @@ decides the same way per process: a process is in a container when
 
 - its mount namespace is not the host's (pid 1's, the one localmanager reads as the host's), and
 - its cgroup names a container id (procs/containers.py) that one of this host's runtimes knows
-  (containers/: the Docker Engine, containerd and CRI-O through CRI).
+  (containers/: the Docker Engine, containerd and CRI-O through CRI),
+- or it shares the mount namespace of such a process (`nsenter -m -t PID` from the host: ig keys
+  containers by mount namespace, so it counts it too).
 
 So a process that only has a mount namespace of its own (`unshare -m`), or a cgroup that merely
 looks like a container's, is a host process, as for `ig`.
@@ -50,6 +52,7 @@ class ContainerScope:
         self.host_mntns = procs.mount_namespace(HOST_PID) if host_mntns is None else host_mntns
         # Decisions that cannot change while the process runs its image: by the Process read.
         self._decided: dict[int, tuple[object, bool]] = {}
+        self._container_mntns: set[int] = set()   # mount namespaces of processes found in containers
         self._lock = threading.Lock()
 
     def known(self, container_id: str) -> bool:
@@ -68,14 +71,20 @@ class ContainerScope:
             hit = self._decided.get(pid)
         if hit is not None and hit[0] is info:
             return hit[1]
-        if not info.container_id or not info.mntns or info.mntns == self.host_mntns:
-            decided = True           # a host process, for as long as it runs this image
-            keep = False
+        if not info.mntns or info.mntns == self.host_mntns:
+            decided, keep = True, False      # a host process, for as long as it runs this image
+        elif not info.container_id:
+            # joined a container's mount namespace without its cgroup, or a namespace of its own
+            # (unshare -m); a container seen later may still claim the namespace: not cached
+            keep = info.mntns in self._container_mntns
+            decided = keep
         else:
             keep = self.known(info.container_id)
             # A runtime that does not know the id yet (a container starting, a runtime down) is
             # asked again later; its answers are cached by containers/.
             decided = keep
+        if keep:
+            self._container_mntns.add(info.mntns)
         if decided:
             with self._lock:
                 if len(self._decided) > 65536:
