@@ -1,11 +1,18 @@
 """Benchmark: `hotstack agent` (discovery.process -> pyroscope.ebpf at 19 Hz -> pyroscope.write to a
 local push receiver) over 200 busy and idle processes, next to `hotstack run profile_cpu` on the
-same load in the same run (both restricted to the load's processes: a keep rule on the
-executable / --comm). Prints each one's CPU (share of one core) and RSS, and their ratio.
+same load in the same run (both restricted to the load's processes: a keep rule on the command
+line / --comm or --pid). Prints each one's CPU (share of one core) and RSS, their ratio and the load average.
 
     sudo .venv/bin/python bench/agent.py [--seconds 60] [--processes 200] [--busy 20]
+    sudo .venv/bin/python bench/agent.py --processes 0 --jvms 10 --nodes 10    # issue 14: Java and Node frames
 
-Targets (issue 4): the agent under 1% of a core and under 150 MB RSS.
+With --jvms/--nodes the load also holds that many JVMs (tests/runtimes/hotspot/HotWork.java, one thread)
+and Node processes (a script like tests/runtimes/node_work.js), each working --runtime-busy ms every
+100 ms; both profilers then walk and name their frames (on by default), and the agent's /metrics
+show how many of each it follows.
+
+Targets (issue 4): the agent under 1% of a core and under 150 MB RSS; issue 14: the same with 10 JVMs
+and 10 Node processes.
 """
 
 from __future__ import annotations
@@ -13,15 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from procstat import cpu_seconds, rss_mb
+from procstat import cpu_seconds, load_average, rss_mb, start
 
 LOAD_C = r"""
 #include <stdlib.h>
@@ -42,17 +51,41 @@ int main(int argc, char **argv) {
 }
 """
 
+NODE_JS = r"""
+// A duty-cycled node_work.js: optimized (TurboFan) and parsing (JSON.parse) 3:1, BUSY ms every 100 ms.
+const busy = Number(process.argv[2] || 5);
+const text = JSON.stringify({a: [1, 2, 3, {b: "x".repeat(50)}], c: {d: 1.5, e: [true, false, null]}});
+let sink = 0;
+function optimized(ms) {
+  const end = Date.now() + ms;
+  let x = 0;
+  while (Date.now() < end) for (let i = 0; i < 20000; i++) x = (x * 31 + i) % 1000003;
+  return x;
+}
+function parsing(ms) {
+  const end = Date.now() + ms;
+  let n = 0;
+  while (Date.now() < end) for (let i = 0; i < 50; i++) n += JSON.parse(text).a.length;
+  return n;
+}
+console.log("ready");
+setInterval(() => { sink += optimized(busy * 0.75) + parsing(busy * 0.25); }, 100);
+"""
+
+HOTWORK = Path(__file__).resolve().parent.parent / "tests" / "runtimes" / "hotspot" / "HotWork.java"
+
 CONFIG = """
 discovery.process "all" {
   refresh_interval = "15s"
 }
 discovery.relabel "named" {
   targets = discovery.process.all.targets
-  // the load of this benchmark, not whatever else runs on the machine
+  // the load of this benchmark (its files are in a load/ directory of its own), not whatever else
+  // runs on the machine, nor the profilers themselves
   rule {
     action        = "keep"
-    source_labels = ["__meta_process_exe"]
-    regex         = ".*/bench-load"
+    source_labels = ["__meta_process_commandline"]
+    regex         = ".*hotstack-bench-agent-[^ /]*/load([ /].*)?"
   }
   rule {
     action        = "replace"
@@ -102,12 +135,23 @@ class Receiver:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
+def runtime_metrics(listen: str) -> list[str]:
+    """The agent's hotstack_runtime_* lines for hotspot and v8 (processes followed, frames, names, errors)."""
+    with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return [line for line in text.splitlines() if line.startswith("hotstack_runtime_")
+            and ('"hotspot"' in line or '"v8"' in line)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--processes", type=int, default=200)
     ap.add_argument("--busy", type=int, default=20, help="how many of them spin 5 ms every 100 ms")
     ap.add_argument("--warmup", type=float, default=20, help="seconds to let both start before measuring")
+    ap.add_argument("--jvms", type=int, default=0, help="JVMs (HotWork, one thread) in the load")
+    ap.add_argument("--nodes", type=int, default=0, help="Node processes in the load")
+    ap.add_argument("--runtime-busy", type=int, default=5, help="ms each JVM and Node process works every 100 ms")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/agent.py: run as root (eBPF)", file=sys.stderr)
@@ -116,29 +160,45 @@ def main() -> int:
     load = []
     agent = gadget = None
     try:
-        (tmp / "load.c").write_text(LOAD_C)
-        subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", str(tmp / "load.c"), "-o", str(tmp / "bench-load")],
+        files = tmp / "load"
+        files.mkdir()
+        (files / "load.c").write_text(LOAD_C)
+        subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", str(files / "load.c"), "-o", str(files / "bench-load")],
                        check=True)
         for i in range(args.processes):
             busy = "5" if i < args.busy else "0"
-            load.append(subprocess.Popen([str(tmp / "bench-load"), busy]))
+            load.append(subprocess.Popen([str(files / "bench-load"), busy]))
+        if args.jvms:
+            subprocess.run(["javac", "-d", str(files), str(HOTWORK)], check=True, timeout=120)
+        for _ in range(args.jvms):
+            load.append(start(["java", "-cp", str(files), "HotWork", "36000", "1", "0", str(args.runtime_busy)]))
+        (files / "load.js").write_text(NODE_JS)
+        for _ in range(args.nodes):
+            load.append(start(["node", str(files / "load.js"), str(args.runtime_busy)]))
         receiver = Receiver()
         (tmp / "bench.alloy").write_text(CONFIG % receiver.url)
         hotstack = [sys.executable, "-m", "hotstack"]
+        with socket.socket() as s:      # a free port for the agent's /metrics
+            s.bind(("127.0.0.1", 0))
+            listen = f"127.0.0.1:{s.getsockname()[1]}"
         agent = subprocess.Popen([*hotstack, "agent", str(tmp / "bench.alloy"),
-                                  "--server.http.listen-addr", "127.0.0.1:0", "--log.level", "warn"])
+                                  "--server.http.listen-addr", listen, "--log.level", "warn"])
+        runtimes = args.jvms or args.nodes
+        scope = [a for p in load for a in ("--pid", str(p.pid))] if runtimes else ["--comm", "bench-load"]
         gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--map-fetch-interval", "0", "--sample-rate", "19", "--timeout", "0",
-                                   "--map-fetch-interval", "15s", "-o", "none", "--comm", "bench-load", "--host"], stdout=subprocess.DEVNULL)
+                                   "--map-fetch-interval", "15s", "-o", "none", *scope, "--host"], stdout=subprocess.DEVNULL)
         time.sleep(args.warmup)
-        start = {p.pid: cpu_seconds(p.pid) for p in (agent, gadget)}
+        cpu0 = {p.pid: cpu_seconds(p.pid) for p in (agent, gadget)}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         wall = time.monotonic() - t0
-        used = {p.pid: cpu_seconds(p.pid) - start[p.pid] for p in (agent, gadget)}
+        used = {p.pid: cpu_seconds(p.pid) - cpu0[p.pid] for p in (agent, gadget)}
         rss = {p.pid: rss_mb(p.pid) for p in (agent, gadget)}
         a_cpu, g_cpu = used[agent.pid] / wall, used[gadget.pid] / wall
         print(f"load: {args.processes} processes ({args.busy} busy 5%, {args.processes - args.busy} idle), "
-              f"{os.cpu_count()} CPUs, measured {wall:.0f} s after {args.warmup:.0f} s warm-up")
+              f"{args.jvms} JVMs and {args.nodes} Node processes (busy {args.runtime_busy}%), "
+              f"{os.cpu_count()} CPUs, measured {wall:.0f} s after {args.warmup:.0f} s warm-up; "
+              f"load average {load_average()}")
         print(f"{'':34}{'CPU (% of a core)':>18}{'RSS now / peak (MB)':>22}")
         print(f"{'hotstack agent (pyroscope.ebpf)':34}{100 * a_cpu:>17.2f}%"
               f"{rss[agent.pid][0]:>13.0f} / {rss[agent.pid][1]:.0f}")
@@ -147,6 +207,8 @@ def main() -> int:
         print(f"ratio agent / profile_cpu: CPU {a_cpu / g_cpu if g_cpu else float('nan'):.2f}x, "
               f"RSS {rss[agent.pid][0] / rss[gadget.pid][0]:.2f}x")
         print(f"receiver: {receiver.pushes} pushes, {receiver.bytes / 1024:.0f} KiB")
+        if runtimes:
+            print("agent /metrics: " + ", ".join(runtime_metrics(listen)))
         print(f"targets: agent CPU < 1%: {'yes' if a_cpu < 0.01 else 'NO'}; "
               f"RSS < 150 MB: {'yes' if rss[agent.pid][1] < 150 else 'NO'}")
         return 0

@@ -92,7 +92,7 @@ def throughput(t0: tuple[int, int], t1: tuple[int, int]) -> float:
 
 
 def phase(kind: str, classes: Path, args, tmp: Path) -> dict:
-    work = Workload(classes, args.warmup + args.seconds + 3, args.threads)
+    work = Workload(classes, 600, args.threads)     # killed at the end of the phase
     try:
         if kind in ("java", "native"):
             config = EngineConfig(frequency=args.rate, pids=(work.proc.pid,),
@@ -106,7 +106,9 @@ def phase(kind: str, classes: Path, args, tmp: Path) -> dict:
                 t1, bpf1, cpu1 = work.tick(), bpf_run_time_ns(os.getpid()), cpu_seconds(os.getpid())
             samples = sum(s.value for s in profile.samples)
             java = sum(s.value for s in profile.samples if any(f.kind is FrameKind.JAVA for f in s.stack))
+            depth = sum(s.value * len(s.stack) for s in profile.samples) / max(samples, 1)
             return {"throughput": throughput(t0, t1), "samples": samples, "java_share": 100.0 * java / max(samples, 1),
+                    "depth": depth,
                     "bpf_us": (bpf1 - bpf0) / 1e3 / max(samples, 1), "cpu": 100.0 * (cpu1 - cpu0) / args.seconds}
         if kind == "jfr":
             jcmd, pid = jdk("jcmd"), str(work.proc.pid)
@@ -139,7 +141,8 @@ def phase(kind: str, classes: Path, args, tmp: Path) -> dict:
 def line(kind: str, r: dict, alone: float) -> str:
     text = f"  {LABELS[kind]:24}{r['throughput']:9.0f} work/CPU-s ({100 * (r['throughput'] / alone - 1):+5.1f}%)"
     if kind in ("java", "native"):
-        text += (f", {r['samples']:5} samples ({r['java_share']:3.0f}% with Java frames), BPF {r['bpf_us']:5.2f} "
+        text += (f", {r['samples']:5} samples ({r['java_share']:3.0f}% with Java frames, {r['depth']:4.1f} frames "
+                 f"deep), BPF {r['bpf_us']:5.2f} "
                  f"us/sample, hotstack CPU {r['cpu']:.2f}% of a core")
     elif kind == "jfr":
         text += f", {r['samples']:5} samples (whole recording), JFR threads' CPU {r['cpu']:.2f}% of a core"
