@@ -226,6 +226,7 @@ def test_fpm_pool_request_handlers(tmp_path, opcache):
         assert pid in pool.workers, pid
         if any(f[0] == "[unknown php]" for f in frames):
             unknown += value
+        assert not any(f[0] == "[php jit]" for f in frames), frames      # Debian's php.ini: no JIT
         php = [f for f in frames if f[1] in by_file]
         if not php:
             continue

@@ -120,3 +120,46 @@ def test_started_after_profiler_and_exited_keep_names():
     assert names["Workload::hot_a"] > 0 and names["Workload::hot_b"] > 0, names.most_common(8)
     assert names["[unknown php]"] == 0, names.most_common(8)
     assert stats["walks"] >= sum(s.value for s in samples if php_names(s)) > 0, stats
+
+
+JIT_FLAGS = ("-d", "opcache.enable_cli=1", "-d", "opcache.jit_buffer_size=32M", "-d", "opcache.jit=tracing")
+
+
+@pytest.mark.shares
+def test_opcache_jit_frames_named_and_placed():
+    """With opcache's tracing JIT on (Debian ships it off: jit_buffer_size=0), the functions keep
+    their names, order and split; native frames stop at the JIT code, which is one `[php jit]`
+    frame below every PHP frame (the VM's entry frames past it are never reached by the unwinder,
+    so nothing native is put between PHP frames)."""
+    proc = subprocess.Popen([require_tool("php"), *JIT_FLAGS, str(WORKLOAD), "60"], stdout=subprocess.PIPE, text=True)
+    json.loads(proc.stdout.readline())
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+            samples: list = []
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline and hot_share(samples)[1] < 1200:
+                time.sleep(0.5)
+                samples.extend(prof.collect()[0].samples)
+            stats = next(src for src in prof.runtimes if src.name == "php").stats()
+    finally:
+        proc.kill()
+        proc.wait()
+    share, total = hot_share(samples)
+    assert total >= 300, f"only {total} samples in hot_a/hot_b"
+    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    marked = 0
+    for s in samples:
+        names = php_names(s)
+        hot = next((h for h in ("Workload::hot_a", "Workload::hot_b") if h in names), None)
+        if hot is None:
+            continue
+        assert names[:4] == ["{main}", "Workload::run", "Workload::step", hot], names
+        root_first = list(reversed(s.stack))
+        user = [f for f in root_first if f.kind is not FrameKind.KERNEL]
+        if any(f.name == "[php jit]" for f in user):
+            marked += s.value
+            last_php = max(i for i, f in enumerate(user) if f.kind is FrameKind.PHP)
+            assert all(f.kind is FrameKind.PHP for f in user[:last_php + 1]), [f.name for f in user]
+            assert user[last_php + 1].name == "[php jit]", [f.name for f in user]
+    assert marked >= total // 2, (marked, total)
+    assert stats["jit_stacks"] > 0, stats

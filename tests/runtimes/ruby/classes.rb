@@ -60,8 +60,9 @@ names = {
   "run" => qualified(Runner.instance_method(:run)), "step" => qualified(Runner.instance_method(:step)),
   "total" => qualified(Shop::Basket.instance_method(:total)), "price" => qualified(Shop::Basket.method(:price)),
   "spin" => qualified(Shop::Basket.instance_method(:spin)), "times" => qualified(3.method(:times)),
-  "clock_gettime" => qualified(Process.method(:clock_gettime)),
+  "clock_gettime" => qualified(Process.method(:clock_gettime)), "lt" => qualified(1.0.method(:<)),
 }
-$stdout.puts JSON.generate(pid: Process.pid, version: RUBY_VERSION, names: names)
+yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? true : false
+$stdout.puts JSON.generate(pid: Process.pid, version: RUBY_VERSION, yjit: yjit, names: names)
 $stdout.flush
 Runner.new.run((ARGV[0] || 60).to_f)

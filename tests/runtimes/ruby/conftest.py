@@ -11,8 +11,8 @@ from rb_helpers import RubyTarget
 def ruby_target():
     started: list[RubyTarget] = []
 
-    def start(ruby: str, script, *args: str) -> RubyTarget:
-        t = RubyTarget(ruby, script, *args)
+    def start(ruby: str, script, *args: str, flags: tuple[str, ...] = ()) -> RubyTarget:
+        t = RubyTarget(ruby, script, *args, flags=flags)
         started.append(t)
         return t
 

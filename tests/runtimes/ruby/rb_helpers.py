@@ -20,9 +20,9 @@ def rbspy() -> str | None:
 class RubyTarget:
     """A Ruby program started by a test; it prints one line of JSON when ready."""
 
-    def __init__(self, ruby: str, script: Path, *args: str) -> None:
-        self.proc = subprocess.Popen([ruby, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+    def __init__(self, ruby: str, script: Path, *args: str, flags: tuple[str, ...] = ()) -> None:
+        self.proc = subprocess.Popen([ruby, *flags, str(script), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
         line = self.proc.stdout.readline()
         if not line:

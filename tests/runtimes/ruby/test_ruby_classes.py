@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from hotstack.profile.model import FrameKind
 from tests.peers import require_tool
 
 from rb_helpers import HERE
@@ -26,8 +27,12 @@ def _def_line(name: str) -> int:
 
 
 @pytest.mark.shares
-def test_class_and_singleton_names(ruby_target):
-    t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
+@pytest.mark.parametrize("jit", ["interpreter", "yjit"])
+def test_class_and_singleton_names(ruby_target, jit):
+    """Also under YJIT (Debian's 3.1 has it, off unless --yjit): the same names, order and split; the
+    native frames stop at YJIT's code, one `[ruby jit]` frame below every Ruby frame."""
+    t = ruby_target(require_tool("ruby"), WORKLOAD, "60", flags=("--yjit",) if jit == "yjit" else ())
+    assert t.info["yjit"] == (jit == "yjit"), t.info
     n = t.info["names"]
     assert n["price"].endswith(".price") and n["total"].endswith("#total") and n["spin"].startswith("Spinner#"), n
     block = f"block in {n['total']}"
@@ -55,12 +60,25 @@ def test_class_and_singleton_names(ruby_target):
             continue
         path = total_path if n["total"] in names else price_path
         assert names[:len(path) + 1] == path + [n["spin"]], names
-        assert names[len(path) + 1:] in ([], [n["clock_gettime"]]), names
+        # spin's loop calls the clock, and compares (YJIT calls Float#< as a C function)
+        assert names[len(path) + 1:] in ([], [n["clock_gettime"]], [n["lt"]]), names
         spins[names[-1]] += s.value
         by_name = {f.name: f for f in s.stack}
         assert by_name[n["spin"]].line > _def_line("spin"), by_name[n["spin"]]
         assert by_name[n["run"]].file == str(WORKLOAD), by_name[n["run"]]
     assert spins[n["clock_gettime"]] > 0, spins
+    marked = 0
+    for s in samples:
+        user = [f for f in reversed(s.stack) if f.kind is not FrameKind.KERNEL]
+        if any(f.name == "[ruby jit]" for f in user):
+            last = max(i for i, f in enumerate(user) if f.kind is FrameKind.RUBY)
+            assert all(f.kind is FrameKind.RUBY for f in user[:last + 1]), [f.name for f in user]
+            assert user[last + 1].name == "[ruby jit]", [f.name for f in user]
+            marked += s.value
+    if jit == "yjit":
+        assert marked >= (c["total"] + c["price"]) // 2, (marked, c)
+    else:
+        assert marked == 0, marked
     # no method of the workload lost its class, nor kept its bare label
     bare = Counter(name for s in samples for name in ruby_names(s)
                    if name in ("run", "step", "total", "price", "spin", "times", "clock_gettime", "block in total"))

@@ -10,6 +10,7 @@ from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
 from ..python.detect import _load_base, _symbols, inspected_once
 from ..ruby.detect import exe_name
+from ..ruby.jit import jit_regions
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")
 
@@ -51,6 +52,7 @@ class PhpProcess:
     path: str
     offsets: PhpOffsets
     executor_globals: int       # in the process
+    jit: tuple = ()             # anonymous executable mappings (opcache's JIT buffer), unwind/ruby/jit.py
 
 
 _binaries: dict[tuple, tuple[PhpOffsets, int] | None] = {}
@@ -91,5 +93,5 @@ def detect(pid: int) -> PhpProcess | None:
         base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
         if base is None:
             continue
-        return PhpProcess(pid, path, found[0], base + found[1])
+        return PhpProcess(pid, path, found[0], base + found[1], jit_regions(mappings))
     return None

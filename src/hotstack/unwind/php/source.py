@@ -24,10 +24,12 @@ from ...profile.model import Frame, FrameKind
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
+from ..ruby.jit import JitWatch, merge_jit
 from .detect import PhpOffsets, PhpProcess, detect
 
 
 VM_ENTRY = "execute_ex"
+JIT_MARKER = Frame("[php jit]", FrameKind.JIT, resolved=False)
 CALL_TOP = 1 << 17
 USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
 IS_STRING = 6
@@ -109,6 +111,10 @@ def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, i
     return FuncInfo(name, file, kind == USER_FUNCTION), identity(name_h, file_h, line_start)
 
 
+def _is_vm_entry(frame: Frame) -> bool:
+    return frame.name == VM_ENTRY
+
+
 class PhpSource(InterpreterSource):
     name = "php"
 
@@ -117,7 +123,8 @@ class PhpSource(InterpreterSource):
         self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
         self._funcs: dict[int, dict[int, FuncInfo]] = {}      # pid -> identity -> function
         self._totals = [0] * schema.PHP_STAT_MAX
-        self.reads = self.misses = 0
+        self._jit: dict[int, JitWatch] = {}
+        self.reads = self.misses = self.jit_stacks = 0
 
     def prepare(self) -> bool:
         return True
@@ -174,7 +181,16 @@ class PhpSource(InterpreterSource):
         groups = [[self._frame(pid, o, f) for f in g] for g in vm_groups(raw[0])]
         if not groups:
             return native
-        return merge(native, groups, raw[1], is_anchor=lambda fr: fr.name == VM_ENTRY)
+        jit = self._jit.get(pid)
+        if jit is None:
+            jit = self._jit[pid] = JitWatch(pid, entry[0].jit)
+        regions = jit.regions_for(native)
+        if regions:
+            merged = merge_jit(native, groups, raw[1], _is_vm_entry, regions, JIT_MARKER)
+            if merged is not None:
+                self.jit_stacks += 1
+                return merged
+        return merge(native, groups, raw[1], is_anchor=_is_vm_entry)
 
     def counters(self) -> list[int]:
         if self._kernel is None:
@@ -191,12 +207,13 @@ class PhpSource(InterpreterSource):
         t = self._totals
         return {"processes": len(self._procs), "walks": t[schema.PHP_STAT_WALKS],
                 "no_frame": t[schema.PHP_STAT_NO_FRAME], "truncated": t[schema.PHP_STAT_TRUNCATED],
-                "functions_read": self.reads, "unknown": self.misses}
+                "functions_read": self.reads, "unknown": self.misses, "jit_stacks": self.jit_stacks}
 
     def _drop(self, pid: int) -> None:
         with self._lock:
             found = self._procs.pop(pid, None)
         self._funcs.pop(pid, None)
+        self._jit.pop(pid, None)
         if found is not None and self._kernel is not None:
             self._kernel.untrack(pid)
 

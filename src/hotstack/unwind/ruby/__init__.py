@@ -12,6 +12,8 @@ How it fits together (Ruby 3.1 tested; offsets for 2.7-3.4, x86-64):
   symbols.py: C-function frames' method names from Ruby's symbol table;
   classes.py: the class of method and C-function frames (`Class#method`, `Class.method`) from
   the recorded method entry's owner.
+- jit.py: stacks through JIT code (YJIT; PHP's opcache JIT too): native frames cut at it, one
+  `[ruby jit]` / `[php jit]` frame below the interpreter's.
 - frames.py: frame kinds and the split into VM entries; each `rb_vm_exec` native frame is
   replaced by its entry's frames (python/merge.py, shared with CPython).
 

@@ -26,6 +26,7 @@ from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
 from ..python.detect import _load_base, _symbols, _vaddr_to_offset, inspected_once
 from ..python.memory import MemoryReadError, ProcessMemory
+from .jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
 
 _NAME = re.compile(r"(?:^|/)(?:libruby[^/]*\.so[^/]*|ruby[0-9.]*)$")
@@ -59,6 +60,7 @@ class RubyProcess:
     binary: RubyBinary
     base: int
     record_fields: dict
+    jit: tuple = ()            # anonymous executable mappings (YJIT's code), unwind/ruby/jit.py
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -205,5 +207,6 @@ def detect(pid: int) -> RubyProcess | None:
         if fields is None:
             return None
         # the cached facts were read through the first process's root: this one's path opens the file
-        return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields)
+        return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields,
+                           jit_regions(mappings))
     return None

@@ -21,10 +21,12 @@ from .classes import ClassNames
 from .detect import RubyProcess, detect
 from .frames import FRAME_METHOD, RawRubyFrame, vm_groups
 from .iseq import IMEMO_MENT, IseqCache, IseqInfo, imemo_type
+from .jit import JitWatch, merge_jit
 from .symbols import find_table, method_name, table_candidates
 
 
 VM_ENTRY = "rb_vm_exec"
+JIT_MARKER = Frame("[ruby jit]", FrameKind.JIT, resolved=False)
 
 
 def is_vm_entry(frame: Frame) -> bool:
@@ -50,6 +52,7 @@ class _Process:
         self.iseq_prefix: dict[int, str] = {}                    # a method's iseq -> its class prefix
         self._table: int | None = None
         self._classes: ClassNames | None = None
+        self.jit = JitWatch(proc.pid, proc.jit)
         self._candidates = table_candidates(proc.binary.path, proc.binary.all_symbols)
 
     def symbol_table(self, mem: ProcessMemory) -> int:
@@ -75,6 +78,7 @@ class RubySource(InterpreterSource):
         self._procs: dict[int, _Process] = {}
         self.iseqs = IseqCache()
         self._kernel_totals = [0] * schema.RB_STAT_MAX
+        self.jit_stacks = 0         # samples merged through JIT code (unwind/ruby/jit.py)
 
     def prepare(self) -> bool:
         return self._prepare_fsbase()
@@ -200,6 +204,13 @@ class RubySource(InterpreterSource):
         groups, truncated = self.frames(pid, key)
         if not groups:
             return native
+        entry = self._procs.get(pid)
+        regions = entry.jit.regions_for(native) if entry is not None else ()
+        if regions:
+            merged = merge_jit(native, groups, truncated, is_vm_entry, regions, JIT_MARKER)
+            if merged is not None:
+                self.jit_stacks += 1
+                return merged
         return merge(native, groups, truncated, is_anchor=is_vm_entry)
 
     def counters(self) -> list[int]:
@@ -219,7 +230,7 @@ class RubySource(InterpreterSource):
         t = self._kernel_totals
         return {"processes": len(self._procs), "walks": t[schema.RB_STAT_WALKS], "no_ec": t[schema.RB_STAT_NO_EC],
                 "truncated": t[schema.RB_STAT_TRUNCATED], "stacks_full": t[schema.RB_STAT_STACKS_FULL],
-                "iseqs_read": self.iseqs.reads, "unknown": self.iseqs.misses}
+                "iseqs_read": self.iseqs.reads, "unknown": self.iseqs.misses, "jit_stacks": self.jit_stacks}
 
     def forget(self, pid: int) -> None:
         with self._lock:
