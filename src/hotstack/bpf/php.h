@@ -21,8 +21,6 @@
 HS_PHP_VARIABLES
 HS_PHP_MAPS
 
-#define PHP_USER_FUNCTION 2
-
 static __always_inline void php_count(__u32 index)
 {
 	__u64 *value = bpf_map_lookup_elem(&php_stats, &index);
@@ -67,22 +65,18 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 		f->func = func;
 		f->opline = block[0];
 		f->call_info = (__u32)block[(proc->ed_call_info >> 3) & 7];
-		f->ident = 0;
-		if (func && !bpf_probe_read_user(head, sizeof(head), (void *)func)) {
-			/* head[0]: zend_function.type in its low byte; function_name right after */
-			__u64 name = head[(proc->fn_name >> 3) & 1];
-
-			if (name)
-				bpf_probe_read_user(&name_h, 8, (void *)(name + proc->str_h));
-			if ((head[0] & 0xff) == PHP_USER_FUNCTION &&
-			    !bpf_probe_read_user(file, sizeof(file), (void *)(func + proc->fn_filename))) {
-				if (file[0])
-					bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
-				if (block[0])
-					bpf_probe_read_user(&line, 4, (void *)(block[0] + proc->op_lineno));
-			}
-			f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
-		}
+		/*
+		 * Straight-line reads, no branches (each branch would double the verifier's work over
+		 * the 128 unrolled frames): a read from a null pointer plus an offset fails and leaves 0.
+		 * function_name (fn_name is 8: checked in userspace) and, for an op_array (type 2, or 3
+		 * for eval'd code: bit 1 of the type), its filename and line_start.
+		 */
+		bpf_probe_read_user(head, sizeof(head), (void *)func);
+		bpf_probe_read_user(&name_h, 8, (void *)(head[1] + proc->str_h));
+		bpf_probe_read_user(file, sizeof(file), (void *)((func + proc->fn_filename) & -((head[0] >> 1) & 1)));
+		bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
+		bpf_probe_read_user(&line, 4, (void *)(block[0] + proc->op_lineno));
+		f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
 		f->line = line;
 		hash = (hash ^ func ^ f->ident) * 0x100000001b3ULL;
 		hash = (hash ^ f->opline ^ ((__u64)f->call_info << 32) ^ line) * 0x100000001b3ULL;
