@@ -71,6 +71,15 @@ class HotSpotSource(V8Source):
             return names.compiled(method, extra)
         return None
 
+    @staticmethod
+    def _identity(frame: tuple) -> tuple:
+        index, kind, method, extra, pc, blob = frame
+        if kind == schema.HS_KIND_COMPILED:
+            return kind, method, extra, blob, pc, index == 0
+        if kind == schema.HS_KIND_INTERPRETED:
+            return kind, method          # extra is the bytecode pointer: not part of the name
+        return kind, method, extra
+
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         """The native frames with Java ones in place of the frames the walker recorded; a compiled
         frame becomes its inlined methods and itself (innermost first, as the stack is leaf first)."""
@@ -78,14 +87,12 @@ class HotSpotSource(V8Source):
         entry = self._procs.get(pid)
         if not frames or entry is None:
             return native
-        names = entry[0]
         slots: list[Frame | list[Frame]] = list(native)
         changed = False
-        for frame in frames:
+        for frame, named in zip(frames, self._named(pid, key, frames, entry[0])):
             index = frame[0]
             if index >= len(slots):
                 continue
-            named = self._name_frame(names, frame)
             if named is not None:
                 slots[index] = named
                 changed = True

@@ -3,9 +3,11 @@
 A process runs V8 if its executable (or a mapped libnode) carries V8's post-mortem metadata;
 nothing is read from the process to list it, so it is listed from its first sample. The kernel
 half (bpf/v8.h) records JavaScript frames while the in-kernel unwinder walks them; this side
-names them from the target's memory (every ~100 ms for the stacks recorded so far, so a process
+names them from the target's memory (every ~0.5 s for the stacks recorded so far, so a process
 that exits mid-interval keeps its names) and puts the names in place of the native frames at
-the same positions. Frames need the kernel unwinder (`--unwind kernel`): it is what walks the
+the same positions. Each recorded stack is named once: at the first pass that sees it, with every
+distinct frame of the pass read once; merge takes those names (only stacks recorded after the last
+pass, and frames that pass could not name, are read at collect). Frames need the kernel unwinder (`--unwind kernel`): it is what walks the
 JIT code and calls the hook.
 """
 
@@ -94,6 +96,10 @@ class V8Source:
         self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
         self._lock = threading.Lock()
         self._prefetch_buffer, self._prefetched = -1, set()
+        # stack key -> (pid, named frames) of the passes over the active buffer, then of the drained one
+        self._polled: dict[int, tuple[int, list]] = {}
+        self._drained: dict[int, tuple[int, list]] = {}
+        self._merge_memo: dict = {}
         self._named_at = 0.0
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
@@ -161,6 +167,33 @@ class V8Source:
         _index, _pc, function, marker = frame
         return names.frame(function, marker)
 
+    @staticmethod
+    def _identity(frame: tuple) -> tuple:
+        """What a frame's name depends on: frames of one pass with the same identity are named once."""
+        return frame[2], frame[3]
+
+    def _name_all(self, pid: int, names, frames: list[tuple], memo: dict) -> list:
+        """The name of each recorded frame (None: not named), each identity read once per `memo`."""
+        out = []
+        for frame in frames:
+            ident = (pid, self._identity(frame))
+            if ident in memo:
+                out.append(memo[ident])
+            else:
+                out.append(memo.setdefault(ident, self._name_frame(names, frame)))
+        return out
+
+    def _named(self, pid: int, key: int, frames: list[tuple], names) -> list:
+        """The names of a drained stack's frames: those its pass read, the rest read now."""
+        polled = self._drained.get(key)
+        if polled is None or polled[0] != pid or len(polled[1]) != len(frames):
+            return self._name_all(pid, names, frames, self._merge_memo)
+        named = polled[1]
+        if None in named:
+            named = [n if n is not None else self._name_all(pid, names, [f], self._merge_memo)[0]
+                     for n, f in zip(named, frames)]
+        return named
+
     def _track(self, pid: int, layout: V8Layout) -> bool:
         record = self._record(layout)
         with self._lock:
@@ -185,15 +218,15 @@ class V8Source:
             return
         self._named_at = now
         if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
+            self._prefetch_buffer, self._prefetched, self._polled = active_buffer, set(), {}
+        memo: dict = {}
         try:
             for key, raw in self._kernel.recorded(active_buffer, self._prefetched):
                 self._prefetched.add(key)
                 frames, pid = self._parse(raw)
                 entry = self._procs.get(pid)
                 if entry is not None:
-                    for frame in frames:
-                        self._name_frame(entry[0], frame)
+                    self._polled[_U64.unpack_from(key)[0]] = (pid, self._name_all(pid, entry[0], frames, memo))
         except Exception:       # the session is closing under us
             return
 
@@ -201,6 +234,9 @@ class V8Source:
         if self._kernel is None:
             return
         self._stacks = {_U64.unpack_from(k)[0]: self._parse(v)[0] for k, v in self._kernel.take(buffer)}
+        self._drained, self._merge_memo = (self._polled if buffer == self._prefetch_buffer else {}), {}
+        if buffer == self._prefetch_buffer:
+            self._prefetch_buffer, self._polled = -1, {}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         """The native frames with JavaScript ones at the positions the walker recorded them."""
@@ -208,14 +244,12 @@ class V8Source:
         entry = self._procs.get(pid)
         if not frames or entry is None:
             return native
-        names = entry[0]
         out = list(native)
         changed = False
-        for frame in frames:
+        for frame, named in zip(frames, self._named(pid, key, frames, entry[0])):
             index = frame[0]
             if index >= len(out):
                 continue
-            named = self._name_frame(names, frame)
             if named is not None:
                 out[index] = named
                 changed = True
