@@ -51,6 +51,7 @@ class FuncInfo:
     name: str
     file: str
     user: bool
+    lines: range = range(0)          # line_start..line_end of an op_array
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
@@ -103,12 +104,13 @@ def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, i
     scope = mem.u64(func + o.fn_scope)
     if scope and name_ptr:
         name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
-    file, file_h, line_start = "", 0, 0
+    file, file_h, line_start, line_end = "", 0, 0, 0
     if kind == USER_FUNCTION:
-        file_ptr, line_start = struct.unpack("<QI", mem.read(func + o.op_filename, 12))
+        file_ptr, line_start, line_end = struct.unpack("<QII", mem.read(func + o.op_filename, 16))
         file = read_zstring(mem, o, file_ptr)
         file_h = mem.u64(file_ptr + o.str_h)
-    return FuncInfo(name, file, kind == USER_FUNCTION), identity(name_h, file_h, line_start)
+    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1)),
+            identity(name_h, file_h, line_start))
 
 
 def _is_vm_entry(frame: Frame) -> bool:
@@ -170,7 +172,9 @@ class PhpSource(InterpreterSource):
             return Frame("[unknown php]", FrameKind.PHP, resolved=False)
         if not info.user:
             return Frame(info.name, FrameKind.PHP)
-        return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line)
+        # a frame just pushed may still hold the opline an earlier frame left in its slot: a line
+        # outside the function is no line
+        return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line if f.line in info.lines else 0)
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         raw = self._stacks.get(key) if key else None
