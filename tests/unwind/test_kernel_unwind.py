@@ -486,3 +486,33 @@ def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_obj
         assert len(read) > 32 and offsets == sorted(offsets) and offsets[-1] > 0
     finally:
         sampler.close()
+
+
+def test_a_process_gone_before_its_maps_were_read_keeps_its_names(build_dir, workloads, monkeypatch):
+    """A short command on a loaded host exits before the pid watcher reads its maps: its frames are
+    named from the mappings the kernel unwinder cached for it (file, offset; the path checked to
+    be that inode). Simulated by making every read of the process find it gone."""
+    from hotstack.procs import process as procs_process
+    from hotstack.sampling import Engine, EngineConfig
+
+    from .conftest import user_names
+
+    exe = compile_c(HERE / "workloads" / "callback.c", build_dir / "cb_gone", "-O2", "-fomit-frame-pointer")
+    real_read = procs_process.read_process
+    w = None
+
+    def read_process(pid):
+        return None if w is not None and pid == w.pid else real_read(pid)
+
+    monkeypatch.setattr(procs_process, "read_process", read_process)
+    engine = Engine(EngineConfig(frequency=199, comms=("cb_gone",), runtime_frames=False))
+    with engine:
+        w = workloads([exe], settle=0.0)
+        time.sleep(2.5)
+        w.stop()
+        prof = engine.collect()[0]
+    mine = [s for s in prof.samples if s.pid == w.pid]
+    assert sum(s.value for s in mine) >= 100, prof.total
+    named = sum(s.value for s in mine if (lambda n: n and n[0] == "_start" and "main" in n)(user_names(s)))
+    assert named >= 0.9 * sum(s.value for s in mine), Counter(tuple(user_names(s)) for s in mine).most_common(3)
+    assert not engine.processes.known(w.pid)         # adopted for the interval only

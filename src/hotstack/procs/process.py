@@ -171,6 +171,7 @@ class ProcessTable:
         # For metrics: reads of /proc/PID (its maps), and those that found the process gone.
         self.maps_reads = 0
         self.maps_gone = 0
+        self._adopted = 0        # start times given to adopted processes: -1, -2, ...
 
     def observe(self, pid: int) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
@@ -190,6 +191,23 @@ class ProcessTable:
         with self._lock:
             self._by_pid[pid] = info
         return info
+
+    def adopt(self, info: Process) -> bool:
+        """Take a process known from elsewhere (it exited before its maps were read) unless its pid
+        is known already. Give it a start time no process has (negative, unique) so that nothing
+        cached for it is ever taken for another process's; it goes at the next forget_dead."""
+        with self._lock:
+            if info.pid in self._by_pid:
+                return False
+            self._adopted -= 1
+            info.start_time = self._adopted
+            info.alive = False
+            self._by_pid[info.pid] = info
+            return True
+
+    def known(self, pid: int) -> bool:
+        with self._lock:
+            return pid in self._by_pid
 
     def get(self, pid: int) -> Process | None:
         with self._lock:

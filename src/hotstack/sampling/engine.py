@@ -263,6 +263,8 @@ class Engine:
         samples = []
         truncated = 0
         out_of_scope = 0
+        if sampler.native is not None:
+            self._adopt_exited(sampler, batch)
         for raw in batch.stacks:
             if wants is not None and raw.pid and not wants(raw.pid):
                 out_of_scope += raw.value
@@ -275,6 +277,24 @@ class Engine:
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
                        sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)
+
+    def _adopt_exited(self, sampler: Sampler, batch: RawBatch) -> None:
+        """Processes that exited before the pid watcher read their maps (a short command on a
+        loaded host): their frames are named from the mappings the kernel unwinder cached for
+        them, where a path opens the very file (inode and device checked). Such a process is
+        dead now, so its pid can only have been reused by another process that died as well
+        within the interval."""
+        seen = set()
+        for raw in batch.stacks:
+            if not raw.user_stack or not raw.pid or raw.pid in seen:
+                continue
+            seen.add(raw.pid)
+            if self.processes.known(raw.pid) or procs.exists(raw.pid):
+                continue
+            mappings = sampler.native.exited_mappings(raw.pid)
+            if mappings:
+                self.processes.adopt(procs.Process(pid=raw.pid, start_time=0, comm=raw.comm,
+                                                   mappings=procs.MappingIndex(mappings)))
 
     def _forget_dead(self) -> None:
         self.processes.forget_dead()

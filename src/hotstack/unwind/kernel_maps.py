@@ -423,6 +423,42 @@ class NativeTables:
             self._written = {p: t for p, t in self._written.items() if now - t < 60}
         return done
 
+    # -- processes that exited before their maps were read ---------------------------------------
+    def exited_mappings(self, pid: int) -> list:
+        """The executable file mappings the kernel unwinder used for `pid` (its per-process cache:
+        start, end, file offset, inode, device), as procs.Mapping objects with a path checked to
+        open that very file; for a process that exited before userspace read its maps (a short
+        command on a loaded host), whose frames are otherwise unnamed. Empty if none is known."""
+        from ..procs.maps import Mapping
+
+        raw = self.procs_map.lookup(struct.pack("<I", pid))
+        if raw is None:
+            return []
+        found = {}
+        for i in range(CACHE_SLOTS):
+            start, end, to_offset, ino, dev, _ = RANGE.unpack_from(raw, RANGES_HEADER.size + i * RANGE.size)
+            if end <= start or not ino or start in found:
+                continue
+            path = self.path_of(ino, dev)
+            if path is not None:
+                offset = (start + to_offset) % (1 << 64)
+                found[start] = Mapping(start, end, offset, "r-xp", f"{dev >> 20:02x}:{dev & 0xFFFFF:02x}", ino, path)
+        return [found[start] for start in sorted(found)]
+
+    def path_of(self, ino: int, dev: int) -> str | None:
+        """A host path that opens the file the kernel knows as (ino, dev) now, or None."""
+        loaded = self.loaded.get((ino, dev))
+        for path in (loaded.path if loaded else None, self._known_paths.get((ino, dev))):
+            if not path or not path.startswith("/") or path.startswith("/proc/"):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_ino, kernel_dev(st.st_dev)) == (ino, dev):
+                return path
+        return None
+
     def kernel_counters(self) -> dict[str, int]:
         out = {}
         for i, name in enumerate(STAT_NAMES):
