@@ -5,8 +5,11 @@
 set -euo pipefail
 CACHE="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}"
 VIRTME_NG_VERSION=1.42
-if ! command -v qemu-system-x86_64 >/dev/null || ! command -v depmod >/dev/null || ! command -v file >/dev/null; then
-    "$(dirname "$0")/../apt-install" qemu-system-x86 kmod file debian-archive-keyring
+# busybox: virtme-run builds its initramfs from it (a fresh machine has none: "initramfs is needed,
+# and no busybox was found"); the static one needs no libraries inside the initramfs.
+if ! command -v qemu-system-x86_64 >/dev/null || ! command -v depmod >/dev/null || ! command -v file >/dev/null \
+        || ! command -v busybox >/dev/null; then
+    "$(dirname "$0")/../apt-install" qemu-system-x86 kmod file debian-archive-keyring busybox-static
 fi
 venv="$CACHE/virtme-ng"
 if [ "$(cat "$venv/version" 2>/dev/null)" != "$VIRTME_NG_VERSION" ]; then
