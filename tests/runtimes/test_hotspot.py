@@ -15,6 +15,8 @@ import pytest
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
+from . import lifecycle
+
 pytestmark = pytest.mark.root
 
 HERE = Path(__file__).parent
@@ -159,16 +161,7 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
 def test_jvm_started_later_keeps_names(classes):
     """A JVM that starts after the profiler and still runs: listed within its first second, its
     workload's samples named, the 75/25 split right."""
-    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-        time.sleep(0.3)
-        prof.collect()
-        proc = _start(classes, 20)
-        try:
-            time.sleep(2.5)
-            samples = prof.collect()[0].samples
-        finally:
-            proc.kill()
-            proc.wait()
+    samples = lifecycle.started_later(lambda seconds: _start(classes, seconds))
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
     assert named_share(samples) >= 80, named_share(samples)
@@ -179,19 +172,7 @@ def test_jvm_exiting_mid_interval_keeps_names(classes):
     """A JVM running before the profiler, followed from the interval's start, that exits (SIGTERM: its
     shutdown, then gone) in its middle: the interval's profile, taken after the exit, still names its
     frames (names read while it ran, kept past its end)."""
-    proc = _start(classes, 60)
-    try:
-        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-            time.sleep(0.5)
-            prof.collect()          # the interval starts here, with the JVM followed
-            time.sleep(1.5)
-            proc.terminate()
-            proc.wait(timeout=30)
-            time.sleep(0.5)
-            samples = prof.collect()[0].samples
-    finally:
-        proc.kill()
-        proc.wait()
+    samples = lifecycle.exiting_mid_interval(lambda seconds: _start(classes, seconds))
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
     assert named_share(samples) >= 90, named_share(samples)

@@ -14,6 +14,8 @@ import pytest
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
+from . import lifecycle
+
 pytestmark = pytest.mark.root
 
 HERE = Path(__file__).parent
@@ -135,16 +137,7 @@ def _start_node(seconds: float) -> subprocess.Popen:
 
 def test_node_started_later_keeps_names():
     """A Node process that starts after the profiler and still runs: its functions named, 75/25."""
-    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-        time.sleep(0.3)
-        prof.collect()
-        proc = _start_node(20)
-        try:
-            time.sleep(2.5)
-            samples = prof.collect()[0].samples
-        finally:
-            proc.kill()
-            proc.wait()
+    samples = lifecycle.started_later(_start_node)
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm == "node"))
     assert abs(shares(split)["optimized"] - 75) <= 10, split
@@ -153,19 +146,7 @@ def test_node_started_later_keeps_names():
 def test_node_exiting_mid_interval_keeps_names():
     """A Node process running before the profiler, followed from the interval's start, that exits
     (SIGTERM) in its middle: the interval's profile, taken after the exit, still names its functions."""
-    proc = _start_node(60)
-    try:
-        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-            time.sleep(0.5)
-            prof.collect()          # the interval starts here, with the process followed
-            time.sleep(1.5)
-            proc.terminate()
-            proc.wait(timeout=30)
-            time.sleep(0.5)
-            samples = prof.collect()[0].samples
-    finally:
-        proc.kill()
-        proc.wait()
+    samples = lifecycle.exiting_mid_interval(_start_node)
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm == "node"))
     assert abs(shares(split)["optimized"] - 75) <= 10, split
