@@ -21,6 +21,21 @@ from .screenshots import CHROMIUM_FLAGS, chromium
 class Browser:
     def __init__(self, profile_dir: Path, width: int = 1400, height: int = 900) -> None:
         self.width, self.height = width, height
+        self.errors: list[str] = []
+        # A browser that dies as it starts (seen once in a full suite on a machine set up from
+        # scratch: the pipe broken before the first answer) is started once more; its own log says
+        # why if the second start fails too.
+        for attempt in (1, 2):
+            try:
+                self._launch(profile_dir, attempt)
+                return
+            except (BrokenPipeError, AssertionError) as e:
+                self._stop_child()
+                if attempt == 2:
+                    raise AssertionError(f"Chromium did not start: {e}; its log ends: {self._log_tail()}") from e
+
+    def _launch(self, profile_dir: Path, attempt: int) -> None:
+        width, height = self.width, self.height
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         # The child reads commands on fd 3 and writes answers to fd 4: moved there in the child
@@ -29,11 +44,13 @@ class Browser:
             r, w = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 10)
             os.dup2(r, 3)
             os.dup2(w, 4)
-        self.proc = subprocess.Popen(
-            [str(chromium()), *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile_dir}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=fds, pass_fds=(3, 4, to_child_r, from_child_w))
+        self._log = profile_dir.parent / f"{profile_dir.name}-chromium-{attempt}.log"
+        with open(self._log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(chromium()), *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile_dir}-{attempt}",
+                 f"--window-size={width},{height}", "about:blank"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                preexec_fn=fds, pass_fds=(3, 4, to_child_r, from_child_w))
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
@@ -44,7 +61,21 @@ class Browser:
         self.send("Page.enable")
         self.send("Runtime.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
-        self.errors: list[str] = []
+
+    def _stop_child(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _log_tail(self) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-800:]
+        except OSError:
+            return "(no log)"
 
     # -- protocol -----------------------------------------------------------------------------
     def send(self, method: str, session: bool = True, timeout: float = 60, **params) -> dict:
