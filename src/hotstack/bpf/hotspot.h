@@ -136,6 +136,43 @@ static __always_inline int hs_read(__u64 *out, __u64 addr)
 }
 
 /*
+ * The five fields of a code blob that a step needs, in two reads of HS_BLOB_SPAN bytes instead of
+ * five (one read is most of a compiled frame's cost): the frame's shape (frame size, frame-complete
+ * offset, code begin: JDK 17 offsets 20-39) and what names it (name, method: 96-119). 0 if read,
+ * else (fields further apart, unaligned, or a read failed) the caller reads them one by one. Small
+ * on purpose: the combined stack of the unwinder's programs is at the kernel's 512-byte limit.
+ */
+#define HS_BLOB_SPAN 32
+/* x & mask, with the mask kept: the compiler knows the checks above and would drop it, the verifier
+ * does not follow them through the subtraction and needs the mask to bound a stack index */
+#define HS_MASKED(x, mask) ({ __u32 __v = (x); asm volatile("" : "+r"(__v)); __v & (mask); })
+static __always_inline int hs_read_blob(const struct hs_proc *p, __u64 blob, __s32 *frame_size, __s32 *complete,
+					__u64 *code_begin, __u64 *name, __u64 *method)
+{
+	__u64 shape[HS_BLOB_SPAN / 8], names[HS_BLOB_SPAN / 8];
+	__u32 fs = p->blob_frame_size, fc = p->blob_frame_complete, cb = p->blob_code_begin, nm = p->blob_name,
+	      me = p->nmethod_method, a, b;
+
+	if ((fs | fc) & 3 || (cb | nm | me) & 7)
+		return -1;
+	a = (fs < fc ? fs : fc) & ~7U;
+	a = cb < a ? cb : a;
+	b = nm < me ? nm : me;
+	if (fs - a > HS_BLOB_SPAN - 4 || fc - a > HS_BLOB_SPAN - 4 || cb - a > HS_BLOB_SPAN - 8 ||
+	    nm - b > HS_BLOB_SPAN - 8 || me - b > HS_BLOB_SPAN - 8)
+		return -1;
+	if (bpf_probe_read_user(shape, sizeof(shape), (void *)(blob + a)) ||
+	    bpf_probe_read_user(names, sizeof(names), (void *)(blob + b)))
+		return -1;
+	*frame_size = ((__s32 *)shape)[HS_MASKED((fs - a) / 4, HS_BLOB_SPAN / 4 - 1)];
+	*complete = ((__s32 *)shape)[HS_MASKED((fc - a) / 4, HS_BLOB_SPAN / 4 - 1)];
+	*code_begin = shape[HS_MASKED((cb - a) / 8, HS_BLOB_SPAN / 8 - 1)];
+	*name = names[HS_MASKED((nm - b) / 8, HS_BLOB_SPAN / 8 - 1)];
+	*method = names[HS_MASKED((me - b) / 8, HS_BLOB_SPAN / 8 - 1)];
+	return 0;
+}
+
+/*
  * The unwinder's hook for a PC in anonymous executable memory: 1 if it is not the code of a listed
  * JVM (the unwinder goes on with frame pointers), else 0 with st stepped to the caller, or -1 at
  * the end of the walk (st->stack.end says why).
@@ -185,11 +222,13 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 		hs_count(HS_STAT_NO_BLOB);
 		return 1;
 	}
-	bpf_probe_read_user(&frame_size, sizeof(frame_size), (void *)(blob + p->blob_frame_size));
-	bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + p->blob_frame_complete));
-	hs_read(&code_begin, blob + p->blob_code_begin);
-	hs_read(&name, blob + p->blob_name);
-	hs_read(&method, blob + p->nmethod_method);
+	if (hs_read_blob(p, blob, &frame_size, &complete, &code_begin, &name, &method)) {
+		bpf_probe_read_user(&frame_size, sizeof(frame_size), (void *)(blob + p->blob_frame_size));
+		bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + p->blob_frame_complete));
+		hs_read(&code_begin, blob + p->blob_code_begin);
+		hs_read(&name, blob + p->blob_name);
+		hs_read(&method, blob + p->nmethod_method);
+	}
 	if (frame_size <= 0 || frame_size > (1 << 16)) {
 		/* the call stub and other blobs that keep rbp: walked by frame pointer */
 		hs_record(s, index, HS_KIND_BLOB_FP, pc, 0, name, blob);
