@@ -5,6 +5,7 @@ line / --comm or --pid). Prints each one's CPU (share of one core) and RSS, thei
 
     sudo .venv/bin/python bench/agent.py [--seconds 60] [--processes 200] [--busy 20]
     sudo .venv/bin/python bench/agent.py --processes 0 --jvms 10 --nodes 10    # issue 14: Java and Node frames
+    sudo .venv/bin/python bench/agent.py --processes 0 --busy 0 --ruby 10 --php 10 --perl 10   # issue 15
 
 With --jvms/--nodes the load also holds that many JVMs (tests/runtimes/hotspot/HotWork.java, one thread)
 and Node processes (a script like tests/runtimes/node_work.js), each working --runtime-busy ms every
@@ -72,6 +73,42 @@ console.log("ready");
 setInterval(() => { sink += optimized(busy * 0.75) + parsing(busy * 0.25); }, 100);
 """
 
+# Ruby, PHP and Perl loads (issue 15): two hot functions 3:1, BUSY ms every 100 ms, like NODE_JS.
+INTERPRETER_LOADS = {   # language: (file, interpreter, script)
+    "ruby": ("load.rb", "ruby", r"""
+busy = (ARGV[0] || 5).to_f / 1000
+def spin(t)
+  e = Process.clock_gettime(Process::CLOCK_MONOTONIC) + t
+  x = 0
+  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < e
+  x
+end
+def hot_a(t) = spin(t)
+def hot_b(t) = spin(t)
+$stdout.puts "ready"
+$stdout.flush
+loop { hot_a(busy * 0.75); hot_b(busy * 0.25); sleep(0.1 - busy) }
+"""),
+    "php": ("load.php", "php", r"""<?php
+$busy = ($argv[1] ?? 5) / 1000;
+function spin($t) { $e = microtime(true) + $t; $x = 0; while (microtime(true) < $e) $x++; return $x; }
+function hot_a($t) { return spin($t); }
+function hot_b($t) { return spin($t); }
+echo "ready\n";
+while (true) { hot_a($busy * 0.75); hot_b($busy * 0.25); usleep((int)((0.1 - $busy) * 1e6)); }
+"""),
+    "perl": ("load.pl", "perl", r"""
+use strict; use warnings; use Time::HiRes qw(time usleep);
+$| = 1;
+my $busy = ($ARGV[0] // 5) / 1000;
+sub spin { my $e = time + $_[0]; my $x = 0; $x++ while time < $e; return $x }
+sub hot_a { return spin($_[0]) }
+sub hot_b { return spin($_[0]) }
+print "ready\n";
+while (1) { hot_a($busy * 0.75); hot_b($busy * 0.25); usleep((0.1 - $busy) * 1e6) }
+"""),
+}
+
 HOTWORK = Path(__file__).resolve().parent.parent / "tests" / "runtimes" / "hotspot" / "HotWork.java"
 
 CONFIG = """
@@ -136,11 +173,11 @@ class Receiver:
 
 
 def runtime_metrics(listen: str) -> list[str]:
-    """The agent's hotstack_runtime_* lines for hotspot and v8 (processes followed, frames, names, errors)."""
+    """The agent's hotstack_runtime_* lines of the runtimes in the load (processes followed, frames, names, errors)."""
     with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as r:
         text = r.read().decode()
     return [line for line in text.splitlines() if line.startswith("hotstack_runtime_")
-            and ('"hotspot"' in line or '"v8"' in line)]
+            and any(f'"{name}"' in line for name in ("hotspot", "v8", *INTERPRETER_LOADS))]
 
 
 def main() -> int:
@@ -151,7 +188,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=20, help="seconds to let both start before measuring")
     ap.add_argument("--jvms", type=int, default=0, help="JVMs (HotWork, one thread) in the load")
     ap.add_argument("--nodes", type=int, default=0, help="Node processes in the load")
-    ap.add_argument("--runtime-busy", type=int, default=5, help="ms each JVM and Node process works every 100 ms")
+    for lang in INTERPRETER_LOADS:
+        ap.add_argument(f"--{lang}", type=int, default=0, metavar="N", help=f"{lang} processes in the load (issue 15)")
+    ap.add_argument("--runtime-busy", type=int, default=5, help="ms each runtime process works every 100 ms")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/agent.py: run as root (eBPF)", file=sys.stderr)
@@ -175,6 +214,12 @@ def main() -> int:
         (files / "load.js").write_text(NODE_JS)
         for _ in range(args.nodes):
             load.append(start(["node", str(files / "load.js"), str(args.runtime_busy)]))
+        interpreters = {lang: getattr(args, lang) for lang in INTERPRETER_LOADS}
+        for lang, count in interpreters.items():
+            name, interpreter, script = INTERPRETER_LOADS[lang]
+            (files / name).write_text(script)
+            for _ in range(count):
+                load.append(start([interpreter, str(files / name), str(args.runtime_busy)]))
         receiver = Receiver()
         (tmp / "bench.alloy").write_text(CONFIG % receiver.url)
         hotstack = [sys.executable, "-m", "hotstack"]
@@ -183,7 +228,7 @@ def main() -> int:
             listen = f"127.0.0.1:{s.getsockname()[1]}"
         agent = subprocess.Popen([*hotstack, "agent", str(tmp / "bench.alloy"),
                                   "--server.http.listen-addr", listen, "--log.level", "warn"])
-        runtimes = args.jvms or args.nodes
+        runtimes = args.jvms or args.nodes or any(interpreters.values())
         scope = [a for p in load for a in ("--pid", str(p.pid))] if runtimes else ["--comm", "bench-load"]
         gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--map-fetch-interval", "0", "--sample-rate", "19", "--timeout", "0",
                                    "--map-fetch-interval", "15s", "-o", "none", *scope, "--host"], stdout=subprocess.DEVNULL)
@@ -196,7 +241,9 @@ def main() -> int:
         rss = {p.pid: rss_mb(p.pid) for p in (agent, gadget)}
         a_cpu, g_cpu = used[agent.pid] / wall, used[gadget.pid] / wall
         print(f"load: {args.processes} processes ({args.busy} busy 5%, {args.processes - args.busy} idle), "
-              f"{args.jvms} JVMs and {args.nodes} Node processes (busy {args.runtime_busy}%), "
+              f"{args.jvms} JVMs, {args.nodes} Node, "
+              + "".join(f"{n} {lang}, " for lang, n in interpreters.items())
+              + f"runtime processes busy {args.runtime_busy}%, "
               f"{os.cpu_count()} CPUs, measured {wall:.0f} s after {args.warmup:.0f} s warm-up; "
               f"load average {load_average()}")
         print(f"{'':34}{'CPU (% of a core)':>18}{'RSS now / peak (MB)':>22}")
