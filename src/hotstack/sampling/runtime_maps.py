@@ -44,13 +44,12 @@ class RuntimeMaps:
         return self._collection.maps[schema.buffered(self._roles["stacks"], buffer)]
 
     def recorded(self, buffer: int, skip=()):
-        """(key, record) pairs so far; keys in `skip` (already read) are not looked up again."""
-        stacks = self._stacks(buffer)
-        for key in stacks.keys():
-            if key in skip:
-                continue
-            raw = stacks.lookup(key)
-            if raw is not None:
+        """(key, record) pairs so far, but for keys in `skip` (already read). One batched read of
+        the map (a syscall per 256 records): a naming pass runs every 0.1-0.5 s per runtime, and
+        walking the keys took two syscalls per record (next key, lookup), ~0.1% of a core for 30
+        interpreter processes."""
+        for key, raw in self._stacks(buffer).items():
+            if key not in skip:
                 yield key, raw
 
     def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
