@@ -62,9 +62,13 @@ class Browser:
         self.send("Runtime.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
 
-    def _stop_child(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
+    def _stop_child(self, grace: float = 0) -> None:
+        """Wait `grace` seconds for the browser to exit, then kill it; close our ends of its pipes."""
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
         for fd in (self._to_child, self._from_child):
             try:
                 os.close(fd)
@@ -169,13 +173,4 @@ class Browser:
             self.send("Browser.close", session=False, timeout=10)
         except (AssertionError, OSError):
             pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        for fd in (self._to_child, self._from_child):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._stop_child(grace=10)
