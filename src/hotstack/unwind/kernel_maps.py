@@ -29,6 +29,7 @@ import numpy as np
 from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
 from ..ebpf.maps import BPF_F_MMAPABLE
+from ..procs.maps import Mapping
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
@@ -56,6 +57,12 @@ STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_fu
 def kernel_dev(st_dev: int) -> int:
     """os.stat's st_dev -> the kernel's internal dev_t (what the program reads from the superblock)."""
     return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
+def maps_dev(field: str) -> int:
+    """/proc/PID/maps' device field ("fd:01", hex major:minor) -> the kernel's internal dev_t."""
+    major, minor = (int(x, 16) for x in field.split(":"))
+    return (major << 20) | minor
 
 
 def has_maple_tree() -> bool:
@@ -125,6 +132,7 @@ class _Pending:
     fd: int          # the file, held open
     size: int        # its size: the smallest are built first
     display: str     # its path, as the process maps it
+    uncached: bool = False   # its table is in no cache: it waits for a build
 
 
 @dataclass
@@ -299,10 +307,9 @@ class NativeTables:
             if not m.inode or not m.path.startswith("/") or m.deleted:
                 continue
             try:
-                major, minor = (int(x, 16) for x in m.dev.split(":"))
+                key = (m.inode, maps_dev(m.dev))
             except ValueError:
                 continue
-            key = (m.inode, (major << 20) | minor)
             if key in self.loaded:
                 continue
             self._known_paths[key] = m.path if root_is_host else f"{root}{m.path}"
@@ -319,8 +326,12 @@ class NativeTables:
         wait."""
         self._take_queued(limit)
         for key, pending in sorted(self._pending.items(), key=lambda kv: kv[1].size):
+            if pending.uncached:
+                continue          # looked up in an earlier serve: it waits for its build
             if self._serve(key, pending, build=False) is not None:
                 del self._pending[key]
+            else:
+                pending.uncached = True
         deadline = time.perf_counter() + build_budget_s
         for key, pending in sorted(self._pending.items(), key=lambda kv: kv[1].size):
             self._serve(key, pending, build=True)
@@ -429,8 +440,6 @@ class NativeTables:
         start, end, file offset, inode, device), as procs.Mapping objects with a path checked to
         open that very file; for a process that exited before userspace read its maps (a short
         command on a loaded host), whose frames are otherwise unnamed. Empty if none is known."""
-        from ..procs.maps import Mapping
-
         raw = self.procs_map.lookup(struct.pack("<I", pid))
         if raw is None:
             return []
@@ -497,10 +506,9 @@ def _exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:
         if len(parts) < 5 or "x" not in parts[1]:
             continue
         start, end = (int(x, 16) for x in parts[0].split("-"))
-        major, minor = (int(x, 16) for x in parts[3].split(":"))
         ino = int(parts[4])
         path = parts[5] if len(parts) > 5 else ""
-        out.append((start, end, int(parts[2], 16), ino, (major << 20) | minor if ino else 0, path))
+        out.append((start, end, int(parts[2], 16), ino, maps_dev(parts[3]) if ino else 0, path))
     return out
 
 
