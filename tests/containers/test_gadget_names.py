@@ -4,12 +4,13 @@ runtime_containerName): the id from the process's cgroup, the names from the Doc
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from .conftest import json_rows
 
 pytestmark = pytest.mark.root
 
@@ -23,24 +24,12 @@ def test_profile_cpu_json_names_a_docker_container(docker_engine, spin_image):
                         "-o", "json"], capture_output=True, text=True, timeout=180,
                        env={**os.environ, "DOCKER_HOST": docker_engine.host})
     assert r.returncode == 0, r.stderr
-    rows = []
-    for line in filter(str.strip, r.stdout.splitlines()):   # one JSON object (or array) per line
-        value = json.loads(line)
-        rows.extend(value if isinstance(value, list) else [value])
-    rows = [row for row in rows if row["proc"]["pid"] == pid]
+    rows = [row for row in json_rows(r.stdout) if row["proc"]["pid"] == pid]
     assert rows, r.stdout[:2000]
     row = rows[0]
     assert row["runtime"]["containerId"] == cid
     assert row["runtime"]["containerName"] == "hotstack-gadget-cart"
     assert (row["k8s"]["namespace"], row["k8s"]["podName"], row["k8s"]["containerName"]) == ("shop", "cart-0", "cart")
-
-
-def _rows(stdout: str) -> list[dict]:
-    rows = []
-    for line in filter(str.strip, stdout.splitlines()):
-        value = json.loads(line)
-        rows.extend(value if isinstance(value, list) else [value])
-    return rows
 
 
 def test_container_flags_select_rows_as_ig(docker_engine, spin_image):
@@ -60,7 +49,7 @@ def test_container_flags_select_rows_as_ig(docker_engine, spin_image):
             argv += ["--pid", str(pid)]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
         assert r.returncode == 0, r.stderr
-        return {row["proc"]["pid"] for row in _rows(r.stdout)}
+        return {row["proc"]["pid"] for row in json_rows(r.stdout)}
 
     cart, other = pids["hotstack-flags-cart"], pids["hotstack-flags-other"]
     assert run() == {cart, other}

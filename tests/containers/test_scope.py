@@ -4,7 +4,6 @@ container the runtime has), with --host every process; an explicit --pid is alwa
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from hotstack.gadget.scope import ContainerScope
 from hotstack.procs import Process
 
 from ..conftest import hotstack
+from .conftest import json_rows
 
 HINT = "no container process was sampled"
 # Each gadget with a host workload it records: one on the CPU, one that sleeps.
@@ -22,16 +22,8 @@ SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.005)"]
 GADGETS = {"profile_cpu": None, "profile_offcpu": SLEEPER}
 
 
-def _rows(stdout: str) -> list[dict]:
-    rows = []
-    for line in filter(str.strip, stdout.splitlines()):
-        value = json.loads(line)
-        rows.extend(value if isinstance(value, list) else [value])
-    return rows
-
-
 def _pids(stdout: str) -> set[int]:
-    return {row["proc"]["pid"] for row in _rows(stdout)}
+    return {row["proc"]["pid"] for row in json_rows(stdout)}
 
 
 def _no_runtimes() -> dict:
@@ -125,7 +117,7 @@ def test_default_run_shows_a_docker_container_and_not_the_host(docker_engine, sp
 
     r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr
-    rows = _rows(r.stdout)
+    rows = json_rows(r.stdout)
     assert {pid, joined.pid} <= {row["proc"]["pid"] for row in rows}, r.stdout[:2000]
     assert host_spin.pid not in {row["proc"]["pid"] for row in rows}
     assert all(row["runtime"]["containerId"] or row["proc"]["pid"] == joined.pid for row in rows), \
@@ -135,11 +127,11 @@ def test_default_run_shows_a_docker_container_and_not_the_host(docker_engine, sp
 
     r = subprocess.run([*argv, "--host"], capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr
-    assert {pid, host_spin.pid} <= {row["proc"]["pid"] for row in _rows(r.stdout)}
+    assert {pid, host_spin.pid} <= {row["proc"]["pid"] for row in json_rows(r.stdout)}
 
     # -c with --host narrows to that container; '!name' keeps the host and the other containers
     r = subprocess.run([*argv, "--host", "-c", "!hotstack-scope-app"], capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr
-    seen = {row["proc"]["pid"] for row in _rows(r.stdout)}
+    seen = {row["proc"]["pid"] for row in json_rows(r.stdout)}
     assert host_spin.pid in seen and pid not in seen
 
