@@ -43,6 +43,12 @@ def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
     return frames, bool(head.truncated), head.pid
 
 
+def _defined_name(mem: ProcessMemory, o, table, me: int) -> str | None:
+    """The name a method entry's definition was given (its original ID, not an alias's)."""
+    definition = mem.u64(me + o.me_def)
+    return method_name(mem, o, table, o.last_op_id, mem.u64(definition + o.def_original_id))
+
+
 class _Process:
     def __init__(self, proc: RubyProcess, process: procs.Process | None) -> None:
         self.proc = proc
@@ -114,8 +120,7 @@ class RubySource(InterpreterSource):
             if imemo_type(mem.u64(me)) == IMEMO_MENT:
                 table = entry.symbol_table(mem)
                 if table:
-                    definition = mem.u64(me + o.me_def)
-                    name = method_name(mem, o, table, o.last_op_id, mem.u64(definition + o.def_original_id))
+                    name = _defined_name(mem, o, table, me)
                     classes = entry.classes(mem)
                     prefix = classes.prefix(mem, mem.u64(me + o.me_owner)) if classes else None
                     name = f"{prefix}{name}" if prefix else name
@@ -153,9 +158,7 @@ class RubySource(InterpreterSource):
         try:
             classes = entry.classes(mem)
             if classes is not None and f.me and imemo_type(mem.u64(f.me)) == IMEMO_MENT:
-                definition = mem.u64(f.me + o.me_def)
-                name = method_name(mem, o, classes.table, o.last_op_id, mem.u64(definition + o.def_original_id))
-                if name == info.label:
+                if _defined_name(mem, o, classes.table, f.me) == info.label:
                     prefix = classes.prefix(mem, mem.u64(f.me + o.me_owner))
         except (MemoryReadError, struct.error, IndexError):
             prefix = None
