@@ -65,6 +65,23 @@ def hot_share(samples) -> tuple[float, int]:
     return (100.0 * c["Workload::hot_a"] / total if total else 0.0), total
 
 
+def checked_hot_samples(samples) -> tuple[list, int]:
+    """The samples in hot_a or hot_b and their count, once their split (75/25 within 5 points of
+    300+) and each one's callers ({main} > run > step > hot) are checked."""
+    share, total = hot_share(samples)
+    assert total >= 300, f"only {total} samples in hot_a/hot_b"
+    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    hot_samples = []
+    for s in samples:
+        names = php_names(s)
+        hot = next((h for h in ("Workload::hot_a", "Workload::hot_b") if h in names), None)
+        if hot is None:
+            continue
+        assert names[:4] == ["{main}", "Workload::run", "Workload::step", hot], names
+        hot_samples.append(s)
+    return hot_samples, total
+
+
 @pytest.mark.shares
 def test_shares_order_and_lines():
     proc = start("60")
@@ -73,18 +90,11 @@ def test_shares_order_and_lines():
     finally:
         proc.kill()
         proc.wait()
-    share, total = hot_share(samples)
-    assert total >= 300, f"only {total} samples in hot_a/hot_b"
-    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    hot_samples, _ = checked_hot_samples(samples)
     lines = {f"Workload::{n}": _body(n) for n in ("burn", "hot_a", "hot_b", "step", "run")}
     lines["cpu_seconds"] = _body("cpu_seconds")
     checked = 0
-    for s in samples:
-        names = php_names(s)
-        hot = next((h for h in ("Workload::hot_a", "Workload::hot_b") if h in names), None)
-        if hot is None:
-            continue
-        assert names[:4] == ["{main}", "Workload::run", "Workload::step", hot], names
+    for s in hot_samples:
         for f in s.stack:
             if f.kind is FrameKind.PHP and f.name in lines:
                 assert Path(f.file) == WORKLOAD, f
@@ -144,16 +154,9 @@ def test_opcache_jit_frames_named_and_placed():
     finally:
         proc.kill()
         proc.wait()
-    share, total = hot_share(samples)
-    assert total >= 300, f"only {total} samples in hot_a/hot_b"
-    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    hot_samples, total = checked_hot_samples(samples)
     marked = 0
-    for s in samples:
-        names = php_names(s)
-        hot = next((h for h in ("Workload::hot_a", "Workload::hot_b") if h in names), None)
-        if hot is None:
-            continue
-        assert names[:4] == ["{main}", "Workload::run", "Workload::step", hot], names
+    for s in hot_samples:
         root_first = list(reversed(s.stack))
         user = [f for f in root_first if f.kind is not FrameKind.KERNEL]
         if any(f.name == "[php jit]" for f in user):
