@@ -236,3 +236,37 @@ def test_unreadable_rust_name_stays_mangled_and_prints_nothing(capsys):
             "NtB2N_4SendEL_EEB1T_")
     assert Demangler("full")(name) == name
     assert capsys.readouterr().out == ""
+
+
+def _mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if "-" in line.split(" ", 1)[0] and line[0] in "0123456789abcdef":
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_released_pages_leave_the_resident_set(tmp_path):
+    """A long-lived mapping keeps every page a lookup touched; release_pages gives them back and
+    later reads still see the file's bytes."""
+    import numpy as np
+
+    path = tmp_path / "big.elf"
+    header = b"\x7fELF\x02\x01\x01" + bytes(57)
+    body = np.arange(1 << 21, dtype="<u4")          # 8 MiB
+    path.write_bytes(header + body.tobytes())
+    elf = ElfFile(str(path))
+    try:
+        view = np.frombuffer(elf.view(64, body.nbytes), dtype="<u4")
+        assert int(view.sum(dtype=np.uint64)) == int(body.sum(dtype=np.uint64))
+        touched = _mapped_rss_kb(path)
+        assert touched >= 7 * 1024, touched
+        elf.release_pages()
+        assert _mapped_rss_kb(path) <= 256, _mapped_rss_kb(path)
+        assert int(view[12345]) == 12345 and int(view.sum(dtype=np.uint64)) == int(body.sum(dtype=np.uint64))
+        del view
+    finally:
+        elf.close()

@@ -256,6 +256,7 @@ class Engine:
                 batches.append((sampler, batch))
             profiles = [self.to_profile(sampler, batch) for sampler, batch in batches]
             self._forget_dead()
+            self.symbolizer.release_file_pages()
             return profiles
 
     def to_profile(self, sampler: Sampler, batch: RawBatch) -> Profile:

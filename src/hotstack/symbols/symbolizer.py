@@ -91,6 +91,11 @@ class ModuleSymbols:
         files = [self.elf] + ([self._debug] if self._debug is not None else [])
         return all(f is None or f.intact() for f in files)
 
+    def release_pages(self) -> None:
+        for elf in (self.elf, self._debug):
+            if elf is not None:
+                elf.release_pages()
+
     def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int, str, int] | None]:
         """(name, offset, file, line) for each address, or None."""
         out: list[tuple[str, int, str, int] | None] = [None] * len(vaddrs)
@@ -267,6 +272,13 @@ class Symbolizer:
         self.stats.misses += len(out) - named
         return out
 
+    def release_file_pages(self) -> None:
+        """After a round of lookups: the files' pages leave our resident set (see
+        ElfFile.release_pages); the next round faults in what it reads again."""
+        with self._lock:
+            for module in self.elf_cache.values():
+                module.release_pages()
+
     def _jit_frames(self, info: Process, proc: ProcessSymbols, jit: list[tuple[int, int]],
                     addresses: list[int], frames: list[Frame | None]) -> None:
         if proc.perf_map is None:
@@ -364,6 +376,7 @@ class Symbolizer:
             if module is None:
                 root = info.root if info.root and not info.root_is_host else ""
                 module = self._load(elf, path, build_id, root)
+                module.release_pages()       # loading read whole sections (digest, tables)
                 module.key = ekey
                 self.elf_cache.put(ekey, module)
             else:
