@@ -271,6 +271,33 @@ def test_process_that_becomes_python_while_profiled():
     assert any("caller" in python_names(s) for s in prof.samples), comms
 
 
+def test_interpreter_walker_is_loaded_with_the_first_process_of_its_interpreter():
+    """Walker programs are verified (0.1-0.7 s of CPU each) only once a process runs their
+    interpreter: not for a shell, then at once when it exec's CPython, whose frames follow."""
+    python = newest()
+    script = f"read go; exec {python} {HERE / 'workload_abc.py'} 30"
+    sh = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    samples: list = []
+    try:
+        with Engine(EngineConfig(frequency=RATE, pids=(sh.pid,)), symbolizer=_SYMBOLIZER,
+                    processes=_PROCESSES) as prof:
+            programs = prof.cpu.collection.programs
+            at_start = {name for name in programs if name.startswith("profile_walk_")}
+            sh.stdin.write("go\n")
+            sh.stdin.flush()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not any("caller" in python_names(s) for s in samples):
+                time.sleep(0.5)
+                samples.extend(prof.collect()[0].samples)
+            after = {name for name in programs if name.startswith("profile_walk_")}
+    finally:
+        sh.kill()
+        sh.wait()
+    assert at_start == set(), at_start
+    assert after == {"profile_walk_python"}, after
+    assert any("caller" in python_names(s) for s in samples), Counter(s.comm for s in samples)
+
+
 DEEP = 20_000
 
 

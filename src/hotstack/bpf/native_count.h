@@ -14,6 +14,13 @@
 #include "counts.h"
 #include "native_unwind.h"
 
+/* The hook where a walk has begun (its state in nu_state.ctx_words), before the first step: may
+ * tail-call elsewhere first (profile.bpf.c: an interpreter's walker, which goes on to the step
+ * program). Default: nothing. */
+#ifndef NATIVE_BEGIN_HOOK
+#define NATIVE_BEGIN_HOOK(ctx, key) do { } while (0)
+#endif
+
 /* The runtime hook at the end of a walk (bpf/v8.h): may set key->runtime_stack. Default: nothing. */
 #ifndef NU_RUNTIME_END
 #define NU_RUNTIME_END(key, buffer) do { } while (0)
@@ -42,6 +49,7 @@ static __always_inline int native_begin(void *ctx, struct stack_key *key, const 
 	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
 	st->ctx_words[NATIVE_BUFFER_WORD] = buffer;
 	st->ctx_words[NATIVE_VALUE_WORD] = value;
+	NATIVE_BEGIN_HOOK(ctx, key);
 	bpf_tail_call(ctx, &nu_progs, 0);
 	nu_count(NU_STAT_TAIL_CALL_FAILED);
 	count_stat(STAT_USTACK_ERROR);

@@ -19,6 +19,14 @@
  *    user_stacks_<buffer>.
  * Either way the sample is counted in counts_<buffer> under struct stack_key
  * (bpf/schema.yaml; userspace: sampling/buffers.py).
+ *
+ * Interpreter frames (CPython, Ruby, PHP, Perl) are walked by one program per interpreter,
+ * profile_walk_<name>, reached by a tail call through rt_progs for a process its frame source
+ * listed. Userspace loads a walker only once a process of its interpreter is found: verifying
+ * one costs the kernel 80k-320k instructions (0.1-0.7 s of CPU), the rest of this program 5k.
+ * The sample's key, comm and buffer are handed over in nu_state.ctx_words (native_count.h), and
+ * the walker ends the sample as this program would have: the kernel unwinder's steps, or the
+ * frame-pointer stack, or the key as it is.
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
@@ -49,10 +57,71 @@
 			(key)->runtime_stack = hs_key;                                             \
 	} while (0)
 #include "hotspot.h"
+
+static __always_inline void rt_hand_over_native(void *ctx, __u32 pid);
+#define NATIVE_BEGIN_HOOK(ctx, key) rt_hand_over_native(ctx, (key)->pid)
 #include "native_count.h"
 
 HS_CPU_VARIABLES
 HS_CPU_MAPS
+
+/* rt_progs[RT_<NAME>]: the walker of each interpreter, once userspace has loaded it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, RT_WALKERS);
+	__type(key, __u32);
+	__type(value, __u32);
+} rt_progs SEC(".maps");
+
+/* How a walker ends the sample (bits 2-3 of ctx_words[NATIVE_BUFFER_WORD]; bit 0 is the buffer,
+ * bit 1 whether the sample hit kernel mode). */
+#define RT_THEN_NATIVE 0    /* a kernel-unwinder walk has begun: its steps go on (nu_progs) */
+#define RT_THEN_FP 1        /* --unwind fp: the frame-pointer user stack, then count */
+#define RT_THEN_COUNT 2     /* the user stack is already in the key: count */
+
+/* The walker slot of the interpreter whose frame source listed pid, or -1. */
+static __always_inline int rt_walker(__u32 pid)
+{
+	if (bpf_map_lookup_elem(&python_procs, &pid))
+		return RT_PYTHON;
+	if (bpf_map_lookup_elem(&ruby_procs, &pid))
+		return RT_RUBY;
+	if (bpf_map_lookup_elem(&php_procs, &pid))
+		return RT_PHP;
+	if (bpf_map_lookup_elem(&perl_procs, &pid))
+		return RT_PERL;
+	return -1;
+}
+
+/* In a begun kernel-unwinder walk (native_begin): to pid's interpreter walker, if any is loaded;
+ * returns if there is none (the caller goes on to the steps). */
+static __always_inline void rt_hand_over_native(void *ctx, __u32 pid)
+{
+	int walker = rt_walker(pid);
+
+	if (walker >= 0)
+		bpf_tail_call(ctx, &rt_progs, walker);
+}
+
+/* Elsewhere: the sample handed to pid's interpreter walker, which counts it; returns if there is
+ * no walker to go to (the caller counts it). */
+static __always_inline void rt_hand_over(void *ctx, struct stack_key *key, const char *comm, __u32 buffer,
+					 int in_kernel, __u64 then)
+{
+	int walker = rt_walker(key->pid);
+	struct nu_state *st;
+
+	if (walker < 0)
+		return;
+	st = nu_state();
+	if (!st)
+		return;
+	__builtin_memcpy(st->ctx_words, key, sizeof(*key));
+	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
+	st->ctx_words[NATIVE_BUFFER_WORD] = buffer | (in_kernel ? 2 : 0) | (then << 2);
+	st->ctx_words[NATIVE_VALUE_WORD] = 1;
+	bpf_tail_call(ctx, &rt_progs, walker);
+}
 
 /* The user registers of the current task: the sample's own if it hit user mode. */
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, int in_kernel, struct arch_regs *out)
@@ -117,46 +186,97 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	if (collect_user_stacks && key.pid != 0 && unwind_in_kernel) {
 		struct arch_regs regs = {};
 
-		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
-		if (!key.runtime_stack)   /* Ruby (bpf/ruby.h) */
-			key.runtime_stack = ruby_walk(key.pid, buffer);
-		if (!key.runtime_stack)   /* PHP (bpf/php.h) */
-			key.runtime_stack = php_walk(key.pid, buffer);
-		if (!key.runtime_stack)   /* Perl (bpf/perl.h) */
-			key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
 			v8_begin(key.pid);
 			hs_begin(key.pid);
+			/* (an interpreter's walker first, if pid has one: NATIVE_BEGIN_HOOK) */
 			if (native_begin(ctx, &key, comm, buffer, 1, &regs) == 0)
 				return 0;
 		} else {
 			/* in the kernel with no saved user registers to walk from (no bpf_task_pt_regs
 			 * before 5.15): frame pointers; a kernel thread has no user stack (-1) */
 			native_store_fp_stack(ctx, &key, buffer);
+			rt_hand_over(ctx, &key, comm, buffer, in_kernel, RT_THEN_COUNT);
 		}
 		count_stack(&key, comm, 1, buffer);
 		return 0;
 	}
-	if (collect_user_stacks && key.pid != 0)
+	if (collect_user_stacks && key.pid != 0) {
+		rt_hand_over(ctx, &key, comm, buffer, in_kernel, RT_THEN_FP);
 		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
-
+	}
 	/*
 	 * ---- OTHER FRAME SOURCES GO HERE ----
-	 * Interpreter unwinders (e.g. CPython, bpf/python.h) run here and in the
-	 * branch above, and record what they find in fields of `key` (struct
-	 * stack_key). Use your own per-CPU array map for scratch space: the BPF
-	 * stack is 512 bytes and this function already uses about 100 of them.
+	 * Interpreter unwinders run in their walker programs (profile_walk_*, below)
+	 * and record what they find in fields of `key` (struct stack_key). Use your
+	 * own per-CPU array map for scratch space: a program's BPF stack is 512 bytes.
 	 */
-	if (collect_user_stacks && key.pid != 0)
-		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
-	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* Ruby (bpf/ruby.h) */
-		key.runtime_stack = ruby_walk(key.pid, buffer);
-	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* PHP (bpf/php.h) */
-		key.runtime_stack = php_walk(key.pid, buffer);
-	if (collect_user_stacks && key.pid != 0 && !key.runtime_stack)   /* Perl (bpf/perl.h) */
-		key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
 	count_stack(&key, comm, 1, buffer);
 	return 0;
+}
+
+/* An interpreter's walker (rt_progs[which]): its frames recorded in key.runtime_stack, then the
+ * sample ended as the program that handed it over says (RT_THEN_*). */
+static __always_inline int rt_walk(void *ctx, int which)
+{
+	struct nu_state *st = nu_state();
+	struct stack_key key;
+	char comm[COMM_LEN];
+	__u64 word;
+	__u32 buffer;
+
+	if (!st)
+		return 0;
+	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
+	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
+	word = st->ctx_words[NATIVE_BUFFER_WORD];
+	buffer = word & 1;
+	if (which == RT_PYTHON)
+		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+	else if (which == RT_RUBY)
+		key.runtime_stack = ruby_walk(key.pid, buffer);
+	else if (which == RT_PHP)
+		key.runtime_stack = php_walk(key.pid, buffer);
+	else
+		key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
+	if (((word >> 2) & 3) == RT_THEN_NATIVE) {
+		st = nu_state();
+		if (!st)
+			return 0;
+		st->ctx_words[__builtin_offsetof(struct stack_key, runtime_stack) / 8] = key.runtime_stack;
+		bpf_tail_call(ctx, &nu_progs, 0);
+		nu_count(NU_STAT_TAIL_CALL_FAILED);
+		count_stat(STAT_USTACK_ERROR);
+		key.user_stack_id = -2;
+	} else if (((word >> 2) & 3) == RT_THEN_FP) {
+		key.user_stack_id = fp_user_stack(ctx, buffer, (word >> 1) & 1);
+	}
+	count_stack(&key, comm, 1, buffer);
+	return 0;
+}
+
+SEC("perf_event")
+int profile_walk_python(struct bpf_perf_event_data *ctx)
+{
+	return rt_walk(ctx, RT_PYTHON);
+}
+
+SEC("perf_event")
+int profile_walk_ruby(struct bpf_perf_event_data *ctx)
+{
+	return rt_walk(ctx, RT_RUBY);
+}
+
+SEC("perf_event")
+int profile_walk_php(struct bpf_perf_event_data *ctx)
+{
+	return rt_walk(ctx, RT_PHP);
+}
+
+SEC("perf_event")
+int profile_walk_perl(struct bpf_perf_event_data *ctx)
+{
+	return rt_walk(ctx, RT_PERL);
 }
 
 /* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted. */

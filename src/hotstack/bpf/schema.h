@@ -14,6 +14,11 @@
 #define RB_MAX_FRAMES 128
 #define PHP_MAX_FRAMES 128
 #define PERL_MAX_CONTEXTS 128
+#define RT_PYTHON 0
+#define RT_RUBY 1
+#define RT_PHP 2
+#define RT_PERL 3
+#define RT_WALKERS 4
 #define NATIVE_STACK_WORDS 130
 #define EFAULT 14
 #define EEXIST 17

@@ -13,6 +13,11 @@ HS_MAX_HEAPS = 4
 RB_MAX_FRAMES = 128
 PHP_MAX_FRAMES = 128
 PERL_MAX_CONTEXTS = 128
+RT_PYTHON = 0
+RT_RUBY = 1
+RT_PHP = 2
+RT_PERL = 3
+RT_WALKERS = 4
 NATIVE_STACK_WORDS = 130
 EFAULT = 14
 EEXIST = 17
@@ -122,7 +127,7 @@ MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'wakeups', 'traces_ctx_
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 4, 'walker': 'profile_walk_python', 'slot': 0}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}
 
 
 def buffered(name: str, buffer: int) -> str:

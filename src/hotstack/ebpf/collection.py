@@ -22,9 +22,11 @@ class Collection:
         self.adaptations = adaptations or []
 
     @classmethod
-    def load(cls, spec: CollectionSpec, existing: dict[str, Map] | None = None) -> "Collection":
+    def load(cls, spec: CollectionSpec, existing: dict[str, Map] | None = None,
+             defer: frozenset[str] | set[str] = frozenset()) -> "Collection":
         """Create the maps and load the programs. A map named in `existing` (e.g. a pinned map
         another process shares) is used instead of a new one; the collection then owns it.
+        Programs named in `defer` are not loaded now (load_deferred() loads one later).
 
         The spec is first fitted to this kernel (adapt.py: preallocated maps, stubbed helpers), and
         RLIMIT_MEMLOCK raised where the kernel charges BPF memory to it (memlock.py)."""
@@ -44,7 +46,8 @@ class Collection:
                 if map_spec.freeze:
                     m.freeze()
             for name, prog_spec in spec.programs.items():
-                programs[name] = _load_program(prog_spec, maps)
+                if name not in defer:
+                    programs[name] = _load_program(prog_spec, maps)
         except BaseException:
             for p in programs.values():
                 p.close()
@@ -60,6 +63,15 @@ class Collection:
         prog_spec = adaptmod.adapt_program(prog_spec)
         program = _load_program(prog_spec, self.maps)
         self.programs[key] = program
+        return program
+
+    def load_deferred(self, name: str) -> Program:
+        """A program of this collection's object that load() deferred (loaded once)."""
+        program = self.programs.get(name)
+        if program is None:
+            if name not in self.spec.programs:
+                raise EbpfError(f"the object has no program {name}")
+            program = self.programs[name] = _load_program(self.spec.programs[name], self.maps)
         return program
 
     def variable(self, name: str) -> "GlobalVariable":

@@ -57,7 +57,10 @@ class Sampler:
 
     def load(self, spec: ebpf.CollectionSpec) -> ebpf.Collection:
         """Load the collection and fill the kernel-side filter; on failure nothing stays open."""
-        self.collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi))
+        # Interpreter walkers load when their frame source first lists a process (RuntimeMaps).
+        walkers = {r["walker"] for r in schema.RUNTIMES.values() if "walker" in r}
+        self.collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi),
+                                               defer=walkers & set(spec.programs))
         try:
             for pid in self.config.pids:
                 self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
