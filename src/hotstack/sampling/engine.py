@@ -69,6 +69,7 @@ class Engine:
         self._stop = threading.Event()
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
         self._native_kick = threading.Event()
+        self._new_pids_seen = False
         self._threads: list[threading.Thread] = []
         self._started: list[Sampler] = []
         self._lock = threading.Lock()     # one drain at a time
@@ -176,12 +177,17 @@ class Engine:
                 fd = sampler.wakeup_fd()
                 if fd is not None:
                     waiter.register(fd, select.EPOLLIN)
+            woken = True        # the first round serves what was queued before this thread ran
             while not self._stop.is_set():
                 for sampler in self._started:
                     sampler.clear_wakeups()
                 busy = self.observe_new_pids()
-                self._native_kick.set()
-                waiter.poll(self._watch_interval if busy else IDLE_WAIT_S)
+                # the unwind thread is kicked only when a program queued work (a file without a
+                # table, a stale mapping list: both wake us) or new processes came; a round kept
+                # short by runtime processes alone does not wake it (it waits IDLE_WAIT_S at most)
+                if woken or self._new_pids_seen:
+                    self._native_kick.set()
+                woken = bool(waiter.poll(self._watch_interval if busy else IDLE_WAIT_S))
                 if self._stop.wait(self._watch_interval):
                     break
         except (OSError, ValueError):   # a sampler closed under us
@@ -190,7 +196,8 @@ class Engine:
             waiter.close()
 
     def observe_new_pids(self) -> bool:
-        """True if there was something to do, or runtime processes are being followed."""
+        """True if there was something to do, or runtime processes are being followed
+        (`_new_pids_seen`: whether new processes came)."""
         busy = False
         for sampler in self._started:
             try:
@@ -205,6 +212,7 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
+        self._new_pids_seen = busy
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
