@@ -61,6 +61,11 @@ static __always_inline struct hs_stack *hs_scratch_stack(void)
 	return bpf_map_lookup_elem(&hs_scratch, &zero);
 }
 
+/* x & mask, with the mask kept: the compiler knows the checks before and would drop it, the verifier
+ * does not follow them through the subtraction and needs the mask to bound an index or a
+ * read's size (5.10's verifier does not carry a check on x - c back to x) */
+#define HS_MASKED(x, mask) ({ __u32 __v = (x); asm volatile("" : "+r"(__v)); __v & (mask); })
+
 /*
  * What a step reads of the target, per CPU (not on the stack: the combined stack of the unwinder's
  * programs is at the kernel's 512-byte limit). Each read is one bpf_probe_read_user, whose fixed cost
@@ -170,7 +175,7 @@ static __always_inline int hs_tail_read(struct hs_buffers *buf, __u64 bp, __u32 
 {
 	if (span < 16 || span >= HS_TAIL_SPAN)
 		return -1;
-	return bpf_probe_read_user(buf->tail, span & (HS_TAIL_SPAN - 1), (void *)bp);
+	return bpf_probe_read_user(buf->tail, HS_MASKED(span, HS_TAIL_SPAN - 1), (void *)bp);
 }
 
 /* At a frame-pointer blob: the cached tail of the walk, if it still holds; 1 if taken (walk over). */
@@ -282,9 +287,6 @@ static __always_inline void hs_record(struct hs_stack *s, __u32 index, __u32 kin
 	s->len = n + 1;
 }
 
-/* x & mask, with the mask kept: the compiler knows the checks before and would drop it, the verifier
- * does not follow them through the subtraction and needs the mask to bound an index */
-#define HS_MASKED(x, mask) ({ __u32 __v = (x); asm volatile("" : "+r"(__v)); __v & (mask); })
 
 /*
  * The code block holding pc (CodeHeap::find_block_for), or 0: its segment's entry in the segment
