@@ -17,6 +17,15 @@ workload's samples: it includes the cheap runs that drop other processes' sample
 a core, /proc) and the share of the workload's samples with Java frames; for JFR the CPU of the JVM's
 JFR threads and its sample count. Every run is printed, then the medians and the ratio Java frames /
 native-only of the BPF time per sample (target: <= 2x).
+
+    sudo .venv/bin/python bench/java.py --same-jvm [--runs 3] [--seconds 5] [--rate 499]
+
+The kernel walk alone, A/B on one JVM: a single HotWork JVM, C2-warm (`--warmup` seconds, at least 5),
+sampled by hotstack with Java frames and with `--no-java` in turns (the order alternating per round,
+`--runs` rounds of each), a fresh engine per phase filtered to the JVM's pid in the kernel, measured
+`--seconds` after a 1 s settle. Per phase: the run time of the sampling programs (the engine's own,
+not other programs of this process) over the JVM's samples, and the frames per sample (all, Java).
+Every round is printed, then the medians of each side and their ratio.
 """
 
 from __future__ import annotations
@@ -138,6 +147,49 @@ def phase(kind: str, classes: Path, args, tmp: Path) -> dict:
         work.close()
 
 
+def same_jvm_phase(pid: int, java: bool, args) -> dict:
+    config = EngineConfig(frequency=args.rate, pids=(pid,), runtimes_off=() if java else ("hotspot",))
+    with Engine(config) as engine:
+        time.sleep(1)
+        engine.collect()
+        bpf0 = engine.bpf_run_time_ns()
+        time.sleep(args.seconds)
+        profile = engine.collect()[0]
+        bpf1 = engine.bpf_run_time_ns()
+    samples = sum(s.value for s in profile.samples)
+    frames = sum(s.value * len(s.stack) for s in profile.samples)
+    java_frames = sum(s.value * sum(f.kind is FrameKind.JAVA for f in s.stack) for s in profile.samples)
+    return {"bpf_us": (bpf1 - bpf0) / 1e3 / max(samples, 1), "samples": samples,
+            "depth": frames / max(samples, 1), "java_depth": java_frames / max(samples, 1)}
+
+
+def same_jvm(classes: Path, args) -> None:
+    work = Workload(classes, 600, args.threads)
+    results: dict[bool, list[dict]] = {True: [], False: []}
+    try:
+        print(f"one HotWork JVM (pid {work.proc.pid}), {args.threads} threads, {args.rate} Hz, {args.seconds:g} s "
+              f"per phase after a 1 s settle, {max(args.warmup, 5):g} s warm-up, {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        time.sleep(max(args.warmup, 5))
+        for run in range(args.runs):
+            order = (True, False) if run % 2 == 0 else (False, True)
+            for java in order:
+                r = same_jvm_phase(work.proc.pid, java, args)
+                results[java].append(r)
+                print(f"  round {run + 1} {'Java frames' if java else '--no-java  '}: {r['bpf_us']:6.2f} us/sample, "
+                      f"{r['samples']:5} samples, {r['depth']:4.1f} frames ({r['java_depth']:4.1f} Java) per sample")
+            print(f"  round {run + 1} ratio: {results[True][-1]['bpf_us'] / results[False][-1]['bpf_us']:.2f}x "
+                  f"(load average {os.getloadavg()[0]:.1f})")
+    finally:
+        work.close()
+    java = median([r["bpf_us"] for r in results[True]])
+    native = median([r["bpf_us"] for r in results[False]])
+    rounds = median([j["bpf_us"] / n["bpf_us"] for j, n in zip(results[True], results[False])])
+    print(f"medians of {args.runs} rounds: Java frames {java:.2f} us/sample, --no-java {native:.2f} us/sample, "
+          f"ratio {java / native:.2f}x (median of the rounds' ratios {rounds:.2f}x; target <= 2x: "
+          f"{'yes' if java / native <= 2 else 'NO'})")
+
+
 def line(kind: str, r: dict, alone: float) -> str:
     text = f"  {LABELS[kind]:24}{r['throughput']:9.0f} work/CPU-s ({100 * (r['throughput'] / alone - 1):+5.1f}%)"
     if kind in ("java", "native"):
@@ -156,6 +208,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--rate", type=int, default=99)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--same-jvm", action="store_true",
+                    help="only the kernel walk: Java frames and --no-java in turns on one JVM")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/java.py: run as root (eBPF)", file=sys.stderr)
@@ -165,6 +219,9 @@ def main() -> int:
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
     try:
         subprocess.run([jdk("javac"), "-d", str(tmp), str(WORKLOAD)], check=True, timeout=120)
+        if args.same_jvm:
+            same_jvm(tmp, args)
+            return 0
         print(f"HotWork, {args.threads} threads, {args.rate} Hz, JFR period {max(1, round(1000 / args.rate))} ms, "
               f"{args.seconds:g} s per phase after {args.warmup:g} s warm-up, {os.cpu_count()} CPUs")
         for run in range(args.runs):

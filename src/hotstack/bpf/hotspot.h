@@ -12,7 +12,9 @@
  *  - any other code blob: found through its CodeHeap's segment map (one byte per segment, the
  *    distance back towards the block's start; CodeHeap::find_block_for), then stepped by the blob's
  *    frame size: the caller's sp is sp + _frame_size words, the return address just below it and
- *    the saved rbp below that. A blob without a frame size (the call stub) keeps rbp: frame pointer.
+ *    the saved rbp below that. A blob without a frame size (the call stub) keeps rbp: frame pointer;
+ *  - below a thread's entry (the call stub, then libjvm's and libc's thread start): the frames the
+ *    unwinder found there last time, while the stack below holds the same bytes (hs_tails).
  * Every Java frame is recorded with its Method* (or the blob, its _method and its _name) and named
  * in userspace from the target's memory. Offsets and the code heaps come from the JVM's vmStructs,
  * read by userspace at attach (unwind/hotspot/vmstructs.py). Nothing here writes to the target.
@@ -39,12 +41,17 @@ HS_HOTSPOT_MAPS
 #define HS_INTERP_METHOD 24
 #define HS_INTERP_BCP 64
 
-static __always_inline void hs_count(__u32 index)
+static __always_inline void hs_add(__u32 index, __u64 n)
 {
 	__u64 *value = bpf_map_lookup_elem(&hs_stats, &index);
 
 	if (value)
-		*value += 1;
+		*value += n;
+}
+
+static __always_inline void hs_count(__u32 index)
+{
+	hs_add(index, 1);
 }
 
 static __always_inline struct hs_stack *hs_scratch_stack(void)
@@ -54,11 +61,190 @@ static __always_inline struct hs_stack *hs_scratch_stack(void)
 	return bpf_map_lookup_elem(&hs_scratch, &zero);
 }
 
+/* x & mask, with the mask kept: the compiler knows the checks before and would drop it, the verifier
+ * does not follow them through the subtraction and needs the mask to bound an index or a
+ * read's size (5.10's verifier does not carry a check on x - c back to x) */
+#define HS_MASKED(x, mask) ({ __u32 __v = (x); asm volatile("" : "+r"(__v)); __v & (mask); })
+
+/*
+ * What a step reads of the target, per CPU (not on the stack: the combined stack of the unwinder's
+ * programs is at the kernel's 512-byte limit). Each read is one bpf_probe_read_user, whose fixed cost
+ * is most of a frame's: a step reads few, wide spans rather than many fields.
+ *  - block: a code block from its header (the used flag) to the last blob field named here;
+ *  - words: an interpreter frame from its bytecode pointer to its return address, or a compiled
+ *    frame's saved rbp and return address;
+ *  - tail: the stack below an entry frame (hs_tail).
+ */
+#define HS_BLOCK_SPAN 128
+#define HS_INTERP_SPAN (HS_INTERP_BCP + 16)   /* bp - 64 .. bp + 16 */
+#define HS_TAIL_SPAN 2048                     /* bytes of stack below an entry frame (see hs_tail) */
+#define HS_TAIL_FRAMES 32
+struct hs_buffers {
+	__u8 block[HS_BLOCK_SPAN];
+	__u64 words[HS_INTERP_SPAN / 8];
+	__u64 tail[HS_TAIL_SPAN / 8];
+	/* the outermost frame-pointer blob stepped in this walk (the call stub of the thread's entry),
+	 * a candidate for hs_tails: its frame pointer, pc, stack index, the Java frames recorded up to
+	 * it and the unwinder's counters of frames that a cached tail must not hold */
+	__u64 cand_bp;
+	__u64 cand_pc;
+	__u32 cand_index;
+	__u32 cand_frames;
+	__u64 cand_counters;
+	__u32 cand_valid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_buffers);
+} hs_buffers SEC(".maps");
+
+/*
+ * The native frames below a thread's outermost Java entry (JavaCalls::call_helper ... start_thread,
+ * ~8 frames of libjvm and libc) are the same in every sample while the thread runs Java code under
+ * that entry, and walking them by their unwind tables is most of a Java sample's cost (a binary
+ * search of libjvm's table per frame). hs_tails keeps, per thread, the frames the unwinder found
+ * below the last frame-pointer blob it stepped (the call stub) when the walk reached the thread's
+ * root with nothing but table rules, with a hash of the stack memory that walk read: from the
+ * stub's frame pointer up to the root frame's sp (every return address and saved rbp the rules
+ * read lies there). A later walk that steps the same stub at the same frame pointer, in the same
+ * address space, and finds the same bytes there would find the same frames: it takes them from the
+ * cache and ends. Anything else (other bytes, another depth, a signal or frame-pointer frame below
+ * the stub, a longer tail) walks as before. Stacks below a thread's entry that hold Java frames
+ * (JNI upcalls) are never cached: the cached tail must be the end of the walk.
+ */
+struct hs_tail {
+	__u64 mm;
+	__u64 bp;
+	__u64 pc;
+	__u64 hash;
+	__u32 span;         /* bytes hashed from bp */
+	__u32 n;            /* frames in pcs */
+	__u64 pcs[HS_TAIL_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);              /* thread id */
+	__type(value, struct hs_tail);
+} hs_tails SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_tail);
+} hs_scratch_tail SEC(".maps");
+
+/* The unwinder's counters of frames that are not table rules, summed (per CPU: this walk's only). */
+static __always_inline __u64 hs_nu_counter(__u32 index)
+{
+	__u64 *v = bpf_map_lookup_elem(&nu_stats, &index);
+
+	return v ? *v : 0;
+}
+
+static __always_inline __u64 hs_untabled_frames(void)
+{
+	return hs_nu_counter(NU_STAT_FP_FRAMES) + hs_nu_counter(NU_STAT_NO_TABLE) +
+	       hs_nu_counter(NU_STAT_INVALID_RULE) + hs_nu_counter(NU_STAT_SIGNAL) + hs_nu_counter(NU_STAT_GO_FRAMES);
+}
+
+/* A hash of the first `span` bytes of buf->tail (the rest of the buffer masked out: no branch). */
+static __always_inline __u64 hs_tail_hash(struct hs_buffers *buf, __u32 span)
+{
+	__u64 h = 0xcbf29ce484222325ULL ^ span;
+	__u32 i;
+
+	for (i = 0; i < HS_TAIL_SPAN / 8; i++) {
+		__s64 d = (__s64)i * 8 - (__s64)span;
+
+		asm volatile("" : "+r"(d));      /* kept arithmetic: a branch per word would multiply the verifier's paths */
+		h = (h ^ (buf->tail[i] & (__u64)(d >> 63))) * 0x100000001b3ULL;   /* all ones while i * 8 < span */
+		h ^= h >> 29;
+	}
+	return h;
+}
+
+/* Read the span bytes of stack at bp into buf->tail; 0 if read. */
+static __always_inline int hs_tail_read(struct hs_buffers *buf, __u64 bp, __u32 span)
+{
+	if (span < 16 || span >= HS_TAIL_SPAN)
+		return -1;
+	return bpf_probe_read_user(buf->tail, HS_MASKED(span, HS_TAIL_SPAN - 1), (void *)bp);
+}
+
+/* At a frame-pointer blob: the cached tail of the walk, if it still holds; 1 if taken (walk over). */
+static __always_inline int hs_tail_take(struct nu_state *st, struct hs_buffers *buf, __u64 pc)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), n = st->stack.n, m, i;
+	struct hs_tail *t = bpf_map_lookup_elem(&hs_tails, &tid);
+	__u64 bp = st->bp;
+
+	if (!t || t->bp != bp || t->pc != pc || t->mm != st->mm || !t->n || t->n > HS_TAIL_FRAMES)
+		return 0;
+	m = t->n;
+	if (n + m > NU_MAX_FRAMES || hs_tail_read(buf, bp, t->span) || hs_tail_hash(buf, t->span) != t->hash)
+		return 0;
+	for (i = 0; i < HS_TAIL_FRAMES; i++) {
+		if (i >= m)
+			break;
+		st->stack.pcs[(n + i) & (NU_MAX_FRAMES - 1)] = t->pcs[i];
+	}
+	st->stack.n = n + m;
+	st->stack.end = NU_END_ROOT;
+	return 1;
+}
+
+/* After a walk that ended at the thread's root: cache the frames below its candidate stub. */
+static __always_inline void hs_tail_store(struct hs_stack *s)
+{
+	struct hs_buffers *buf = bpf_map_lookup_elem(&hs_buffers, &(__u32){ 0 });
+	struct nu_state *st = nu_state();
+	struct hs_tail *t;
+	__u32 tid, first, m, span, i;
+
+	if (!buf || !st || !buf->cand_valid || st->stack.end != NU_END_ROOT || s->len != buf->cand_frames)
+		return;
+	/* only the stub's own frame-pointer step since the candidate: the rest were table rules */
+	if (hs_untabled_frames() != buf->cand_counters + 1)
+		return;
+	first = buf->cand_index + 1;
+	if (first >= st->stack.n || st->stack.n - first > HS_TAIL_FRAMES || st->sp <= buf->cand_bp ||
+	    st->sp - buf->cand_bp >= HS_TAIL_SPAN)
+		return;
+	m = st->stack.n - first;
+	span = st->sp - buf->cand_bp;
+	if (hs_tail_read(buf, buf->cand_bp, span))
+		return;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	t = bpf_map_lookup_elem(&hs_scratch_tail, &(__u32){ 0 });
+	if (!t)
+		return;
+	t->mm = st->mm;
+	t->bp = buf->cand_bp;
+	t->pc = buf->cand_pc;
+	t->span = span;
+	t->hash = hs_tail_hash(buf, span);
+	t->n = m;
+	for (i = 0; i < HS_TAIL_FRAMES; i++) {
+		if (i >= m)
+			break;
+		t->pcs[i] = st->stack.pcs[(first + i) & (NU_MAX_FRAMES - 1)];
+	}
+	bpf_map_update_elem(&hs_tails, &tid, t, BPF_ANY);
+}
+
 /* Before a kernel-unwound walk: is the sampled process a listed JVM? Its record is copied per CPU. */
 static __always_inline void hs_begin(__u32 pid)
 {
 	struct hs_stack *s;
 	struct hs_proc *proc, *cur;
+	struct hs_buffers *buf;
 	__u32 zero = 0;
 
 	if (!hs_walk)
@@ -75,6 +261,9 @@ static __always_inline void hs_begin(__u32 pid)
 		return;
 	s->pid = pid;
 	*cur = *proc;
+	buf = bpf_map_lookup_elem(&hs_buffers, &zero);
+	if (buf)
+		buf->cand_valid = 0;
 	hs_count(HS_STAT_WALKS);
 }
 
@@ -98,12 +287,18 @@ static __always_inline void hs_record(struct hs_stack *s, __u32 index, __u32 kin
 	s->len = n + 1;
 }
 
-/* The CodeBlob holding pc (CodeHeap::find_blob), or 0. */
-static __always_inline __u64 hs_find_blob(const struct hs_proc *p, __u64 pc)
+
+/*
+ * The code block holding pc (CodeHeap::find_block_for), or 0: its segment's entry in the segment
+ * map is the distance back towards the block's first segment (0 there, 0xff: free). The map is
+ * read HS_SEGMAP_CHUNK bytes at a time, ending at the segment looked up: hops that land in the
+ * bytes read (a blob's first 32 segments, 2-4 KB) cost no further read.
+ */
+static __always_inline __u64 hs_find_block(const struct hs_proc *p, __u64 pc, struct hs_buffers *buf)
 {
 	const struct hs_heap *h = 0;
-	__u64 seg, block;
-	__u8 hop = HS_SEGMAP_FREE, used = 0;
+	__u64 seg;
+	__u8 hop = HS_SEGMAP_FREE;
 	__u32 i;
 
 	for (i = 0; i < HS_MAX_HEAPS; i++) {
@@ -124,10 +319,7 @@ static __always_inline __u64 hs_find_blob(const struct hs_proc *p, __u64 pc)
 	}
 	if (hop != 0)
 		return 0;
-	block = h->low + (seg << h->log2_segment);
-	if (bpf_probe_read_user(&used, 1, (void *)(block + p->block_used)) || !used)
-		return 0;
-	return block + p->heap_block;
+	return h->low + (seg << h->log2_segment);
 }
 
 static __always_inline int hs_read(__u64 *out, __u64 addr)
@@ -135,41 +327,58 @@ static __always_inline int hs_read(__u64 *out, __u64 addr)
 	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
 }
 
-/*
- * The five fields of a code blob that a step needs, in two reads of HS_BLOB_SPAN bytes instead of
- * five (one read is most of a compiled frame's cost): the frame's shape (frame size, frame-complete
- * offset, code begin: JDK 17 offsets 20-39) and what names it (name, method: 96-119). 0 if read,
- * else (fields further apart, unaligned, or a read failed) the caller reads them one by one. Small
- * on purpose: the combined stack of the unwinder's programs is at the kernel's 512-byte limit.
- */
-#define HS_BLOB_SPAN 32
-/* x & mask, with the mask kept: the compiler knows the checks above and would drop it, the verifier
- * does not follow them through the subtraction and needs the mask to bound a stack index */
-#define HS_MASKED(x, mask) ({ __u32 __v = (x); asm volatile("" : "+r"(__v)); __v & (mask); })
-static __always_inline int hs_read_blob(const struct hs_proc *p, __u64 blob, __s32 *frame_size, __s32 *complete,
-					__u64 *code_begin, __u64 *name, __u64 *method)
-{
-	__u64 shape[HS_BLOB_SPAN / 8], names[HS_BLOB_SPAN / 8];
-	__u32 fs = p->blob_frame_size, fc = p->blob_frame_complete, cb = p->blob_code_begin, nm = p->blob_name,
-	      me = p->nmethod_method, a, b;
+/* What a step needs of a code blob. */
+struct hs_blob {
+	__u64 code_begin;
+	__u64 name;
+	__u64 method;
+	__s32 frame_size;
+	__s32 complete;
+};
 
-	if ((fs | fc) & 3 || (cb | nm | me) & 7)
-		return -1;
-	a = (fs < fc ? fs : fc) & ~7U;
+/*
+ * The code blob in the block at `block` (0 if the block is free, or a read failed) and its fields:
+ * the used flag of the block's header, the frame's shape (frame size, frame-complete offset, code
+ * begin) and what names it (name, method), in one read of HS_BLOCK_SPAN bytes where the offsets
+ * allow (JDK 17: the header's flag at 8, the blob's fields up to 120 bytes after the 16-byte
+ * header), else field by field.
+ */
+static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, struct hs_buffers *buf,
+					  struct hs_blob *out)
+{
+	__u32 hb = p->heap_block, used = p->block_used, fs = hb + p->blob_frame_size,
+	      fc = hb + p->blob_frame_complete, cb = hb + p->blob_code_begin, nm = hb + p->blob_name,
+	      me = hb + p->nmethod_method, a;
+	__u64 blob = block + hb;
+	__u8 flag = 0;
+
+	a = used < fs ? used : fs;
+	a = fc < a ? fc : a;
 	a = cb < a ? cb : a;
-	b = nm < me ? nm : me;
-	if (fs - a > HS_BLOB_SPAN - 4 || fc - a > HS_BLOB_SPAN - 4 || cb - a > HS_BLOB_SPAN - 8 ||
-	    nm - b > HS_BLOB_SPAN - 8 || me - b > HS_BLOB_SPAN - 8)
-		return -1;
-	if (bpf_probe_read_user(shape, sizeof(shape), (void *)(blob + a)) ||
-	    bpf_probe_read_user(names, sizeof(names), (void *)(blob + b)))
-		return -1;
-	*frame_size = ((__s32 *)shape)[HS_MASKED((fs - a) / 4, HS_BLOB_SPAN / 4 - 1)];
-	*complete = ((__s32 *)shape)[HS_MASKED((fc - a) / 4, HS_BLOB_SPAN / 4 - 1)];
-	*code_begin = shape[HS_MASKED((cb - a) / 8, HS_BLOB_SPAN / 8 - 1)];
-	*name = names[HS_MASKED((nm - b) / 8, HS_BLOB_SPAN / 8 - 1)];
-	*method = names[HS_MASKED((me - b) / 8, HS_BLOB_SPAN / 8 - 1)];
-	return 0;
+	a = nm < a ? nm : a;
+	a = (me < a ? me : a) & ~7U;
+	if (!((fs | fc) & 3) && !((cb | nm | me) & 7) && used - a <= HS_BLOCK_SPAN - 1 &&
+	    fs - a <= HS_BLOCK_SPAN - 4 && fc - a <= HS_BLOCK_SPAN - 4 && cb - a <= HS_BLOCK_SPAN - 8 &&
+	    nm - a <= HS_BLOCK_SPAN - 8 && me - a <= HS_BLOCK_SPAN - 8) {
+		if (bpf_probe_read_user(buf->block, HS_BLOCK_SPAN, (void *)(block + a)))
+			return 0;
+		if (!buf->block[HS_MASKED(used - a, HS_BLOCK_SPAN - 1)])
+			return 0;
+		out->frame_size = *(__s32 *)&buf->block[HS_MASKED(fs - a, HS_BLOCK_SPAN - 4)];
+		out->complete = *(__s32 *)&buf->block[HS_MASKED(fc - a, HS_BLOCK_SPAN - 4)];
+		out->code_begin = *(__u64 *)&buf->block[HS_MASKED(cb - a, HS_BLOCK_SPAN - 8)];
+		out->name = *(__u64 *)&buf->block[HS_MASKED(nm - a, HS_BLOCK_SPAN - 8)];
+		out->method = *(__u64 *)&buf->block[HS_MASKED(me - a, HS_BLOCK_SPAN - 8)];
+		return blob;
+	}
+	if (bpf_probe_read_user(&flag, 1, (void *)(block + used)) || !flag)
+		return 0;
+	bpf_probe_read_user(&out->frame_size, sizeof(out->frame_size), (void *)(blob + p->blob_frame_size));
+	bpf_probe_read_user(&out->complete, sizeof(out->complete), (void *)(blob + p->blob_frame_complete));
+	hs_read(&out->code_begin, blob + p->blob_code_begin);
+	hs_read(&out->name, blob + p->blob_name);
+	hs_read(&out->method, blob + p->nmethod_method);
+	return blob;
 }
 
 /*
@@ -180,9 +389,10 @@ static __always_inline int hs_read_blob(const struct hs_proc *p, __u64 blob, __s
 static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 {
 	struct hs_stack *s = hs_scratch_stack();
+	struct hs_buffers *buf;
 	struct hs_proc *p;
-	__u64 bp, next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0, blob, name = 0, code_begin = 0;
-	__s32 frame_size = 0, complete = 0;
+	struct hs_blob b = {};
+	__u64 bp, next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0, blob;
 	__u32 zero = 0;
 
 	if (!s || !s->walking)
@@ -190,21 +400,34 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 	p = bpf_map_lookup_elem(&hs_current, &zero);
 	if (!p || pc < p->code_low || pc >= p->code_high)
 		return 1;
+	buf = bpf_map_lookup_elem(&hs_buffers, &zero);
+	if (!buf)
+		return 1;
 	bp = st->bp;
 	if (pc >= p->interp_low && pc < p->interp_high) {
 		if (!bp || (bp & 7) || bp < st->sp || bp - st->sp > (8 << 20)) {
 			st->stack.end = NU_END_BAD_FP;
 			return -1;
 		}
-		hs_read(&method, bp - HS_INTERP_METHOD);
-		hs_read(&extra, bp - HS_INTERP_BCP);
-		hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
-		if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
-			st->stack.end = NU_END_READ;
-			return -1;
+		/* the frame's words from its bytecode pointer up to the return address, in one read */
+		if (bpf_probe_read_user(buf->words, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP)) == 0) {
+			extra = buf->words[0];
+			method = buf->words[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8];
+			sender_sp = buf->words[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
+			next_bp = buf->words[HS_INTERP_BCP / 8];
+			ra = buf->words[HS_INTERP_BCP / 8 + 1];
+		} else {
+			hs_read(&method, bp - HS_INTERP_METHOD);
+			hs_read(&extra, bp - HS_INTERP_BCP);
+			hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
+			if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
+				hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
+				st->stack.end = NU_END_READ;
+				return -1;
+			}
 		}
+		hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
 		/* the caller's own sp: a compiled caller is stepped from it (c2i adapters extend the stack) */
-		hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
 		if (sender_sp < bp + 16 || sender_sp - bp > (1 << 20))
 			sender_sp = bp + 16;
 		st->sp = sender_sp;
@@ -217,25 +440,29 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 		}
 		return 0;
 	}
-	blob = hs_find_blob(p, pc);
+	blob = hs_find_block(p, pc, buf);
+	if (blob)
+		blob = hs_read_blob(p, blob, buf, &b);
 	if (!blob) {
 		hs_count(HS_STAT_NO_BLOB);
 		return 1;
 	}
-	if (hs_read_blob(p, blob, &frame_size, &complete, &code_begin, &name, &method)) {
-		bpf_probe_read_user(&frame_size, sizeof(frame_size), (void *)(blob + p->blob_frame_size));
-		bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + p->blob_frame_complete));
-		hs_read(&code_begin, blob + p->blob_code_begin);
-		hs_read(&name, blob + p->blob_name);
-		hs_read(&method, blob + p->nmethod_method);
-	}
-	if (frame_size <= 0 || frame_size > (1 << 16)) {
-		/* the call stub and other blobs that keep rbp: walked by frame pointer */
-		hs_record(s, index, HS_KIND_BLOB_FP, pc, 0, name, blob);
+	if (b.frame_size <= 0 || b.frame_size > (1 << 16)) {
+		/* the call stub and other blobs that keep rbp: walked by frame pointer, unless the
+		 * native frames below are this thread's cached tail */
+		hs_record(s, index, HS_KIND_BLOB_FP, pc, 0, b.name, blob);
+		if (hs_tail_take(st, buf, pc))
+			return -1;
+		buf->cand_bp = bp;
+		buf->cand_pc = pc;
+		buf->cand_index = index;
+		buf->cand_frames = s->len;
+		buf->cand_counters = hs_untabled_frames();
+		buf->cand_valid = 1;
 		return 1;
 	}
-	hs_record(s, index, HS_KIND_COMPILED, pc, method, name, blob);
-	if (index == 0 && complete > 0 && pc < code_begin + complete) {
+	hs_record(s, index, HS_KIND_COMPILED, pc, b.method, b.name, blob);
+	if (index == 0 && b.complete > 0 && pc < b.code_begin + b.complete) {
 		/* sampled in the prologue, before the frame is built: the return address is at sp */
 		if (hs_read(&ra, st->sp)) {
 			st->stack.end = NU_END_READ;
@@ -243,12 +470,15 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 		}
 		st->sp += 8;
 	} else {
-		__u64 caller_sp = st->sp + (__u64)frame_size * 8;
+		__u64 caller_sp = st->sp + (__u64)b.frame_size * 8;
 
-		if (hs_read(&ra, caller_sp - 8) || hs_read(&next_bp, caller_sp - 16)) {
+		/* the saved rbp and the return address, just below the caller's sp: one read */
+		if (bpf_probe_read_user(buf->words, 16, (void *)(caller_sp - 16))) {
 			st->stack.end = NU_END_READ;
 			return -1;
 		}
+		next_bp = buf->words[0];
+		ra = buf->words[1];
 		st->sp = caller_sp;
 		st->bp = next_bp;
 	}
@@ -278,15 +508,16 @@ static __always_inline __u64 hs_finish(__u32 buffer)
 	n = s->len;
 	if (n == 0)
 		return 0;
+	hs_tail_store(s);
 	if (s->truncated)
 		hs_count(HS_STAT_TRUNCATED);
+	hs_add(HS_STAT_FRAMES, n < HS_MAX_FRAMES ? n : HS_MAX_FRAMES);
 	for (i = 0; i < HS_MAX_FRAMES; i++) {
 		struct hs_frame *f;
 
 		if (i >= n)
 			break;
 		f = &s->frames[i];
-		hs_count(HS_STAT_FRAMES);
 		hash = (hash ^ f->method ^ ((__u64)f->index << 48) ^ ((__u64)f->kind << 40)) * 0x100000001b3ULL;
 		/* a compiled frame's pc says which inlined methods run there (its scopes, named in userspace) */
 		hash = (hash ^ (f->kind == HS_KIND_INTERPRETED ? 0 : f->extra ^ (f->pc << 1))) * 0x100000001b3ULL;
