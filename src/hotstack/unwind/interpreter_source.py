@@ -39,6 +39,7 @@ class InterpreterSource:
         self._fsbase_offset = 0
         self._stacks: dict[int, tuple[list, bool]] = {}   # a drained buffer's stacks by key
         self._prefetch_buffer, self._prefetched = -1, set()
+        self._walks, self._settled = -1, False             # the walker's walks at the last pass
 
     # -- what each source supplies ------------------------------------------------------------
     def _find(self, pid: int):
@@ -128,9 +129,13 @@ class InterpreterSource:
         if self._kernel is None:
             return
         self._retry_pending()
-        if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        if not self._procs:         # what the walker records is of listed processes only
+            return
         try:
+            if not self._due(active_buffer):
+                return
+            if active_buffer != self._prefetch_buffer:
+                self._prefetch_buffer, self._prefetched = active_buffer, set()
             for key, raw in self._kernel.recorded(active_buffer):
                 if key in self._prefetched:
                     continue
@@ -141,6 +146,18 @@ class InterpreterSource:
                     self._name_early(pid, entry, frames)
         except Exception:       # the session is closing under us
             return
+
+    def _due(self, active_buffer: int) -> bool:
+        """Whether a naming pass can find anything: not if the walker has not walked since the last
+        pass, and that pass was itself a second look (a walk counted just before a pass's counter
+        read may store its stack just after the pass read the map: the next pass sees it). The read
+        of the map is most of a pass's cost; the counter is one syscall."""
+        walks = self._kernel.walks()
+        if walks == self._walks and self._settled and active_buffer == self._prefetch_buffer:
+            return False
+        self._settled = walks == self._walks
+        self._walks = walks
+        return True
 
     def collect(self, buffer: int) -> None:
         """Take the stacks of a buffer the engine just drained."""
