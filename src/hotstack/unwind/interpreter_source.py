@@ -4,7 +4,9 @@ interpreter (still in its parent's code before exec, or before the interpreter i
 looked at again at RETRY_AGES; each listed process is given to the kernel walker with its record.
 
 Every ~100 ms `poll` names the frames recorded so far in the active buffer (a process that exits
-before the interval ends keeps its names); `collect` takes a drained buffer's stacks.
+before the interval ends keeps its names): the stacks not parsed yet, and not at all while the
+walker has not walked since (one counter read instead of a read of the map); `collect` takes a
+drained buffer's stacks, those poll parsed as they were.
 
 A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
 (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what it keeps per
