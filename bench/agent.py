@@ -180,12 +180,21 @@ def runtime_metrics(listen: str) -> list[str]:
             and any(f'"{name}"' in line for name in ("hotspot", "v8", *INTERPRETER_LOADS))]
 
 
+def sessions(listen: str) -> float:
+    """The agent's profiling sessions started so far (a restart while measuring would count a start-up)."""
+    with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as r:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                   if line.startswith("pyroscope_ebpf_profiling_sessions_total"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--processes", type=int, default=200)
     ap.add_argument("--busy", type=int, default=20, help="how many of them spin 5 ms every 100 ms")
-    ap.add_argument("--warmup", type=float, default=20, help="seconds to let both start before measuring")
+    ap.add_argument("--warmup", type=float, default=20,
+                    help="seconds to let both settle after the agent's first push, before measuring")
+    ap.add_argument("--start-timeout", type=float, default=300, help="seconds to wait for the agent's first push")
     ap.add_argument("--jvms", type=int, default=0, help="JVMs (HotWork, one thread) in the load")
     ap.add_argument("--nodes", type=int, default=0, help="Node processes in the load")
     for lang in INTERPRETER_LOADS:
@@ -232,19 +241,31 @@ def main() -> int:
         scope = [a for p in load for a in ("--pid", str(p.pid))] if runtimes else ["--comm", "bench-load"]
         gadget = subprocess.Popen([*hotstack, "run", "profile_cpu", "--map-fetch-interval", "0", "--sample-rate", "19", "--timeout", "0",
                                    "--map-fetch-interval", "15s", "-o", "none", *scope, "--host"], stdout=subprocess.DEVNULL)
+        # On a loaded host the programs' verification alone can take longer than the warm-up: the
+        # warm-up starts once the agent has pushed (its engine runs), so start-up is never measured.
+        started = time.monotonic()
+        while receiver.pushes == 0 and agent.poll() is None and time.monotonic() - started < args.start_timeout:
+            time.sleep(0.5)
+        if receiver.pushes == 0:
+            print(f"bench/agent.py: the agent pushed nothing in {time.monotonic() - started:.0f} s", file=sys.stderr)
+            return 1
+        first_push = time.monotonic() - started
         time.sleep(args.warmup)
+        sessions0 = sessions(listen)
         cpu0 = {p.pid: cpu_seconds(p.pid) for p in (agent, gadget)}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         wall = time.monotonic() - t0
         used = {p.pid: cpu_seconds(p.pid) - cpu0[p.pid] for p in (agent, gadget)}
+        restarts = sessions(listen) - sessions0
         rss = {p.pid: rss_mb(p.pid) for p in (agent, gadget)}
         a_cpu, g_cpu = used[agent.pid] / wall, used[gadget.pid] / wall
         print(f"load: {args.processes} processes ({args.busy} busy 5%, {args.processes - args.busy} idle), "
               f"{args.jvms} JVMs, {args.nodes} Node, "
               + "".join(f"{n} {lang}, " for lang, n in interpreters.items())
               + f"runtime processes busy {args.runtime_busy}%, "
-              f"{os.cpu_count()} CPUs, measured {wall:.0f} s after {args.warmup:.0f} s warm-up; "
+              f"{os.cpu_count()} CPUs, measured {wall:.0f} s after the agent's first push ({first_push:.0f} s) "
+              f"and {args.warmup:.0f} s warm-up; "
               f"load average {load_average()}")
         print(f"{'':34}{'CPU (% of a core)':>18}{'RSS now / peak (MB)':>22}")
         print(f"{'hotstack agent (pyroscope.ebpf)':34}{100 * a_cpu:>17.2f}%"
@@ -253,7 +274,8 @@ def main() -> int:
               f"{rss[gadget.pid][0]:>13.0f} / {rss[gadget.pid][1]:.0f}")
         print(f"ratio agent / profile_cpu: CPU {a_cpu / g_cpu if g_cpu else float('nan'):.2f}x, "
               f"RSS {rss[agent.pid][0] / rss[gadget.pid][0]:.2f}x")
-        print(f"receiver: {receiver.pushes} pushes, {receiver.bytes / 1024:.0f} KiB")
+        print(f"receiver: {receiver.pushes} pushes, {receiver.bytes / 1024:.0f} KiB; "
+              f"agent sessions started while measured: {restarts:.0f}" + (" (NOT a steady-state run)" if restarts else ""))
         if runtimes:
             print("agent /metrics: " + ", ".join(runtime_metrics(listen)))
         print(f"targets: agent CPU < 1%: {'yes' if a_cpu < 0.01 else 'NO'}; "

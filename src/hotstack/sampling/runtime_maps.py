@@ -19,6 +19,11 @@ from ..bpf import schema
 _PID = struct.Struct("<I")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_WALKS = _U32.pack(0)       # every runtime group's first counter counts the walker's walks (bpf/schema.yaml)
+# A batched read's buffers are a batch of values: under glibc's mmap threshold (128 KiB) they come
+# from the heap. 256 records of 4 KiB (Ruby, PHP, Perl) were two fresh 1 MiB mappings per read, ~2 ms
+# of CPU for an empty map; 29 records a call is ~30 us empty and ~2.5 us per record.
+_BATCH_BYTES = 120 << 10
 
 
 class RuntimeMaps:
@@ -31,6 +36,7 @@ class RuntimeMaps:
         self._walker_ready: bool | None = None if "walker" in self._roles else True
         self._walker_lock = threading.Lock()
         self.walker_error = ""
+        self._batch = max(1, _BATCH_BYTES // self._stacks(0).buffer_value_size)
 
     def configure(self, value: int) -> None:
         self._collection.variable(self._roles["tunable"]).set(value)
@@ -71,15 +77,19 @@ class RuntimeMaps:
 
     def recorded(self, buffer: int, skip=()):
         """(key, record) pairs so far, but for keys in `skip` (already read). One batched read of
-        the map (a syscall per 256 records): a naming pass runs every 0.1-0.5 s per runtime, and
-        walking the keys took two syscalls per record (next key, lookup), ~0.1% of a core for 30
-        interpreter processes."""
-        for key, raw in self._stacks(buffer).items():
+        the map (a syscall per ~30 records): walking the keys took two syscalls per record (next
+        key, lookup), ~0.1% of a core for 30 interpreter processes."""
+        for key, raw in self._stacks(buffer).items(self._batch):
             if key not in skip:
                 yield key, raw
 
     def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
-        return self._stacks(buffer).drain()
+        return self._stacks(buffer).drain(self._batch)
+
+    def walks(self) -> int:
+        """The walker's walks so far, over every CPU (one syscall): a stack is recorded only by a
+        walk, so while this stays the same nothing new was recorded."""
+        return sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_WALKS))
 
     def counters(self) -> list[int]:
         totals = [sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_U32.pack(i)))

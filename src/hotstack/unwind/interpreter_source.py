@@ -4,7 +4,9 @@ interpreter (still in its parent's code before exec, or before the interpreter i
 looked at again at RETRY_AGES; each listed process is given to the kernel walker with its record.
 
 Every ~100 ms `poll` names the frames recorded so far in the active buffer (a process that exits
-before the interval ends keeps its names); `collect` takes a drained buffer's stacks.
+before the interval ends keeps its names): the stacks not parsed yet, and not at all while the
+walker has not walked since (one counter read instead of a read of the map); `collect` takes a
+drained buffer's stacks, those poll parsed as they were.
 
 A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
 (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what it keeps per
@@ -38,7 +40,10 @@ class InterpreterSource:
         self._lock = threading.Lock()
         self._fsbase_offset = 0
         self._stacks: dict[int, tuple[list, bool]] = {}   # a drained buffer's stacks by key
-        self._prefetch_buffer, self._prefetched = -1, set()
+        # (buffer, its stacks parsed by poll so far by key): one attribute, swapped whole, since
+        # poll (the pid watcher) and collect (the engine's drain) run on different threads
+        self._early: tuple[int, dict[bytes, tuple[list, bool]]] = (-1, {})
+        self._walks, self._settled = -1, False             # the walker's walks at the last pass
 
     # -- what each source supplies ------------------------------------------------------------
     def _find(self, pid: int):
@@ -128,26 +133,54 @@ class InterpreterSource:
         if self._kernel is None:
             return
         self._retry_pending()
-        if active_buffer != self._prefetch_buffer:
-            self._prefetch_buffer, self._prefetched = active_buffer, set()
+        if not self._procs:         # what the walker records is of listed processes only
+            return
         try:
+            if not self._due(active_buffer):
+                return
+            buffer, parsed = self._early
+            if active_buffer != buffer:
+                parsed = {}
+                self._early = (active_buffer, parsed)
             for key, raw in self._kernel.recorded(active_buffer):
-                if key in self._prefetched:
+                if key in parsed:
                     continue
-                self._prefetched.add(key)
-                frames, _truncated, pid = self._parse(raw)
+                frames, truncated, pid = self._parse(raw)
+                parsed[key] = (frames, truncated)
                 entry = self._procs.get(pid)
                 if entry is not None:
                     self._name_early(pid, entry, frames)
         except Exception:       # the session is closing under us
             return
 
+    def _due(self, active_buffer: int) -> bool:
+        """Whether a naming pass can find anything: not if the walker has not walked since the last
+        pass, and that pass was itself a second look (a walk counted just before a pass's counter
+        read may store its stack just after the pass read the map: the next pass sees it). The read
+        of the map is most of a pass's cost; the counter is one syscall."""
+        walks = self._kernel.walks()
+        if walks == self._walks and self._settled and active_buffer == self._early[0]:
+            return False
+        self._settled = walks == self._walks
+        self._walks = walks
+        return True
+
     def collect(self, buffer: int) -> None:
         """Take the stacks of a buffer the engine just drained."""
         if self._kernel is None:
             return
+        # a record never changes under its key (the walker stores a key's stack once): what poll
+        # parsed of this buffer is not parsed again
+        early_buffer, parsed = self._early
+        if early_buffer != buffer:
+            parsed = {}
         stacks = {}
         for k, v in self._kernel.take(buffer):
-            frames, truncated, _pid = self._parse(v)
-            stacks[_U64.unpack_from(k)[0]] = (frames, truncated)
+            stack = parsed.get(k)
+            if stack is None:
+                frames, truncated, _pid = self._parse(v)
+                stack = (frames, truncated)
+            stacks[_U64.unpack_from(k)[0]] = stack
         self._stacks = stacks
+        if early_buffer == buffer:
+            self._early = (-1, {})

@@ -52,6 +52,9 @@ class RuntimeKernel(Protocol):
     def counters(self) -> list[int]:
         """The walker's counters since the last call (the schema's enum order)."""
 
+    def walks(self) -> int:
+        """The walker's walks so far (its first counter); the same value: nothing new recorded."""
+
 
 class FrameSource(Protocol):
     name: str      # its group in bpf/schema.yaml

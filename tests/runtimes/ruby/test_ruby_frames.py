@@ -147,3 +147,49 @@ def test_started_after_profiler_and_exited_keep_names():
     # also when an earlier Ruby process of the same libruby is gone)
     assert names["Process.clock_gettime"] > 0, names.most_common(8)
     assert names["[unknown ruby C function]"] <= 0.05 * sum(names.values()), names.most_common(8)
+
+
+IDLE_THEN_BUSY = """
+def burn(t)
+  e = Process.clock_gettime(Process::CLOCK_MONOTONIC) + t
+  x = 0
+  x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < e
+  x
+end
+$stdout.puts "ready"
+$stdout.flush
+sleep 2.5
+burn(0.6)
+"""
+
+
+def test_idle_process_costs_no_naming_passes_and_is_named_once_it_works(tmp_path):
+    """While a listed Ruby process sleeps, the walker does not walk it and the naming passes stop
+    reading the kernel's map of recorded stacks (the walker's counter says nothing was recorded);
+    once it works again, its frames are named before it exits (0.6 s after it woke)."""
+    ruby = require_tool("ruby")
+    script = tmp_path / "idle_then_busy.rb"
+    script.write_text(IDLE_THEN_BUSY)
+    with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+        source = next(src for src in prof.runtimes if src.name == "ruby")
+        reads = []
+        recorded = source._kernel.recorded
+        source._kernel.recorded = lambda buffer, skip=(): reads.append(buffer) or recorded(buffer, skip)
+        proc = subprocess.Popen([ruby, str(script)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(0.6)             # its last walks' passes (and their second look) are done
+            idle_from = len(reads)
+            time.sleep(1.5)             # asleep: some 7 rounds of the pid watcher
+            idle_reads = len(reads) - idle_from
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.pid in source._procs, "the Ruby process was not listed"
+        time.sleep(0.3)
+        samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
+    assert idle_reads <= 2, f"{idle_reads} reads of the recorded stacks while the process slept"
+    names = Counter(n for s in samples for n in ruby_names(s))
+    assert names["Object#burn"] >= 20, names.most_common(8)
+    assert names["[unknown ruby]"] <= 0.05 * sum(names.values()), names.most_common(8)
