@@ -4,32 +4,22 @@ holds the same bytes: every sample must show the frames a walk through the unwin
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
 import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
+from .test_hotspot import WORK, _jdk
+
 pytestmark = pytest.mark.root
 
-WORK = Path(__file__).parent / "HotWork.java"
 # struct hs_tail in bpf/hotspot.h: mm, bp, pc, hash (u64), span, n (u32), pcs
 _TAIL = struct.Struct("<QQQQII")
-
-
-def _jdk(tool: str) -> str:
-    home = os.environ.get("JAVA_HOME", "")
-    path = str(Path(home) / "bin" / tool) if home else shutil.which(tool)
-    if not path or not os.path.exists(path):
-        pytest.skip(f"no {tool} on this machine (.ci/install.d/runtimes.sh installs a JDK)")
-    return path
 
 
 def _below_java(sample) -> tuple[str, ...]:
