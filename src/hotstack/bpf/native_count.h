@@ -35,6 +35,25 @@ HS_NATIVE_MAPS
 _Static_assert(sizeof(struct stack_key) <= NATIVE_COMM_WORD * 8, "stack_key must fit before the comm");
 _Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks values are struct nu_stack");
 
+/* The sample handed from one program to the next through st->ctx_words: its key, comm, buffer word
+ * (bit 0: the buffer; the includer may use higher bits) and value. */
+static __always_inline void native_ctx_save(struct nu_state *st, const struct stack_key *key, const char *comm,
+					    __u64 buffer_word, __u64 value)
+{
+	__builtin_memcpy(st->ctx_words, key, sizeof(*key));
+	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
+	st->ctx_words[NATIVE_BUFFER_WORD] = buffer_word;
+	st->ctx_words[NATIVE_VALUE_WORD] = value;
+}
+
+/* The key and comm native_ctx_save() left; returns the buffer word. */
+static __always_inline __u64 native_ctx_load(const struct nu_state *st, struct stack_key *key, char *comm)
+{
+	__builtin_memcpy(key, st->ctx_words, sizeof(*key));
+	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
+	return st->ctx_words[NATIVE_BUFFER_WORD];
+}
+
 /* Begin a walk from user registers and hand it to the step program; 0 if handed over (the step
  * program counts the sample), -1 if the caller must count it itself (key.user_stack_id set). */
 static __always_inline int native_begin(void *ctx, struct stack_key *key, const char *comm, __u32 buffer,
@@ -45,10 +64,7 @@ static __always_inline int native_begin(void *ctx, struct stack_key *key, const 
 	key->user_stack_id = -1;
 	if (!st)
 		return -1;
-	__builtin_memcpy(st->ctx_words, key, sizeof(*key));
-	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
-	st->ctx_words[NATIVE_BUFFER_WORD] = buffer;
-	st->ctx_words[NATIVE_VALUE_WORD] = value;
+	native_ctx_save(st, key, comm, buffer, value);
 	NATIVE_BEGIN_HOOK(ctx, key);
 	bpf_tail_call(ctx, &nu_progs, 0);
 	nu_count(NU_STAT_TAIL_CALL_FAILED);
@@ -90,9 +106,7 @@ static __always_inline int native_step_and_store(void *ctx, struct stack_key *ke
 	if (!nu_steps(st))
 		bpf_tail_call(ctx, &nu_progs, 0);
 	nu_count_end(st);
-	__builtin_memcpy(key, st->ctx_words, sizeof(*key));
-	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
-	*buffer = st->ctx_words[NATIVE_BUFFER_WORD] & 1;
+	*buffer = native_ctx_load(st, key, comm) & 1;
 	*value = st->ctx_words[NATIVE_VALUE_WORD];
 	native_store(st, key, *buffer);
 	NU_RUNTIME_END(key, *buffer);

@@ -116,10 +116,7 @@ static __always_inline void rt_hand_over(void *ctx, struct stack_key *key, const
 	st = nu_state();
 	if (!st)
 		return;
-	__builtin_memcpy(st->ctx_words, key, sizeof(*key));
-	__builtin_memcpy(&st->ctx_words[NATIVE_COMM_WORD], comm, COMM_LEN);
-	st->ctx_words[NATIVE_BUFFER_WORD] = buffer | (in_kernel ? 2 : 0) | (then << 2);
-	st->ctx_words[NATIVE_VALUE_WORD] = 1;
+	native_ctx_save(st, key, comm, buffer | (in_kernel ? 2 : 0) | (then << 2), 1);
 	bpf_tail_call(ctx, &rt_progs, walker);
 }
 
@@ -227,9 +224,7 @@ static __always_inline int rt_walk(void *ctx, int which)
 
 	if (!st)
 		return 0;
-	__builtin_memcpy(&key, st->ctx_words, sizeof(key));
-	__builtin_memcpy(comm, &st->ctx_words[NATIVE_COMM_WORD], COMM_LEN);
-	word = st->ctx_words[NATIVE_BUFFER_WORD];
+	word = native_ctx_load(st, &key, comm);
 	buffer = word & 1;
 	if (which == RT_PYTHON)
 		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
