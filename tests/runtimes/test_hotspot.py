@@ -73,8 +73,8 @@ def jfr_split(recording: Path) -> dict[str, float]:
     return counts
 
 
-def _start(classes: Path, seconds: float, *flags: str) -> subprocess.Popen:
-    proc = subprocess.Popen([_jdk("java"), *flags, "-cp", str(classes), "HotWork", str(seconds), "8"],
+def _start(classes: Path, seconds: float, *flags: str, threads: int = 8) -> subprocess.Popen:
+    proc = subprocess.Popen([_jdk("java"), *flags, "-cp", str(classes), "HotWork", str(seconds), str(threads)],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc

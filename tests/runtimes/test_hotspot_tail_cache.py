@@ -5,7 +5,6 @@ holds the same bytes: every sample must show the frames a walk through the unwin
 from __future__ import annotations
 
 import struct
-import subprocess
 import time
 from collections import Counter
 
@@ -14,7 +13,7 @@ import pytest
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
-from .test_hotspot import WORK, _jdk
+from .test_hotspot import _start, classes  # noqa: F401 (classes: the fixture)
 
 pytestmark = pytest.mark.root
 
@@ -29,12 +28,9 @@ def _below_java(sample) -> tuple[str, ...]:
     return tuple(f.name for f in sample.stack[last + 1:])
 
 
-def test_cached_native_tail_is_the_thread_start(tmp_path):
-    subprocess.run([_jdk("javac"), "-d", str(tmp_path), str(WORK)], check=True, timeout=120)
-    proc = subprocess.Popen([_jdk("java"), "-cp", str(tmp_path), "HotWork", "30", "2"], stdout=subprocess.PIPE,
-                            text=True)
+def test_cached_native_tail_is_the_thread_start(classes):
+    proc = _start(classes, 30, threads=2)
     try:
-        assert proc.stdout.readline().strip() == "ready"
         time.sleep(1.0)
         with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
             time.sleep(0.5)

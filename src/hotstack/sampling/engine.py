@@ -69,7 +69,6 @@ class Engine:
         self._stop = threading.Event()
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
         self._native_kick = threading.Event()
-        self._new_pids_seen = False
         self._threads: list[threading.Thread] = []
         self._started: list[Sampler] = []
         self._lock = threading.Lock()     # one drain at a time
@@ -181,11 +180,12 @@ class Engine:
             while not self._stop.is_set():
                 for sampler in self._started:
                     sampler.clear_wakeups()
-                busy = self.observe_new_pids()
+                came = self._observe_pids()
+                busy = self._poll_runtimes() or came
                 # the unwind thread is kicked only when a program queued work (a file without a
                 # table, a stale mapping list: both wake us) or new processes came; a round kept
                 # short by runtime processes alone does not wake it (it waits IDLE_WAIT_S at most)
-                if woken or self._new_pids_seen:
+                if woken or came:
                     self._native_kick.set()
                 woken = bool(waiter.poll(self._watch_interval if busy else IDLE_WAIT_S))
                 if self._stop.wait(self._watch_interval):
@@ -196,8 +196,12 @@ class Engine:
             waiter.close()
 
     def observe_new_pids(self) -> bool:
-        """True if there was something to do, or runtime processes are being followed
-        (`_new_pids_seen`: whether new processes came)."""
+        """True if there was something to do, or runtime processes are being followed."""
+        came = self._observe_pids()
+        return self._poll_runtimes() or came
+
+    def _observe_pids(self) -> bool:
+        """The processes the programs announced, read and taken on; True if any came."""
         busy = False
         for sampler in self._started:
             try:
@@ -212,13 +216,17 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
-        self._new_pids_seen = busy
+        return busy
+
+    def _poll_runtimes(self) -> bool:
+        """Each frame source's naming pass; True if some source follows processes."""
+        following = False
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
                 # a source that cannot tell is taken as following processes (polled every round)
-                busy = busy or getattr(source, "tracking", lambda: True)()
-        return busy
+                following = following or getattr(source, "tracking", lambda: True)()
+        return following
 
     def _forget_image(self, pid: int) -> None:
         """`pid` exec'ed: what was read of its old image (maps, runtime state) goes, and the new

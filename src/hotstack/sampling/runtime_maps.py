@@ -35,7 +35,6 @@ class RuntimeMaps:
         self._totals = [0] * self._roles["counter_count"]
         self._walker_ready: bool | None = None if "walker" in self._roles else True
         self._walker_lock = threading.Lock()
-        self.walker_error = ""
         self._batch = max(1, _BATCH_BYTES // self._stacks(0).buffer_value_size)
 
     def configure(self, value: int) -> None:
@@ -52,7 +51,6 @@ class RuntimeMaps:
                     self._collection.maps["rt_progs"].update(_U32.pack(self._roles["slot"]), _U32.pack(program.fd))
                     self._walker_ready = True
                 except (ebpf.EbpfError, OSError, ValueError, KeyError) as e:
-                    self.walker_error = str(e)
                     logging.getLogger(__name__).warning("%s frames off: %s", self._roles["walker"], e)
                     self._walker_ready = False
         return self._walker_ready
