@@ -216,6 +216,11 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
+        # processes that mapped new files (dlopen) after they were looked at: a runtime may have
+        # come with them (the frame sources retry only processes that named a runtime already)
+        for pid in self.processes.take_remapped():
+            if self.wants(pid):
+                self._take_on(pid)
         return busy
 
     def _poll_runtimes(self) -> bool:
