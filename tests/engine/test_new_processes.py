@@ -123,3 +123,28 @@ def test_a_runtime_loaded_late_by_dlopen_gets_its_frames(tmp_path):
     python = [s for s in samples if any(f.kind is FrameKind.PYTHON for f in s.stack)]
     names = {f.name for s in python for f in s.stack if f.kind is FrameKind.PYTHON}
     assert len(python) >= 20 and "embedded_hot" in names, (len(samples), len(python), names)
+
+
+def test_declined_pids_are_pruned_while_the_pid_watcher_declines_more():
+    """The pid watcher declines pids (a target filter says no) while a collect, on another thread,
+    prunes the exited ones: the collect must not fail (it once lost an agent's interval with "Set
+    changed size during iteration")."""
+    engine = Engine(EngineConfig(frequency=19, runtime_frames=False))
+    engine.set_target_filter(lambda pid: False)
+    stop = threading.Event()
+
+    def decline():
+        for pid in range(1 << 30, (1 << 30) + 30_000):   # no such processes: all are pruned
+            if stop.is_set():
+                return
+            engine.wants(pid)
+    watcher = threading.Thread(target=decline)
+    watcher.start()
+    try:
+        while watcher.is_alive():
+            engine._forget_dead()
+    finally:
+        stop.set()
+        watcher.join()
+    engine._forget_dead()
+    assert not engine._declined
