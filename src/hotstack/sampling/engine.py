@@ -88,6 +88,13 @@ class Engine:
                     self._declined.discard(pid)
                 self._take_on(pid)
 
+    def set_kernel_pids(self, pids) -> None:
+        """With `pids_at_run_time`: the programs sample only these pids from now on (None: every
+        pid). For a front door whose targets are known pids (the agent's, by pid); what it wants
+        beyond pids stays `set_target_filter`'s."""
+        for sampler in self.samplers:
+            sampler.set_kernel_pids(pids)
+
     def wants(self, pid: int) -> bool:
         wants = self._wants
         if wants is None or wants(pid):
