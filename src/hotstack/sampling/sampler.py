@@ -55,9 +55,13 @@ class Sampler:
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
         self._kernel_pids: frozenset[int] | None = None  # pids_at_run_time: the filter now (None: open)
 
+    def _filters_pids(self) -> int:
+        """filter_by_pid of its programs (and of the exec program beside them, on the same map)."""
+        return int(bool(self.config.pids) or self.config.pids_at_run_time)
+
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
-        spec.set_constant("filter_by_pid", int(bool(self.config.pids) or self.config.pids_at_run_time))
+        spec.set_constant("filter_by_pid", self._filters_pids())
         if self.config.pids_at_run_time:
             spec.maps["filter_pids"].max_entries = RUN_TIME_PIDS_MAX + 1   # and key 0
         return spec
@@ -141,7 +145,7 @@ class Sampler:
                   for name in EXEC_SHARED_MAPS}
         try:
             spec = ebpf.load_spec(object_path("exec"), map_prefix=self.map_prefix + "x")
-            spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+            spec.set_constant("filter_by_pid", self._filters_pids())
             spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
             self._exec = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptors
             self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXEC_PROGRAM]))
