@@ -1,10 +1,9 @@
-"""Fixtures of the Alloy tests: the spin workload, a container-like cgroup, the peers, the agent."""
+"""Fixtures of the Alloy tests: the spin workload, the peers, the agent."""
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -31,64 +30,6 @@ def pyroscope():
     server = PyroscopeServer()
     yield server
     server.close()
-
-
-def _cgroup_root() -> Path:
-    """Where the test may create a cgroup: the unified (v2) hierarchy, or a v1 one on hybrid hosts."""
-    for candidate in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
-        if (candidate / "cgroup.procs").exists() and (candidate / "cgroup.controllers").exists():
-            return candidate
-    return Path("/sys/fs/cgroup/pids")
-
-
-class ContainerCgroup:
-    """A cgroup named like a container runtime's (e.g. cri-containerd-<64hex>.scope), and processes
-    started inside it from their first instruction (the shell joins the cgroup, then execs)."""
-
-    def __init__(self, style: str) -> None:
-        self.id = secrets.token_hex(32)
-        self.parent = _cgroup_root() / f"hotstack-test-{os.getpid()}-{self.id[:8]}"
-        name = {"containerd": f"cri-containerd-{self.id}.scope", "docker": f"docker-{self.id}.scope",
-                "crio": f"crio-{self.id}.scope"}[style]
-        self.path = self.parent / name
-        self.path.mkdir(parents=True)
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str]) -> subprocess.Popen:
-        script = f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"'
-        p = subprocess.Popen(["sh", "-c", script, "sh", *map(str, argv)], stdout=subprocess.DEVNULL)
-        self.procs.append(p)
-        time.sleep(0.2)
-        return p
-
-    def cleanup(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=10)
-        for d in (self.path, self.parent):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)   # the killed processes are leaving the cgroup
-
-
-@pytest.fixture
-def container_cgroup():
-    made: list[ContainerCgroup] = []
-
-    def make(style: str = "containerd") -> ContainerCgroup:
-        c = ContainerCgroup(style)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.cleanup()
 
 
 class AgentProcess:

@@ -126,6 +126,10 @@ def validate_http_client(a: dict) -> None:
         raise ValueError("no_proxy needs proxy_url")
     if a["proxy_connect_header"] and not (a["proxy_url"] or a["proxy_from_environment"]):
         raise ValueError("proxy_connect_header needs proxy_url or proxy_from_environment")
+    if a["tls_config"]["server_name"] and (a["proxy_url"] or a["proxy_from_environment"]):
+        # httpx names a CONNECT tunnel's TLS after the target host: refused, never ignored
+        raise ValueError("tls_config.server_name: not supported through a proxy yet (the TLS name through a "
+                         "CONNECT tunnel is the target's host name); use one or the other")
     if a["proxy_url"]:
         u = urllib.parse.urlsplit(a["proxy_url"])
         if u.scheme not in ("http", "https") or not u.hostname:
