@@ -22,6 +22,7 @@ SECRETS = {
     "file_token": "S3cr3t-filetoken-5e4f", "k8s": "S3cr3t-k8s-6a5b", "credentials": "S3cr3t-credfile-7c6d",
     "docker_password": "S3cr3t-dockerpw-8e7f", "docker_header": "S3cr3t-dockerhdr-9f80", "dead": "S3cr3t-dead-0a91",
     "oauth": "S3cr3t-oauth-1b2c", "write_oauth": "S3cr3t-writeoauth-2c3d", "proxy_header": "S3cr3t-proxyhdr-3d4e",
+    "url_password": "S3cr3t-urlpw-4e5f", "dead_url_password": "S3cr3t-deadurl-5f60",
 }
 
 
@@ -57,9 +58,14 @@ pyroscope.write "from_file" {{
     bearer_token_file = "{files["file_token"]}"
   }}
 }}
+pyroscope.write "in_url" {{
+  endpoint {{
+    url = "{pyroscope_url.replace("http://", "http://u:" + SECRETS["url_password"] + "@")}"
+  }}
+}}
 pyroscope.write "dead" {{
   endpoint {{
-    url                 = "http://127.0.0.1:9"
+    url                 = "http://u:{SECRETS["dead_url_password"]}@127.0.0.1:9"
     bearer_token        = "{SECRETS["dead"]}"
     max_backoff_retries = 1
     min_backoff_period  = "100ms"
@@ -114,6 +120,7 @@ pyroscope.ebpf "spin" {{
   targets          = [{{"__process_pid__" = "{spin_pid}", "service_name" = "spin"}}]
   forward_to       = [pyroscope.write.bearer.receiver, pyroscope.write.basic.receiver,
                       pyroscope.write.from_file.receiver, pyroscope.write.dead.receiver,
+                      pyroscope.write.in_url.receiver,
                       pyroscope.write.oauth.receiver]
   collect_interval = "2s"
 }}
@@ -137,6 +144,9 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['bearer']}"
                                   and s.headers.get("X-Scope-OrgID") == SECRETS["header"])
         assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['file_token']}")
+        # a password in the URL is sent as Basic credentials (as Go's client sends it), and never shown
+        assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == "Basic " + base64.b64encode(
+            f"u:{SECRETS['url_password']}".encode()).decode())
         assert f"Bearer {SECRETS['k8s']}" in k8s.authorization
         assert f"Bearer {SECRETS['credentials']}" in k8s.authorization
         assert docker.headers and docker.headers[0]["X-Docker-Token"] == SECRETS["docker_header"]
@@ -145,7 +155,7 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         pages = {path: a.get(path) for path in ("/", "/metrics", "/-/ready", "/-/healthy", "/flamegraph",
                                                 "/api/v0/web/components", "/nope")}
         components = a.json("/api/v0/web/components")
-        assert len(components) == 10
+        assert len(components) == 11
         for c in components:
             for path in (f"/api/v0/web/components/{c['id']}", f"/component/{c['id']}"):
                 pages[path] = a.get(path)

@@ -11,6 +11,7 @@ does. The sockets are learnt from httpx's documented `trace` extension (each new
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 import threading
@@ -21,6 +22,11 @@ import httpx
 MAX_REDIRECTS = 10   # Go's http.Client stops after 10
 
 _CONNECTED = ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete")
+
+# httpx logs each request's URL at INFO (a password in it too) and httpcore each step at DEBUG:
+# hotstack says what fails itself, with URLs redacted, so theirs stay quiet below WARNING.
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 class Transport:

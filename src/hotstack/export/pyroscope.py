@@ -27,7 +27,7 @@ import httpx
 from .. import __version__
 from ..errors import ConfigError
 from .delivery import (DEFAULT_QUEUE_BYTES, FLUSH_DEADLINE_S, Backoff, DeliveryMetrics, DeliveryQueue,
-                       PermanentError, RetryableError, printable)
+                       PermanentError, RetryableError, printable, redact_url)
 from .http_transport import Transport, describe
 from .push_pb2 import LabelPair, PushRequest, RawProfileSeries, RawSample
 
@@ -71,15 +71,15 @@ class PyroscopeEndpoint:
         try:
             parts = urlsplit(self.url)
         except ValueError as e:    # e.g. an unclosed IPv6 bracket
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: {e}") from None
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: {e}") from None
         try:
             port = parts.port      # ValueError when it is not a number in 0..65535
         except ValueError:
             port = -1
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: expected http(s)://host[:port][/path]")
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: expected http(s)://host[:port][/path]")
         if port is not None and not 0 < port < 65536:
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: the port must be a number in 1..65535")
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: the port must be a number in 1..65535")
         if self.bearer_token and self.bearer_token_file:
             raise ConfigError("pyroscope endpoint: at most one of bearer_token and bearer_token_file")
         if (self.bearer_token or self.bearer_token_file) and self.basic_auth_username:
@@ -93,7 +93,12 @@ class PyroscopeEndpoint:
 
     @property
     def display_name(self) -> str:
-        return self.name or self.url
+        return self.name or redact_url(self.url)
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as logs and errors show it: a password in it hidden."""
+        return redact_url(self.url)
 
     def auth_header(self) -> str | None:
         """Read files at each request, as Alloy does, so rotated tokens are picked up."""
@@ -231,7 +236,7 @@ class _ConnectClient:
             try:
                 headers.update(ep.client_headers())
             except Exception as e:   # a credentials file gone, a token server down: try again later
-                raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {printable(e)}") from None
+                raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {printable(e)}") from None
         headers.update(ep.headers)
         auth = ep.auth_header()
         if auth:
@@ -248,16 +253,16 @@ class _ConnectClient:
             resp, payload = self._client().request("POST", self.url, headers, body, sni_hostname=ep.server_name,
                                                    max_body=MAX_ANSWER)
         except (httpx.TooManyRedirects, httpx.UnsupportedProtocol) as e:
-            raise PermanentError(f"POST {ep.url}{PUSH_PATH}: {_describe(e)}") from None
+            raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
         except httpx.HTTPError as e:
-            raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {_describe(e)}") from None
+            raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
         status = resp.status_code
         if status == 200:
             return
         if resp.is_redirect:   # only when not followed
-            raise PermanentError(f"POST {ep.url}{PUSH_PATH}: HTTP {status} redirect to "
-                                 f"{printable(resp.headers.get('Location', ''), 200)} (follow_redirects is false)")
-        message = f"POST {ep.url}{PUSH_PATH}: HTTP {status}{_connect_error(payload)}"
+            raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: HTTP {status} redirect to "
+                                 f"{printable(redact_url(resp.headers.get('Location', '')), 200)} (follow_redirects is false)")
+        message = f"POST {ep.shown_url}{PUSH_PATH}: HTTP {status}{_connect_error(payload)}"
         if status >= 500 or status == 408 or (status == 429 and ep.retry_on_http_429):
             raise RetryableError(message)
         raise PermanentError(message)

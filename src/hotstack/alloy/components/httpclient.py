@@ -339,7 +339,7 @@ def request(url: str, method: str, headers: dict[str, str], body: bytes | None =
         raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: the answer is larger than {MAX_BODY >> 20} MiB")
     if resp.is_redirect and follow and not client.follow_redirects:
         raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: HTTP {resp.status_code} redirect to "
-                        f"{resp.headers.get('Location', '')} (follow_redirects is false)")
+                        f"{redact_url(resp.headers.get('Location', ''))} (follow_redirects is false)")
     return resp.status_code, data
 
 
