@@ -5,7 +5,7 @@ One `Transport` is one component's client (its connection pool, kept alive betwe
 `abort()` cuts the requests in flight from another thread: a hanging receiver would hold a
 request until its timeout, and a stop must not wait that long. httpx closes a pool, but a
 socket closed under a thread blocked in recv() does not wake it; shutting the socket down
-does. The sockets are learnt from httpx's documented `trace` extension (each new connection).
+does. The sockets are learnt from httpx's documented `trace` extension (each new connection's).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import httpx
 
 MAX_REDIRECTS = 10   # Go's http.Client stops after 10
 
-_CONNECTED = ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete")
+# Each new stream of a connection: its socket (TCP, unix), then the TLS one over it (which takes
+# the socket's descriptor over: only the TLS socket can be shut then), through a proxy too.
+_STREAM_EVENTS = ("connect_tcp.complete", "connect_unix_socket.complete", "start_tls.complete")
 
 # httpx logs each request's URL at INFO (a password in it too) and httpcore each step at DEBUG:
 # hotstack says what fails itself, with URLs redacted, so theirs stay quiet below WARNING.
@@ -45,7 +47,7 @@ class Transport:
                                    follow_redirects=follow_redirects, max_redirects=MAX_REDIRECTS)
 
     def _trace(self, name: str, info: dict) -> None:
-        if name in _CONNECTED and info.get("return_value") is not None:
+        if name.endswith(_STREAM_EVENTS) and info.get("return_value") is not None:
             with self._lock:
                 self._streams.add(info["return_value"])
 
