@@ -36,7 +36,9 @@ class AgentProcess:
     """`hotstack agent CONFIG` run as a user runs it, with its HTTP server on a free port."""
 
     def __init__(self, config: str | None, tmp: Path, extra: list[str] | None = None, env: dict | None = None,
-                 prefix: list[str] | None = None) -> None:
+                 prefix: list[str] | None = None, listen_host: str = "127.0.0.1") -> None:
+        """`listen_host`: where the server listens (0.0.0.0: every address, as the DaemonSet's);
+        the test's own requests go to 127.0.0.1 either way."""
         self.port = free_port()
         args = []
         if config is not None:   # None: the built-in pipeline
@@ -45,7 +47,7 @@ class AgentProcess:
             args.append(str(path))
         self.log = tmp / "agent.log"
         cmd = [*(prefix or []), sys.executable, "-m", "hotstack", "agent", *args,
-               "--server.http.listen-addr", f"127.0.0.1:{self.port}", *(extra or [])]
+               "--server.http.listen-addr", f"{listen_host}:{self.port}", *(extra or [])]
         self.logf = open(self.log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
@@ -93,8 +95,8 @@ def agent(tmp_path):
     started: list[AgentProcess] = []
 
     def start(config: str | None, extra: list[str] | None = None, env: dict | None = None,
-              prefix: list[str] | None = None) -> AgentProcess:
-        a = AgentProcess(config, tmp_path, extra, env, prefix)
+              prefix: list[str] | None = None, listen_host: str = "127.0.0.1") -> AgentProcess:
+        a = AgentProcess(config, tmp_path, extra, env, prefix, listen_host)
         started.append(a)
         return a
 

@@ -291,3 +291,62 @@ def test_passwords_in_urls_are_redacted(tmp_path):
         assert "cannot reach http://admin:xxxxx@127.0.0.1:9" in c.component("discovery.docker.d").health.message
     finally:
         c.stop()
+
+
+@pytest.fixture
+def pod_network():
+    """A client on another host, as one on the pod network: a network namespace of the test's own,
+    joined to this one by a veth pair with link-local addresses (no traffic leaves the machine).
+    Yields (the agent's address here, a function running Python code in the namespace)."""
+    import os
+    import subprocess
+    import sys
+
+    tag = f"{os.getpid() % 100000}"
+    ns, here, there = f"hs-pod-{tag}", f"hsp{tag}a", f"hsp{tag}b"
+
+    def ip(*args: str, netns: str = "") -> None:
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=30)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("addr", "add", "169.254.77.1/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("addr", "add", "169.254.77.2/30", "dev", there, netns=ns)
+        ip("link", "set", there, "up", netns=ns)
+
+        def run_there(code: str) -> str:
+            r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+
+        yield "169.254.77.1", run_there
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def test_reload_is_not_served_to_the_pod_network(agent, pod_network):
+    """/-/reload, the one route that acts (it re-reads the config file and applies it), answers a
+    client from another address with 403 and does nothing; the read-only pages still answer it;
+    from the host itself it reloads as Alloy's does."""
+    address, run_there = pod_network
+    a = agent('discovery.relabel "r" {\n  targets = []\n}\n', listen_host="0.0.0.0")   # as the DaemonSet
+    a.wait_ready()
+    code = ("import http.client\n"
+            "for method, path in (('GET', '/-/reload'), ('POST', '/-/reload'), ('GET', '/-/ready')):\n"
+            f"    c = http.client.HTTPConnection('{address}', {a.port}, timeout=10)\n"
+            "    c.request(method, path)\n"
+            "    r = c.getresponse()\n"
+            "    print(method, path, r.status, r.read().decode().strip())\n")
+    out = run_there(code).splitlines()
+    assert out[0].startswith("GET /-/reload 403 /-/reload is served to local clients only"), out
+    assert out[1].startswith("POST /-/reload 403"), out
+    assert out[2] == "GET /-/ready 200 Agent is ready.", out
+    assert "config reloaded" not in a.log.read_text()
+    status, body = a.get("/-/reload")     # from this host (loopback): Alloy's behaviour
+    assert status == 200, body
