@@ -114,6 +114,37 @@ def test_https_with_a_client_certificate_and_server_name(tmp_path):
         server.close()
 
 
+def test_a_rotated_client_certificate_is_used_for_the_next_push(tmp_path):
+    """cert_file/key_file are read again when they change on disk (cert-manager, a projected
+    secret): a push refused with a certificate the server does not trust goes through once the
+    files hold one it does, with no restart or reload."""
+    import shutil
+    import subprocess
+
+    pki = make_pki(tmp_path)
+    server = ConnectPushServer(tls=pki.server_context(require_client_cert=True))
+    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=untrusted"], check=True, capture_output=True, timeout=60)
+    try:
+        c = started(write_config(server.url, f'    min_backoff_period = "200ms"\n    max_backoff_period = "200ms"\n'
+                                             f'    max_backoff_retries = 0\n    tls_config {{\n'
+                                             f'      ca_file = "{pki.ca}"\n      cert_file = "{cert}"\n'
+                                             f'      key_file = "{key}"\n    }}\n'))
+        try:
+            push(c)
+            comp = c.component("pyroscope.write.w")
+            assert wait(lambda: comp.pushers[0].metrics.snapshot()["retries"] >= 2, timeout=20)
+            assert server.accepted() == []           # the handshake was refused
+            shutil.copy(pki.client_cert, cert)      # rotated: the files now hold a trusted pair
+            shutil.copy(pki.client_key, key)
+            assert wait(lambda: len(server.accepted()) == 1, timeout=20), comp.health
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
 def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(caplog):
     server = ConnectPushServer()
     redirect = RedirectServer(server.url, status=307)

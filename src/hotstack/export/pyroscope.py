@@ -59,6 +59,7 @@ class PyroscopeEndpoint:
     # gives both: `transport(timeout)` -> a new Transport for the endpoint, and `client_headers()`
     # -> headers read at each request (credentials, a token).
     transport: Callable[[float], Transport] | None = None
+    transport_key: Callable[[], object] | None = None   # when its value changes, the transport is made again
     client_headers: Callable[[], dict[str, str]] | None = None
     follow_redirects: bool = True
     enable_http2: bool = True     # offered over TLS (ALPN), as Go's client; plain http:// is HTTP/1.1
@@ -200,10 +201,15 @@ class _ConnectClient:
         self.endpoint = endpoint
         self.url = endpoint.url.rstrip("/") + PUSH_PATH
         self._transport: Transport | None = None
+        self._key: object = None
 
     def _client(self) -> Transport:
+        ep = self.endpoint
+        key = ep.transport_key() if ep.transport_key is not None else None
+        if self._transport is not None and key != self._key:   # e.g. a rotated client certificate
+            self.close()
+        self._key = key
         if self._transport is None:
-            ep = self.endpoint
             if ep.transport is not None:
                 self._transport = ep.transport(ep.remote_timeout_s)
             else:
@@ -250,7 +256,11 @@ class _ConnectClient:
         ep = self.endpoint
         headers = self._headers(trace_id)
         try:
-            resp, payload = self._client().request("POST", self.url, headers, body, sni_hostname=ep.server_name,
+            client = self._client()
+        except Exception as e:   # its TLS files unreadable now (rotated, not there yet): try again later
+            raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {printable(e)}") from None
+        try:
+            resp, payload = client.request("POST", self.url, headers, body, sni_hostname=ep.server_name,
                                                    max_body=MAX_ANSWER)
         except (httpx.TooManyRedirects, httpx.UnsupportedProtocol) as e:
             raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None

@@ -189,7 +189,7 @@ class HTTPClientConfig:
     args: dict
     _oauth_token: tuple[str, float] = ("", 0.0)   # (token, monotonic expiry)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _transports: dict = field(default_factory=dict)   # (scheme, host or socket, timeout, follow) -> Transport
+    _transports: dict = field(default_factory=dict)   # (scheme, host or socket, timeout, follow) -> (Transport, tls_files())
     _transport_lock: threading.Lock = field(default_factory=threading.Lock)
     _oauth_client: "HTTPClientConfig | None" = None
 
@@ -260,6 +260,20 @@ class HTTPClientConfig:
     def server_name(self) -> str:
         return (self.get("tls_config") or {}).get("server_name", "")
 
+    def tls_files(self) -> tuple:
+        """The TLS files as they are now (path, size, mtime): a transport made before they changed
+        (a rotated client certificate or CA) is made again, as Go's clients read them again."""
+        t = self.get("tls_config") or {}
+        out = []
+        for path in (t.get("ca_file"), t.get("cert_file"), t.get("key_file")):
+            if path:
+                try:
+                    st = os.stat(path)
+                    out.append((path, st.st_size, st.st_mtime_ns))
+                except OSError:
+                    out.append((path, None, None))
+        return tuple(out)
+
     @property
     def follow_redirects(self) -> bool:
         return self.get("follow_redirects", True)
@@ -316,10 +330,15 @@ def transport_for(url: str, timeout: float, client: HTTPClientConfig | None = No
     client = client or HTTPClientConfig({})
     u = urllib.parse.urlsplit(url)
     key = (u.scheme, u.path if u.scheme == "unix" else u.netloc, timeout, follow)
+    files = client.tls_files() if u.scheme == "https" else ()
     with client._transport_lock:
-        transport = client._transports.get(key)
+        transport, made_with = client._transports.get(key, (None, ()))
+        if transport is not None and made_with != files:
+            transport.close()
+            transport = None
         if transport is None:
-            transport = client._transports[key] = new_transport(url, timeout, client, follow)
+            transport = new_transport(url, timeout, client, follow)
+            client._transports[key] = (transport, files)
     return transport, "http://localhost" if u.scheme == "unix" else url.rstrip("/")
 
 

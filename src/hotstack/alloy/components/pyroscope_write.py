@@ -49,7 +49,7 @@ def to_endpoint(a: dict, tracing: dict | None = None) -> PyroscopeEndpoint:
         remote_timeout_s=a["remote_timeout"], min_backoff_s=a["min_backoff_period"],
         max_backoff_s=a["max_backoff_period"], max_backoff_retries=a["max_backoff_retries"],
         retry_on_http_429=a["retry_on_http_429"],
-        transport=lambda timeout: new_transport(a["url"], timeout, client),
+        transport=lambda timeout: new_transport(a["url"], timeout, client), transport_key=client.tls_files,
         client_headers=client.headers, follow_redirects=a["follow_redirects"], enable_http2=a["enable_http2"],
         server_name=client.server_name(),
         jaeger_propagator=tracing["jaeger_propagator"], trace_context_propagator=tracing["trace_context_propagator"])
