@@ -302,6 +302,8 @@ def pod_network():
     import subprocess
     import sys
 
+    import shutil
+    assert shutil.which("ip"), "the pod-network test needs ip(8): apt-get install iproute2"
     tag = f"{os.getpid() % 100000}"
     ns, here, there = f"hs-pod-{tag}", f"hsp{tag}a", f"hsp{tag}b"
 
