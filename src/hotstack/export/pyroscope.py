@@ -262,7 +262,7 @@ class _ConnectClient:
         try:
             resp, payload = client.request("POST", self.url, headers, body, sni_hostname=ep.server_name,
                                                    max_body=MAX_ANSWER)
-        except (httpx.TooManyRedirects, httpx.UnsupportedProtocol) as e:
+        except (httpx.TooManyRedirects, httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
             raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
         except httpx.HTTPError as e:
             raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None

@@ -352,7 +352,7 @@ def request(url: str, method: str, headers: dict[str, str], body: bytes | None =
     try:
         resp, data = transport.request(method, base + path, headers, body, sni_hostname=client.server_name(),
                                        max_body=MAX_BODY)
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
         raise HTTPError(f"cannot reach {redact_url(url)}: {describe(e)}") from None
     if len(data) > MAX_BODY:
         raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: the answer is larger than {MAX_BODY >> 20} MiB")
