@@ -227,3 +227,64 @@ def test_memory_is_bounded_in_bytes_against_a_hanging_receiver():
     assert max(after_warmup) - min(after_warmup) < 12 * 1024, after_warmup          # flat
     assert all(s["held_kib"] <= budget_kib for s in samples)
     assert samples[-1]["dropped"] > 1000 and rows[-1]["closed_in_s"] < 2.0, rows[-1]
+
+
+def _series(n: int) -> list[PushSeries]:
+    return [PushSeries({**LABELS, "service_name": f"svc-{i}"}, _pprof()) for i in range(n)]
+
+
+def _services(requests) -> list[list[str]]:
+    return [[{lp.name: lp.value for lp in s.labels}["service_name"] for s in r.series] for r in requests]
+
+
+def test_an_intervals_profiles_go_in_one_request_split_by_batch_limits(monkeypatch):
+    """push_many (pyroscope.ebpf's profiles of one interval, one per target): one PushRequest for
+    them all, not a request each (~1 ms of client CPU each), cut at BATCH_SERIES / BATCH_BYTES."""
+    import hotstack.export.pyroscope as pyroscope
+    server = ConnectPushServer([200])
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        assert pusher.push_many(_series(3)) == [True, True, True]
+        _handled(pusher, 3)
+        monkeypatch.setattr(pyroscope, "BATCH_SERIES", 2)
+        assert pusher.push_many(_series(3)) == [True, True, True]
+        _handled(pusher, 6)
+        assert pusher.close(5)
+    finally:
+        server.close()
+    assert _services(server.accepted()) == [["svc-0", "svc-1", "svc-2"], ["svc-0", "svc-1"], ["svc-2"]]
+    m = pusher.metrics.snapshot()
+    assert (m["sent_items"], m["dropped_items"]) == (6, 0), m
+
+
+def test_a_request_refused_for_one_series_loses_only_that_one():
+    """The receiver refuses a whole request for one bad series (HTTP 400): each series is sent again
+    on its own, and only the refused one is dropped and counted."""
+    server = ConnectPushServer([400, 200, 400, 200], error_body=b'{"code":"invalid_argument","message":"bad"}')
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        assert all(pusher.push_many(_series(3)))
+        _handled(pusher, 3)
+        assert pusher.close(5)
+    finally:
+        server.close()
+    assert [r["status"] for r in server.requests] == [400, 200, 400, 200]
+    assert _services(server.accepted()) == [["svc-0"], ["svc-2"]]
+    m = pusher.metrics.snapshot()
+    assert (m["sent_items"], m["dropped_items"]) == (2, 1), m
+
+
+def test_a_receiver_failing_while_a_refused_request_is_sent_apart_sends_nothing_twice():
+    """Sent apart after a refusal, the receiver fails (503) at the second series: that one and the
+    rest are queued again on their own (retried), the first is not sent again."""
+    server = ConnectPushServer([400, 200, 503, 200, 200], error_body=b'{"code":"invalid_argument","message":"x"}')
+    pusher = PyroscopePusher(_endpoint(server.url))
+    try:
+        assert all(pusher.push_many(_series(3)))
+        _handled(pusher, 3)
+        assert pusher.close(5)
+    finally:
+        server.close()
+    assert sorted(s for r in _services(server.accepted()) for s in r) == ["svc-0", "svc-1", "svc-2"]
+    m = pusher.metrics.snapshot()
+    assert (m["sent_items"], m["dropped_items"]) == (3, 0), m

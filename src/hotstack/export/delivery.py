@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -139,10 +139,17 @@ class _Item(Generic[T]):
     count: int
 
 
+class PartlySent(NamedTuple):
+    """What a sender returns when it sent only part of an item: the rest was dropped (and counted
+    as such) or queued again as items of their own."""
+    items: int
+    nbytes: int
+
+
 class DeliveryQueue(Generic[T]):
     """One bounded queue and one sender thread for one exporter."""
 
-    def __init__(self, name: str, send: Callable[[T], int | None], *, capacity: int = 64,
+    def __init__(self, name: str, send: "Callable[[T], int | PartlySent | None]", *, capacity: int = 64,
                  max_bytes: int = DEFAULT_QUEUE_BYTES, backoff: Backoff = Backoff(),
                  metrics: DeliveryMetrics | None = None, logger: logging.Logger = log,
                  log_interval_s: float = 10.0, abort: Callable[[], None] | None = None,
@@ -296,8 +303,12 @@ class DeliveryQueue(Generic[T]):
                 retries += 1
                 self.metrics.add(retries=1)
                 continue
-            # A sender that encodes lazily returns the size it put on the wire.
-            self.metrics.add(sent_items=item.count, sent_bytes=sent if isinstance(sent, int) else item.size)
+            # A sender that encodes lazily returns the size it put on the wire; one that sent only
+            # part of the item (the rest dropped or queued again, counted there) returns (items, bytes).
+            if isinstance(sent, PartlySent):
+                self.metrics.add(sent_items=sent.items, sent_bytes=sent.nbytes)
+            else:
+                self.metrics.add(sent_items=item.count, sent_bytes=sent if isinstance(sent, int) else item.size)
             self._set_failing("")
             return
 

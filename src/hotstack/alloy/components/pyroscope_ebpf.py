@@ -204,10 +204,12 @@ class PyroscopeEbpf(Component):
             index, args = self.index, self.args
         with self._flush_lock:   # the loop and a restart may both flush: one drain at a time
             profiles = profiler.collect()
+        items = []
         for profile in profiles:
             self.metrics.observe_profile(profile, profiler, self.id)
-            for labels, sub in self.split(profile, index, args):
-                self._send(labels, sub, args)
+            items.extend(self._encode(labels, sub, args) for labels, sub in self.split(profile, index, args))
+        if items:
+            self._send(items, args)
 
     @staticmethod
     def _kernel_pids(index: TargetIndex, args: dict) -> set[int] | None:
@@ -268,7 +270,7 @@ class PyroscopeEbpf(Component):
                 labels = {**labels, "__name__": profile.name}
             yield labels, transforms.keep_labels(sub, ("trace_id", "span_id"))
 
-    def _send(self, labels: dict[str, str], sub: Profile, args: dict) -> None:
+    def _encode(self, labels: dict[str, str], sub: Profile, args: dict) -> tuple[dict[str, str], bytes, Profile]:
         from ...profile.pprof import encode_pprof
         raw = encode_pprof(sub, compress=True, comm_label=args["comm"] in ("label", "both"),
                            pid_label=args["pid_label"])
@@ -276,15 +278,25 @@ class PyroscopeEbpf(Component):
         self.metrics.pprofs.labels(self.id, "/", service).inc()
         self.metrics.pprof_bytes.labels(self.id, "/", service).inc(len(raw))
         self.metrics.pprof_samples.labels(self.id, "/", service).inc(len(sub.samples))
-        started, ok = time.monotonic(), True
+        return labels, raw, sub
+
+    def _send(self, items: list[tuple[dict[str, str], bytes, Profile]], args: dict) -> None:
+        """One interval's profiles to every receiver at once (pyroscope.write sends them in as few
+        requests as their sizes allow)."""
+        started = time.monotonic()
+        taken = [True] * len(items)
         for receiver in args["forward_to"]:
-            if not receiver.append(dict(labels), raw, sub):
-                ok = False
-                self.metrics.pprofs_dropped.labels(self.id, "/").inc()
-        self.metrics.fanout_latency.labels(self.id, "/").observe(time.monotonic() - started)
-        if ok:   # as Alloy's fan-out: counted when every receiver took it
-            self.metrics.forwarded.labels(self.id, "/").inc()
-        self.pprofs_sent += 1
+            oks = receiver.append_many([(dict(labels), raw, sub) for labels, raw, sub in items])
+            for i, ok in enumerate(oks):
+                if not ok:
+                    taken[i] = False
+                    self.metrics.pprofs_dropped.labels(self.id, "/").inc()
+        per_item = (time.monotonic() - started) / len(items)
+        for ok in taken:
+            self.metrics.fanout_latency.labels(self.id, "/").observe(per_item)
+            if ok:   # as Alloy's fan-out: counted when every receiver took it
+                self.metrics.forwarded.labels(self.id, "/").inc()
+        self.pprofs_sent += len(items)
 
     # -- component page -------------------------------------------------------------------------
     def debug_info(self) -> dict:

@@ -110,7 +110,7 @@ class PyroscopeWrite(Component):
 
     def __init__(self, controller, label):
         super().__init__(controller, label)
-        self.receiver = ProfilesReceiver(self.id, self._append)
+        self.receiver = ProfilesReceiver(self.id, self._append, self._append_many)
         self.exports = {"receiver": self.receiver}
         self.pushers: list[PyroscopePusher] = []
         self.profiles_in = 0
@@ -172,6 +172,19 @@ class PyroscopeWrite(Component):
         if self._collector is not None:   # queued, never sent on this thread: this is the queueing time
             self._collector.latency.labels(self.id, ROOT_PATH, "-", "push_total").observe(time.monotonic() - started)
         return ok
+
+    def _append_many(self, items: list[tuple[dict[str, str], bytes, Profile | None]]) -> list[bool]:
+        """One interval's profiles (pyroscope.ebpf's, one per target): sent together, in as few
+        push requests as their sizes allow (PyroscopePusher.push_many), not one request each."""
+        started = time.monotonic()
+        self.profiles_in += len(items)
+        series = [PushSeries({**labels, **self.args["external_labels"]}, raw) for labels, raw, _profile in items]
+        oks = [True] * len(series)
+        for pusher in self.pushers:
+            oks = [ok and queued for ok, queued in zip(oks, pusher.push_many(series))]
+        if self._collector is not None:
+            self._collector.latency.labels(self.id, ROOT_PATH, "-", "push_total").observe(time.monotonic() - started)
+        return oks
 
     def stop(self) -> None:
         close_together([p.close for p in self.pushers], self.controller.flush_time_left(FLUSH_DEADLINE_S))
