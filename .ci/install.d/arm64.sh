@@ -6,8 +6,7 @@
 # qemu-user-static with binfmt_misc (mmdebstrap runs the arm64 packages' scripts through it), and
 # arch-test, which mmdebstrap needs for a foreign architecture (only a Recommends of mmdebstrap: a
 # fresh machine with --no-install-recommends has none: "install arch-test for foreign architecture
-# support"). The
-# VM run is slow under emulation (~20-40 min): not part of `.ci/run`.
+# support"). The VM run is slow under emulation (~20-40 min): not part of `.ci/run`.
 set -euo pipefail
 need=()
 [ -e /usr/aarch64-linux-gnu/include/asm/ptrace.h ] || need+=(linux-libc-dev-arm64-cross)
