@@ -136,14 +136,16 @@ def item_doctor(w: Path) -> str:
 
 def item_programs(w: Path) -> str:
     """Every program of every committed object loads, with its load-time adaptations (fentry and
-    fexit templates: item_fentry)."""
+    fexit templates: item_fentry). exec is loaded here on maps of its own: beside a sampler, a
+    refused load only leaves exec detection to comm changes (sampling/sampler.py), which no other
+    item would see."""
     from hotstack import ebpf
     from hotstack.bpf import object_path
     from hotstack.ebpf import links
     from hotstack.unwind import kernel_maps
 
     loaded, notes = [], []
-    for name in ("profile", "offcpu", "probe"):
+    for name in ("profile", "offcpu", "probe", "exec"):
         spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
         if "unwind_in_kernel" in spec.variables:      # as the default, --unwind kernel, loads it
             kernel_maps.configure(spec)
