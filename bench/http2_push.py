@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""Is HTTP/2 worth it for pyroscope.write? The push client (http.client, one keep-alive HTTP/1.1
-connection) next to httpx with HTTP/2 and with HTTP/1.1, same TLS loopback server (hypercorn, which
-speaks both and picks by ALPN), same Connect push requests sent one after the other as
-pyroscope.write sends them.
+"""What a push costs pyroscope.write's client. hotstack's push client (export/pyroscope.py, on httpx:
+HTTP/2 over TLS when enable_http2 and the server picks it by ALPN, else HTTP/1.1) with enable_http2
+true and false, next to the standard library's http.client on one keep-alive HTTP/1.1 connection
+(what the push client was before it moved to httpx), same TLS loopback server (hypercorn, which
+speaks both), same Connect push requests sent one after the other as pyroscope.write sends them.
 
-Needs, beside hotstack's own: httpx[http2] and hypercorn (not hotstack dependencies):
-    python -m venv /tmp/h2 && /tmp/h2/bin/pip install 'httpx[http2]' hypercorn protobuf
-    PYTHONPATH=src /tmp/h2/bin/python bench/http2_push.py [--pushes 2000] [--size 30000]
+    .venv/bin/python bench/http2_push.py [--pushes 2000] [--size 30000]     (hypercorn: a test dependency)
 Prints, per client: wall time per push and the client's CPU time per push (the server runs in
 another process).
 """
@@ -97,14 +96,21 @@ def main() -> None:
                     time.sleep(0.1)
             headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}
             print(f"{args.pushes} pushes of {len(body)} bytes, one after the other, TLS on loopback")
-            client = _ConnectClient(PyroscopeEndpoint(url=url, tls_ca_file=cert))
-            measure("hotstack (http.client, HTTP/1.1)", lambda: client.post(body), args.pushes)
             for http2 in (True, False):
-                with httpx.Client(http2=http2, verify=cert) as c:
-                    def send() -> None:
-                        r = c.post(url + PUSH_PATH, content=body, headers=headers)
-                        assert r.status_code == 200 and r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
-                    measure(f"httpx {'HTTP/2' if http2 else 'HTTP/1.1'}", send, args.pushes)
+                client = _ConnectClient(PyroscopeEndpoint(url=url, tls_ca_file=cert, enable_http2=http2))
+                measure(f"hotstack, enable_http2 = {str(http2).lower()}", lambda: client.post(body), args.pushes)
+                client.close()
+            import http.client
+            import ssl
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=cert))
+
+            def send() -> None:
+                conn.request("POST", PUSH_PATH, body=body, headers=headers)
+                r = conn.getresponse()
+                r.read()
+                assert r.status == 200
+            measure("http.client (HTTP/1.1, keep-alive)", send, args.pushes)
+            conn.close()
         finally:
             server.kill()
             server.wait(timeout=10)

@@ -1,10 +1,9 @@
-"""Fixtures of the Alloy tests: the spin workload, a container-like cgroup, the peers, the agent."""
+"""Fixtures of the Alloy tests: the spin workload, the peers, the agent."""
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -33,69 +32,13 @@ def pyroscope():
     server.close()
 
 
-def _cgroup_root() -> Path:
-    """Where the test may create a cgroup: the unified (v2) hierarchy, or a v1 one on hybrid hosts."""
-    for candidate in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
-        if (candidate / "cgroup.procs").exists() and (candidate / "cgroup.controllers").exists():
-            return candidate
-    return Path("/sys/fs/cgroup/pids")
-
-
-class ContainerCgroup:
-    """A cgroup named like a container runtime's (e.g. cri-containerd-<64hex>.scope), and processes
-    started inside it from their first instruction (the shell joins the cgroup, then execs)."""
-
-    def __init__(self, style: str) -> None:
-        self.id = secrets.token_hex(32)
-        self.parent = _cgroup_root() / f"hotstack-test-{os.getpid()}-{self.id[:8]}"
-        name = {"containerd": f"cri-containerd-{self.id}.scope", "docker": f"docker-{self.id}.scope",
-                "crio": f"crio-{self.id}.scope"}[style]
-        self.path = self.parent / name
-        self.path.mkdir(parents=True)
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str]) -> subprocess.Popen:
-        script = f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"'
-        p = subprocess.Popen(["sh", "-c", script, "sh", *map(str, argv)], stdout=subprocess.DEVNULL)
-        self.procs.append(p)
-        time.sleep(0.2)
-        return p
-
-    def cleanup(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=10)
-        for d in (self.path, self.parent):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)   # the killed processes are leaving the cgroup
-
-
-@pytest.fixture
-def container_cgroup():
-    made: list[ContainerCgroup] = []
-
-    def make(style: str = "containerd") -> ContainerCgroup:
-        c = ContainerCgroup(style)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.cleanup()
-
-
 class AgentProcess:
     """`hotstack agent CONFIG` run as a user runs it, with its HTTP server on a free port."""
 
     def __init__(self, config: str | None, tmp: Path, extra: list[str] | None = None, env: dict | None = None,
-                 prefix: list[str] | None = None) -> None:
+                 prefix: list[str] | None = None, listen_host: str = "127.0.0.1") -> None:
+        """`listen_host`: where the server listens (0.0.0.0: every address, as the DaemonSet's);
+        the test's own requests go to 127.0.0.1 either way."""
         self.port = free_port()
         args = []
         if config is not None:   # None: the built-in pipeline
@@ -104,7 +47,7 @@ class AgentProcess:
             args.append(str(path))
         self.log = tmp / "agent.log"
         cmd = [*(prefix or []), sys.executable, "-m", "hotstack", "agent", *args,
-               "--server.http.listen-addr", f"127.0.0.1:{self.port}", *(extra or [])]
+               "--server.http.listen-addr", f"{listen_host}:{self.port}", *(extra or [])]
         self.logf = open(self.log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
@@ -152,8 +95,8 @@ def agent(tmp_path):
     started: list[AgentProcess] = []
 
     def start(config: str | None, extra: list[str] | None = None, env: dict | None = None,
-              prefix: list[str] | None = None) -> AgentProcess:
-        a = AgentProcess(config, tmp_path, extra, env, prefix)
+              prefix: list[str] | None = None, listen_host: str = "127.0.0.1") -> AgentProcess:
+        a = AgentProcess(config, tmp_path, extra, env, prefix, listen_host)
         started.append(a)
         return a
 

@@ -121,9 +121,14 @@ class DockerServer:
         self.requests: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.client_certs: list[dict] = []
+        self.connections: list[socket.socket] = []
         server = self
 
         class Handler(_Quiet):
+            def setup(self) -> None:
+                super().setup()
+                server.connections.append(self.connection)
+
             def do_GET(self) -> None:
                 server.requests.append(self.path)
                 server.headers.append(dict(self.headers))
@@ -154,8 +159,14 @@ class DockerServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        """As a daemon that stops: no new connection, and the kept-alive ones closed."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        for conn in self.connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self.unix:
             os.unlink(self.path)
 
@@ -541,3 +552,64 @@ class OAuth2TokenServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class H2PushServer:
+    """A Connect push receiver on hypercorn (an HTTP/2 and HTTP/1.1 server: it picks by TLS ALPN,
+    as Pyroscope's Go server does), recording each push's HTTP version, path and headers."""
+
+    def __init__(self, pki: TestPKI, tls: bool = True) -> None:
+        import asyncio
+
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        self.requests: list[dict] = []
+        server = self
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            server.requests.append({"http_version": scope["http_version"], "path": scope["path"],
+                                    "headers": {k.decode(): v.decode() for k, v in scope["headers"]},
+                                    "request": PushRequest.FromString(body)})
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/proto"), (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        config = Config()
+        config.bind = [f"127.0.0.1:{port}"]
+        if tls:
+            config.certfile, config.keyfile = pki.server_cert, pki.server_key
+            config.alpn_protocols = ["h2", "http/1.1"]
+        config.accesslog = config.errorlog = None
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        self._loop = asyncio.new_event_loop()
+        self._stopped = asyncio.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(serve(app, config, shutdown_trigger=self._stopped.wait))
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:   # listening
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._stopped.set)
+        self._thread.join(10)

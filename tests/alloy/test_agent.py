@@ -70,9 +70,12 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
                  "hotstack_bpf_run_time_seconds_total", "hotstack_kernel_unwinder_total"):
         assert name in metrics, name
     samples = [line for line in metrics.splitlines() if line.startswith("hotstack_samples_total")]
-    # the embedded profiler's metrics, each once recorded, with Alloy's scope label
+    # the embedded profiler's metrics, each once recorded, with Alloy's scope label: one of each
+    # group the seed lists (native unwinding, interpreter unwinding, symbolization, process
+    # management, eBPF map state)
     scoped = 'component_id="pyroscope.ebpf.default",component_path="/",otel_scope_name="pyroscope.ebpf"'
-    for name in ("UnwindPythonAttempts_total", "NumProcAttempts_total", "ELFInfoCacheMiss_total"):
+    for name in ("UnwindNativeAttempts_total", "UnwindPythonAttempts_total", "ELFInfoCacheMiss_total",
+                 "NumProcAttempts_total", "NumExeIDLoadedToEBPF"):
         line = wait(lambda: next((ln for ln in a.get("/metrics")[1].splitlines()
                                   if ln.startswith(f"{name}{{{scoped}}} ")), None), timeout=60)
         assert line and float(line.split()[-1]) > 0, (name, a.get("/metrics")[1][-3000:])

@@ -93,6 +93,9 @@ BAD = [
     ("selector role", 'discovery.kubernetes "k" {\n  role = "pod"\n  selectors {\n    role = "service"\n  }\n}\n',
      "does not match the component role"),
     ("docker host", 'discovery.docker "d" {\n  host = "/var/run/docker.sock"\n}\n', "must be a unix://"),
+    ("server_name and proxy", 'pyroscope.write "w" {\n  endpoint {\n    url = "https://p:4040"\n'
+                              '    proxy_url = "http://proxy:3128"\n    tls_config {\n      server_name = "p.test"\n'
+                              '    }\n  }\n}\n', "tls_config.server_name: not supported through a proxy yet"),
     ("top attribute", 'x = 1\n', "c.alloy:1:1: unexpected attribute 'x'"),
 ]
 

@@ -52,11 +52,17 @@ def test_daemonset_has_what_profiling_needs():
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/sys/kernel/tracing"]["readOnly"] is True
     assert c["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+    # not /-/healthy: it answers 500 while an API is not reachable yet (a DaemonSet started before
+    # it), and a liveness probe on it would restart the agent in a loop instead of letting it retry
+    assert c["livenessProbe"]["httpGet"]["path"] == "/-/ready"
 
 
-def test_rbac_lists_and_watches_pods():
+def test_rbac_lists_and_watches_what_discovery_kubernetes_reads():
+    """Pods (role pod), nodes (role node, attach_metadata.node), namespaces (attach_metadata.namespace):
+    read only, nothing else."""
     role, binding = _docs("rbac.yaml")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"],
+                              "verbs": ["get", "list", "watch"]}]
     assert binding["subjects"][0]["name"] == "hotstack"
 
 

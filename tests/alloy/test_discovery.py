@@ -368,3 +368,34 @@ def test_docker_discovery_through_a_proxy_and_redirects(tmp_path):
     finally:
         for s in (proxy, plain, secure, redirect):
             s.close()
+
+
+def test_docker_discovery_proxy_from_environment(monkeypatch):
+    """proxy_from_environment: the proxy of the scheme from HTTP(S)_PROXY, the hosts of NO_PROXY
+    direct, as Go's http.ProxyFromEnvironment."""
+    from .peers import HTTPProxy
+    proxy = HTTPProxy()
+    plain = DockerServer("", [docker_container("b" * 64, "plain")], DOCKER_NETWORKS, tcp=True)
+    try:
+        for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        body = f'discovery.docker "d" {{\n  host = "tcp://{plain.url}"\n  proxy_from_environment = true\n}}\n'
+        c = started(body)
+        try:
+            assert [t["__meta_docker_container_name"] for t in c.component("discovery.docker.d").exports["targets"]] \
+                == ["/plain"]
+        finally:
+            c.stop()
+        assert f"GET http://{plain.url}/v1.41/containers/json" in proxy.requests, proxy.requests
+        before = len(proxy.requests)
+        monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+        c = started(body)
+        try:
+            assert c.component("discovery.docker.d").health.state == "healthy"
+        finally:
+            c.stop()
+        assert len(proxy.requests) == before, proxy.requests[before:]
+    finally:
+        proxy.close()
+        plain.close()

@@ -201,3 +201,18 @@ def test_unsupported_runtimes_and_upload_settings_warn_once_at_start(caplog):
         quiet.start()
         quiet.stop()
     assert not [r for r in caplog.records if "unwinder" in r.getMessage() or "debug-info" in r.getMessage()]
+
+
+def test_targets_by_pid_alone_are_sampled_in_the_kernel_only():
+    """targets_only with targets by pid: the engine samples their pids only (the rest of the host
+    is dropped in the kernel); a target by container id takes any pid of it, so every pid is
+    sampled; targets_only = false samples every pid too."""
+    by_pid = TargetIndex([{"__process_pid__": "41"}, {"__process_pid__": "42"}])
+    assert PyroscopeEbpf._kernel_pids(by_pid, args()) == {41, 42}
+    assert PyroscopeEbpf._kernel_pids(TargetIndex([]), args()) == set()
+    mixed = TargetIndex([{"__process_pid__": "41"}, {"__container_id__": CID}])
+    assert PyroscopeEbpf._kernel_pids(mixed, args()) is None
+    assert PyroscopeEbpf._kernel_pids(by_pid, args(targets_only=False)) is None
+    from hotstack.alloy.components.ebpf_args import engine_config
+    assert engine_config(args()).pids_at_run_time is True
+    assert engine_config(args(targets_only=False)).pids_at_run_time is False

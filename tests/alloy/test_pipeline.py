@@ -161,9 +161,11 @@ def test_kubernetes_example(agent, pyroscope, containerd_cri):
         k8s.close()
 
 
-def test_container_matching_by_cgroup(agent, pyroscope, spin_binary, container_cgroup, workloads):
-    inside = container_cgroup("containerd")
-    proc = inside.start([spin_binary])
+def test_container_matching_by_cgroup(agent, pyroscope, spin_binary, docker_engine, spin_image, workloads):
+    """A __container_id__ target matches the processes whose cgroup names that container: a real
+    Docker container (its own mount namespace and filesystem), the same program outside it left out."""
+    cid = docker_engine.run(spin_image, "matching", ["/spin"])
+    inside = docker_engine.pid("matching")
     outside = workloads([spin_binary])
     text = f'''
 pyroscope.write "local" {{
@@ -178,7 +180,7 @@ pyroscope.write "local" {{
   external_labels = {{"cluster" = "test"}}
 }}
 pyroscope.ebpf "matching" {{
-  targets          = [{{"__container_id__" = "{inside.id}", "team" = "payments"}}]
+  targets          = [{{"__container_id__" = "{cid}", "team" = "payments"}}]
   forward_to       = [pyroscope.write.local.receiver]
   collect_interval = "2s"
   pid_label        = true
@@ -200,7 +202,7 @@ pyroscope.ebpf "matching" {{
         for sample in s.profile.sample:
             pids.update(strings[lab.str] for lab in sample.label if strings[lab.key] == "pid")
             assert {strings[lab.key] for lab in sample.label} == {"pid", "comm"}
-    assert pids == {str(proc.pid)}, (pids, outside.pid)
+    assert pids == {str(inside)}, (pids, outside.pid)
 
 
 def test_off_cpu_and_probe_links_reach_pyroscope(agent, pyroscope, spin_binary, workloads):

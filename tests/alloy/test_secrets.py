@@ -22,6 +22,7 @@ SECRETS = {
     "file_token": "S3cr3t-filetoken-5e4f", "k8s": "S3cr3t-k8s-6a5b", "credentials": "S3cr3t-credfile-7c6d",
     "docker_password": "S3cr3t-dockerpw-8e7f", "docker_header": "S3cr3t-dockerhdr-9f80", "dead": "S3cr3t-dead-0a91",
     "oauth": "S3cr3t-oauth-1b2c", "write_oauth": "S3cr3t-writeoauth-2c3d", "proxy_header": "S3cr3t-proxyhdr-3d4e",
+    "url_password": "S3cr3t-urlpw-4e5f", "dead_url_password": "S3cr3t-deadurl-5f60",
 }
 
 
@@ -57,9 +58,14 @@ pyroscope.write "from_file" {{
     bearer_token_file = "{files["file_token"]}"
   }}
 }}
+pyroscope.write "in_url" {{
+  endpoint {{
+    url = "{pyroscope_url.replace("http://", "http://u:" + SECRETS["url_password"] + "@")}"
+  }}
+}}
 pyroscope.write "dead" {{
   endpoint {{
-    url                 = "http://127.0.0.1:9"
+    url                 = "http://u:{SECRETS["dead_url_password"]}@127.0.0.1:9"
     bearer_token        = "{SECRETS["dead"]}"
     max_backoff_retries = 1
     min_backoff_period  = "100ms"
@@ -114,6 +120,7 @@ pyroscope.ebpf "spin" {{
   targets          = [{{"__process_pid__" = "{spin_pid}", "service_name" = "spin"}}]
   forward_to       = [pyroscope.write.bearer.receiver, pyroscope.write.basic.receiver,
                       pyroscope.write.from_file.receiver, pyroscope.write.dead.receiver,
+                      pyroscope.write.in_url.receiver,
                       pyroscope.write.oauth.receiver]
   collect_interval = "2s"
 }}
@@ -137,6 +144,9 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['bearer']}"
                                   and s.headers.get("X-Scope-OrgID") == SECRETS["header"])
         assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == f"Bearer {SECRETS['file_token']}")
+        # a password in the URL is sent as Basic credentials (as Go's client sends it), and never shown
+        assert pyroscope.wait_for(lambda s: s.headers.get("Authorization") == "Basic " + base64.b64encode(
+            f"u:{SECRETS['url_password']}".encode()).decode())
         assert f"Bearer {SECRETS['k8s']}" in k8s.authorization
         assert f"Bearer {SECRETS['credentials']}" in k8s.authorization
         assert docker.headers and docker.headers[0]["X-Docker-Token"] == SECRETS["docker_header"]
@@ -145,7 +155,7 @@ def test_no_secret_on_any_page_api_or_log(agent, pyroscope, spin_binary, workloa
         pages = {path: a.get(path) for path in ("/", "/metrics", "/-/ready", "/-/healthy", "/flamegraph",
                                                 "/api/v0/web/components", "/nope")}
         components = a.json("/api/v0/web/components")
-        assert len(components) == 10
+        assert len(components) == 11
         for c in components:
             for path in (f"/api/v0/web/components/{c['id']}", f"/component/{c['id']}"):
                 pages[path] = a.get(path)
@@ -281,3 +291,64 @@ def test_passwords_in_urls_are_redacted(tmp_path):
         assert "cannot reach http://admin:xxxxx@127.0.0.1:9" in c.component("discovery.docker.d").health.message
     finally:
         c.stop()
+
+
+@pytest.fixture
+def pod_network():
+    """A client on another host, as one on the pod network: a network namespace of the test's own,
+    joined to this one by a veth pair with link-local addresses (no traffic leaves the machine).
+    Yields (the agent's address here, a function running Python code in the namespace)."""
+    import os
+    import subprocess
+    import sys
+
+    import shutil
+    assert shutil.which("ip"), "the pod-network test needs ip(8): apt-get install iproute2"
+    tag = f"{os.getpid() % 100000}"
+    ns, here, there = f"hs-pod-{tag}", f"hsp{tag}a", f"hsp{tag}b"
+
+    def ip(*args: str, netns: str = "") -> None:
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=30)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("addr", "add", "169.254.77.1/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("addr", "add", "169.254.77.2/30", "dev", there, netns=ns)
+        ip("link", "set", there, "up", netns=ns)
+
+        def run_there(code: str) -> str:
+            r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+
+        yield "169.254.77.1", run_there
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def test_reload_is_not_served_to_the_pod_network(agent, pod_network):
+    """/-/reload, the one route that acts (it re-reads the config file and applies it), answers a
+    client from another address with 403 and does nothing; the read-only pages still answer it;
+    from the host itself it reloads as Alloy's does."""
+    address, run_there = pod_network
+    a = agent('discovery.relabel "r" {\n  targets = []\n}\n', listen_host="0.0.0.0")   # as the DaemonSet
+    a.wait_ready()
+    code = ("import http.client\n"
+            "for method, path in (('GET', '/-/reload'), ('POST', '/-/reload'), ('GET', '/-/ready')):\n"
+            f"    c = http.client.HTTPConnection('{address}', {a.port}, timeout=10)\n"
+            "    c.request(method, path)\n"
+            "    r = c.getresponse()\n"
+            "    print(method, path, r.status, r.read().decode().strip())\n")
+    out = run_there(code).splitlines()
+    assert out[0].startswith("GET /-/reload 403 /-/reload is served to local clients only"), out
+    assert out[1].startswith("POST /-/reload 403"), out
+    assert out[2] == "GET /-/ready 200 Agent is ready.", out
+    assert "config reloaded" not in a.log.read_text()
+    status, body = a.get("/-/reload")     # from this host (loopback): Alloy's behaviour
+    assert status == 200, body

@@ -1,7 +1,8 @@
 """pyroscope.write's HTTP client as Alloy's: oauth2 (its token asked for through the oauth2 block's
-proxy), the push through a proxy, TLS with a client certificate, 307/308 redirects, trace context
-headers (the `tracing` block), debug_info_upload_timeout said to have no effect. Loopback peers
-shaped like the real ones: a Connect push server, an RFC 6749 token server, a forward proxy."""
+proxy), the push through a proxy, TLS with a client certificate, HTTP/2 by ALPN (enable_http2),
+307/308 redirects, trace context headers (the `tracing` block), debug_info_upload_timeout said to
+have no effect. Loopback peers shaped like the real ones: a Connect push server, an HTTP/2 server
+(hypercorn), an RFC 6749 token server, a forward proxy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from hotstack.alloy.controller import load_config
 
 from ..export.connect_server import PATH, ConnectPushServer
-from .peers import HTTPProxy, OAuth2TokenServer, RedirectServer, make_pki
+from .peers import H2PushServer, HTTPProxy, OAuth2TokenServer, RedirectServer, make_pki
 
 LABELS = {"__name__": "process_cpu", "service_name": "svc"}
 
@@ -113,6 +114,37 @@ def test_https_with_a_client_certificate_and_server_name(tmp_path):
         server.close()
 
 
+def test_a_rotated_client_certificate_is_used_for_the_next_push(tmp_path):
+    """cert_file/key_file are read again when they change on disk (cert-manager, a projected
+    secret): a push refused with a certificate the server does not trust goes through once the
+    files hold one it does, with no restart or reload."""
+    import shutil
+    import subprocess
+
+    pki = make_pki(tmp_path)
+    server = ConnectPushServer(tls=pki.server_context(require_client_cert=True))
+    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=untrusted"], check=True, capture_output=True, timeout=60)
+    try:
+        c = started(write_config(server.url, f'    min_backoff_period = "200ms"\n    max_backoff_period = "200ms"\n'
+                                             f'    max_backoff_retries = 0\n    tls_config {{\n'
+                                             f'      ca_file = "{pki.ca}"\n      cert_file = "{cert}"\n'
+                                             f'      key_file = "{key}"\n    }}\n'))
+        try:
+            push(c)
+            comp = c.component("pyroscope.write.w")
+            assert wait(lambda: comp.pushers[0].metrics.snapshot()["retries"] >= 2, timeout=20)
+            assert server.accepted() == []           # the handshake was refused
+            shutil.copy(pki.client_cert, cert)      # rotated: the files now hold a trusted pair
+            shutil.copy(pki.client_key, key)
+            assert wait(lambda: len(server.accepted()) == 1, timeout=20), comp.health
+        finally:
+            c.stop()
+    finally:
+        server.close()
+
+
 def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(caplog):
     server = ConnectPushServer()
     redirect = RedirectServer(server.url, status=307)
@@ -198,3 +230,27 @@ def test_debug_info_upload_timeout_is_said_to_have_no_effect(caplog):
         assert not [r for r in caplog.records if "debug_info_upload_timeout" in r.getMessage()]
     finally:
         server.close()
+
+
+def test_http2_over_tls_as_go_negotiates_it_and_http1_when_enable_http2_is_false(tmp_path):
+    """Alloy's enable_http2 (true by default): HTTP/2 offered in the TLS handshake and spoken when
+    the server picks it; false: HTTP/1.1. A plain http:// endpoint is HTTP/1.1 either way (Go
+    speaks no cleartext HTTP/2). The server is hypercorn, which speaks both."""
+    pki = make_pki(tmp_path)
+    tls, plain = H2PushServer(pki), H2PushServer(pki, tls=False)
+    try:
+        for server, body, version in ((tls, "", "2"), (tls, "    enable_http2 = false\n", "1.1"), (plain, "", "1.1")):
+            before = len(server.requests)
+            c = started(write_config(server.url, f'{body}    tls_config {{\n      ca_file = "{pki.ca}"\n    }}\n'))
+            try:
+                push(c, 2)
+                assert wait(lambda: len(server.requests) >= before + 2), (server.url, body, server.requests)
+            finally:
+                c.stop()
+            got = server.requests[before:]
+            assert [r["http_version"] for r in got] == [version, version], (server.url, body, got)
+            assert all(r["path"] == PATH and r["headers"]["content-type"] == "application/proto" for r in got)
+            assert all(r["request"].series[0].samples[0].raw_profile == b"not-a-real-pprof" for r in got)
+    finally:
+        tls.close()
+        plain.close()

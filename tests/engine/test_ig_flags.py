@@ -56,6 +56,18 @@ def test_regex_filter_and_field_changes_as_jsonpretty(hot_ab, workloads):
     assert all("symbols" in row["user_stack_raw"] for row in rows)
 
 
+def test_per_datasource_forms_of_output_fields_and_sort(hot_ab, workloads):
+    """ig's `DS:VALUE` form (`-o samples:jsonpretty`, `--fields samples:...`, `--sort samples:...`)
+    means the same as the bare value for the gadget's one datasource."""
+    w = workloads([hot_ab])
+    r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2",
+                 "-o", "samples:jsonpretty", "--fields", "samples:proc.pid,samples", "--sort", "samples:-samples")
+    assert r.returncode == 0, r.stderr
+    [rows] = json_values(r.stdout)
+    assert rows and all(set(row) == {"proc", "samples"} and row["proc"] == {"pid": w.pid} for row in rows), rows
+    assert [row["samples"] for row in rows] == sorted((row["samples"] for row in rows), reverse=True)
+
+
 def test_map_fetch_count_ends_the_run(hot_ab, workloads):
     w = workloads([hot_ab])
     started = time.monotonic()
@@ -90,6 +102,8 @@ def test_annotate_takes_a_list_value(hot_ab, workloads, tmp_path):
     (["-o", "jsonpretty", "--fields", "+samples,proc.pid"], "not both"),
     (["-c", "a,!b"], "not both"),
     (["--map-fetch-count", "-1"], "--map-fetch-count"),
+    (["-o", "json", "--fields", "other:proc.pid"], "no data source 'other'"),
+    (["-o", "samples:json;json"], "mixed values with and without specifying data source"),
 ])
 def test_bad_row_flags_are_one_line(argv, message):
     r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "1", *argv)

@@ -7,6 +7,9 @@ both its text and its re-encoded data are checked: frames, sample counts, attrib
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.root
 HZ = 99
 PERIOD = 10**9 // HZ
 VERSIONS = tuple(COLLECTORS)
+DEFAULT_VERSION = "v1.10"
 
 SEED_GUIDE_CONFIG = """\
 # ig-config.yaml
@@ -161,3 +165,78 @@ def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, 
     assert "export_leaf" in text
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "protocol-version: v1.8" in readme and "Pyroscope 1.15" in readme
+
+
+def _with_libraries(programs: dict[str, str]) -> dict[str, Path]:
+    """Image paths -> host files: each program and the shared libraries ldd names for it."""
+    files = {}
+    for inside, host in programs.items():
+        files[inside] = Path(os.path.realpath(host))
+        out = subprocess.run(["ldd", host], capture_output=True, text=True, check=True).stdout
+        for lib in re.findall(r"(/\S+) \(0x", out):
+            files[lib] = Path(os.path.realpath(lib))
+    return files
+
+
+@pytest.fixture(scope="module")
+def guide_image(_docker_engine_session) -> str:
+    """What the guide's `busybox sh -c "cat /dev/random > /dev/null"` needs, as an image: a shell
+    and cat with their libraries, from this host (no registry is reachable here)."""
+    files = _with_libraries({"/bin/sh": shutil.which("sh"), "/bin/cat": shutil.which("cat")})
+    return _docker_engine_session.import_image("hotstack-guide-busybox", files)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_seed_guide_end_to_end_with_its_container(collectors, docker_engine, guide_image, tmp_path, version):
+    """The guide's steps, for each receiver layout: its ig-config.yaml (the receiver's endpoint,
+    plus `protocol-version` where the receiver is not v1.10: one line, as the README says), its
+    `ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`
+    without --host, and its container `mycontainer` running `sh -c "cat /dev/random > /dev/null"`.
+    The receiver gets the container's samples with the attributes the guide filters by
+    (runtime.containerName, proc.comm) and nothing from the host: ig's default scope."""
+    collector, _ = collectors[version]
+    config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint)
+    if version != DEFAULT_VERSION:
+        config += f"        protocol-version: {version}\n"
+    (tmp_path / "ig-config.yaml").write_text(config)
+    docker_engine.run(guide_image, "mycontainer", ["sh", "-c", "cat /dev/random > /dev/null"])
+    start = len(collector.output())
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
+                        "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "4"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "DOCKER_HOST": docker_engine.host})
+    assert r.returncode == 0, r.stderr
+    collector.wait_for("runtime.containerName", "mycontainer", total=10)
+    samples = debug_samples(collector.output()[start:])
+    ours = [s for s in samples if s["attributes"].get("runtime.containerName") == "mycontainer"]
+    assert sum(sum(s["values"]) for s in ours) >= 10, (version, samples[:5], r.stderr)
+    assert {s["attributes"].get("proc.comm") for s in ours} == {"cat"}, ours[:5]
+    assert all(s["attributes"].get("runtime.containerName") for s in samples), \
+        [s for s in samples if not s["attributes"].get("runtime.containerName")][:5]   # no host process
+
+
+def test_annotate_stack_fields_list_picks_the_exported_frames(collectors, export_busy, workloads, tmp_path):
+    """`--annotate samples:profiles.stack-fields=kern_stack,user_stack` (a list, ig's form; user_stack
+    is the old name of user_stack_raw.symbols) exports kernel then user frames; `=kern_stack` the
+    kernel frames alone."""
+    collector, receiver = collectors[DEFAULT_VERSION]
+    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
+    w = workloads([export_busy])
+    exported = {}
+    for fields in ("kern_stack,user_stack", "kern_stack"):
+        before = len(receiver.requests)
+        r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3",
+                     "--sample-rate", str(HZ), "-o", "none", "--config", str(tmp_path / "ig-config.yaml"),
+                     "--otel-profiles-exporter", "my-profiles-exporter",
+                     "--annotate", f"samples:profiles.stack-fields={fields}")
+        assert r.returncode == 0, r.stderr
+        requests = receiver.wait_for(before + 1)[before:]
+        exported[fields] = [s["frames"] for req in requests for s in resolve(req)]
+        assert exported[fields], (fields, r.stderr)
+    both, kernel = exported["kern_stack,user_stack"], exported["kern_stack"]
+    assert any("__x64_sys_getppid" in f and "main" in f and f.index("main") > f.index("__x64_sys_getppid")
+               for f in both), both[:5]   # kernel frames first, then the user stack
+    assert any("export_leaf" in f for f in both)
+    user = {"export_leaf", "export_outer", "export_syscalls", "main", "__libc_start_call_main", "_start"}
+    assert any(f for f in kernel) and not [f for f in kernel if user & set(f)], kernel[:5]
+    assert any("__x64_sys_getppid" in f for f in kernel), kernel[:20]

@@ -190,14 +190,18 @@ def test_stop_with_a_failing_receiver_is_quick_and_says_what_was_dropped(caplog)
                     "the receiver is failing: connection refused"], said
 
 
-def test_a_hanging_attempt_is_cut_at_the_deadline():
-    """The attempt in flight ends at the deadline (its connection shut), not at remote_timeout."""
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_hanging_attempt_is_cut_at_the_deadline(tls, tmp_path):
+    """The attempt in flight ends at the deadline (its connection shut), not at remote_timeout;
+    over TLS too (the TLS socket is the one to shut)."""
     from hotstack.export.pyroscope import PushSeries, PyroscopeEndpoint, PyroscopePusher
 
+    from ..alloy.peers import make_pki
     from .connect_server import ConnectPushServer
 
-    server = ConnectPushServer(["hang"], hang_s=60)
-    pusher = PyroscopePusher(PyroscopeEndpoint(url=server.url, remote_timeout_s=30))
+    pki = make_pki(tmp_path) if tls else None
+    server = ConnectPushServer(["hang"], hang_s=60, tls=pki.server_context(require_client_cert=False) if tls else None)
+    pusher = PyroscopePusher(PyroscopeEndpoint(url=server.url, remote_timeout_s=30, tls_ca_file=pki.ca if tls else ""))
     try:
         pusher.push([PushSeries({"__name__": "process_cpu", "service_name": "s"}, b"p")])
         assert server.wait_for(1)

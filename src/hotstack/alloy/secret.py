@@ -8,11 +8,9 @@ accident. The one way to the value is `reveal()`, called where the value leaves 
 
 from __future__ import annotations
 
-import re
+from ..export.delivery import redact_url  # noqa: F401 (one home for it: the push client redacts too)
 
 SHOWN = "(secret)"
-# A password in a URL (scheme://user:password@host), shown as Go's url.Redacted() shows it.
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]*:)[^@/\s]+@")
 
 
 class Secret:
@@ -56,11 +54,6 @@ class Secret:
 def reveal(value: "Secret | str") -> str:
     """The plain value of a Secret (or of a str, for callers given either)."""
     return value.reveal() if isinstance(value, Secret) else value
-
-
-def redact_url(text: str) -> str:
-    """Passwords of the URLs in a text replaced by `xxxxx` (user names are kept)."""
-    return _URL_PASSWORD.sub(r"\1xxxxx@", text) if "@" in text else text
 
 
 def shown(value: object) -> object:

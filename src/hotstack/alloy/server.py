@@ -10,6 +10,7 @@ every answer says not to sniff, frame or load anything from elsewhere."""
 from __future__ import annotations
 
 import html
+import ipaddress
 import json
 import math
 import threading
@@ -46,6 +47,16 @@ def parse_listen(addr: str) -> tuple[str, int]:
 _STYLE = ("<style>body{font:14px sans-serif;margin:16px} td,th{padding:4px 10px;text-align:left;"
           "border-bottom:1px solid #ddd} .healthy{color:#1a7f37} .unhealthy{color:#cf222e} "
           "pre{background:#f6f8fa;padding:8px;overflow:auto}</style>")
+
+
+def _is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1, and 127.x seen through a dual-stack socket (::ffff:127.x)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 class AgentServer:
@@ -110,6 +121,11 @@ class AgentServer:
             # As Alloy: reload the config file; 200 when applied, 400 with the error otherwise.
             if self._reload is None:
                 return self._text(req, 404, "reload is not available\n")
+            if not _is_loopback(req.client_address[0]):
+                # the one route that acts: not for the pod network (Alloy serves it to anyone)
+                req.close_connection = True
+                return self._text(req, 403, "/-/reload is served to local clients only (127.0.0.1, ::1); "
+                                            "send SIGHUP, or call it from the host or the pod itself\n")
             ok, message = self._reload()
             req.close_connection = True     # a POST body we did not read must not be taken as a request
             return self._text(req, 200 if ok else 400, message + "\n")

@@ -47,7 +47,7 @@ static __always_inline void stack_lost(__s32 id, __u32 collision, __u32 other)
 /* False if the pid is filtered out (counted as such). */
 static __always_inline int pid_wanted(__u32 pid)
 {
-	if (filter_by_pid && !bpf_map_lookup_elem(&filter_pids, &pid)) {
+	if (!pid_allowed(pid)) {
 		count_stat(STAT_FILTERED);
 		return 0;
 	}

@@ -16,7 +16,7 @@ int hotstack_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 
-	announce_exec(!filter_by_pid || bpf_map_lookup_elem(&filter_pids, &pid));
+	announce_exec(pid_allowed(pid));
 	return 0;
 }
 

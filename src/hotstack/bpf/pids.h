@@ -29,6 +29,17 @@ static __always_inline void wake_userspace(void)
 
 #define NU_WAKE_USERSPACE() wake_userspace()
 
+/* Whether `pid` is sampled. With filter_by_pid, only the pids in filter_pids are, unless the map
+ * holds key 0 (no process's pid): that opens it to every pid. A filter set at run time (the agent's
+ * targets, sampling/sampler.py set_kernel_pids) starts open and is closed once its pids are in. */
+static __always_inline int pid_allowed(__u32 pid)
+{
+	__u32 every_pid = 0;
+
+	return !filter_by_pid || bpf_map_lookup_elem(&filter_pids, &pid) ||
+	       bpf_map_lookup_elem(&filter_pids, &every_pid);
+}
+
 /* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
 static __always_inline void announce_pid(__u32 pid, const char *comm)
 {

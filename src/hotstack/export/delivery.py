@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,15 @@ FLUSH_DEADLINE_S = 3.0
 # still taken when nothing else is held, so that a huge profile can be sent at all.
 DEFAULT_QUEUE_BYTES = 16 << 20
 MAX_LOGGED_CHARS = 300
+
+
+# A password in a URL (scheme://user:password@host), shown as Go's url.Redacted() shows it.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]*:)[^@/\s]+@")
+
+
+def redact_url(text: str) -> str:
+    """Passwords of the URLs in a text replaced by `xxxxx` (user names are kept)."""
+    return _URL_PASSWORD.sub(r"\1xxxxx@", text) if "@" in text else text
 
 
 def printable(text: object, limit: int = MAX_LOGGED_CHARS) -> str:

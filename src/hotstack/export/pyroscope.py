@@ -1,7 +1,8 @@
 """Pyroscope push client: what Grafana Alloy's `pyroscope.write` sends, over the Connect protocol.
 
-`POST {url}/push.v1.PusherService/Push`, Connect unary (HTTP/1.1, `Content-Type: application/proto`,
-an uncompressed PushRequest as the body). Each `push()` becomes one PushRequest; it is queued, never
+`POST {url}/push.v1.PusherService/Push`, Connect unary (`Content-Type: application/proto`, an
+uncompressed PushRequest as the body), on httpx: HTTP/2 where an https:// server offers it,
+else HTTP/1.1. Each `push()` becomes one PushRequest; it is queued, never
 sent on the caller's thread (see delivery.py), and retried with exponential backoff on timeouts,
 connection errors, 5xx, 408 and (when enabled) 429.
 """
@@ -9,27 +10,29 @@ connection errors, 5xx, 408 and (when enabled) 429.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import logging
 import os
 import re
-import socket
 import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
+
+import httpx
 
 from .. import __version__
 from ..errors import ConfigError
 from .delivery import (DEFAULT_QUEUE_BYTES, FLUSH_DEADLINE_S, Backoff, DeliveryMetrics, DeliveryQueue,
-                       PermanentError, RetryableError, printable)
+                       PermanentError, RetryableError, printable, redact_url)
+from .http_transport import Transport, describe
 from .push_pb2 import LabelPair, PushRequest, RawProfileSeries, RawSample
 
 PUSH_PATH = "/push.v1.PusherService/Push"
+MAX_ANSWER = 1 << 20   # of a push answer (an empty PushResponse or a Connect error) read at most
 
 log = logging.getLogger("hotstack.export.pyroscope")
 
@@ -53,11 +56,14 @@ class PyroscopeEndpoint:
     retry_on_http_429: bool = True
     tls_ca_file: str = ""
     # A front door with its own HTTP client settings (proxy, TLS client certificates, oauth2...)
-    # gives both: `connect(url, timeout)` -> (connection, base path, absolute-form prefix, extra
-    # headers) and `client_headers()` -> headers read at each request (credentials, a token).
-    connect: Callable[[str, float], tuple] | None = None
+    # gives both: `transport(timeout)` -> a new Transport for the endpoint, and `client_headers()`
+    # -> headers read at each request (credentials, a token).
+    transport: Callable[[float], Transport] | None = None
+    transport_key: Callable[[], object] | None = None   # when its value changes, the transport is made again
     client_headers: Callable[[], dict[str, str]] | None = None
     follow_redirects: bool = True
+    enable_http2: bool = True     # offered over TLS (ALPN), as Go's client; plain http:// is HTTP/1.1
+    server_name: str = ""         # the TLS name sent and checked (tls_config.server_name)
     # Trace context propagators (Alloy's `tracing` block): which headers carry the push's trace.
     jaeger_propagator: bool = False
     trace_context_propagator: bool = False
@@ -66,15 +72,15 @@ class PyroscopeEndpoint:
         try:
             parts = urlsplit(self.url)
         except ValueError as e:    # e.g. an unclosed IPv6 bracket
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: {e}") from None
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: {e}") from None
         try:
             port = parts.port      # ValueError when it is not a number in 0..65535
         except ValueError:
             port = -1
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: expected http(s)://host[:port][/path]")
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: expected http(s)://host[:port][/path]")
         if port is not None and not 0 < port < 65536:
-            raise ConfigError(f"pyroscope endpoint url {self.url!r}: the port must be a number in 1..65535")
+            raise ConfigError(f"pyroscope endpoint url {self.shown_url!r}: the port must be a number in 1..65535")
         if self.bearer_token and self.bearer_token_file:
             raise ConfigError("pyroscope endpoint: at most one of bearer_token and bearer_token_file")
         if (self.bearer_token or self.bearer_token_file) and self.basic_auth_username:
@@ -88,7 +94,12 @@ class PyroscopeEndpoint:
 
     @property
     def display_name(self) -> str:
-        return self.name or self.url
+        return self.name or redact_url(self.url)
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as logs and errors show it: a password in it hidden."""
+        return redact_url(self.url)
 
     def auth_header(self) -> str | None:
         """Read files at each request, as Alloy does, so rotated tokens are picked up."""
@@ -168,9 +179,6 @@ def encode_push_request(series: list[tuple[list[tuple[str, str]], bytes]]) -> by
     ]).SerializeToString()
 
 
-MAX_REDIRECTS = 10   # Go's http.Client stops after 10
-
-
 def trace_headers(endpoint: PyroscopeEndpoint, trace_id: str) -> dict[str, str]:
     """What Alloy's propagators put on a push: the push's trace and a new span per attempt, in
     W3C `traceparent` and Jaeger `uber-trace-id` form. Not sampled: hotstack records no spans."""
@@ -186,57 +194,41 @@ def trace_headers(endpoint: PyroscopeEndpoint, trace_id: str) -> dict[str, str]:
 
 
 class _ConnectClient:
-    """One keep-alive HTTP connection, used by the delivery thread only."""
+    """The endpoint's HTTP client (httpx, one pooled keep-alive connection), used by the delivery
+    thread only; abort() from another thread."""
 
     def __init__(self, endpoint: PyroscopeEndpoint) -> None:
         self.endpoint = endpoint
-        parts = urlsplit(endpoint.url)
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname or ""
-        self.port = parts.port or (443 if self.https else 80)
-        self.path = parts.path.rstrip("/") + PUSH_PATH
-        self._conn: http.client.HTTPConnection | None = None
-        self._target = self.path          # the request target on the connection (absolute-form via a proxy)
-        self._extra: dict[str, str] = {}  # headers the connection needs (none, or a proxy's)
-        self._ssl: ssl.SSLContext | None = None
-        if self.https and endpoint.connect is None:
-            self._ssl = ssl.create_default_context(cafile=endpoint.tls_ca_file or None)
+        self.url = endpoint.url.rstrip("/") + PUSH_PATH
+        self._transport: Transport | None = None
+        self._key: object = None
 
-    def _open(self, origin: str, timeout: float) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
-        """A new connection to `origin` (scheme://host:port): (conn, prefix of the request target
-        (the origin itself through a plain-HTTP proxy), headers the connection needs)."""
-        if self.endpoint.connect is not None:
-            conn, _base, absolute, extra = self.endpoint.connect(origin, timeout)
-            return conn, absolute, extra
-        u = urlsplit(origin)
-        if u.scheme == "https":
-            ctx = self._ssl or ssl.create_default_context(cafile=self.endpoint.tls_ca_file or None)
-            return http.client.HTTPSConnection(u.hostname, u.port or 443, timeout=timeout, context=ctx), "", {}
-        return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout), "", {}
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            u = urlsplit(self.endpoint.url)
-            self._conn, prefix, self._extra = self._open(f"{u.scheme}://{u.netloc}", self.endpoint.remote_timeout_s)
-            self._target = prefix + self.path
-        return self._conn
+    def _client(self) -> Transport:
+        ep = self.endpoint
+        key = ep.transport_key() if ep.transport_key is not None else None
+        if self._transport is not None and key != self._key:   # e.g. a rotated client certificate
+            self.close()
+        self._key = key
+        if self._transport is None:
+            if ep.transport is not None:
+                self._transport = ep.transport(ep.remote_timeout_s)
+            else:
+                self._transport = Transport(
+                    timeout=ep.remote_timeout_s, verify=ssl.create_default_context(cafile=ep.tls_ca_file or None),
+                    http2=ep.enable_http2, follow_redirects=ep.follow_redirects)
+        return self._transport
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
 
     def abort(self) -> None:
         """From another thread: end a request in flight at once (a hanging receiver would hold
-        it until remote_timeout). Shutting the socket down wakes the blocked read; the delivery
-        thread then closes the connection as after any failed request."""
-        conn = self._conn
-        sock = getattr(conn, "sock", None) if conn is not None else None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        it until remote_timeout); the delivery thread then sees the attempt fail."""
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
 
     def _headers(self, trace_id: str) -> dict[str, str]:
         ep = self.endpoint
@@ -250,7 +242,7 @@ class _ConnectClient:
             try:
                 headers.update(ep.client_headers())
             except Exception as e:   # a credentials file gone, a token server down: try again later
-                raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {printable(e)}") from None
+                raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {printable(e)}") from None
         headers.update(ep.headers)
         auth = ep.auth_header()
         if auth:
@@ -259,84 +251,37 @@ class _ConnectClient:
         return headers
 
     def post(self, body: bytes, trace_id: str = "") -> None:
+        """One push; 307/308 redirects are followed with the method and body (at most 10, the
+        Authorization header kept with its host, as Go's client) unless follow_redirects is false."""
         ep = self.endpoint
         headers = self._headers(trace_id)
         try:
-            conn = self._connection()
-            conn.request("POST", self._target, body=body, headers={**headers, **self._extra})
-            resp = conn.getresponse()
-            payload = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            self.close()   # a half-read or timed-out connection cannot be reused
-            raise RetryableError(f"POST {ep.url}{PUSH_PATH}: {_describe(e)}") from None
-        if resp.status in (307, 308):   # as Go: these keep the method and body; others would not
-            resp = self._follow(resp, body, headers)
-            payload = resp.read()
-            if resp.status == 200:
-                return
-        if resp.status == 200:
+            client = self._client()
+        except Exception as e:   # its TLS files unreadable now (rotated, not there yet): try again later
+            raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {printable(e)}") from None
+        try:
+            resp, payload = client.request("POST", self.url, headers, body, sni_hostname=ep.server_name,
+                                                   max_body=MAX_ANSWER)
+        except (httpx.TooManyRedirects, httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
+            raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
+        except httpx.HTTPError as e:
+            raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
+        status = resp.status_code
+        if status == 200:
             return
-        if resp.getheader("Connection", "").lower() == "close":
-            self.close()
-        message = f"POST {ep.url}{PUSH_PATH}: HTTP {resp.status}{_connect_error(payload)}"
-        if resp.status >= 500 or resp.status == 408 or (resp.status == 429 and ep.retry_on_http_429):
+        if resp.is_redirect:   # only when not followed
+            raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: HTTP {status} redirect to "
+                                 f"{printable(redact_url(resp.headers.get('Location', '')), 200)} (follow_redirects is false)")
+        message = f"POST {ep.shown_url}{PUSH_PATH}: HTTP {status}{_connect_error(payload)}"
+        if status >= 500 or status == 408 or (status == 429 and ep.retry_on_http_429):
             raise RetryableError(message)
         raise PermanentError(message)
 
-    def _follow(self, resp, body: bytes, headers: dict[str, str]):
-        """Follow 307/308 redirects (at most MAX_REDIRECTS), each on a connection of its own; the
-        Authorization header stays with its host, as Go's client does."""
-        ep = self.endpoint
-        url = ep.url.rstrip("/") + PUSH_PATH
-        for _ in range(MAX_REDIRECTS):
-            location = resp.getheader("Location", "")
-            if not location:
-                return resp
-            if not ep.follow_redirects:
-                raise PermanentError(f"POST {ep.url}{PUSH_PATH}: HTTP {resp.status} redirect to "
-                                     f"{printable(location, 200)} (follow_redirects is false)")
-            target = urljoin(url, location)
-            t = urlsplit(target)
-            if t.scheme not in ("http", "https") or not t.hostname:
-                raise PermanentError(f"POST {ep.url}{PUSH_PATH}: redirect to {printable(location, 200)}: not http(s)")
-            if t.netloc != urlsplit(url).netloc:
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            url = target
-            try:
-                conn, prefix, extra = self._open(f"{t.scheme}://{t.netloc}", ep.remote_timeout_s)
-                try:
-                    conn.request("POST", prefix + (t.path or "/") + (f"?{t.query}" if t.query else ""), body=body,
-                                 headers={**headers, **extra})
-                    answer = conn.getresponse()
-                    resp = _Answered(answer.status, answer.read(), answer.getheader("Location", ""))
-                finally:
-                    conn.close()
-            except (OSError, http.client.HTTPException) as e:
-                raise RetryableError(f"POST {ep.url}{PUSH_PATH}: redirect to {printable(target, 200)}: "
-                                     f"{_describe(e)}") from None
-            if resp.status not in (307, 308):
-                return resp
-        raise PermanentError(f"POST {ep.url}{PUSH_PATH}: more than {MAX_REDIRECTS} redirects")
-
-
-@dataclass
-class _Answered:
-    """A response read whole on a connection since closed: what post() looks at."""
-    status: int
-    body: bytes
-    location: str
-
-    def read(self) -> bytes:
-        return self.body
-
-    def getheader(self, name: str, default: str = "") -> str:
-        return self.location if name.lower() == "location" else default
-
 
 def _describe(e: BaseException) -> str:
-    if isinstance(e, TimeoutError):
+    if isinstance(e, httpx.TimeoutException):
         return "timed out (remote_timeout)"
-    return printable(str(e) or type(e).__name__)
+    return printable(describe(e))
 
 
 def _connect_error(payload: bytes) -> str:

@@ -101,6 +101,27 @@ def apply(profile: Profile, rules: list[Rule]) -> Profile:
     return map_samples(profile, keep)
 
 
+_DATASOURCE_PREFIX = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*):")
+
+
+def for_datasource(spec: str, ds: str, flag: str) -> str:
+    """ig's per-datasource form of -o, --fields and --sort (`DS:VALUE`, `DS1:V1;DS2:V2`): the value
+    for this gadget's datasource. A value without the form is the value (field names and output
+    modes have no ':'); a datasource the gadget does not have is an error, as in ig."""
+    parts = spec.split(";")
+    prefixed = [_DATASOURCE_PREFIX.match(p) for p in parts]
+    if not any(prefixed):
+        return spec
+    if not all(prefixed):
+        raise ConfigError(f"{flag} {spec!r}: mixed values with and without specifying data source")
+    value = ""
+    for part, m in zip(parts, prefixed):
+        if m.group(1) != ds:
+            raise ConfigError(f"{flag} {spec!r}: no data source {m.group(1)!r} (this gadget has {ds!r})")
+        value = part[m.end():].strip()
+    return value
+
+
 def select_fields(spec: str, ds: DataSource) -> list[str]:
     """`--fields a,b` (only these, in this order) or `+a,-b` (add to / remove from the defaults)."""
     items = [s.strip() for s in spec.split(",") if s.strip()]

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
 from ..errors import ConfigError
@@ -136,6 +136,8 @@ def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[Prof
 def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO = sys.stdout,
                sinks: list[ProfileSink] | None = None) -> int:
     """Run the engine with `config`, rendering and exporting what `ds` (the gadget's datasource) says."""
+    opts = replace(opts, **{name: filters.for_datasource(getattr(opts, name), ds.name, flag) for name, flag in (
+        ("output", "-o"), ("fields", "--fields"), ("sort", "--sort"))})
     opts.validate()
     config.validate(FLAG_NAMES)
     ds.annotate(opts.annotations)

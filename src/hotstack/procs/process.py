@@ -95,9 +95,42 @@ def all_pids() -> list[int]:
         return []
 
 
-def read_maps_text(pid: int) -> str:
-    """/proc/PID/maps as text ('' when the process is gone)."""
-    return _read_text(f"/proc/{pid}/maps")
+# A new process is looked at by the process table and then by every frame source's detection in
+# the same pid-watcher round: with `recent=True` they share one read of its maps and of its
+# executable's path made less than RECENT_S ago, instead of one read each.
+RECENT_S = 0.05
+_recent: dict[tuple[str, int], tuple[float, str]] = {}
+
+
+def _remembered(kind: str, pid: int, recent: bool, read) -> str:
+    now = time.monotonic()
+    if recent:
+        hit = _recent.get((kind, pid))
+        if hit is not None and now - hit[0] < RECENT_S:
+            return hit[1]
+    value = read()
+    if len(_recent) >= 1024:
+        for key, (at, _value) in list(_recent.items()):
+            if now - at >= RECENT_S:
+                _recent.pop(key, None)
+    _recent[(kind, pid)] = (now, value)
+    return value
+
+
+def read_maps_text(pid: int, recent: bool = False) -> str:
+    """/proc/PID/maps as text ('' when the process is gone); `recent`: a read of the last
+    RECENT_S will do."""
+    return _remembered("maps", pid, recent, lambda: _read_text(f"/proc/{pid}/maps"))
+
+
+def exe_path(pid: int, recent: bool = False) -> str:
+    """The path of the process's executable ('' when it is gone); `recent` as read_maps_text."""
+    def read() -> str:
+        try:
+            return os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            return ""
+    return _remembered("exe", pid, recent, read)
 
 
 def root_path(pid: int) -> str:
@@ -135,14 +168,11 @@ def read_process(pid: int) -> Process | None:
     start = read_start_time(pid)
     if start is None:
         return None
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = ""
     return Process(
-        pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe,
+        pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe_path(pid),
         container_id=container_id_from_cgroup(_read_text(f"/proc/{pid}/cgroup")),
-        root=root_path(pid), root_is_host=_same_root(pid), mappings=MappingIndex(read_maps(pid)),
+        root=root_path(pid), root_is_host=_same_root(pid),
+        mappings=MappingIndex([m for m in parse_maps(read_maps_text(pid)) if m.executable]),
         image=exe_identity(pid), mntns=mount_namespace(pid))
 
 
@@ -172,6 +202,9 @@ class ProcessTable:
         self.maps_reads = 0
         self.maps_gone = 0
         self._adopted = 0        # start times given to adopted processes: -1, -2, ...
+        # pids whose maps, read again, hold files they did not map before (dlopen): the frame
+        # sources look at them again (a library that embeds a runtime, loaded late)
+        self._remapped: set[int] = set()
 
     def observe(self, pid: int) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
@@ -234,9 +267,19 @@ class ProcessTable:
         fresh = read_maps(info.pid)
         self.maps_reads += 1
         if fresh:
+            before = {m.path for m in info.mappings.mappings}
             info.mappings = MappingIndex(fresh)
+            if any(m.is_file and m.path not in before for m in fresh):
+                with self._lock:
+                    self._remapped.add(info.pid)
             found = info.mappings.find(address)
         return found
+
+    def take_remapped(self) -> set[int]:
+        """The pids that mapped new files since the last call (find_mapping read their maps again)."""
+        with self._lock:
+            taken, self._remapped = self._remapped, set()
+        return taken
 
     def forget(self, pid: int) -> None:
         """Drop what is known of `pid` (it exec'ed: the next observe reads the new image)."""

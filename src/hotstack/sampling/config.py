@@ -31,6 +31,9 @@ class EngineConfig:
     # What is sampled, decided in the kernel: these pids only, these command names only (CPU).
     pids: tuple[int, ...] = ()
     comms: tuple[str, ...] = ()
+    # The pids sampled are set while running (Engine.set_kernel_pids: the agent's targets), in the
+    # kernel: the programs skip everyone else before any unwinding. Off: `pids`, or every pid.
+    pids_at_run_time: bool = False
     include_idle: bool = False
     user_stacks: bool = True
     kernel_stacks: bool = True
@@ -61,6 +64,8 @@ class EngineConfig:
         for pid in self.pids:
             if pid <= 0:
                 raise ConfigError(f"{n['pids']} {pid}: not a process id")
+        if self.pids and self.pids_at_run_time:
+            raise ConfigError(f"{n['pids']}: fixed pids and pids set at run time exclude each other")
         return self
 
 

@@ -65,6 +65,8 @@ class Engine:
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._wants: TargetFilter | None = None
         self._declined: set[int] = set()
+        # the pid watcher adds to _declined while a collect (another thread) prunes it
+        self._declined_lock = threading.Lock()
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
@@ -78,16 +80,27 @@ class Engine:
         """Userspace part of the filter: only pids `wants(pid)` are worked on (None: all).
         A pid declined earlier is reconsidered when the filter changes."""
         self._wants = wants
-        for pid in list(self._declined):
+        with self._declined_lock:
+            declined = list(self._declined)
+        for pid in declined:
             if wants is None or wants(pid):
-                self._declined.discard(pid)
+                with self._declined_lock:
+                    self._declined.discard(pid)
                 self._take_on(pid)
+
+    def set_kernel_pids(self, pids) -> None:
+        """With `pids_at_run_time`: the programs sample only these pids from now on (None: every
+        pid). For a front door whose targets are known pids (the agent's, by pid); what it wants
+        beyond pids stays `set_target_filter`'s."""
+        for sampler in self.samplers:
+            sampler.set_kernel_pids(pids)
 
     def wants(self, pid: int) -> bool:
         wants = self._wants
         if wants is None or wants(pid):
             return True
-        self._declined.add(pid)
+        with self._declined_lock:
+            self._declined.add(pid)
         return False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -216,6 +229,11 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
+        # processes that mapped new files (dlopen) after they were looked at: a runtime may have
+        # come with them (the frame sources retry only processes that named a runtime already)
+        for pid in self.processes.take_remapped():
+            if self.wants(pid):
+                self._take_on(pid)
         return busy
 
     def _poll_runtimes(self) -> bool:
@@ -317,7 +335,11 @@ class Engine:
         self.processes.forget_dead()
         for source in self.runtimes:
             source.forget_dead()
-        self._declined = {pid for pid in self._declined if procs.exists(pid)}
+        with self._declined_lock:
+            declined = list(self._declined)
+        gone = [pid for pid in declined if not procs.exists(pid)]
+        with self._declined_lock:
+            self._declined.difference_update(gone)
 
     # -- running -------------------------------------------------------------------------------
     def run(self, duration_s: float, interval_s: float = 0, on_profile: Callable[[Profile], None] | None = None,

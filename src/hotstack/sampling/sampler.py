@@ -27,6 +27,10 @@ _PID = struct.Struct("<I")
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
 EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
 EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "wakeups")
+# filter_pids: its key 0 opens the filter to every pid (bpf/pids.h pid_allowed); a filter set at
+# run time holds up to this many pids, and is left open for more
+RUN_TIME_PIDS_MAX = 8192
+_EVERY_PID = _PID.pack(0)
 log = logging.getLogger("hotstack.sampling")
 
 
@@ -49,10 +53,17 @@ class Sampler:
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
+        self._kernel_pids: frozenset[int] | None = None  # pids_at_run_time: the filter now (None: open)
+
+    def _filters_pids(self) -> int:
+        """filter_by_pid of its programs (and of the exec program beside them, on the same map)."""
+        return int(bool(self.config.pids) or self.config.pids_at_run_time)
 
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
-        spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+        spec.set_constant("filter_by_pid", self._filters_pids())
+        if self.config.pids_at_run_time:
+            spec.maps["filter_pids"].max_entries = RUN_TIME_PIDS_MAX + 1   # and key 0
         return spec
 
     def load(self, spec: ebpf.CollectionSpec) -> ebpf.Collection:
@@ -64,6 +75,10 @@ class Sampler:
         try:
             for pid in self.config.pids:
                 self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
+            if self.config.pids_at_run_time:
+                wanted, self._kernel_pids = self._kernel_pids, None
+                self.collection.maps["filter_pids"].update(_EVERY_PID, b"\x01")
+                self.set_kernel_pids(wanted)
             self.buffers = StackBuffers(self.collection)
             wakeups = self.collection.maps["wakeups"]
             self._wakeups = RingBuffer(wakeups.fd, wakeups.spec.max_entries)
@@ -130,7 +145,7 @@ class Sampler:
                   for name in EXEC_SHARED_MAPS}
         try:
             spec = ebpf.load_spec(object_path("exec"), map_prefix=self.map_prefix + "x")
-            spec.set_constant("filter_by_pid", int(bool(self.config.pids)))
+            spec.set_constant("filter_by_pid", self._filters_pids())
             spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
             self._exec = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptors
             self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXEC_PROGRAM]))
@@ -138,6 +153,32 @@ class Sampler:
             for m in shared.values():
                 m.close()
             log.info("exec detection by comm only: %s", e)
+
+    def set_kernel_pids(self, pids) -> None:
+        """With pids_at_run_time: sample only `pids` from now on (None, or more than
+        RUN_TIME_PIDS_MAX: every pid). Before load, remembered for it. The filter never closes
+        before the pids it lets in are written, so no wanted sample is lost while it changes."""
+        if not self.config.pids_at_run_time:
+            return
+        pids = frozenset(pids) if pids is not None and len(pids) <= RUN_TIME_PIDS_MAX else None
+        if self.collection is None:
+            self._kernel_pids = pids
+            return
+        if pids == self._kernel_pids:
+            return
+        filter_pids = self.collection.maps["filter_pids"]
+        before = self._kernel_pids
+        if pids is None:
+            filter_pids.update(_EVERY_PID, b"\x01")
+        else:
+            for pid in pids - (before or frozenset()):
+                if pid > 0:
+                    filter_pids.update(_PID.pack(pid), b"\x01")
+            if before is None:
+                filter_pids.delete(_EVERY_PID)
+        for pid in (before or frozenset()) - (pids or frozenset()):
+            filter_pids.delete(_PID.pack(pid))
+        self._kernel_pids = pids
 
     def start(self) -> None:   # pragma: no cover - each sampler loads and attaches its own way
         raise NotImplementedError

@@ -14,6 +14,7 @@ checked against the table's size: a corrupt table gives GoPclntabError, never a 
 
 from __future__ import annotations
 
+import bisect
 import struct
 
 import numpy as np
@@ -25,6 +26,11 @@ VERSIONS = {GO12: "1.2", GO116: "1.16", GO118: "1.18", GO120: "1.20"}
 MAX_FUNCS = 10_000_000
 MAX_NAME = 4096
 MAX_PCVALUE_STEPS = 1 << 20     # a pc-value stream longer than this is corrupt
+# Decoded pc-value streams kept (line and file streams of the functions looked up last): a
+# profile asks for many addresses of the same hot functions, and a stream walked in Python from
+# its start for every address cost most of a whole-host profile's symbolization on a host
+# running Go builds (the compiler's functions have streams of thousands of steps).
+MAX_DECODED_STREAMS = 2048
 
 
 class GoPclntabError(ElfError):
@@ -36,6 +42,7 @@ class GoPclntab:
 
     def __init__(self, data: bytes | memoryview, text_start: int = 0) -> None:
         self.data = data
+        self._decoded: dict[int, tuple[list[int], list[int]]] = {}   # stream offset -> steps
         n = len(data)
         if n < 16:
             raise GoPclntabError("gopclntab: too short")
@@ -128,7 +135,8 @@ class GoPclntab:
 
     @property
     def nbytes(self) -> int:
-        return int(self.entries.nbytes + self.funcoffs.nbytes + self.ends.nbytes) + 64 * len(self._names)
+        decoded = sum(len(ends) for ends, _values in self._decoded.values())
+        return int(self.entries.nbytes + self.funcoffs.nbytes + self.ends.nbytes) + 64 * len(self._names) + 72 * decoded
 
     def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int] | None]:
         if not self.nfunc or not vaddrs:
@@ -236,21 +244,40 @@ class GoPclntab:
             shift += 7
 
     def _pcvalue(self, off: int, entry: int, target: int) -> int:
+        """The value of the pc-value stream at `off` for `target` in the function at `entry`; -1
+        where the stream has none."""
         if off == 0:
             return -1
-        pos = self._pc_base + off
-        value, pc = -1, entry
-        for step in range(MAX_PCVALUE_STEPS):
-            uv, pos = self._varint(pos)
-            if uv == 0 and step:
-                return -1
-            value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
-            delta, pos = self._varint(pos)
-            pc += delta * self.quantum
-            if target < pc:
-                return value
-        return -1
+        ends, values = self._steps(off)
+        i = bisect.bisect_right(ends, target - entry)
+        return values[i] if i < len(ends) else -1
 
+    def _steps(self, off: int) -> tuple[list[int], list[int]]:
+        """A stream decoded whole, once: (end of each step's pc range, relative to the function's
+        entry; its value). Relative, since the linker shares one stream among functions whose
+        streams are the same. A stream cut short by a bad varint keeps the steps before it."""
+        found = self._decoded.get(off)
+        if found is not None:
+            return found
+        ends: list[int] = []
+        values: list[int] = []
+        pos, value, pc = self._pc_base + off, -1, 0
+        try:
+            for step in range(MAX_PCVALUE_STEPS):
+                uv, pos = self._varint(pos)
+                if uv == 0 and step:
+                    break
+                value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
+                delta, pos = self._varint(pos)
+                pc += delta * self.quantum
+                ends.append(pc)
+                values.append(value)
+        except GoPclntabError:
+            pass
+        if len(self._decoded) >= MAX_DECODED_STREAMS:
+            self._decoded.clear()
+        self._decoded[off] = (ends, values)
+        return ends, values
 
 def find_pclntab(elf) -> GoPclntab | None:
     """The pclntab of a Go ELF file: its `.gopclntab` section, else a scan of the sections where

@@ -1,7 +1,9 @@
 """What every interpreter frame source (CPython, Ruby, PHP) does the same way: processes found
 before the sampler loads are listed at attach(); a process first seen before it runs the
 interpreter (still in its parent's code before exec, or before the interpreter is initialized) is
-looked at again at RETRY_AGES; each listed process is given to the kernel walker with its record.
+looked at again at RETRY_AGES, if `_may_run(pid)` says it could still become one (its maps or its
+executable name the interpreter: a host's other processes are looked at once, not seven times);
+each listed process is given to the kernel walker with its record.
 
 Every ~100 ms `poll` names the frames recorded so far in the active buffer (a process that exits
 before the interval ends keeps its names): the stacks not parsed yet, and not at all while the
@@ -47,6 +49,11 @@ class InterpreterSource:
 
     # -- what each source supplies ------------------------------------------------------------
     def _find(self, pid: int):
+        raise NotImplementedError
+
+    def _may_run(self, pid: int) -> bool:
+        """Whether a process `_find` turned down may still run the interpreter later (not
+        initialized yet): it names it in its maps or its executable (reads of this round)."""
         raise NotImplementedError
 
     def _record(self, proc) -> bytes | None:
@@ -98,7 +105,8 @@ class InterpreterSource:
             return False
         proc = self._find(pid)
         if proc is None:
-            self._retry.setdefault(pid, (time.monotonic(), 0))
+            if pid in self._retry or self._may_run(pid):
+                self._retry.setdefault(pid, (time.monotonic(), 0))
             return False
         self._retry.pop(pid, None)
         return self._track(proc)

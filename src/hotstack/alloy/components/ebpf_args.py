@@ -70,7 +70,8 @@ def engine_config(a: dict):
                         off_cpu_threshold=a["off_cpu_threshold"],
                         probe_links=tuple(parse_probe_links(a["probe_links"], a["u_probe_links"])),
                         obi=obi, demangle=a["demangle"], go_symbols=a["go_enabled"],
-                        kernel_version_check=not a["no_kernel_version_check"]).validate(ARG_NAMES)
+                        kernel_version_check=not a["no_kernel_version_check"],
+                        pids_at_run_time=a["targets_only"]).validate(ARG_NAMES)
 
 
 # Trace correlation is on by default in Alloy and only does something when an OBI/Beyla

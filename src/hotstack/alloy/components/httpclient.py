@@ -6,9 +6,10 @@ Three pieces, so that any component (and any transport library) can use them:
   `enable_http2`) to splice into a component's Schema, with `validate_http_client`.
 - `HTTPClientConfig`: the decoded settings resolved for a request: `headers()` (credentials
   read from their *_file at each call, as Alloy does, so rotated tokens are picked up),
-  `ssl_context()`, `proxy_for(url)`. It knows nothing of the transport.
-- `get_json`: a GET of a JSON document over http://, https:// or unix:// with the standard
-  library's http.client (enough for a list and a streamed watch).
+  `ssl_context()`; `proxy_mounts()` gives its proxy settings as httpx mounts.
+- `transport_for`, `request`, `get_json`: requests over http://, https:// and unix:// on httpx
+  (export/http_transport.py): HTTP/2 over TLS when `enable_http2` (the default, as in Alloy),
+  HTTP/1.1 otherwise and on plain http://, as Go's client; one pooled client per settings.
 
 Secrets (tokens, passwords, header values, a PEM key) are `Secret`s: shown as `(secret)`,
 revealed only here, where they leave the process.
@@ -17,7 +18,6 @@ revealed only here, where they leave the process.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import ssl
@@ -28,11 +28,12 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from ...containers.unix_http import UnixHTTPConnection
+import httpx
+
+from ...export.http_transport import Transport, describe
 from ..schema import BOOL, SECRET, STRING, Arg, BlockArg, ListOf, MapOf, Schema
 from ..secret import Secret, redact_url, reveal
 
-MAX_REDIRECTS = 10   # Go's http.Client stops after 10
 MAX_BODY = 256 << 20   # an API answer larger than this is refused, never buffered whole
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
@@ -93,8 +94,8 @@ HTTP_CLIENT: list = [
     Arg("http_headers", MapOf(ListOf(SECRET)), {}),
     *_PROXY_ITEMS,
     Arg("follow_redirects", BOOL, True),
-    # Go allows HTTP/2 when this is true (negotiated with ALPN) and never requires it: HTTP/1.1
-    # is what Go itself falls back to, so both values are honoured by an HTTP/1.1 client.
+    # As Go: true offers HTTP/2 in the TLS handshake (ALPN) and speaks it where the server picks
+    # it; false (and plain http://) speaks HTTP/1.1.
     Arg("enable_http2", BOOL, True),
 ]
 
@@ -125,6 +126,10 @@ def validate_http_client(a: dict) -> None:
         raise ValueError("no_proxy needs proxy_url")
     if a["proxy_connect_header"] and not (a["proxy_url"] or a["proxy_from_environment"]):
         raise ValueError("proxy_connect_header needs proxy_url or proxy_from_environment")
+    if a["tls_config"]["server_name"] and (a["proxy_url"] or a["proxy_from_environment"]):
+        # httpx names a CONNECT tunnel's TLS after the target host: refused, never ignored
+        raise ValueError("tls_config.server_name: not supported through a proxy yet (the TLS name through a "
+                         "CONNECT tunnel is the target's host name); use one or the other")
     if a["proxy_url"]:
         u = urllib.parse.urlsplit(a["proxy_url"])
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -184,6 +189,9 @@ class HTTPClientConfig:
     args: dict
     _oauth_token: tuple[str, float] = ("", 0.0)   # (token, monotonic expiry)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _transports: dict = field(default_factory=dict)   # (scheme, host or socket, timeout, follow) -> (Transport, tls_files())
+    _transport_lock: threading.Lock = field(default_factory=threading.Lock)
+    _oauth_client: "HTTPClientConfig | None" = None
 
     def get(self, name: str, default=None):
         return self.args.get(name, default)
@@ -229,8 +237,10 @@ class HTTPClientConfig:
             basic = base64.b64encode(f"{urllib.parse.quote(o['client_id'])}:{urllib.parse.quote(secret)}".encode())
             headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
                        "Authorization": "Basic " + basic.decode()}
-            oauth_client = HTTPClientConfig({k: o[k] for k in ("proxy_url", "no_proxy", "proxy_from_environment",
-                                                                "proxy_connect_header", "tls_config")})
+            if self._oauth_client is None:   # the token endpoint's own client: the oauth2 block's proxy and TLS
+                self._oauth_client = HTTPClientConfig({k: o[k] for k in (
+                    "proxy_url", "no_proxy", "proxy_from_environment", "proxy_connect_header", "tls_config")})
+            oauth_client = self._oauth_client
             status, body = request(o["token_url"], "POST", headers, urllib.parse.urlencode(form).encode(),
                                    oauth_client, follow=False)
             if status != 200:
@@ -250,121 +260,112 @@ class HTTPClientConfig:
     def server_name(self) -> str:
         return (self.get("tls_config") or {}).get("server_name", "")
 
-    def proxy_for(self, url: str) -> tuple[str, dict[str, str]] | None:
-        """(proxy URL, CONNECT headers) for a target URL, or None to go direct."""
-        u = urllib.parse.urlsplit(url)
-        if u.scheme == "unix":
-            return None
-        proxy = ""
-        if self.get("proxy_from_environment"):
-            env = urllib.request.getproxies_environment()
-            if not urllib.request.proxy_bypass_environment(u.hostname or ""):
-                proxy = env.get(u.scheme, "")
-        elif self.get("proxy_url") and not _bypassed(u.hostname or "", self.get("no_proxy", "")):
-            proxy = self.get("proxy_url")
-        if not proxy:
-            return None
-        connect = {k: ", ".join(reveal(v) for v in vs) for k, vs in (self.get("proxy_connect_header") or {}).items()}
-        p = urllib.parse.urlsplit(proxy)
-        if p.username is not None:   # credentials in the proxy URL, as Go sends them
-            creds = f"{urllib.parse.unquote(p.username)}:{urllib.parse.unquote(p.password or '')}"
-            connect["Proxy-Authorization"] = "Basic " + base64.b64encode(creds.encode()).decode()
-        return proxy, connect
+    def tls_files(self) -> tuple:
+        """The TLS files as they are now (path, size, mtime): a transport made before they changed
+        (a rotated client certificate or CA) is made again, as Go's clients read them again."""
+        t = self.get("tls_config") or {}
+        out = []
+        for path in (t.get("ca_file"), t.get("cert_file"), t.get("key_file")):
+            if path:
+                try:
+                    st = os.stat(path)
+                    out.append((path, st.st_size, st.st_mtime_ns))
+                except OSError:
+                    out.append((path, None, None))
+        return tuple(out)
 
     @property
     def follow_redirects(self) -> bool:
         return self.get("follow_redirects", True)
 
 
-def _bypassed(host: str, no_proxy: str) -> bool:
-    for entry in filter(None, (e.strip() for e in no_proxy.split(","))):
-        if entry == "*" or host == entry.lstrip(".") or host.endswith("." + entry.lstrip(".")):
-            return True
-    return False
-
-
 # -- the transport ------------------------------------------------------------------------------
-class _HTTPSConnection(http.client.HTTPSConnection):
-    """HTTPS whose certificate is checked against tls_config.server_name when it is set."""
-
-    def __init__(self, *args, server_name: str = "", **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.server_name = server_name
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        if self._tunnel_host:
-            server_hostname = self._tunnel_host
-        else:
-            server_hostname = self.host
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name or server_hostname)
+def _no_proxy_mounts(no_proxy: str) -> dict[str, None] | None:
+    """httpx mount patterns that go direct for a no_proxy list (None: every host goes direct)."""
+    mounts: dict[str, None] = {}
+    for entry in filter(None, (e.strip() for e in no_proxy.split(","))):
+        if entry == "*":
+            return None
+        host = entry.lstrip(".")
+        mounts[f"all://{host}"] = None
+        mounts[f"all://*.{host}"] = None
+    return mounts
 
 
-def connection_for(url: str, timeout: float, context: ssl.SSLContext | None = None,
-                   client: HTTPClientConfig | None = None):
-    """(connection, base path, absolute-form prefix, extra request headers) for http://,
-    https:// and unix:// URLs; through the client's proxy when it has one for this URL."""
+def proxy_mounts(client: HTTPClientConfig) -> dict[str, httpx.Proxy | None]:
+    """The proxy settings as httpx mounts: the proxy for every URL (or per scheme from the
+    environment), direct for the no_proxy hosts; CONNECT headers and URL credentials with it."""
+    if client.get("proxy_from_environment"):
+        env = urllib.request.getproxies_environment()
+        proxies = {f"{scheme}://": env[scheme] for scheme in ("http", "https") if env.get(scheme)}
+        no_proxy = env.get("no", "")
+    elif client.get("proxy_url"):
+        proxies, no_proxy = {"all://": client.get("proxy_url")}, client.get("no_proxy", "")
+    else:
+        return {}
+    direct = _no_proxy_mounts(no_proxy)
+    if direct is None:
+        return {}
+    connect = {k: ", ".join(reveal(v) for v in vs) for k, vs in (client.get("proxy_connect_header") or {}).items()}
+    return {**{pattern: httpx.Proxy(url, headers=connect) for pattern, url in proxies.items()}, **direct}
+
+
+def new_transport(url: str, timeout: float, client: HTTPClientConfig, follow: bool = True) -> Transport:
+    """A transport with the client's settings for requests under this base URL: http://,
+    https:// and unix:// (a socket path; requests go to http://localhost on it)."""
     u = urllib.parse.urlsplit(url)
-    base = u.path.rstrip("/")
-    if u.scheme == "unix":
-        return UnixHTTPConnection(u.path, timeout), "", "", {}
-    if u.scheme not in ("http", "https"):
-        raise HTTPError(f"unsupported URL scheme {u.scheme!r} in {url!r} (use unix://, http:// or https://)")
-    port = u.port or (443 if u.scheme == "https" else 80)
-    proxy = client.proxy_for(url) if client else None
-    if u.scheme == "http":
-        if proxy:   # a plain-HTTP proxy takes the absolute URL in the request line
-            p = urllib.parse.urlsplit(proxy[0])
-            return (http.client.HTTPConnection(p.hostname, p.port or 80, timeout=timeout), base,
-                    f"http://{u.hostname}:{port}", proxy[1])
-        return http.client.HTTPConnection(u.hostname, port, timeout=timeout), base, "", {}
-    if context is None and client is not None:
-        context = client.ssl_context()
-    name = client.server_name() if client else ""
-    if proxy:   # HTTPS through a CONNECT tunnel
-        p = urllib.parse.urlsplit(proxy[0])
-        conn = _HTTPSConnection(p.hostname, p.port or 80, timeout=timeout, context=context, server_name=name)
-        conn.set_tunnel(u.hostname, port, headers=proxy[1])
-        return conn, base, "", {}
-    return _HTTPSConnection(u.hostname, port, timeout=timeout, context=context, server_name=name), base, "", {}
+    if u.scheme not in ("http", "https", "unix"):
+        raise HTTPError(f"unsupported URL scheme {u.scheme!r} in {redact_url(url)!r} (use unix://, http:// or https://)")
+    # the system's roots (httpx's default would be certifi's), tls_config's for https
+    verify = client.ssl_context() if u.scheme == "https" else ssl.create_default_context()
+    return Transport(timeout=timeout, verify=verify, http2=client.get("enable_http2", True),
+                     proxies=proxy_mounts(client), uds=u.path if u.scheme == "unix" else "",
+                     follow_redirects=follow and client.follow_redirects)
+
+
+def transport_for(url: str, timeout: float, client: HTTPClientConfig | None = None,
+                  follow: bool = True) -> tuple[Transport, str]:
+    """(the client's transport for this base URL, kept for its next requests; the URL requests
+    are made under)."""
+    client = client or HTTPClientConfig({})
+    u = urllib.parse.urlsplit(url)
+    key = (u.scheme, u.path if u.scheme == "unix" else u.netloc, timeout, follow)
+    files = client.tls_files() if u.scheme == "https" else ()
+    with client._transport_lock:
+        transport, made_with = client._transports.get(key, (None, ()))
+        if transport is not None and made_with != files:
+            transport.close()
+            transport = None
+        if transport is None:
+            transport = new_transport(url, timeout, client, follow)
+            client._transports[key] = (transport, files)
+    return transport, "http://localhost" if u.scheme == "unix" else url.rstrip("/")
 
 
 def request(url: str, method: str, headers: dict[str, str], body: bytes | None = None,
             client: HTTPClientConfig | None = None, path: str = "", timeout: float = 10.0,
-            context: ssl.SSLContext | None = None, follow: bool = True) -> tuple[int, bytes]:
-    """One request, following redirects (GET only) when the client allows it."""
-    follow = follow and (client.follow_redirects if client else True)
-    for _ in range(MAX_REDIRECTS + 1):
-        conn, base, absolute, extra = connection_for(url, timeout, context, client)
-        try:
-            conn.request(method, absolute + base + path, body=body, headers={**headers, **extra})
-            resp = conn.getresponse()
-            data = resp.read(MAX_BODY + 1)
-            location = resp.getheader("Location", "")
-        except (OSError, http.client.HTTPException) as e:
-            raise HTTPError(f"cannot reach {redact_url(url)}: {getattr(e, 'strerror', None) or e}") from None
-        finally:
-            conn.close()
-        if len(data) > MAX_BODY:
-            raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: the answer is larger than {MAX_BODY >> 20} MiB")
-        if resp.status in (301, 302, 303, 307, 308) and location and method == "GET":
-            if not follow:
-                raise HTTPError(f"GET {path or '/'} on {redact_url(url)}: HTTP {resp.status} redirect to {location} "
-                                "(follow_redirects is false)")
-            target = urllib.parse.urljoin(url.rstrip("/") + path, location)
-            t = urllib.parse.urlsplit(target)
-            if t.netloc != urllib.parse.urlsplit(url).netloc:   # as Go: credentials stay with their host
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            url, path = f"{t.scheme}://{t.netloc}", t.path + (f"?{t.query}" if t.query else "")
-            continue
-        return resp.status, data
-    raise HTTPError(f"GET on {redact_url(url)}: more than {MAX_REDIRECTS} redirects")
+            follow: bool = True) -> tuple[int, bytes]:
+    """One request, following redirects when the client allows it (as Go: the Authorization
+    header stays with its host)."""
+    client = client or HTTPClientConfig({})
+    transport, base = transport_for(url, timeout, client, follow)
+    try:
+        resp, data = transport.request(method, base + path, headers, body, sni_hostname=client.server_name(),
+                                       max_body=MAX_BODY)
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
+        raise HTTPError(f"cannot reach {redact_url(url)}: {describe(e)}") from None
+    if len(data) > MAX_BODY:
+        raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: the answer is larger than {MAX_BODY >> 20} MiB")
+    if resp.is_redirect and follow and not client.follow_redirects:
+        raise HTTPError(f"{method} {path or '/'} on {redact_url(url)}: HTTP {resp.status_code} redirect to "
+                        f"{redact_url(resp.headers.get('Location', ''))} (follow_redirects is false)")
+    return resp.status_code, data
 
 
 def get_json(url: str, path: str, headers: dict[str, str] | None = None, timeout: float = 10.0,
-             context: ssl.SSLContext | None = None, client: HTTPClientConfig | None = None) -> object:
+             client: HTTPClientConfig | None = None) -> object:
     all_headers = {**(client.headers() if client else {}), **(headers or {})}
-    status, body = request(url, "GET", all_headers, None, client, path, timeout, context)
+    status, body = request(url, "GET", all_headers, None, client, path, timeout)
     if status != 200:
         raise HTTPError(f"GET {path} on {redact_url(url)}: HTTP {status}: {body[:200].decode(errors='replace').strip()}")
     try:

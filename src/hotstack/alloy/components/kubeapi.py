@@ -16,13 +16,16 @@ from typing import Callable
 import urllib.parse
 from dataclasses import dataclass, field
 
+import httpx
 import yaml
 
 from ...errors import ConfigError
+from ...export.http_transport import describe
 from ..schema import Schema
-from ..secret import Secret
-from .httpclient import HTTP_CLIENT, TLS_CONFIG, HTTPClientConfig, HTTPError, connection_for, get_json
+from ..secret import Secret, redact_url
+from .httpclient import HTTP_CLIENT, TLS_CONFIG, HTTPClientConfig, HTTPError, get_json, transport_for
 
+MAX_EVENT = 64 << 20   # one watch event (a JSON line) larger than this is refused
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -63,22 +66,26 @@ class KubeClient:
         query = urllib.parse.urlencode({**{k: v for k, v in params.items() if v}, "watch": "1",
                                         "allowWatchBookmarks": "true",
                                         "timeoutSeconds": str(int(timeout_s))})
-        conn, base, absolute, extra = connection_for(self.server, timeout_s + 30, client=self.http)
+        transport, base = transport_for(self.server, timeout_s + 30, self.http)
         try:
-            conn.request("GET", f"{absolute}{base}{path}?{query}", headers={**self._headers(), **extra})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                raise HTTPError(f"watch {path}: HTTP {resp.status}: {resp.read(200).decode(errors='replace')}")
-            while True:
-                line = resp.readline(64 << 20)
-                if not line:
-                    return
-                if line.strip():
-                    yield json.loads(line)
-        except OSError as e:
-            raise HTTPError(f"watch {path} on {self.server}: {e.strerror or e}") from None
-        finally:
-            conn.close()
+            with transport.stream("GET", f"{base}{path}?{query}", self._headers(),
+                                  sni_hostname=self.http.server_name()) as resp:
+                if resp.status_code != 200:
+                    raise HTTPError(f"watch {path}: HTTP {resp.status_code}: "
+                                    f"{resp.read()[:200].decode(errors='replace')}")
+                pending = b""
+                for chunk in resp.iter_bytes():
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    if len(pending) > MAX_EVENT:
+                        raise HTTPError(f"watch {path}: an event larger than {MAX_EVENT >> 20} MiB")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+                if pending.strip():
+                    yield json.loads(pending)
+        except httpx.HTTPError as e:
+            raise HTTPError(f"watch {path} on {redact_url(self.server)}: {describe(e)}") from None
 
 
 WATCH_TIMEOUT_S = 300

@@ -28,7 +28,7 @@ DEFAULT_TARGET = {"service_name": "ebpf/unspecified"}
 ENGINE_ARGS = ("sample_rate", "kernel_frames", "demangle", "python_enabled", "v8_enabled", "off_cpu_threshold",
                "probe_links", "u_probe_links", "obi_process_context_enabled", "bpf_fs_root", "go_enabled",
                "no_kernel_version_check")
-ENGINE_ARGS += ("ruby_enabled", "php_enabled", "hotspot_enabled", "perl_enabled")
+ENGINE_ARGS += ("ruby_enabled", "php_enabled", "hotspot_enabled", "perl_enabled", "targets_only")
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class PyroscopeEbpf(Component):
         engine = self.profiler
         if engine is not None:
             engine.set_target_filter(self._keep_pid(index, engine) if args["targets_only"] else None)
+            engine.set_kernel_pids(self._kernel_pids(index, args))
         if restart:
             self._restart_profiler()
         elif self._started and self.profiler is None and self._should_run() and not self._starting:
@@ -146,6 +147,7 @@ class PyroscopeEbpf(Component):
             try:
                 profiler = self._make_engine()
                 profiler.set_target_filter(self._keep_pid(self.index, profiler) if self.args["targets_only"] else None)
+                profiler.set_kernel_pids(self._kernel_pids(self.index, self.args))
                 profiler.start()
             except HotstackError as e:
                 error = str(e)
@@ -206,6 +208,15 @@ class PyroscopeEbpf(Component):
             self.metrics.observe_profile(profile, profiler, self.id)
             for labels, sub in self.split(profile, index, args):
                 self._send(labels, sub, args)
+
+    @staticmethod
+    def _kernel_pids(index: TargetIndex, args: dict) -> set[int] | None:
+        """The pids the programs sample: with targets_only and targets by pid alone, only theirs,
+        so that the rest of the host costs one map lookup per sample (no unwinding, no process
+        reads, no unwind tables). Targets by container id take any pid of the container: every pid."""
+        if not args["targets_only"] or index.by_container:
+            return None
+        return set(index.by_pid)
 
     @staticmethod
     def _keep_pid(index: TargetIndex, profiler):

@@ -15,7 +15,7 @@ from ...profile.model import Profile
 from ..component import Component, register
 from ..schema import BOOL, DURATION, INT, SECRET, STRING, Arg, BlockArg, MapOf, Schema
 from ..secret import redact_url, reveal
-from .httpclient import HTTP_CLIENT, HTTPClientConfig, connection_for, validate_http_client
+from .httpclient import HTTP_CLIENT, HTTPClientConfig, new_transport, validate_http_client
 from .receiver import ProfilesReceiver
 
 # Alloy's default; it times debug-info uploads, which hotstack does not make (pyroscope.ebpf
@@ -49,8 +49,9 @@ def to_endpoint(a: dict, tracing: dict | None = None) -> PyroscopeEndpoint:
         remote_timeout_s=a["remote_timeout"], min_backoff_s=a["min_backoff_period"],
         max_backoff_s=a["max_backoff_period"], max_backoff_retries=a["max_backoff_retries"],
         retry_on_http_429=a["retry_on_http_429"],
-        connect=lambda origin, timeout: connection_for(origin, timeout, client=client),
-        client_headers=client.headers, follow_redirects=a["follow_redirects"],
+        transport=lambda timeout: new_transport(a["url"], timeout, client), transport_key=client.tls_files,
+        client_headers=client.headers, follow_redirects=a["follow_redirects"], enable_http2=a["enable_http2"],
+        server_name=client.server_name(),
         jaeger_propagator=tracing["jaeger_propagator"], trace_context_propagator=tracing["trace_context_propagator"])
 
 

@@ -13,6 +13,7 @@ The lifecycle (detect, attach, observe with retries, poll, collect, merge, forge
 
 from __future__ import annotations
 
+from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
 from ..v8.source import V8Source
@@ -51,6 +52,12 @@ class HotSpotSource(V8Source):
             return read_layout(pid)
         except NotReady:
             return None
+
+    def _may_run(self, pid: int) -> bool:
+        """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
+        launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
+        text = procs.read_maps_text(pid, recent=True)
+        return "/libjvm.so" in text or "/libjli.so" in text
 
     def _record(self, layout: JvmLayout) -> bytes:
         return layout.record

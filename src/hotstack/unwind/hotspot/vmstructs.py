@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..v8.metadata import _SYM
@@ -41,17 +42,16 @@ class VMStructs:
 def libjvm(pid: int) -> tuple[str, int] | None:
     """(path under /proc/PID/root, load bias) of the process's libjvm.so, or None."""
     first: dict[str, tuple[int, int]] = {}
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].strip().endswith("/libjvm.so"):
-                    path = parts[5].strip()
-                    start, offset = int(parts[0].split("-")[0], 16), int(parts[2], 16)
-                    if path not in first or offset < first[path][1]:
-                        first[path] = (start, offset)
-    except OSError:
+    text = procs.read_maps_text(pid, recent=True)    # the pid watcher's read of this round
+    if "/libjvm.so" not in text:      # most processes of a host: one substring test
         return None
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].strip().endswith("/libjvm.so"):
+            path = parts[5].strip()
+            start, offset = int(parts[0].split("-")[0], 16), int(parts[2], 16)
+            if path not in first or offset < first[path][1]:
+                first[path] = (start, offset)
     for path, (start, offset) in first.items():
         full = f"/proc/{pid}/root{path}"
         try:

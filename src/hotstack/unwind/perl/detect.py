@@ -141,7 +141,7 @@ def detect(pid: int) -> PerlProcess | None:
     Only `perl*` executables are looked into: this runs for every new process of the host."""
     if "perl" not in exe_name(pid):
         return None
-    text = procs.read_maps_text(pid)
+    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
     if "perl" not in text:
         return None
     mappings = parse_maps(text)

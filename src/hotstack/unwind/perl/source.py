@@ -20,6 +20,7 @@ from ..interpreter_source import InterpreterSource
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..python.merge import ROOT_FRAMES, merge
 from .detect import PerlProcess, detect
+from ..ruby.detect import exe_name
 from .frames import RawPerlFrame, parse_stack, vm_groups
 from .offsets import CVF_NAMED, SVT_MASK, SVT_PVCV, SVT_PVGV, SVT_PVHV, PerlOffsets
 
@@ -135,6 +136,9 @@ class PerlSource(InterpreterSource):
 
     def _find(self, pid: int) -> PerlProcess | None:
         return detect(pid)
+
+    def _may_run(self, pid: int) -> bool:
+        return "perl" in exe_name(pid)    # only `perl*` executables are looked into (detect)
 
     def _record(self, proc: PerlProcess) -> bytes | None:
         try:

@@ -76,7 +76,7 @@ def detect(pid: int) -> PhpProcess | None:
     for every new process of the host)."""
     if "php" not in exe_name(pid):
         return None
-    text = procs.read_maps_text(pid)
+    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
     if "php" not in text:
         return None
     mappings = parse_maps(text)

@@ -26,6 +26,7 @@ from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
 from ..ruby.jit import JitWatch, merge_jit
 from .detect import PhpOffsets, PhpProcess, detect
+from ..ruby.detect import exe_name
 
 
 VM_ENTRY = "execute_ex"
@@ -136,6 +137,9 @@ class PhpSource(InterpreterSource):
 
     def _find(self, pid: int) -> PhpProcess | None:
         return detect(pid)
+
+    def _may_run(self, pid: int) -> bool:
+        return "php" in exe_name(pid)    # only `php*` executables are looked into (detect)
 
     def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets

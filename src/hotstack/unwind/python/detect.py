@@ -183,7 +183,7 @@ def inspected_once(cache: dict, path: str, inspect):
 
 def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
-    text = procs.read_maps_text(pid)
+    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
     if "python" not in text:    # cheap test first: most processes of a host are not Python
         return None
     mappings = parse_maps(text)

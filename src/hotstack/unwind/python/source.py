@@ -58,6 +58,9 @@ class CPythonSource(InterpreterSource):
     def _find(self, pid: int) -> PythonProcess | None:
         return detect(pid)
 
+    def _may_run(self, pid: int) -> bool:
+        return "python" in procs.read_maps_text(pid, recent=True)   # as detect's first test
+
     def _record(self, proc: PythonProcess) -> bytes:
         return proc_record(proc)
 

@@ -154,10 +154,8 @@ _binaries: dict[tuple, RubyBinary | None] = {}
 
 
 def exe_name(pid: int) -> str:
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)"))
-    except OSError:
-        return ""
+    """The file name of the process's executable ('' when gone), as the pid watcher read it."""
+    return os.path.basename(procs.exe_path(pid, recent=True).removesuffix(" (deleted)"))
 
 
 def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | None:
@@ -185,7 +183,7 @@ def detect(pid: int) -> RubyProcess | None:
     Only `ruby*` executables are looked into: this runs for every new process of the host."""
     if "ruby" not in exe_name(pid):
         return None
-    text = procs.read_maps_text(pid)
+    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
     if "ruby" not in text:      # cheap test first: most processes of a host are not Ruby
         return None
     mappings = parse_maps(text)

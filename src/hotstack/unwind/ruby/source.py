@@ -18,7 +18,7 @@ from ..python.memory import MemoryReadError, ProcessMemory
 from ..interpreter_source import InterpreterSource
 from ..python.merge import merge
 from .classes import ClassNames
-from .detect import RubyProcess, detect
+from .detect import RubyProcess, detect, exe_name
 from .frames import FRAME_METHOD, RawRubyFrame, vm_groups
 from .iseq import IMEMO_MENT, IseqCache, IseqInfo, imemo_type
 from .jit import JitWatch, merge_jit
@@ -91,6 +91,9 @@ class RubySource(InterpreterSource):
 
     def _find(self, pid: int) -> RubyProcess | None:
         return detect(pid)
+
+    def _may_run(self, pid: int) -> bool:
+        return "ruby" in exe_name(pid)    # only `ruby*` executables are looked into (detect)
 
     def _record(self, proc: RubyProcess) -> bytes | None:
         try:

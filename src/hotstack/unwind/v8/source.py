@@ -58,22 +58,16 @@ def _v8_files(pid: int) -> list[str]:
     """Files of a `node*` process that may hold V8: the executable, and a mapped libnode (Debian's
     node links it). Other executables are not looked into: this runs for every new process."""
     out = []
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return out
-    if not _NODE.search(exe.removesuffix(" (deleted)")):
+    if not _NODE.search(procs.exe_path(pid, recent=True).removesuffix(" (deleted)")):
         return out
     out.append(f"/proc/{pid}/exe")
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                path = line.split(maxsplit=5)[5].strip() if line.count(" ") >= 5 else ""
-                if "libnode.so" in path and path.startswith("/"):
-                    out.append(f"/proc/{pid}/root{path}")
-                    break
-    except (OSError, IndexError):
-        pass
+    text = procs.read_maps_text(pid, recent=True)
+    if "libnode.so" in text:
+        for line in text.splitlines():
+            path = line.split(maxsplit=5)[5].strip() if line.count(" ") >= 5 else ""
+            if "libnode.so" in path and path.startswith("/"):
+                out.append(f"/proc/{pid}/root{path}")
+                break
     return out
 
 
@@ -122,6 +116,11 @@ class V8Source:
                 return self._layouts[key]
         return None
 
+    def _may_run(self, pid: int) -> bool:
+        """Whether a process without a layout yet may get one later: a `node*` executable (reads
+        of this round). Other processes of the host are looked at once."""
+        return bool(_v8_files(pid))
+
     def detect(self, pid: int) -> bool:
         layout = self._layout(pid)
         if layout is not None:
@@ -140,7 +139,8 @@ class V8Source:
             return False
         layout = self._layout(pid)
         if layout is None:
-            self._retry.setdefault(pid, (time.monotonic(), 0))
+            if pid in self._retry or self._may_run(pid):
+                self._retry.setdefault(pid, (time.monotonic(), 0))
             return False
         self._retry.pop(pid, None)
         return self._track(pid, layout)

@@ -1,0 +1,150 @@
+"""What the pid watcher does with a new process: read once, not once per frame source and retry,
+and looked at again when it loads a library that embeds a runtime long after it started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+# Opens of /proc/PID/maps by this process, for the pids in _WATCHED (an audit hook sees every
+# open(), whichever layer calls it; it cannot be removed, so it only counts while a pid is watched).
+_WATCHED: dict[str, int] = {}
+_HOOKED = threading.Lock()
+_hook_installed = False
+
+
+def _count_maps_opens(event: str, args: tuple) -> None:
+    if event == "open" and _WATCHED and isinstance(args[0], str) and args[0] in _WATCHED:
+        _WATCHED[args[0]] += 1
+
+
+def _watch(pid: int) -> str:
+    global _hook_installed
+    with _HOOKED:
+        if not _hook_installed:
+            sys.addaudithook(_count_maps_opens)
+            _hook_installed = True
+    path = f"/proc/{pid}/maps"
+    _WATCHED[path] = 0
+    return path
+
+
+def test_a_process_that_runs_no_runtime_has_its_maps_read_once():
+    """Six frame sources look at every new process of the host; with no runtime named in its maps
+    or executable, they share the process table's read and none of them looks again later (the
+    retries at 0.1-6.4 s are for interpreters still starting). Before: 17 reads for a busy shell.
+    A first shell has the unwind tables of sh and libc built (the unwind thread reads the maps of
+    a process that brought it a file without a table), so that the second one counts only the
+    pid watcher's reads."""
+    with Engine(EngineConfig(frequency=499)) as prof:
+        assert len(prof.runtimes) >= 2, [s.name for s in prof.runtimes]
+        warm = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        time.sleep(1.5)
+        warm.kill()
+        warm.wait()
+        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        path = _watch(busy.pid)
+        try:
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and not prof.processes.known(busy.pid):
+                time.sleep(0.1)
+            assert prof.processes.known(busy.pid), "the busy shell was never announced"
+            time.sleep(4)               # past every retry age but the last (6.4 s, JVMs only)
+            reads = _WATCHED[path]
+        finally:
+            _WATCHED.pop(path, None)
+            busy.kill()
+            busy.wait()
+    assert reads == 1, f"/proc/PID/maps of a busy shell read {reads} times"
+
+
+EMBED_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <time.h>
+static volatile unsigned long sink;
+int main(int argc, char **argv) {
+    /* native work first, long after every retry age of the frame sources: no runtime mapped */
+    struct timespec a, b; clock_gettime(CLOCK_MONOTONIC, &a);
+    do { for (int i = 0; i < 100000; i++) sink += i; clock_gettime(CLOCK_MONOTONIC, &b); }
+    while (b.tv_sec - a.tv_sec < atoi(argv[2]));
+    void *py = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
+    if (!py) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    void (*init)(void) = (void (*)(void))dlsym(py, "Py_Initialize");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(py, "PyRun_SimpleString");
+    init();
+    return run("def embedded_hot():\n    return sum(range(2000))\nwhile True:\n    embedded_hot()\n");
+}
+"""
+
+
+def _libpython() -> Path:
+    lib = Path(sysconfig.get_config_var("LIBDIR") or "") / (sysconfig.get_config_var("INSTSONAME") or "")
+    if not lib.is_file():
+        pytest.skip(f"no shared libpython for {sys.executable}")
+    return lib
+
+
+def test_a_runtime_loaded_late_by_dlopen_gets_its_frames(tmp_path):
+    """A C program that dlopens libpython 6 s after it started (after the sources' retries would
+    have ended): its maps, read again for an address in no known mapping, hold a new file, so the
+    frame sources look at it again and its Python frames follow."""
+    lib = Path("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0")
+    lib = lib if lib.is_file() else _libpython()
+    source = tmp_path / "embed.c"
+    source.write_text(EMBED_C.replace("#include <time.h>", "#include <time.h>\n#include <stdlib.h>"))
+    subprocess.run(["cc", "-O1", str(source), "-o", str(tmp_path / "embed"), "-ldl"], check=True)
+    proc = subprocess.Popen([str(tmp_path / "embed"), str(lib), "6"])
+    samples: list = []
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,))) as prof:
+            deadline = time.monotonic() + 25
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                samples.extend(prof.collect()[0].samples)
+                if sum(1 for s in samples if any(f.name == "embedded_hot" and f.kind is FrameKind.PYTHON
+                                                 for f in s.stack)) >= 20:
+                    break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode is not None
+    python = [s for s in samples if any(f.kind is FrameKind.PYTHON for f in s.stack)]
+    names = {f.name for s in python for f in s.stack if f.kind is FrameKind.PYTHON}
+    assert len(python) >= 20 and "embedded_hot" in names, (len(samples), len(python), names)
+
+
+def test_declined_pids_are_pruned_while_the_pid_watcher_declines_more():
+    """The pid watcher declines pids (a target filter says no) while a collect, on another thread,
+    prunes the exited ones: the collect must not fail (it once lost an agent's interval with "Set
+    changed size during iteration")."""
+    engine = Engine(EngineConfig(frequency=19, runtime_frames=False))
+    engine.set_target_filter(lambda pid: False)
+    stop = threading.Event()
+
+    def decline():
+        for pid in range(1 << 30, (1 << 30) + 30_000):   # no such processes: all are pruned
+            if stop.is_set():
+                return
+            engine.wants(pid)
+    watcher = threading.Thread(target=decline)
+    watcher.start()
+    try:
+        while watcher.is_alive():
+            engine._forget_dead()
+    finally:
+        stop.set()
+        watcher.join()
+    engine._forget_dead()
+    assert not engine._declined
