@@ -206,17 +206,13 @@ class GoPclntab:
         off = self._u("<I", func + self._entry_size + 12)
         if off == 0:
             return []
-        pos, value, pc, end = self._pc_base + off, -1, int(self.entries[i]), int(self.ends[i])
+        entry, end = int(self.entries[i]), int(self.ends[i])
         out = []
-        for step in range(MAX_PCVALUE_STEPS):
-            uv, pos = self._varint(pos)
-            if uv == 0 and step:
-                break
-            value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
-            delta, pos = self._varint(pos)
-            out.append((pc, value))
-            pc += delta * self.quantum
-            if pc >= end:
+        start = 0
+        for step_end, value in self._stream(off):
+            out.append((entry + start, value))
+            start = step_end
+            if entry + start >= end:
                 break
         return out
 
@@ -252,6 +248,19 @@ class GoPclntab:
         i = bisect.bisect_right(ends, target - entry)
         return values[i] if i < len(ends) else -1
 
+    def _stream(self, off: int):
+        """The steps of the pc-value stream at `off`: (end of the step's pc range relative to the
+        function's entry, its value), until the stream's end; GoPclntabError on a bad varint."""
+        pos, value, pc = self._pc_base + off, -1, 0
+        for step in range(MAX_PCVALUE_STEPS):
+            uv, pos = self._varint(pos)
+            if uv == 0 and step:
+                return
+            value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
+            delta, pos = self._varint(pos)
+            pc += delta * self.quantum
+            yield pc, value
+
     def _steps(self, off: int) -> tuple[list[int], list[int]]:
         """A stream decoded whole, once: (end of each step's pc range, relative to the function's
         entry; its value). Relative, since the linker shares one stream among functions whose
@@ -261,16 +270,9 @@ class GoPclntab:
             return found
         ends: list[int] = []
         values: list[int] = []
-        pos, value, pc = self._pc_base + off, -1, 0
         try:
-            for step in range(MAX_PCVALUE_STEPS):
-                uv, pos = self._varint(pos)
-                if uv == 0 and step:
-                    break
-                value += -((uv + 1) >> 1) if uv & 1 else uv >> 1
-                delta, pos = self._varint(pos)
-                pc += delta * self.quantum
-                ends.append(pc)
+            for step_end, value in self._stream(off):
+                ends.append(step_end)
                 values.append(value)
         except GoPclntabError:
             pass

@@ -5,10 +5,10 @@ looked at again at RETRY_AGES, if `_may_run(pid)` says it could still become one
 executable name the interpreter: a host's other processes are looked at once, not seven times);
 each listed process is given to the kernel walker with its record.
 
-Every ~100 ms `poll` names the frames recorded so far in the active buffer (a process that exits
-before the interval ends keeps its names): the stacks not parsed yet, and not at all while the
-walker has not walked since (one counter read instead of a read of the map); `collect` takes a
-drained buffer's stacks, those poll parsed as they were.
+Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
+names their frames (a process that exits before the interval ends keeps its names), and does
+nothing while the walker has not walked since (one counter read); `collect` takes the rest of a
+drained buffer's stacks, with those the passes took.
 
 A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
 (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what it keeps per
@@ -42,10 +42,13 @@ class InterpreterSource:
         self._lock = threading.Lock()
         self._fsbase_offset = 0
         self._stacks: dict[int, tuple[list, bool]] = {}   # a drained buffer's stacks by key
-        # (buffer, its stacks parsed by poll so far by key): one attribute, swapped whole, since
-        # poll (the pid watcher) and collect (the engine's drain) run on different threads
-        self._early: tuple[int, dict[bytes, tuple[list, bool]]] = (-1, {})
+        # per buffer, the stacks the passes took out of the kernel (parsed) by key, until the
+        # buffer is drained; poll (the pid watcher) and collect (the engine's drain) run on
+        # different threads, and what a pass took is only here: one lock for both
+        self._early: dict[int, dict[bytes, tuple[list, bool]]] = {0: {}, 1: {}}
+        self._drain_lock = threading.Lock()
         self._walks, self._settled = -1, False             # the walker's walks at the last pass
+        self._polled_buffer = -1
 
     # -- what each source supplies ------------------------------------------------------------
     def _find(self, pid: int):
@@ -136,8 +139,8 @@ class InterpreterSource:
         return bool(self._procs) or bool(self._retry)
 
     def poll(self, active_buffer: int) -> None:
-        """Called every ~100 ms: retries, then the frames recorded so far in the active buffer are
-        named while their process still runs."""
+        """Called every ~100 ms: retries, then the stacks recorded since the last pass in the
+        active buffer are taken out of the kernel and named while their process still runs."""
         if self._kernel is None:
             return
         self._retry_pending()
@@ -146,18 +149,19 @@ class InterpreterSource:
         try:
             if not self._due(active_buffer):
                 return
-            buffer, parsed = self._early
-            if active_buffer != buffer:
-                parsed = {}
-                self._early = (active_buffer, parsed)
-            for key, raw in self._kernel.recorded(active_buffer):
-                if key in parsed:
-                    continue
-                frames, truncated, pid = self._parse(raw)
-                parsed[key] = (frames, truncated)
-                entry = self._procs.get(pid)
-                if entry is not None:
-                    self._name_early(pid, entry, frames)
+            with self._drain_lock:
+                parsed = self._early[active_buffer]
+                # Taken, not read: a pass reads only what the walker stored since the last one (a
+                # stack seen again is stored again: it was taken), not every record of the
+                # interval, which had been most of a pass's cost (4 KiB a record).
+                for key, raw in self._kernel.take(active_buffer):
+                    if key in parsed:
+                        continue
+                    frames, truncated, pid = self._parse(raw)
+                    parsed[key] = (frames, truncated)
+                    entry = self._procs.get(pid)
+                    if entry is not None:
+                        self._name_early(pid, entry, frames)
         except Exception:       # the session is closing under us
             return
 
@@ -167,28 +171,29 @@ class InterpreterSource:
         read may store its stack just after the pass read the map: the next pass sees it). The read
         of the map is most of a pass's cost; the counter is one syscall."""
         walks = self._kernel.walks()
-        if walks == self._walks and self._settled and active_buffer == self._early[0]:
+        if walks == self._walks and self._settled and active_buffer == self._polled_buffer:
             return False
         self._settled = walks == self._walks
         self._walks = walks
+        self._polled_buffer = active_buffer
         return True
 
     def collect(self, buffer: int) -> None:
-        """Take the stacks of a buffer the engine just drained."""
+        """Take the stacks of a buffer the engine just drained: those the passes took out of it
+        (parsed then) and the rest."""
         if self._kernel is None:
             return
-        # a record never changes under its key (the walker stores a key's stack once): what poll
-        # parsed of this buffer is not parsed again
-        early_buffer, parsed = self._early
-        if early_buffer != buffer:
-            parsed = {}
-        stacks = {}
-        for k, v in self._kernel.take(buffer):
-            stack = parsed.get(k)
-            if stack is None:
-                frames, truncated, _pid = self._parse(v)
-                stack = (frames, truncated)
-            stacks[_U64.unpack_from(k)[0]] = stack
+        with self._drain_lock:
+            parsed, self._early[buffer] = self._early[buffer], {}
+            stacks = {}
+            # a record never changes under its key (the walker stores a key's stack once per
+            # interval, or again after a pass took it): what a pass parsed is not parsed again
+            for k, v in self._kernel.take(buffer):
+                stack = parsed.get(k)
+                if stack is None:
+                    frames, truncated, _pid = self._parse(v)
+                    stack = (frames, truncated)
+                stacks[_U64.unpack_from(k)[0]] = stack
+            for k, stack in parsed.items():
+                stacks.setdefault(_U64.unpack_from(k)[0], stack)
         self._stacks = stacks
-        if early_buffer == buffer:
-            self._early = (-1, {})
