@@ -3,8 +3,10 @@
 # with (linux-libc-dev-arm64-cross: headers only, architecture-independent) and Debian's aarch64
 # cross compiler and libc (tests/kernels/test_arm64.py builds an arm64 binary and reads arm64 CFI).
 # With HOTSTACK_ARM64=1 (`make test-arm64`), the VM run's tools: qemu-system-aarch64, mmdebstrap and
-# qemu-user-static with binfmt_misc (mmdebstrap runs the arm64 packages' scripts through it). The
-# VM run is slow under emulation (~20-40 min): not part of `.ci/run`.
+# qemu-user-static with binfmt_misc (mmdebstrap runs the arm64 packages' scripts through it), and
+# arch-test, which mmdebstrap needs for a foreign architecture (only a Recommends of mmdebstrap: a
+# fresh machine with --no-install-recommends has none: "install arch-test for foreign architecture
+# support"). The VM run is slow under emulation (~20-40 min): not part of `.ci/run`.
 set -euo pipefail
 need=()
 [ -e /usr/aarch64-linux-gnu/include/asm/ptrace.h ] || need+=(linux-libc-dev-arm64-cross)
@@ -12,7 +14,7 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 [ -e /usr/aarch64-linux-gnu/include/stdio.h ] || need+=(libc6-dev-arm64-cross)
 if [ "${HOTSTACK_ARM64:-0}" = 1 ]; then
     for pair in qemu-system-aarch64:qemu-system-arm mmdebstrap:mmdebstrap qemu-aarch64-static:qemu-user-static \
-                update-binfmts:binfmt-support mke2fs:e2fsprogs debugfs:e2fsprogs; do
+                update-binfmts:binfmt-support arch-test:arch-test mke2fs:e2fsprogs debugfs:e2fsprogs; do
         command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
     done
     [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)

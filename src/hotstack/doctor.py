@@ -115,6 +115,11 @@ def features_off() -> list[str]:
     ok, detail = _kprobes()
     if not ok:
         lines.append(f"kprobe:/kretprobe: probe links off: {detail}")
+    if features.kernel_btf():
+        tracing, why = features.tracing_attach()
+        if not tracing:
+            lines.append(f"fentry/fexit off: {why}; kprobe:/kretprobe: probe links " +
+                         ("use kprobes" if ok else "have no other way"))
     return lines
 
 
@@ -168,6 +173,11 @@ def run_checks() -> list[Check]:
     checks.append(Check("kprobes", ok, detail, "kprobe:/kretprobe: probe_links (fentry/fexit are used instead "
                         "where BTF allows)", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y",
                         required=False))
+    if btf:
+        tracing, why = features.tracing_attach()
+        checks.append(Check("fentry/fexit", tracing, why, "kprobe:/kretprobe: probe_links where kprobes are off",
+                            "a kernel with BPF trampolines for this machine (x86-64: 5.5+, arm64: 6.4+)",
+                            required=False))
     if features.can_probe():
         names = ("bpf_get_current_task_btf", "bpf_task_pt_regs", "bpf_loop", "bpf_find_vma")
         missing = [n for n in names if not features.helper_available(n)]

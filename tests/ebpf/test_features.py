@@ -100,3 +100,24 @@ def test_memlock_estimate_and_raise(monkeypatch):
         assert soft >= (64 << 10) + need
     finally:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, before)
+
+
+def test_fentry_probe_agrees_with_the_probe_object():
+    """doctor's fentry/fexit line (a trial program attached for an instant) says what the real
+    fentry form of kprobe links finds on this kernel (tests/kernels/smoke.py checks the same on
+    every kernel of the matrix, arm64 included)."""
+    from hotstack.ebpf import links
+
+    said, why = features.tracing_attach()
+    assert why and "\n" not in why
+    spec = ebpf.load_spec(object_path("probe"), map_prefix="hstest")
+    template = spec.programs.pop("probe_fentry")
+    spec.programs.pop("probe_fexit")
+    with ebpf.Collection.load(spec) as coll:
+        try:
+            program = coll.load_program("probe_fentry", links.tracing_variant(template, "do_sys_openat2"))
+            links.attach_tracing(program).close()
+            attached = True
+        except ebpf.EbpfError:
+            attached = False
+    assert attached == said, why

@@ -31,6 +31,7 @@ import sysconfig
 import tarfile
 import tempfile
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -127,8 +128,10 @@ def fetch_kernel(package: str) -> Path:
 
 # ---- the guest's payload ---------------------------------------------------------------------
 
-DEPENDENCIES = ("numpy>=1.24", "rich>=13", "PyYAML>=6", "protobuf>=7.35.1,<8", "grpcio>=1.60",
-                "rust-demangler>=1.0", "prometheus-client>=0.17")
+# hotstack's runtime dependencies, as pyproject.toml lists them (a copy kept here fell behind when
+# httpx joined the list: the agent item failed in every VM on the import of its HTTP client).
+with open(ROOT / "pyproject.toml", "rb") as _f:
+    DEPENDENCIES = tuple(tomllib.load(_f)["project"]["dependencies"])
 
 
 def _site_packages() -> Path:

@@ -136,14 +136,16 @@ def item_doctor(w: Path) -> str:
 
 def item_programs(w: Path) -> str:
     """Every program of every committed object loads, with its load-time adaptations (fentry and
-    fexit templates: item_fentry)."""
+    fexit templates: item_fentry). exec is loaded here on maps of its own: beside a sampler, a
+    refused load only leaves exec detection to comm changes (sampling/sampler.py), which no other
+    item would see."""
     from hotstack import ebpf
     from hotstack.bpf import object_path
     from hotstack.ebpf import links
     from hotstack.unwind import kernel_maps
 
     loaded, notes = [], []
-    for name in ("profile", "offcpu", "probe"):
+    for name in ("profile", "offcpu", "probe", "exec"):
         spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
         if "unwind_in_kernel" in spec.variables:      # as the default, --unwind kernel, loads it
             kernel_maps.configure(spec)
@@ -158,11 +160,13 @@ def item_programs(w: Path) -> str:
 
 
 def item_fentry(w: Path) -> str:
-    """The fentry/fexit form of kprobe links (used where kprobes are off), on do_sys_openat2."""
+    """The fentry/fexit form of kprobe links (used where kprobes are off), on do_sys_openat2; and
+    doctor's fentry/fexit line (its trial program) says what these real programs found."""
     from hotstack import ebpf
     from hotstack.bpf import object_path
     from hotstack.ebpf import links
 
+    said, why = features.tracing_attach()
     spec = ebpf.load_spec(object_path("probe"), map_prefix="smoke")
     templates = {k: spec.programs.pop(k) for k in list(spec.programs) if spec.programs[k].section in ("fentry", "fexit")}
     with ebpf.Collection.load(spec) as coll:
@@ -172,7 +176,13 @@ def item_fentry(w: Path) -> str:
                 links.attach_tracing(program).close()
             except ebpf.EbpfError as e:
                 reason = e.short() if isinstance(e, ebpf.VerifierError) else str(e)
-                raise Off(f"{template.section} on do_sys_openat2 refused by this kernel: {reason}") from None
+                if said:
+                    raise RuntimeError(f"doctor says fentry/fexit work ({why}), but {template.section} on "
+                                       f"do_sys_openat2 was refused: {reason}") from None
+                raise Off(f"{template.section} on do_sys_openat2 refused by this kernel: {reason} "
+                          f"(doctor: {why})") from None
+    if not said:
+        raise RuntimeError(f"doctor says fentry/fexit are off ({why}), but they attached to do_sys_openat2")
     return "fentry and fexit attached to do_sys_openat2"
 
 

@@ -9,6 +9,7 @@ off and which Linux brings it; no decision is taken on it.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 import struct
@@ -165,6 +166,72 @@ def kernel_btf() -> bool:
     return os.path.exists("/sys/kernel/btf/vmlinux")
 
 
+ENOTSUPP = 524          # the kernel's internal "not supported", which bpf() passes through
+# Kernel functions a trial fentry program attaches to: the first is the kernel's own attach target
+# for BPF self-tests (net/bpf/test_run.c, never called outside BPF_PROG_TEST_RUN), the second the
+# usual probe target, should the first be configured out.
+_FENTRY_TARGETS = ("bpf_fentry_test1", "do_sys_openat2")
+# The release that lets BPF trampolines attach to kernel functions, for the message only: x86-64
+# has them since 5.5; arm64 since 6.4 (its ftrace direct calls).
+TRAMPOLINES_SINCE = {"x86_64": "5.5", "aarch64": "6.4"}
+
+
+def _errno_text(err: int | None) -> str:
+    return f"{os.strerror(err)} ({errno.errorcode.get(err, err)})" if err else "unknown error"
+
+
+@functools.cache
+def tracing_attach() -> tuple[bool, str]:
+    """Whether fentry/fexit programs attach to kernel functions here (BPF trampolines): a trial
+    program (r0 = 0) loaded for a kernel function and attached for an instant. (True, target) if
+    it attached; (False, why) if not. Kernels that load such a program but have no trampoline for
+    this architecture refuse the attach with ENOTSUPP (arm64 before 6.4). Where no program can be
+    loaded at all (can_probe), they count as present, as helpers do."""
+    if not can_probe():
+        return True, "not probed (no privileges to load programs)"
+    if not kernel_btf():
+        return False, "no kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF) to name a target"
+    from .links import BPF_RAW_TRACEPOINT_OPEN, btf_target_id
+    from .spec import PROG_TYPES
+
+    target = type_id = None
+    for name in _FENTRY_TARGETS:
+        try:
+            target, type_id = name, btf_target_id("fentry", name)
+            break
+        except KeyError:
+            continue
+    if type_id is None:
+        return False, f"the kernel's BTF has none of {', '.join(_FENTRY_TARGETS)}"
+    prog_type, attach_type = PROG_TYPES["fentry"]
+    insns = _MOV_R0_0 + _EXIT
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license = ctypes.create_string_buffer(b"GPL")
+    attr = sc.new_attr()
+    struct.pack_into("<IIQQ", attr, 0, prog_type, len(insns) // 8, sc.address(code), sc.address(license))
+    struct.pack_into("<I", attr, 68, attach_type)
+    struct.pack_into("<I", attr, 108, type_id)
+    try:
+        fd = sc.bpf(sc.BPF_PROG_LOAD, attr, "probe load")
+    except SyscallError as e:
+        return False, f"this kernel refuses to load an fentry program for {target}: {_errno_text(e.errno)}"
+    try:
+        attr = sc.new_attr()
+        struct.pack_into("<QI", attr, 0, 0, fd)
+        try:
+            os.close(sc.bpf(BPF_RAW_TRACEPOINT_OPEN, attr, "probe attach"))
+        except SyscallError as e:
+            since = TRAMPOLINES_SINCE.get(os.uname().machine)
+            if e.errno == ENOTSUPP:
+                why = f"this kernel has no BPF trampolines for {os.uname().machine}" + (f" ({since}+)" if since else "")
+            else:
+                why = f"this kernel refuses to attach an fentry program to {target}: {_errno_text(e.errno)}"
+            return False, why
+    finally:
+        os.close(fd)
+    return True, f"an fentry program attached to {target}"
+
+
 def unknown_helper(log: str) -> Helper | None:
     """The helper a verifier log says this kernel lacks, if that is why a load failed."""
     for line in log.splitlines():
@@ -178,4 +245,4 @@ def unknown_helper(log: str) -> Helper | None:
 
 
 __all__ = ["Helper", "HELPERS", "can_probe", "helper_available", "map_type_available", "global_data", "perf_event_dynamic_hash",
-           "memcg_accounting", "kernel_btf", "unknown_helper"]
+           "memcg_accounting", "kernel_btf", "tracing_attach", "unknown_helper"]
