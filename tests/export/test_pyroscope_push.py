@@ -257,10 +257,10 @@ def test_an_intervals_profiles_go_in_one_request_split_by_batch_limits(monkeypat
     assert (m["sent_items"], m["dropped_items"]) == (6, 0), m
 
 
-def test_a_request_refused_for_one_series_loses_only_that_one():
-    """The receiver refuses a whole request for one bad series (HTTP 400): each series is sent again
-    on its own, and only the refused one is dropped and counted."""
-    server = ConnectPushServer([400, 200, 400, 200], error_body=b'{"code":"invalid_argument","message":"bad"}')
+def _three_series_pushed(responses: list) -> tuple[ConnectPushServer, PyroscopePusher]:
+    """Three series pushed together to a receiver answering `responses` in turn (4xx ones refuse
+    for good), until all are sent or dropped; the pusher closed."""
+    server = ConnectPushServer(responses, error_body=b'{"code":"invalid_argument","message":"bad series"}')
     pusher = PyroscopePusher(_endpoint(server.url))
     try:
         assert all(pusher.push_many(_series(3)))
@@ -268,6 +268,13 @@ def test_a_request_refused_for_one_series_loses_only_that_one():
         assert pusher.close(5)
     finally:
         server.close()
+    return server, pusher
+
+
+def test_a_request_refused_for_one_series_loses_only_that_one():
+    """The receiver refuses a whole request for one bad series (HTTP 400): each series is sent again
+    on its own, and only the refused one is dropped and counted."""
+    server, pusher = _three_series_pushed([400, 200, 400, 200])
     assert [r["status"] for r in server.requests] == [400, 200, 400, 200]
     assert _services(server.accepted()) == [["svc-0"], ["svc-2"]]
     m = pusher.metrics.snapshot()
@@ -277,14 +284,7 @@ def test_a_request_refused_for_one_series_loses_only_that_one():
 def test_a_receiver_failing_while_a_refused_request_is_sent_apart_sends_nothing_twice():
     """Sent apart after a refusal, the receiver fails (503) at the second series: that one and the
     rest are queued again on their own (retried), the first is not sent again."""
-    server = ConnectPushServer([400, 200, 503, 200, 200], error_body=b'{"code":"invalid_argument","message":"x"}')
-    pusher = PyroscopePusher(_endpoint(server.url))
-    try:
-        assert all(pusher.push_many(_series(3)))
-        _handled(pusher, 3)
-        assert pusher.close(5)
-    finally:
-        server.close()
+    server, pusher = _three_series_pushed([400, 200, 503, 200, 200])
     assert sorted(s for r in _services(server.accepted()) for s in r) == ["svc-0", "svc-1", "svc-2"]
     m = pusher.metrics.snapshot()
     assert (m["sent_items"], m["dropped_items"]) == (3, 0), m
