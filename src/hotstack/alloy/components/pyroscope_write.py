@@ -163,26 +163,18 @@ class PyroscopeWrite(Component):
         self._replace_pushers()
 
     def _append(self, labels: dict[str, str], raw: bytes, profile: Profile | None) -> bool:
-        started = time.monotonic()
-        self.profiles_in += 1
-        series = PushSeries({**labels, **self.args["external_labels"]}, raw)
-        ok = True
-        for pusher in self.pushers:
-            ok = pusher.push([series]) and ok
-        if self._collector is not None:   # queued, never sent on this thread: this is the queueing time
-            self._collector.latency.labels(self.id, ROOT_PATH, "-", "push_total").observe(time.monotonic() - started)
-        return ok
+        return self._append_many([(labels, raw, profile)])[0]
 
     def _append_many(self, items: list[tuple[dict[str, str], bytes, Profile | None]]) -> list[bool]:
-        """One interval's profiles (pyroscope.ebpf's, one per target): sent together, in as few
-        push requests as their sizes allow (PyroscopePusher.push_many), not one request each."""
+        """Profiles handed over together (pyroscope.ebpf's of one interval, one per target): sent
+        in as few push requests as their sizes allow (PyroscopePusher.push_many), not one each."""
         started = time.monotonic()
         self.profiles_in += len(items)
         series = [PushSeries({**labels, **self.args["external_labels"]}, raw) for labels, raw, _profile in items]
         oks = [True] * len(series)
         for pusher in self.pushers:
             oks = [ok and queued for ok, queued in zip(oks, pusher.push_many(series))]
-        if self._collector is not None:
+        if self._collector is not None:   # queued, never sent on this thread: this is the queueing time
             self._collector.latency.labels(self.id, ROOT_PATH, "-", "push_total").observe(time.monotonic() - started)
         return oks
 
