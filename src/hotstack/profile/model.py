@@ -48,10 +48,12 @@ class Frame:
 
 
 # Markers in place of frames that could not be had: the walk was cut (too deep), or the kernel
-# could not store the stack.
+# could not store the stack. A lost kernel stack's marker is a kernel frame: it stands where the
+# kernel frames would, so that every split of a stack into kernel and user parts (ig's kern_stack
+# and user_stack_raw, pprof's kernel mapping, OTLP's frame types) puts it on the kernel side.
 TRUNCATED = Frame("[truncated]", resolved=False)
 LOST_USER = Frame("[lost user stack]", resolved=False)
-LOST_KERNEL = Frame("[lost kernel stack]", resolved=False)
+LOST_KERNEL = Frame("[lost kernel stack]", FrameKind.KERNEL, resolved=False)
 
 
 @dataclass(frozen=True, slots=True)
