@@ -39,6 +39,8 @@ from hotstack.ebpf import enable_run_time_stats  # noqa: E402
 
 PERF_ROOTS = ("_start", "clone3", "__clone3", "start_thread", "clone", "__clone")
 END_ROOT = 1
+END_EXITED = 8     # bpf/native_unwind.h NU_END_EXITED: the task had no address space left (in exit)
+EXIT_FRAMES = ("exit_mmap", "do_exit")
 
 
 def perf_complete(samples) -> float:
@@ -47,6 +49,14 @@ def perf_complete(samples) -> float:
     return sum(n[0] in PERF_ROOTS or n[0].startswith("__libc_start_main")
                or (len(n) > 1 and n[0] == "[unknown]" and n[1].startswith("__libc_start_main")) for n in ok) \
         / max(len(ok), 1)
+
+
+def rest_complete(r: dict) -> float:
+    """The complete share of the samples taken while the process still had its address space (in
+    exit_mmap no profiler can read a user stack: hotstack's walk ends as 'exited', perf's copy of the
+    user stack is empty; both are counted in 'in exit' and printed)."""
+    alive = r["samples"] - r["exited"]
+    return 100 * r["complete"] * r["samples"] / alive if alive else 0.0
 
 
 def workloads(tmp: Path) -> dict[str, list[str]]:
@@ -100,11 +110,12 @@ def run_ours(obj: Path, argv: list[str], name: str, seconds: float, frequency: i
         stacks = sampler.stacks()
         samples = sum(c for *_, c in stacks)
         complete = sum(c for _, _, _, end, c in stacks if end == END_ROOT) / max(samples, 1)
+        exited = sum(c for _, _, _, end, c in stacks if end == END_EXITED)
         depth = sum(len(pcs) * c for _, _, pcs, _, c in stacks) / max(samples, 1)
         bpf_ns = sum(b.run_time_ns - a.run_time_ns for a, b in zip(s0, s1))
         runs = s1[0].run_count - s0[0].run_count
         mem = sampler.tables.memory_bytes()
-        return {"samples": samples, "complete": complete, "depth": depth, "bpf_ns_per_sample": bpf_ns / max(runs, 1),
+        return {"samples": samples, "complete": complete, "exited": exited, "depth": depth, "bpf_ns_per_sample": bpf_ns / max(runs, 1),
                 "cpu_s": cpu, "startup_cpu_s": startup_cpu, "startup_wall_s": startup_wall,
                 "files": sampler.tables.counters.files_loaded, "rows": sampler.tables.rows_used,
                 "fp_frames": d["fp_frames"], "frames": d["frames"], "no_table": d["no_table"],
@@ -125,15 +136,17 @@ def run_perf(argv: list[str], name: str, seconds: float, frequency: int, tmp: Pa
                         "timeout", str(seconds), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out = subprocess.run(["perf", "script", "--no-inline", "-i", str(data), "--comms", "xz", "-F", "ip,sym,dso"],
                              capture_output=True, text=True).stdout
-        samples, cur = [], []
+        samples, cur, exiting = [], [], False
         for line in out.splitlines() + [""]:
             if not line.strip():
                 if cur:
-                    samples.append((list(reversed(cur)), []))
-                cur = []
+                    samples.append((list(reversed(cur)), ["exiting"] if exiting else []))
+                cur, exiting = [], False
                 continue
             parts = line.split(None, 1)
             sym, _, dso = (parts[1] if len(parts) > 1 else "").rpartition(" (")
+            if "kernel" in dso and sym.split("+0x")[0].strip() in EXIT_FRAMES:
+                exiting = True
             if "kernel" not in dso and "vdso" not in dso:
                 cur.append(sym.split("+0x")[0].strip() or "[unknown]")
     else:
@@ -146,6 +159,7 @@ def run_perf(argv: list[str], name: str, seconds: float, frequency: int, tmp: Pa
             proc.wait()
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"samples": len(samples), "complete": perf_complete(samples),
+            "exited": sum(1 for _, tags in samples if tags == ["exiting"]),
             "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)}
 
 
@@ -158,16 +172,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         obj = build_object(tmp)
-        print(f"{'workload':<10} {'who':<8} {'samples':>7} {'complete':>9} {'depth':>6} {'BPF us/sample':>14}"
+        print(f"{'workload':<10} {'who':<8} {'samples':>7} {'complete':>9} {'in exit':>7} {'rest':>7}"
+              f" {'depth':>6} {'BPF us/sample':>14}"
               f" {'CPU s':>7} {'start-up CPU s':>15} {'files':>6} {'rows':>8} {'FP frames':>10}")
         for name, argv in workloads(tmp).items():
             ours = run_ours(obj, argv, name, args.seconds, args.frequency, tmp)
-            print(f"{name:<10} {'hotstack':<8} {ours['samples']:>7} {100 * ours['complete']:>8.1f}% {ours['depth']:>6.1f}"
+            print(f"{name:<10} {'hotstack':<8} {ours['samples']:>7} {100 * ours['complete']:>8.1f}% {ours['exited']:>7}"
+                  f" {rest_complete(ours):>6.1f}% {ours['depth']:>6.1f}"
                   f" {ours['bpf_ns_per_sample'] / 1e3:>14.2f} {ours['cpu_s']:>7.3f} {ours['startup_cpu_s']:>15.3f}"
                   f" {ours['files']:>6} {ours['rows']:>8} {ours['fp_frames']:>10}")
             perf = run_perf(argv, name, args.seconds, args.frequency, tmp)
             if perf:
-                print(f"{name:<10} {'perf':<8} {perf['samples']:>7} {100 * perf['complete']:>8.1f}% {'':>6} {'':>14}"
+                print(f"{name:<10} {'perf':<8} {perf['samples']:>7} {100 * perf['complete']:>8.1f}% {perf['exited']:>7}"
+                      f" {rest_complete(perf):>6.1f}% {'':>6} {'':>14}"
                       f" {perf['cpu_s']:>7.3f}   (record + script, --call-graph dwarf)")
         print(f"kernel map memory of the unwinder (as sized for this run): {ours['map_bytes'] / 2**20:.1f} MiB "
               + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in ours["map_detail"].items()))

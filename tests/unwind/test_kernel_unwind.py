@@ -527,3 +527,40 @@ def test_a_process_gone_before_its_maps_were_read_keeps_its_names(build_dir, wor
     named = sum(s.value for s in mine if (lambda n: n and n[0] == "_start" and "main" in n)(user_names(s)))
     assert named >= 0.9 * sum(s.value for s in mine), Counter(tuple(user_names(s)) for s in mine).most_common(3)
     assert not engine.processes.known(w.pid)         # adopted for the interval only
+
+
+def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_its_root(build_dir, workloads):
+    """Short processes that free a large heap at exit: samples taken after do_exit dropped the task's
+    address space (exit_mmap) can have no user stack beyond the leaf, in any profiler (perf's copy of
+    the user stack fails the same way); the walk says so (end_exited), not "short of the root". Every
+    other sample of every process, from its first one, reaches _start."""
+    from hotstack.sampling import Engine, EngineConfig
+
+    exe = compile_c(HERE / "workloads" / "exit_heavy.c", build_dir / "exit_heavy", "-O2", "-fomit-frame-pointer")
+    workloads(["sh", "-c", f"while :; do {exe}; done"])
+    engine = Engine(EngineConfig(frequency=199, comms=("exit_heavy",), unwind="kernel", runtime_frames=False))
+    with engine:
+        time.sleep(1.0)
+        engine.collect()             # the files' tables are queued and loaded by the first processes
+        before = Counter(engine.samplers[0].native.kernel_counters())
+        time.sleep(5.0)
+        prof = engine.collect()[0]
+        counters = Counter(engine.samplers[0].native.kernel_counters())
+    counters.subtract(before)
+    exiting, others = Counter(), Counter()
+    for s in prof.samples:
+        kernel = {f.name for f in s.stack if f.is_kernel}
+        user = tuple(f.name for f in reversed(s.stack) if not f.is_kernel)
+        (exiting if "exit_mmap" in kernel else others)[user] += s.value
+    assert sum(exiting.values()) >= 10, (counters, exiting)
+    assert sum(others.values()) >= 100, counters
+    # in exit: the leaf alone, counted as exited, never as a walk that lost its way
+    assert all(len(u) == 1 for u in exiting), exiting.most_common(3)
+    assert counters["end_exited"] >= sum(exiting.values()), counters
+    # a PC in no mapping: only a sample inside execve, where the registers are still the old image's
+    # (the shell's) and the new address space holds none of its code
+    in_exec = sum(s.value for s in prof.samples if {"load_elf_binary", "setup_arg_pages", "begin_new_exec"}
+                  & {f.name for f in s.stack if f.is_kernel})
+    assert counters["end_no_mapping"] <= in_exec, (counters, in_exec)
+    rooted = sum(v for u, v in others.items() if u and u[0] == "_start")
+    assert rooted >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if x[0][:1] != ("_start",)]
