@@ -75,3 +75,17 @@ def test_313_from_the_interpreter():
     assert o.source == FROM_DEBUG_OFFSETS, o.source
     # Measured on 3.13.0 (research notes, section 3.3).
     assert (o.tstate_frame, o.thread_id, o.frame_instr, o.frame_marker, o.co_code_adaptive) == (72, 152, 56, 70, 200)
+
+
+def test_every_known_layout_fits_the_walkers_window():
+    """bpf/python.h reads a frame's and a code object's fields in one read each (PY_WINDOW bytes)
+    with aligned loads: every version of the table must fit, and a layout that does not is refused
+    (no Python frames) rather than read wrong."""
+    from dataclasses import replace
+
+    from hotstack.unwind.python.offsets import _TABLE
+
+    assert _TABLE and all(o.fits_walker for o in _TABLE.values())
+    o = _TABLE[(3, 12)]
+    assert not replace(o, frame_instr=o.frame_instr + 4).fits_walker       # unaligned pointer
+    assert not replace(o, co_firstlineno=200).fits_walker                   # outside the window

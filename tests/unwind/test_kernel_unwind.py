@@ -564,3 +564,23 @@ def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_i
     assert counters["end_no_mapping"] <= in_exec, (counters, in_exec)
     rooted = sum(v for u, v in others.items() if u and u[0] == "_start")
     assert rooted >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if x[0][:1] != ("_start",)]
+
+
+def test_a_deep_stack_keeps_128_frames(build_dir, workloads):
+    """300 nested calls: the walk spans its step programs (NU_FRAMES_PER_PROG frames each, chained by
+    tail calls) up to NU_MAX_FRAMES = 128 frames, leaf first, and ends as truncated: no tail call is
+    refused by the kernel's limit on the way."""
+    from hotstack.sampling import Engine, EngineConfig
+
+    exe = compile_c(HERE / "workloads" / "deep.c", build_dir / "deep", "-O1", "-fomit-frame-pointer")
+    w = workloads([exe, "300"])
+    engine = Engine(EngineConfig(frequency=199, pids=(w.pid,), unwind="kernel", runtime_frames=False))
+    with engine:
+        time.sleep(3.0)
+        prof = engine.collect()[0]
+        counters = engine.samplers[0].native.kernel_counters()
+    user = [[f.name for f in s.stack if not f.is_kernel] for s in prof.samples for _ in range(s.value)]
+    assert len(user) >= 50, counters
+    assert all(len(u) == 128 and u[0] == "spin" and set(u[1:]) == {"descend"} for u in user), \
+        Counter((len(u), u[0]) for u in user).most_common(3)
+    assert counters["tail_call_failed"] == 0 and counters["end_truncated"] >= len(user), counters

@@ -68,7 +68,13 @@
 #ifndef NU_MAX_FRAMES
 #define NU_MAX_FRAMES 128
 #endif
-#define NU_FRAMES_PER_PROG 8
+
+/* Frames per step program. The verifier checks every step of the program's unrolled loop (about
+ * 23k instructions each, with the runtime hooks) at every start: 8 steps cost 257k instructions and
+ * ~0.5 CPU-s, 5 steps 187k and ~0.36 CPU-s. 128 frames then take 26 programs, inside the kernel's
+ * 32 tail calls of 5.10 (33 later) with an interpreter walker in front; one more tail call per
+ * 5 frames costs nothing measurable next to the steps (bench/RESULTS.md, session 8). */
+#define NU_FRAMES_PER_PROG 5
 #define NU_ROW_SEARCH_STEPS 24      /* 2^24 rows per file at most */
 #define NU_PAGE_SHIFT 12
 #define NU_VM_EXEC 0x4

@@ -8,6 +8,7 @@
 #define PY_MAX_FRAMES 96
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
+#define PY_WINDOW 128
 #define V8_MAX_FRAMES 64
 #define HS_MAX_FRAMES 64
 #define HS_MAX_HEAPS 4
@@ -503,6 +504,12 @@ enum hs_stat {
 		__type(key, __u32); \
 		__type(value, struct py_stack); \
 	} py_scratch SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
+		__uint(max_entries, 1); \
+		__type(key, __u32); \
+		__type(value, __u8[PY_WINDOW * 2 + 8]); \
+	} py_window SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_LRU_HASH); \
 		__uint(max_entries, 16384); \

@@ -108,8 +108,8 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
                     return None
                 version = (int(m.group(1)), int(m.group(2)))
             offsets = offsets or table_offsets(version)
-            if offsets is None:
-                return None
+            if offsets is None or not offsets.fits_walker:
+                return None     # a layout the BPF walker cannot read: no Python frames, never wrong ones
             return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"])
     except (ElfError, OSError, ValueError, struct.error):
         return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
+from ...bpf.schema import PY_WINDOW
+
 # FRAME_KIND_* tell the walker how to reach the current frame from a thread state.
 FRAME_OBJECT = 0        # <= 3.10: tstate->frame is a PyFrameObject, one per eval call
 FRAME_CFRAME = 1        # 3.11, 3.12: tstate->cframe->current_frame (_PyInterpreterFrame)
@@ -55,6 +57,17 @@ class PyOffsets:
     # Where these numbers come from: the interpreter's own _Py_DebugOffsets, or our table
     # (3.8-3.12, and the fallback for 3.13+ when the block is absent or unreadable).
     source: str = "table"
+
+    @property
+    def fits_walker(self) -> bool:
+        """The BPF walker reads a frame's fields and a code object's each in one read of at most
+        PY_WINDOW bytes and picks them out with aligned loads (bpf/python.h): every field it uses
+        must lie in that window, 8-byte ones 8-aligned and 4-byte ones 4-aligned."""
+        words = (self.frame_code, self.frame_previous, self.frame_instr)
+        ints = (self.co_argcount, self.co_flags, self.co_firstlineno)
+        return (all(o % 8 == 0 and o + 8 <= PY_WINDOW for o in words)
+                and all(o % 4 == 0 and o + 4 <= PY_WINDOW for o in ints)
+                and (self.frame_marker == NONE or self.frame_marker < PY_WINDOW))
 
     @property
     def lasti_in_bytes(self) -> bool:
