@@ -116,18 +116,24 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
 
 
 def _candidates(mappings: list[Mapping]) -> list[Mapping]:
-    """The first mapping of each file that looks like a CPython interpreter, libpython first."""
+    """The first mapping of each file that looks like a CPython interpreter, libpython first. Only
+    files the process runs (mapped executable): a profiler or a debugger also maps interpreters it
+    only reads (hotstack maps every binary it symbolizes)."""
+    running = {m.file_path for m in mappings if m.executable and m.is_file}
     seen: dict[str, Mapping] = {}
     for m in mappings:
-        if m.is_file and _NAME.search(m.file_path) and m.file_path not in seen:
+        if m.is_file and m.file_path in running and _NAME.search(m.file_path) and m.file_path not in seen:
             seen[m.file_path] = m
     return sorted(seen.values(), key=lambda m: "libpython" not in m.file_path)
 
 
 def _load_base(elf_path: str, mappings: list[Mapping]) -> int | None:
+    """Where the process loaded the file (address - ELF virtual address), from its mappings of that
+    file: executable ones first, since another mapping of the same file may be a copy the process
+    only reads (at any address: a profiler's mmap of the whole file gave a wrong base)."""
     try:
         with ElfFile(elf_path) as elf:
-            for m in mappings:
+            for m in sorted(mappings, key=lambda m: not m.executable):
                 vaddr = elf.file_offset_to_vaddr(m.offset)
                 if vaddr is not None:
                     return m.start - vaddr
