@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from .. import malloc
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
 from .fastcfi import parse_fast
@@ -51,21 +52,29 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
         fp_fdes += fp
         if len(rows["pc"]):
             # .debug_frame rows go first so that .eh_frame rows win at equal pcs (as table.py)
-            rows["source"] = np.full(len(rows["pc"]), -(len(parts) + 1) if debug else len(parts), np.int64)
+            rows["source"] = np.full(len(rows["pc"]), -(len(parts) + 1) if debug else len(parts), np.int8)
             parts.append(rows)
             fdes += n
             sources.append(name if source_elf is elf else f"debug:{name}")
+        del rows    # parts holds them: rows_to_table frees each column as it goes
     table = rows_to_table(parts, fdes, fp_fdes, "+".join(sources))
+    malloc.trim()       # the build's columns were freed: their pages go back (hotstack/malloc.py)
     table.go = elf.section(".gopclntab") is not None or elf.section(".go.buildinfo") is not None
     return table
 
 
 def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> UnwindTable:
-    """UnwindTable.from_rows, vectorized: at one pc a real row wins over an FDE end, among real
+    """UnwindTable.from_rows, vectorized (`parts` is consumed): at one pc a real row wins over an FDE end, among real
     rows the last in parse order; consecutive equal rules merge; rules are deduplicated."""
     if not parts:
         return UnwindTable(np.zeros(0, np.uint64), np.zeros(0, np.uint16), [], fdes, 0, source)
-    col = {k: np.concatenate([p[k] for p in parts]) for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source")}
+    # one column at a time, each part's copy dropped as soon as it is joined (a single part is used
+    # as it is): the columns of a large library are tens of MB, twice that was the builder's peak
+    col = {}
+    for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source"):
+        col[k] = parts[0][k] if len(parts) == 1 else np.concatenate([p[k] for p in parts])
+        for p in parts:
+            del p[k]
     pc, kind = col["pc"], col["kind"]
     is_real = (kind != cfi.KIND_END).astype(np.int8)
     order = np.lexsort((col["order"], col["source"], is_real, pc.astype(np.uint64)))
