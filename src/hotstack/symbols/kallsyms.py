@@ -5,7 +5,7 @@ agent's memory; as one blob with a start and a length per symbol, ~3.5 MB. Names
 only when looked up.
 
 The file is parsed with numpy, a chunk of lines at a time: a Python loop over its ~120k lines
-took 0.10-0.15 CPU-s of every start; chunks bound the temporaries (a few MB) where one pass over
+took 0.10-0.15 CPU-s of every start; chunks bound the temporaries (~1.5 MB) where one pass over
 the whole 5 MB file would hold several per-byte arrays at once.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 _TEXT_TYPES = np.frombuffer(b"tTwW", np.uint8)
-_CHUNK = 1 << 20      # bytes read per numpy pass (whole lines)
+_CHUNK = 256 << 10    # bytes read per numpy pass (whole lines): its temporaries are ~6x that
 # hex digit -> value; anything else -> 16 (a line that is not "ADDRESS TYPE NAME" is skipped)
 _HEX = np.full(256, 16, np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -98,7 +98,7 @@ def _parse(data: bytes) -> tuple[np.ndarray, np.ndarray, bytes]:
     keep = (buf[starts + width] == 32) & (buf[starts + width + 2] == 32) & np.isin(buf[starts + width + 1], _TEXT_TYPES)
     starts, ends = starts[keep], ends[keep]
     # hex digits -> nibbles (16: not a digit) -> bytes -> one big-endian word per line
-    nibbles = _HEX[buf[starts[:, None] + np.arange(width)]]
+    nibbles = _HEX[buf[starts.astype(np.int32)[:, None] + np.arange(width, dtype=np.int32)]]
     keep = ((nibbles.view(np.uint64) & 0xF0F0F0F0F0F0F0F0) == 0).all(axis=1)
     packed = nibbles[:, 0::2] << 4 | nibbles[:, 1::2]
     addresses = packed.view(">u8" if width == 16 else ">u4")[:, 0].astype(np.uint64)
