@@ -470,7 +470,9 @@ def main() -> int:
     if os.geteuid() != 0:
         print("otel_profiler.py: run as root", file=sys.stderr)
         return 2
-    peer = build_peer(args.version)
+    # the peer (a Go build the first time) and its collector only when it is one of the profilers run
+    want_peer = not args.only or any("otel ebpf-profiler".startswith(o) for o in args.only.split(","))
+    peer = build_peer(args.version) if want_peer or args.build_only else None
     if args.build_only:
         print(peer)
         return 0
@@ -489,8 +491,10 @@ def main() -> int:
         stats_path.write_text("1")
         load = start_load(tmp)
         receiver = OfficialReceiver()
-        collector, collector_endpoint = start_collector(tmp, receiver.endpoint)
-        services.append(collector)
+        collector_endpoint = "-"
+        if want_peer:
+            collector, collector_endpoint = start_collector(tmp, receiver.endpoint)
+            services.append(collector)
         time.sleep(2)
         symbolizer = Symbolizer(load_paths(load))
         hotstack = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "-t", "0", "--map-fetch-interval", "5s",
