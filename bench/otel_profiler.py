@@ -463,6 +463,10 @@ def main() -> int:
                          "trees: an old and a new tree measured in one run, under the same load)")
     ap.add_argument("--only", default="", help="comma list of the profilers to run, by name prefix "
                                                "(e.g. 'hotstack kernel'); default all")
+    ap.add_argument("--load-only", action="store_true",
+                    help="hotstack samples only the load's processes (--comm xz, python3, hot_ab): on a shared "
+                         "machine its whole-host RSS and CPU follow whatever else runs (tables and symbols of "
+                         "other processes' files)")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not write the trees' bytecode first (then every start compiles hotstack's sources "
                          "where PYTHONDONTWRITEBYTECODE is set)")
@@ -499,6 +503,8 @@ def main() -> int:
         symbolizer = Symbolizer(load_paths(load))
         hotstack = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "-t", "0", "--map-fetch-interval", "5s",
                     "-o", "folded", "--host"]
+        if args.load_only:
+            hotstack += [a for comm in TARGETS for a in ("--comm", comm)]
         # the first `--unwind kernel` start fills the on-disk table cache, as on any host after its first start
         subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none", "--host"], capture_output=True)
         tools = {"hotstack kernel": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "kernel"], 2),
