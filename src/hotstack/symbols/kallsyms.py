@@ -24,7 +24,7 @@ for _i, _c in enumerate(b"ABCDEF"):
 
 
 class KernelSymbols:
-    def __init__(self, addresses: np.ndarray, blob: bytes, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def __init__(self, addresses: np.ndarray, blob: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> None:
         self.addresses = addresses      # uint64, sorted
         self._blob = blob               # names in file order
         self._starts = starts           # uint32: where each sorted symbol's name begins in the blob
@@ -34,7 +34,7 @@ class KernelSymbols:
     def load(cls, path: str = "/proc/kallsyms") -> "KernelSymbols":
         addrs: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
-        blobs: list[bytes] = []
+        blob = bytearray()      # grows in place, kept as it is: no second copy of ~3 MB of names
         with open(path, "rb") as f:
             rest = b""
             while True:
@@ -51,7 +51,8 @@ class KernelSymbols:
                     a, n, b = _parse(data)
                     addrs.append(a)
                     lengths.append(n)
-                    blobs.append(b)
+                    blob += b
+                    del data, a, n, b
                 if not chunk:
                     break
         a = np.concatenate(addrs) if addrs else np.zeros(0, np.uint64)
@@ -60,7 +61,7 @@ class KernelSymbols:
         np.cumsum(n[:-1], out=starts[1:], dtype=np.uint32)
         # stable: of symbols at one address, lookups name the last in the file, as they always did
         order = np.argsort(a, kind="stable")
-        return cls(a[order], b"".join(blobs), starts[order], n[order])
+        return cls(a[order], blob, starts[order], n[order])
 
     def __len__(self) -> int:
         return len(self.addresses)
