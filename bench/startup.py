@@ -20,7 +20,8 @@ Two trees in one session (`--tree NAME=SRC`, repeated: each run runs every tree 
 directory first on PYTHONPATH): the runs of both alternate, under the same load; the load average
 is printed with every run.
 
-The trees' bytecode is written first, as `pip install` does (--no-compile: measure compiling too).
+The trees' bytecode is written first, as `pip install` does (--no-compile removes it: with
+PYTHONDONTWRITEBYTECODE set, as in the development sessions, every start then compiles hotstack).
 
 Usage: sudo .venv/bin/python bench/startup.py [--runs 5] [--rate 49] [--tree old=../old/src --tree new=src]
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -178,7 +180,7 @@ def main() -> None:
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=SRC",
                     help="a tree to measure (its src directory); repeat to alternate trees run by run")
     ap.add_argument("--no-compile", action="store_true",
-                    help="measure without writing bytecode first (PYTHONDONTWRITEBYTECODE: compiled at every start)")
+                    help="remove the trees' bytecode first (with PYTHONDONTWRITEBYTECODE: compiled at every start)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -195,7 +197,13 @@ def main() -> None:
                            stdout=subprocess.DEVNULL)
         print("bytecode written first (compileall, as pip install does)")
     else:
-        print("no bytecode written: where PYTHONDONTWRITEBYTECODE is set, every start compiles the sources")
+        # as a fresh clone runs with PYTHONDONTWRITEBYTECODE set: hotstack's own modules compiled at every start
+        for src in [str(ROOT / "src")] + [src for _, src in trees if src]:
+            for cache in Path(src).rglob("__pycache__"):
+                shutil.rmtree(cache, ignore_errors=True)
+        print("no bytecode: hotstack's __pycache__ removed first"
+              + (" (PYTHONDONTWRITEBYTECODE is set: every start compiles the sources)"
+                 if os.environ.get("PYTHONDONTWRITEBYTECODE") else " (the first start writes it again)"))
 
     print(f"1. hotstack run profile_cpu: start to sampling on ({online_cpus()} CPUs, {args.rate} Hz)")
     ends: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
