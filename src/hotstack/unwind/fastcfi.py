@@ -578,8 +578,10 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     pc, kind, cfa, rbp, ra, fkey, seq = whole
     del whole
     order = np.lexsort((seq, fkey))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
+    del seq, fkey
+    rank = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)
+    rank[order] = np.arange(len(order), dtype=rank.dtype)
+    del order
     return {"pc": pc, "kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra, "order": rank}, nf, len(fp)
 
 
