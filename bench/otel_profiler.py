@@ -32,7 +32,10 @@ module cache) in which rlimit.MaximizeMemlock logs and continues when raising RL
 cgroup, not to that limit). It needs tracefs, so it runs inside `unshare -m --propagation private`
 after mounting tracefs at /sys/kernel/tracing (the host's mounts are untouched).
 
+The trees' bytecode is written first (as `pip install` does; --no-compile to measure compiling too).
+
 Usage: sudo .venv/bin/python bench/otel_profiler.py [--runs 2] [--seconds 20] [--settle 5] [--rates 19,99] [--keep]
+       sudo .venv/bin/python bench/otel_profiler.py --tree old=../old/src --only 'hotstack kernel'   # old vs new
        sudo .venv/bin/python bench/otel_profiler.py --build-only
 """
 
@@ -215,6 +218,15 @@ def _wait_ready(proc: subprocess.Popen, timeout: float) -> bool:
         time.sleep(0.1)
     proc.kill()
     return False
+
+
+def compile_bytecode(srcs: list[str]) -> None:
+    """Writes the bytecode of each tree's modules, as `pip install` does: where
+    PYTHONDONTWRITEBYTECODE is set (this workplace sets it) an editable tree is otherwise compiled
+    from source at every start (~0.1 CPU-s of start-up that no installed hotstack pays)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for src in srcs:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", src], check=True, env=env, stdout=subprocess.DEVNULL)
 
 
 # -- completeness -----------------------------------------------------------------------------------
@@ -446,11 +458,25 @@ def main() -> int:
     ap.add_argument("--version", default=VERSION, help=f"{MODULE} version")
     ap.add_argument("--no-perf", action="store_true")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=SRC",
+                    help="also `hotstack kernel NAME`: hotstack run from the src directory SRC (repeat for more "
+                         "trees: an old and a new tree measured in one run, under the same load)")
+    ap.add_argument("--only", default="", help="comma list of the profilers to run, by name prefix "
+                                               "(e.g. 'hotstack kernel'); default all")
+    ap.add_argument("--load-only", action="store_true",
+                    help="hotstack samples only the load's processes (--comm xz, python3, hot_ab): on a shared "
+                         "machine its whole-host RSS and CPU follow whatever else runs (tables and symbols of "
+                         "other processes' files)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="do not write the trees' bytecode first (then every start compiles hotstack's sources "
+                         "where PYTHONDONTWRITEBYTECODE is set)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("otel_profiler.py: run as root", file=sys.stderr)
         return 2
-    peer = build_peer(args.version)
+    # the peer (a Go build the first time) and its collector only when it is one of the profilers run
+    want_peer = not args.only or any("otel ebpf-profiler".startswith(o) for o in args.only.split(","))
+    peer = build_peer(args.version) if want_peer or args.build_only else None
     if args.build_only:
         print(peer)
         return 0
@@ -469,12 +495,16 @@ def main() -> int:
         stats_path.write_text("1")
         load = start_load(tmp)
         receiver = OfficialReceiver()
-        collector, collector_endpoint = start_collector(tmp, receiver.endpoint)
-        services.append(collector)
+        collector_endpoint = "-"
+        if want_peer:
+            collector, collector_endpoint = start_collector(tmp, receiver.endpoint)
+            services.append(collector)
         time.sleep(2)
         symbolizer = Symbolizer(load_paths(load))
         hotstack = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "-t", "0", "--map-fetch-interval", "5s",
                     "-o", "folded", "--host"]
+        if args.load_only:
+            hotstack += [a for comm in TARGETS for a in ("--comm", comm)]
         # the first `--unwind kernel` start fills the on-disk table cache, as on any host after its first start
         subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none", "--host"], capture_output=True)
         tools = {"hotstack kernel": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "kernel"], 2),
@@ -483,13 +513,20 @@ def main() -> int:
                      ["unshare", "-m", "--propagation", "private", "sh", "-c",
                       'mount -t tracefs tracefs /sys/kernel/tracing && exec "$0" "$@"', str(peer),
                       "-collection-agent", collector_endpoint, "-disable-tls", "-samples-per-second", str(hz)], 15)}
+        for tree in args.tree:
+            tree_name, src = tree.split("=", 1)
+            tools[f"hotstack kernel {tree_name}"] = (
+                lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", *hotstack, "--sample-rate", str(hz),
+                                                       "--unwind", "kernel"], 2))
+        if not args.no_compile:
+            compile_bytecode([str(ROOT / "src")] + [t.split("=", 1)[1] for t in args.tree])
         if perf:
             tools["perf record -g"] = lambda hz: ([perf, "record", "-q", "-F", str(hz), "-a", "-g", "-o",
                                                    str(tmp / "perf.data")], 2)
         print(f"{os.cpu_count()} CPUs; {args.runs} runs per profiler and rate, steady state over {args.seconds:.0f} s "
               f"from {args.settle:.0f} s after sampling is on; collector {COLLECTOR_VERSION} on {collector_endpoint}; peer {peer}",
               flush=True)
-        names = list(tools)
+        names = [n for n in tools if not args.only or any(n.startswith(o) for o in args.only.split(","))]
         seen_attrs: Counter = Counter()
         for hz in rates:
             for run in range(args.runs):
@@ -572,7 +609,7 @@ def summary(rows, names, rates) -> None:
     print("|---|---|---|---|---|---|")
     for hz in rates:
         peer = figures.get(("otel ebpf-profiler", hz))
-        for name in ("hotstack kernel", "hotstack fp"):
+        for name in [n for n in names if n.startswith("hotstack")]:
             ours = figures.get((name, hz))
             if not peer or not ours:
                 continue

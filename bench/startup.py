@@ -16,7 +16,14 @@ Two parts, every run printed:
    In the real run kallsyms is parsed in a thread while the kernel verifies, so wall times of
    part 2 add up to more than part 1's.
 
-Usage: sudo .venv/bin/python bench/startup.py [--runs 5] [--rate 49]
+Two trees in one session (`--tree NAME=SRC`, repeated: each run runs every tree in turn, its src
+directory first on PYTHONPATH): the runs of both alternate, under the same load; the load average
+is printed with every run.
+
+The trees' bytecode is written first, as `pip install` does (--no-compile removes it: with
+PYTHONDONTWRITEBYTECODE set, as in the development sessions, every start then compiles hotstack).
+
+Usage: sudo .venv/bin/python bench/startup.py [--runs 5] [--rate 49] [--tree old=../old/src --tree new=src]
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,13 +86,20 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def end_to_end(rate: int) -> tuple[float, float, float]:
+def tree_env(src: str | None) -> dict[str, str] | None:
+    """The environment that runs hotstack from `src` (None: as installed)."""
+    if src is None:
+        return None
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.path.abspath(src), os.environ.get("PYTHONPATH")) if p)}
+
+
+def end_to_end(rate: int, src: str | None = None) -> tuple[float, float, float]:
     """(s to sampling on, CPU-s then, s to the first sample)."""
     cpus = online_cpus()
     t0 = time.perf_counter()
     on: tuple[float, float] | None = None
     proc = subprocess.Popen([*HOTSTACK, "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "3", "--sample-rate", str(rate), "-o", "none", "--host"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=tree_env(src))
     try:
         while True:
             if proc.poll() is not None:
@@ -149,12 +164,12 @@ def child(rate: int) -> None:
     print(json.dumps(phases))
 
 
-def breakdown(rate: int) -> list[tuple[str, float, float]]:
+def breakdown(rate: int, src: str | None = None) -> list[tuple[str, float, float]]:
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     bare = time.perf_counter() - t
     r = subprocess.run([sys.executable, __file__, "--child", "--rate", str(rate)], capture_output=True, text=True,
-                       check=True, cwd=ROOT)
+                       check=True, cwd=ROOT, env=tree_env(src))
     return [("interpreter (python -c pass)", bare, bare)] + [tuple(p) for p in json.loads(r.stdout)]
 
 
@@ -162,33 +177,62 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--rate", type=int, default=49)
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=SRC",
+                    help="a tree to measure (its src directory); repeat to alternate trees run by run")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="remove the trees' bytecode first (with PYTHONDONTWRITEBYTECODE: compiled at every start)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.rate)
     if os.geteuid() != 0:
         raise SystemExit("bench/startup.py: needs root (it loads BPF programs)")
+    trees = [tuple(t.split("=", 1)) for t in args.tree] or [("installed", None)]
+    if not args.no_compile:
+        # as `pip install` does: where PYTHONDONTWRITEBYTECODE is set (this workplace sets it) an
+        # editable tree is otherwise compiled from source at every start, which no installed hotstack pays
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for src in [str(ROOT / "src")] + [src for _, src in trees if src]:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", src], check=True, env=env,
+                           stdout=subprocess.DEVNULL)
+        print("bytecode written first (compileall, as pip install does)")
+    else:
+        # as a fresh clone runs with PYTHONDONTWRITEBYTECODE set: hotstack's own modules compiled at every start
+        for src in [str(ROOT / "src")] + [src for _, src in trees if src]:
+            for cache in Path(src).rglob("__pycache__"):
+                shutil.rmtree(cache, ignore_errors=True)
+        print("no bytecode: hotstack's __pycache__ removed first"
+              + (" (PYTHONDONTWRITEBYTECODE is set: every start compiles the sources)"
+                 if os.environ.get("PYTHONDONTWRITEBYTECODE") else " (the first start writes it again)"))
 
     print(f"1. hotstack run profile_cpu: start to sampling on ({online_cpus()} CPUs, {args.rate} Hz)")
-    walls, cpus, firsts = [], [], []
+    ends: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
     for i in range(args.runs):
-        wall, cpu, first = end_to_end(args.rate)
-        walls.append(wall)
-        cpus.append(cpu)
-        firsts.append(first)
-        print(f"   run {i + 1}: sampling on after {wall:.3f} s wall, {cpu:.3f} CPU-s; first sample taken by "
-              f"{first:.3f} s")
-    print(f"   median: sampling on {statistics.median(walls):.3f} s, {statistics.median(cpus):.3f} CPU-s; "
-          f"first sample {statistics.median(firsts):.3f} s (target: under 1 s and 0.5 CPU-s)")
+        for name, src in trees:
+            load = os.getloadavg()[0]
+            wall, cpu, first = end_to_end(args.rate, src)
+            ends[name].append((wall, cpu, first))
+            print(f"   {name} run {i + 1}: sampling on after {wall:.3f} s wall, {cpu:.3f} CPU-s; first sample taken by "
+                  f"{first:.3f} s (load {load:.1f})", flush=True)
+    for name, _ in trees:
+        walls, cpus, firsts = zip(*ends[name])
+        print(f"   {name} median: sampling on {statistics.median(walls):.3f} s, {statistics.median(cpus):.3f} CPU-s; "
+              f"first sample {statistics.median(firsts):.3f} s (target: under 1 s and 0.5 CPU-s)")
 
     print("2. where it goes (fresh interpreter per run; wall s / CPU s)")
-    runs = [breakdown(args.rate) for _ in range(args.runs)]
-    for i, phases in enumerate(runs):
-        print(f"   run {i + 1}: " + ", ".join(f"{n} {w:.3f}/{c:.3f}" for n, w, c in phases))
-    print("   median:")
-    for j, (name, _, _) in enumerate(runs[0]):
-        print(f"     {name:<32} {statistics.median(r[j][1] for r in runs):7.3f} s "
-              f"{statistics.median(r[j][2] for r in runs):7.3f} CPU-s")
+    runs: dict[str, list] = {name: [] for name, _ in trees}
+    for i in range(args.runs):
+        for name, src in trees:
+            load = os.getloadavg()[0]
+            phases = breakdown(args.rate, src)
+            runs[name].append(phases)
+            print(f"   {name} run {i + 1}: " + ", ".join(f"{n} {w:.3f}/{c:.3f}" for n, w, c in phases)
+                  + f" (load {load:.1f})", flush=True)
+    for name, _ in trees:
+        print(f"   {name} median:")
+        for j, (phase, _, _) in enumerate(runs[name][0]):
+            print(f"     {phase:<32} {statistics.median(r[j][1] for r in runs[name]):7.3f} s "
+                  f"{statistics.median(r[j][2] for r in runs[name]):7.3f} CPU-s")
 
 
 if __name__ == "__main__":

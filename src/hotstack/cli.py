@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from . import __version__, stop_while_starting
+from . import __version__, malloc, stop_while_starting
 from .errors import HotstackError
 
 
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     # door has its own handler (the agent reloads, a run stops and flushes) ends as Ctrl-C does,
     # instead of killing the process with no word.
     previous = signal.signal(signal.SIGHUP, stop_while_starting)
+    malloc.tune()       # before any thread starts: each would get an arena of its own (malloc.py)
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:

@@ -194,3 +194,56 @@ def test_kernel_btf_index_cache_is_used_and_checked(tmp_path):
     damaged = Btf.from_file("/sys/kernel/btf/vmlinux", str(tmp_path))
     assert damaged.member_offset("task_struct", "mm") == fresh.member_offset("task_struct", "mm")
     assert index.read_bytes() != bytes(raw)          # indexed again and rewritten
+
+
+def test_kernel_btf_structs_match_bpftool():
+    """Every struct and union of the kernel's BTF, decoded in place, as bpftool prints it: id,
+    name, size, and each member's name, type and bit offset."""
+    require_tool("bpftool")
+    from hotstack.ebpf.btf import KIND_STRUCT, KIND_UNION
+
+    dump = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "raw"],
+                          capture_output=True, text=True, check=True).stdout
+    btf = ebpf.kernel_btf()
+    checked = 0
+    current = None
+    expected_members: list[tuple[str, int, int]] = []
+
+    def check() -> None:
+        nonlocal checked
+        if current is None:
+            return
+        type_id, kind, name, size = current
+        t = btf.type(type_id)
+        assert (t.kind, t.name, t.size_or_type) == (kind, name, size), type_id
+        assert [(m.name, m.type_id, m.bit_offset) for m in t.extra] == expected_members, type_id
+        checked += 1
+
+    for line in dump.splitlines():
+        if line.startswith("["):
+            check()
+            head = line.split()
+            current = None
+            if head[1] in ("STRUCT", "UNION"):
+                name = head[2].strip("'")
+                size = int(next(w for w in head if w.startswith("size=")).split("=")[1])
+                current = (int(head[0].strip("[]")), KIND_STRUCT if head[1] == "STRUCT" else KIND_UNION,
+                           "" if name == "(anon)" else name, size)
+                expected_members = []
+        elif current is not None and line.startswith("\t'"):
+            name, rest = line.strip()[1:].split("' ", 1)
+            fields = dict(w.split("=") for w in rest.split())
+            expected_members.append(("" if name == "(anon)" else name, int(fields["type_id"]),
+                                     int(fields["bits_offset"])))
+    check()
+    assert checked > 1000
+    assert btf.find("task_struct", KIND_STRUCT).name == "task_struct"
+
+
+def test_kernel_btf_released_and_read_again():
+    first = ebpf.kernel_btf()
+    assert ebpf.kernel_btf() is first
+    offset = first.member_offset("task_struct", "mm")
+    ebpf.release_kernel_btf()
+    again = ebpf.kernel_btf()
+    assert again is not first and again.member_offset("task_struct", "mm") == offset

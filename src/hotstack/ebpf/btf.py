@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from array import array
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -59,8 +59,13 @@ class Btf:
         if magic != BTF_MAGIC:
             raise ObjectFormatError("bad BTF magic (big-endian BTF is not supported)")
         type_off, type_len, str_off, str_len = struct.unpack_from("<IIII", data, 8)
-        self._blob = data[hdr_len + type_off: hdr_len + type_off + type_len]
-        self._strings = data[hdr_len + str_off: hdr_len + str_off + str_len]
+        # One copy of the data: the type section and the string table are read in place, by
+        # their offsets (slices of the kernel's 5.5 MB blob cost as much again while it was held).
+        self._data = data
+        self._types_at, self._types_end = hdr_len + type_off, hdr_len + type_off + type_len
+        self._strings_at, self._strings_end = hdr_len + str_off, hdr_len + str_off + str_len
+        if self._types_end > len(data) or self._strings_end > len(data):
+            raise ObjectFormatError("BTF sections run past the blob")
         # type id -> offset of its btf_type in the blob, and of its name in the string table (id 0:
         # void). Compact arrays: the kernel's BTF has ~130k types, and lists of ints cost 10x more.
         self._offsets = array("I", [0])
@@ -81,8 +86,9 @@ class Btf:
     def _index_path(self, cache_dir: str | None) -> str | None:
         if not cache_dir:
             return None
-        digest = hashlib.blake2b(self._blob, digest_size=16)
-        digest.update(self._strings)
+        view = memoryview(self._data)
+        digest = hashlib.blake2b(view[self._types_at:self._types_end], digest_size=16)
+        digest.update(view[self._strings_at:self._strings_end])
         return os.path.join(cache_dir, f"btf-index-{digest.hexdigest()}")
 
     def _load_index(self, cache_dir: str | None) -> bool:
@@ -98,11 +104,12 @@ class Btf:
         offsets, names = array("I"), array("I")
         offsets.frombytes(raw[:half])
         names.frombytes(raw[half:])
+        type_len = self._types_end - self._types_at
         if len(raw) % 8 or not offsets or offsets[0] != 0 or len(offsets) != len(names) \
-                or offsets[-1] + 12 > len(self._blob) or len(self._blob) % 4:
+                or offsets[-1] + 12 > type_len or type_len % 4:
             return False
         # every entry must point at a type whose name is the one recorded (a damaged file is ignored)
-        words = np.frombuffer(self._blob, np.uint32)
+        words = np.frombuffer(self._data, np.uint32, type_len // 4, self._types_at)
         at = np.frombuffer(offsets, np.uint32)[1:]
         if (at % 4).any() or not np.array_equal(words[at // 4], np.frombuffer(names, np.uint32)[1:]):
             return False
@@ -126,11 +133,12 @@ class Btf:
         return len(self._offsets) - 1
 
     def _string(self, off: int) -> str:
-        end = self._strings.find(b"\0", off)
-        return self._strings[off:end].decode("utf-8", "replace")
+        start = self._strings_at + off
+        end = self._data.find(b"\0", start, self._strings_end)
+        return self._data[start:end if end >= 0 else self._strings_end].decode("utf-8", "replace")
 
     def _index(self) -> None:
-        blob, n = self._blob, len(self._blob)
+        blob, base, end = self._data, self._types_at, self._types_end
         unpack = struct.unpack_from
         offsets, names = self._offsets, self._name_offsets
         # Bytes that follow the 12-byte header: fixed per kind, or per vlen entry.
@@ -138,20 +146,20 @@ class Btf:
         per_entry = {KIND_STRUCT: 12, KIND_UNION: 12, KIND_ENUM: 8, KIND_ENUM64: 12, KIND_FUNC_PROTO: 8,
                      KIND_DATASEC: 12}
         known = {KIND_PTR, KIND_FWD, KIND_FUNC, KIND_FLOAT} | _MODIFIERS | set(fixed) | set(per_entry)
-        off = 0
-        while off + 12 <= n:
+        off = base
+        while off + 12 <= end:
             name_off, info = unpack("<II", blob, off)
             kind = (info >> 24) & 0x1F
             if kind not in known:
                 raise ObjectFormatError(f"unknown BTF kind {kind}")
-            offsets.append(off)
+            offsets.append(off - base)
             names.append(name_off)
             off += 12 + fixed.get(kind, 0) + per_entry.get(kind, 0) * (info & 0xFFFF)
-        if off != n:
+        if off != end:
             raise ObjectFormatError("BTF type section is truncated")
 
     def _decode(self, type_id: int) -> BtfType:
-        blob, off = self._blob, self._offsets[type_id]
+        blob, off = self._data, self._types_at + self._offsets[type_id]
         unpack = struct.unpack_from
         name_off, info, size_or_type = unpack("<III", blob, off)
         off += 12
@@ -212,19 +220,21 @@ class Btf:
         if self._by_name is None:
             self._by_name = {}
         needle = b"\0" + name.encode() + b"\0"
-        pos = self._strings.find(needle)
+        data, base, end = self._data, self._strings_at, self._strings_end
+        pos = data.find(needle, base, end)
         while pos >= 0:
-            ids = self._by_name.get(pos + 1)
+            name_off = pos + 1 - base
+            ids = self._by_name.get(name_off)
             if ids is None:
                 # Types named by this string-table offset: one scan of the compact index (numpy:
                 # a Python scan of the kernel's ~130k names took 50 ms per name at start-up).
                 names = np.frombuffer(self._name_offsets, np.uint32)
-                ids = self._by_name[pos + 1] = np.flatnonzero(names == pos + 1).tolist()
+                ids = self._by_name[name_off] = np.flatnonzero(names == name_off).tolist()
             for type_id in ids:
                 t = self.type(type_id)
                 if kind is None or t.kind == kind:
                     return t
-            pos = self._strings.find(needle, pos + 1)
+            pos = data.find(needle, pos + 1, end)
         raise KeyError(name)
 
 
@@ -266,7 +276,22 @@ def default_cache_dir() -> str:
     return os.path.join(base, "hotstack", "btf")
 
 
-@lru_cache(maxsize=1)
+_kernel: dict[str, Btf] = {}
+_kernel_lock = threading.Lock()
+
+
 def kernel_btf(path: str = "/sys/kernel/btf/vmlinux") -> Btf:
-    """The running kernel's BTF (parsed once; its type index cached on disk)."""
-    return Btf.from_file(path, default_cache_dir())
+    """The running kernel's BTF (parsed once; its type index cached on disk), kept until
+    release_kernel_btf()."""
+    with _kernel_lock:
+        btf = _kernel.get(path)
+        if btf is None:
+            btf = _kernel[path] = Btf.from_file(path, default_cache_dir())
+        return btf
+
+
+def release_kernel_btf() -> None:
+    """Forget the kernel's BTF: its 5.5 MB are needed while programs are prepared, not while
+    they run. A later kernel_btf() reads it again (10-20 ms with its index on disk)."""
+    with _kernel_lock:
+        _kernel.clear()

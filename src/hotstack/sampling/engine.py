@@ -21,7 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import procs
+from .. import malloc, procs
+from ..ebpf import release_kernel_btf
 from ..errors import HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
@@ -137,6 +138,8 @@ class Engine:
                 sampler.start()
                 self._started.append(sampler)
         kallsyms.join()
+        release_kernel_btf()    # 5.5 MB that sampling does not need; read again if a program later does
+        malloc.trim()           # and the start's transients (kallsyms' chunks, BTF, ELF reads) go back
         self._spawn(self._watch_new_pids, "hotstack-pids")
         if any(s.native is not None for s in self._started):
             self._spawn(self._serve_native_loop, "hotstack-unwind")

@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from .. import malloc
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
 from .fastcfi import parse_fast
@@ -51,48 +52,68 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
         fp_fdes += fp
         if len(rows["pc"]):
             # .debug_frame rows go first so that .eh_frame rows win at equal pcs (as table.py)
-            rows["source"] = np.full(len(rows["pc"]), -(len(parts) + 1) if debug else len(parts), np.int64)
+            rows["source"] = np.full(len(rows["pc"]), -(len(parts) + 1) if debug else len(parts), np.int8)
             parts.append(rows)
             fdes += n
             sources.append(name if source_elf is elf else f"debug:{name}")
+        del rows    # parts holds them: rows_to_table frees each column as it goes
     table = rows_to_table(parts, fdes, fp_fdes, "+".join(sources))
+    malloc.trim()       # the build's columns were freed: their pages go back (hotstack/malloc.py)
     table.go = elf.section(".gopclntab") is not None or elf.section(".go.buildinfo") is not None
     return table
 
 
 def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> UnwindTable:
-    """UnwindTable.from_rows, vectorized: at one pc a real row wins over an FDE end, among real
+    """UnwindTable.from_rows, vectorized (`parts` is consumed): at one pc a real row wins over an FDE end, among real
     rows the last in parse order; consecutive equal rules merge; rules are deduplicated."""
     if not parts:
         return UnwindTable(np.zeros(0, np.uint64), np.zeros(0, np.uint16), [], fdes, 0, source)
-    col = {k: np.concatenate([p[k] for p in parts]) for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source")}
+    # one column at a time, each part's copy dropped as soon as it is joined (a single part is used
+    # as it is): the columns of a large library are tens of MB, twice that was the builder's peak
+    col = {}
+    for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source"):
+        col[k] = parts[0][k] if len(parts) == 1 else np.concatenate([p[k] for p in parts])
+        for p in parts:
+            del p[k]
     pc, kind = col["pc"], col["kind"]
     is_real = (kind != cfi.KIND_END).astype(np.int8)
-    order = np.lexsort((col["order"], col["source"], is_real, pc.astype(np.uint64)))
+    # (views, not copies, and each temporary dropped when done: these columns are 8 MB per million rows)
+    order = np.lexsort((col["order"], col["source"], is_real, pc.view(np.uint64)))
     pc_s = pc[order]
     keep = np.ones(len(order), bool)
     keep[:-1] = pc_s[1:] != pc_s[:-1]
+    del pc_s
     sel = order[keep]
-    pc_k = pc[sel].astype(np.uint64)
+    del order, keep
+    pc_k = pc[sel].view(np.uint64)
     kind_k = kind[sel]
     end = kind_k == cfi.KIND_END
     kind_k = np.where(end, cfi.KIND_INVALID, kind_k)
     cfa_k = np.where(end, 0, col["cfa"][sel])
     rbp_k = np.where(end, 0, col["rbp"][sel])
     ra_k = np.where(end, 0, col["ra"][sel])
-    del col, pc, kind, is_real, order, pc_s, keep, sel, end     # a large library has millions of rows
+    del col, pc, kind, is_real, sel, end     # a large library has millions of rows
     change = np.ones(len(pc_k), bool)
     change[1:] = (kind_k[1:] != kind_k[:-1]) | (cfa_k[1:] != cfa_k[:-1]) | (rbp_k[1:] != rbp_k[:-1]) \
         | (ra_k[1:] != ra_k[:-1])
     pc_k, kind_k, cfa_k, rbp_k, ra_k = pc_k[change], kind_k[change], cfa_k[change], rbp_k[change], ra_k[change]
-    # rule ids: unique over packed columns (two 64-bit keys, then their pair)
+    # rule ids: rules numbered in the order of two packed 64-bit keys, each rule's first row naming it.
+    # One stable sort of both keys instead of np.unique on each and on their pair: the same ids,
+    # and the three uniques' sorted copies and inverses were the builder's peak (libLLVM-15).
     key1 = (kind_k.astype(np.int64) << 40) ^ (cfa_k.astype(np.int64) & 0xFFFFFFFFFF)
     key2 = (rbp_k.astype(np.int64) << 32) ^ (ra_k.astype(np.int64) & 0xFFFFFFFF)
-    u1, inv1 = np.unique(key1, return_inverse=True)
-    u2, inv2 = np.unique(key2, return_inverse=True)
-    pair = inv1.astype(np.int64) * len(u2) + inv2
-    upair, first, rule_ids = np.unique(pair, return_index=True, return_inverse=True)
+    order = np.lexsort((key2, key1))
+    new = np.ones(len(order), bool)
+    k = key1[order]
+    new[1:] = k[1:] != k[:-1]
+    k = key2[order]
+    new[1:] |= k[1:] != k[:-1]
+    del k, key1, key2
+    first = order[new]          # lexsort is stable: the first row of each rule
+    count = len(first)
+    ids = np.empty(len(order), np.uint16 if count < 1 << 16 else np.uint32)
+    ids[order] = np.cumsum(new, dtype=np.uint32) - 1
+    del order, new
     rules = [Rule(int(a), int(b), int(c), int(d)) for a, b, c, d in
              zip(kind_k[first].tolist(), cfa_k[first].tolist(), rbp_k[first].tolist(), ra_k[first].tolist())]
-    ids = rule_ids.astype(np.uint16 if len(rules) < 1 << 16 else np.uint32)
     return UnwindTable(pc_k, ids, rules, fdes, fp_fdes, source)

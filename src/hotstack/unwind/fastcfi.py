@@ -565,11 +565,23 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         arr = np.array(slow_rows, np.int64)
         keys = np.array(slow_keys, np.int64)
         parts.append(_part(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
-    pc, kind, cfa, rbp, ra, fkey, seq = (np.concatenate([p[c] for p in parts]) for c in range(7))
+    # one column at a time, each part's column dropped once copied: a large library has millions of
+    # rows, and the parts and the whole columns side by side doubled the builder's peak
+    columns = [list(p) for p in parts]
     del parts
+    whole = []
+    for c in range(7):
+        whole.append(np.concatenate([p[c] for p in columns]))
+        for p in columns:
+            p[c] = None
+    del columns
+    pc, kind, cfa, rbp, ra, fkey, seq = whole
+    del whole
     order = np.lexsort((seq, fkey))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
+    del seq, fkey
+    rank = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)
+    rank[order] = np.arange(len(order), dtype=rank.dtype)
+    del order
     return {"pc": pc, "kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra, "order": rank}, nf, len(fp)
 
 
