@@ -5,12 +5,11 @@ HotSpot); each listed process is given to the kernel walker with its record.
 
 Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
 names their frames (a process that exits before the interval ends keeps its names). It does
-nothing while the walker has not walked since (one counter read), and after a pass that found only
-stacks it had already named in this interval (processes running what they ran before), none for
-NAME_EVERY: a process keeps the names of what it ran until that long before its end, and of all it
-ran before. A pass that meets a new stack, a newly listed process, or the walker walking again after
-a quiet spell keep passes at every round. `collect` takes the rest of a drained buffer's stacks,
-with those the passes took.
+nothing while the walker has not walked since (one counter read), and after a pass that took
+stacks, none for NAME_EVERY (as V8's, unwind/v8/source.py): a process keeps the names of what it
+ran until that long before its end, and of all it ran before. A newly listed process, and the walker
+walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
+a drained buffer's stacks, with those the passes took.
 
 A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_may_run(pid)`,
 `_record(proc)` (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what
@@ -31,9 +30,10 @@ from .retries import RETRY_AGES, RetryLadder
 if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
     from .runtimes import RuntimeKernel
 
-# After a naming pass that met only stacks named before, the next one waits this long (seconds):
-# as V8's (unwind/v8/source.py). In steady state (the same functions sampled again and again) three
-# passes of four read only what they had read (the walker stores a stack again after a pass took it).
+# After a naming pass that took stacks, the next one waits this long (seconds), as V8's
+# (unwind/v8/source.py): processes that keep working were passed over at every round of the pid
+# watcher (~0.2 s), each pass taking again, mostly, the stacks the last one had named (the walker
+# stores a stack again once a pass took it).
 NAME_EVERY = 0.5
 _U64 = struct.Struct("<Q")
 
@@ -56,7 +56,7 @@ class InterpreterSource(RetryLadder):
         self._drain_lock = threading.Lock()
         self._walks, self._settled = -1, False             # the walker's walks at the last pass
         self._polled_buffer = -1
-        self._next_pass = 0.0      # monotonic time before which no pass runs (after one that met nothing new)
+        self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
 
     # -- what each source supplies ------------------------------------------------------------
     def _record(self, proc) -> bytes | None:
@@ -135,16 +135,15 @@ class InterpreterSource(RetryLadder):
         try:
             if not self._due(active_buffer):
                 return
-            new = False
             with self._drain_lock:
                 parsed = self._early[active_buffer]
                 # Taken, not read: a pass reads only what the walker stored since the last one (a
                 # stack seen again is stored again: it was taken), not every record of the
                 # interval, which had been most of a pass's cost (4 KiB a record).
-                for key, raw in self._kernel.take(active_buffer):
+                taken = self._kernel.take(active_buffer)
+                for key, raw in taken:
                     if key in parsed:
                         continue
-                    new = True
                     frames, truncated, pid = self._parse(raw)
                     parsed[key] = (frames, truncated)
                     entry = self._procs.get(pid)
@@ -152,7 +151,8 @@ class InterpreterSource(RetryLadder):
                         self._name_early(pid, entry, frames)
         except Exception:       # the session is closing under us
             return
-        self._next_pass = 0.0 if new else now + NAME_EVERY
+        if taken:
+            self._next_pass = now + NAME_EVERY
 
     def _due(self, active_buffer: int) -> bool:
         """Whether a naming pass can find anything: not if the walker has not walked since the last
