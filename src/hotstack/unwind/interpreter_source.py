@@ -35,6 +35,9 @@ if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists the
 # watcher (~0.2 s), each pass taking again, mostly, the stacks the last one had named (the walker
 # stores a stack again once a pass took it).
 NAME_EVERY = 0.5
+# A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
+# same rounds, not one round each.
+JOIN_S = 0.15
 _U64 = struct.Struct("<Q")
 
 
@@ -117,6 +120,14 @@ class InterpreterSource(RetryLadder):
         self._next_pass = 0.0       # its first stacks are named at the next round
         return True
 
+    def poll_in(self) -> float | None:
+        """Seconds until this source wants its next poll (a retry due, its next naming pass; 0: the
+        next round, to see the walker walk again), None while it follows no process."""
+        if self._kernel is None:
+            return None
+        passes = max(0.0, self._next_pass - JOIN_S - time.monotonic()) if self._procs else None
+        return self._sooner(self._retry_in(), passes)
+
     def tracking(self) -> bool:
         """True while processes of this runtime are followed (the engine then polls every round)."""
         return bool(self._procs) or bool(self._retry)
@@ -130,7 +141,7 @@ class InterpreterSource(RetryLadder):
         if not self._procs:         # what the walker records is of listed processes only
             return
         now = time.monotonic()
-        if now < self._next_pass and active_buffer == self._polled_buffer:
+        if now + JOIN_S < self._next_pass and active_buffer == self._polled_buffer:
             return
         try:
             if not self._due(active_buffer):

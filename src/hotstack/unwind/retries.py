@@ -66,6 +66,18 @@ class RetryLadder:
                 self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
 
+    def _retry_in(self) -> float | None:
+        """Seconds until the next retry is due (None: none pending)."""
+        if not self._retry:
+            return None
+        now, ages = time.monotonic(), self.retry_ages
+        return max(0.0, min(first + ages[tries] - now if tries < len(ages) else 0.0
+                            for first, tries in self._retry.values()))
+
+    @staticmethod
+    def _sooner(a: float | None, b: float | None) -> float | None:
+        return b if a is None else a if b is None else min(a, b)
+
     def _forget_retry(self, pid: int) -> None:
         self._retry.pop(pid, None)
 

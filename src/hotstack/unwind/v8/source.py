@@ -188,6 +188,14 @@ class V8Source(RetryLadder):
         self.attached += 1
         return True
 
+    def poll_in(self) -> float | None:
+        """Seconds until this source wants its next poll (a retry due, its next naming pass), None
+        while it follows no process."""
+        if self._kernel is None:
+            return None
+        passes = max(0.0, self._named_at + NAME_EVERY - time.monotonic()) if self._procs else None
+        return self._sooner(self._retry_in(), passes)
+
     def tracking(self) -> bool:
         """True while processes of this runtime are followed (the engine then polls every round)."""
         return bool(self._procs) or bool(self._retry)
