@@ -97,9 +97,7 @@ class Agent:
             self.start()
             deadline = time.monotonic() + duration_s if duration_s > 0 else None
             while not self.stopping.is_set():
-                # Woken by the signal handlers (a blocked wait runs them: PEP 475), not every
-                # 0.5 s: a wake-up of this thread each time had been ~4% of the agent's CPU.
-                self._wake.wait(max(0.0, deadline - time.monotonic()) if deadline is not None else None)
+                self._wake.wait(0.5)
                 self._wake.clear()
                 if self._reload_requested and not self.stopping.is_set():
                     self._reload_requested = False
