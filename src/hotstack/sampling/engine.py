@@ -181,7 +181,7 @@ class Engine:
     def _watch_new_pids(self) -> None:
         """New pids (their maps read while they run), then the unwind thread kicked; between rounds
         at least WATCH_INTERVAL_S (one round serves a burst), at most IDLE_WAIT_S unless a program
-        wakes us or runtime processes need their frames named early."""
+        wakes us or a frame source wants a round sooner (`poll_in`: its next naming pass, a retry)."""
         waiter = select.epoll()
         try:
             waiter.register(self._stop_fd, select.EPOLLIN)
