@@ -216,3 +216,26 @@ def test_targets_by_pid_alone_are_sampled_in_the_kernel_only():
     from hotstack.alloy.components.ebpf_args import engine_config
     assert engine_config(args()).pids_at_run_time is True
     assert engine_config(args(targets_only=False)).pids_at_run_time is False
+
+
+def test_re_evaluation_with_the_same_arguments_redoes_nothing():
+    """discovery.process republishes whenever any process of the host comes or goes, and every
+    component downstream is evaluated again: pyroscope.ebpf with the same targets keeps its target
+    index and does not hand its engine the same filters again."""
+    from hotstack.alloy.controller import load_config
+    c = load_config('pyroscope.write "w" {}\npyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n'
+                    f'  targets = [{{"__process_pid__" = "{os.getpid()}", "service_name" = "me"}}]\n'
+                    '  sample_rate = 19\n}\n', "same.alloy")
+    c.start()
+    try:
+        e = c.component("pyroscope.ebpf.e")
+        assert e.profiler is not None, e.health
+        handed: list = []
+        real = e.profiler.set_target_filter
+        e.profiler.set_target_filter = lambda wants: handed.append(wants) or real(wants)
+        index = e.index
+        c.evaluate("pyroscope.ebpf.e")
+        assert e.index is index and handed == []
+        assert e.index.match(os.getpid(), "").labels["service_name"] == "me"
+    finally:
+        c.stop()

@@ -184,7 +184,7 @@ class Engine:
     def _watch_new_pids(self) -> None:
         """New pids (their maps read while they run), then the unwind thread kicked; between rounds
         at least WATCH_INTERVAL_S (one round serves a burst), at most IDLE_WAIT_S unless a program
-        wakes us or runtime processes need their frames named early."""
+        wakes us or a frame source wants a round sooner (`poll_in`: its next naming pass, a retry)."""
         waiter = select.epoll()
         try:
             waiter.register(self._stop_fd, select.EPOLLIN)
@@ -197,14 +197,20 @@ class Engine:
                 for sampler in self._started:
                     sampler.clear_wakeups()
                 came = self._observe_pids()
-                busy = self._poll_runtimes() or came
+                self._poll_runtimes()
                 # the unwind thread is kicked only when a program queued work (a file without a
                 # table, a stale mapping list: both wake us) or new processes came; a round kept
                 # short by runtime processes alone does not wake it (it waits IDLE_WAIT_S at most)
                 if woken or came:
                     self._native_kick.set()
-                woken = bool(waiter.poll(self._watch_interval if busy else IDLE_WAIT_S))
-                if self._stop.wait(self._watch_interval):
+                # The next round when a source wants it (a naming pass, a retry), at most IDLE_WAIT_S
+                # and at least two WATCH_INTERVAL_S away unless a program wakes us; after a wake-up,
+                # WATCH_INTERVAL_S more (one round serves a burst). Each wake-up of this thread had
+                # been ~130 us of CPU on a loaded host, two a round, five rounds a second while
+                # runtime processes were followed whether their sources had anything to do or not.
+                wait = 0.0 if came else self._next_round_in()
+                woken = bool(waiter.poll(max(2 * self._watch_interval, wait)))
+                if woken and self._stop.wait(self._watch_interval):
                     break
         except (OSError, ValueError):   # a sampler closed under us
             return
@@ -248,6 +254,20 @@ class Engine:
                 # a source that cannot tell is taken as following processes (polled every round)
                 following = following or getattr(source, "tracking", lambda: True)()
         return following
+
+    def _next_round_in(self) -> float:
+        """Seconds until a frame source wants the pid watcher's next round (IDLE_WAIT_S at most):
+        its `poll_in()`, or for a source without one, the next round while it is `tracking()`."""
+        wait = IDLE_WAIT_S
+        for source in self.runtimes:
+            poll_in = getattr(source, "poll_in", None)
+            if poll_in is not None:
+                due = poll_in()
+            else:
+                due = 0.0 if getattr(source, "tracking", lambda: True)() else None
+            if due is not None:
+                wait = min(wait, due)
+        return max(0.0, wait)
 
     def _forget_image(self, pid: int) -> None:
         """`pid` exec'ed: what was read of its old image (maps, runtime state) goes, and the new

@@ -48,6 +48,10 @@ class RingBuffer:
         _U64.pack_into(self._consumer, 0, consumer)
         return out
 
+    def pending(self) -> bool:
+        """Whether the producer wrote past what was read (a record, committed or not yet)."""
+        return _U64.unpack_from(self._consumer, 0)[0] < _U64.unpack_from(self._producer, 0)[0]
+
     def close(self) -> None:
         self._data.release()
         self._producer.close()

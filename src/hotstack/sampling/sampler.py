@@ -53,6 +53,9 @@ class Sampler:
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
+        # a wakeup record was read since new_pids was last drained (the program writes one after each
+        # announcement: bpf/pids.h); True at first, for what was announced before anyone read
+        self._announced = True
         self._kernel_pids: frozenset[int] | None = None  # pids_at_run_time: the filter now (None: open)
 
     def _filters_pids(self) -> int:
@@ -188,6 +191,12 @@ class Sampler:
         after an exec (a new image under the same pid), since the last call."""
         if self.collection is None:
             return []
+        if self._wakeups is not None:
+            # Nothing announced since the last drain: no syscall (it was a tenth of the agent's CPU,
+            # drained at every round of the pid watcher while runtime processes keep it polling).
+            if not self._announced and not self._wakeups.pending():
+                return []
+            self._announced = False
         return [(_PID.unpack_from(key)[0], value[0] == schema.ANNOUNCE_EXEC)
                 for key, value in self.collection.maps["new_pids"].drain()]
 
@@ -229,8 +238,8 @@ class Sampler:
         return self.collection.maps["wakeups"].fd if self.collection is not None and self._wakeups else None
 
     def clear_wakeups(self) -> None:
-        if self._wakeups is not None:
-            self._wakeups.read()
+        if self._wakeups is not None and self._wakeups.read():
+            self._announced = True
 
     def close(self) -> None:
         self.stop()

@@ -1,19 +1,20 @@
-"""What every interpreter frame source (CPython, Ruby, PHP) does the same way: processes found
-before the sampler loads are listed at attach(); a process first seen before it runs the
-interpreter (still in its parent's code before exec, or before the interpreter is initialized) is
-looked at again at RETRY_AGES, if `_may_run(pid)` says it could still become one (its maps or its
-executable name the interpreter: a host's other processes are looked at once, not seven times);
-each listed process is given to the kernel walker with its record.
+"""What every interpreter frame source (CPython, Ruby, PHP, Perl) does the same way: processes
+found before the sampler loads are listed at attach(); a process first seen before it runs the
+interpreter is looked at again on the retry ladder (unwind/retries.py, shared with V8 and
+HotSpot); each listed process is given to the kernel walker with its record.
 
 Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
-names their frames (a process that exits before the interval ends keeps its names), and does
-nothing while the walker has not walked since (one counter read); `collect` takes the rest of a
-drained buffer's stacks, with those the passes took.
+names their frames (a process that exits before the interval ends keeps its names). It does
+nothing while the walker has not walked since (one counter read), and after a pass that took
+stacks, none for NAME_EVERY (as V8's, unwind/v8/source.py): a process keeps the names of what it
+ran until that long before its end, and of all it ran before. A newly listed process, and the walker
+walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
+a drained buffer's stacks, with those the passes took.
 
-A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_record(proc)`
-(its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what it keeps per
-process), `_tunable()` (the value its kernel half is configured with), `_parse(raw)` (a recorded
-stack: frames leaf first, truncated, pid) and `_name_early(pid, entry, frames)`.
+A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_may_run(pid)`,
+`_record(proc)` (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what
+it keeps per process), `_tunable()` (the value its kernel half is configured with), `_parse(raw)`
+(a recorded stack: frames leaf first, truncated, pid) and `_name_early(pid, entry, frames)`.
 """
 
 from __future__ import annotations
@@ -24,21 +25,30 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import procs
+from .retries import RETRY_AGES, RetryLadder
 
 if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
     from .runtimes import RuntimeKernel
 
-# ages (seconds since first seen) at which a process not running the interpreter yet is looked at again
-RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+# After a naming pass that took stacks, the next one waits this long (seconds), as V8's
+# (unwind/v8/source.py): processes that keep working were passed over at every round of the pid
+# watcher (~0.2 s), each pass taking again, mostly, the stacks the last one had named (the walker
+# stores a stack again once a pass took it).
+NAME_EVERY = 0.5
+# A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
+# same rounds, not one round each.
+JOIN_S = 0.15
 _U64 = struct.Struct("<Q")
 
 
-class InterpreterSource:
+class InterpreterSource(RetryLadder):
+    retry_ages = RETRY_AGES
+
     def __init__(self) -> None:
+        super().__init__()
         self._kernel: "RuntimeKernel | None" = None
         self._procs: dict[int, Any] = {}
         self._found: list = []                            # detected before attach()
-        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self._lock = threading.Lock()
         self._fsbase_offset = 0
         self._stacks: dict[int, tuple[list, bool]] = {}   # a drained buffer's stacks by key
@@ -49,16 +59,9 @@ class InterpreterSource:
         self._drain_lock = threading.Lock()
         self._walks, self._settled = -1, False             # the walker's walks at the last pass
         self._polled_buffer = -1
+        self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
 
     # -- what each source supplies ------------------------------------------------------------
-    def _find(self, pid: int):
-        raise NotImplementedError
-
-    def _may_run(self, pid: int) -> bool:
-        """Whether a process `_find` turned down may still run the interpreter later (not
-        initialized yet): it names it in its maps or its executable (reads of this round)."""
-        raise NotImplementedError
-
     def _record(self, proc) -> bytes | None:
         raise NotImplementedError
 
@@ -102,16 +105,7 @@ class InterpreterSource:
             self._track(proc)
         self._found = []
 
-    def observe(self, pid: int) -> bool:
-        """Look at a newly seen process; list it for the walker if it runs the interpreter."""
-        if self._kernel is None or pid in self._procs:
-            return False
-        proc = self._find(pid)
-        if proc is None:
-            if pid in self._retry or self._may_run(pid):
-                self._retry.setdefault(pid, (time.monotonic(), 0))
-            return False
-        self._retry.pop(pid, None)
+    def _list(self, pid: int, proc) -> bool:
         return self._track(proc)
 
     def _track(self, proc) -> bool:
@@ -123,16 +117,16 @@ class InterpreterSource:
             if not self._kernel.track(proc.pid, record):
                 self._procs.pop(proc.pid, None)
                 return False
+        self._next_pass = 0.0       # its first stacks are named at the next round
         return True
 
-    def _retry_pending(self) -> None:
-        now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(RETRY_AGES):
-                self._retry.pop(pid, None)
-            elif now - first >= RETRY_AGES[tries]:
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+    def poll_in(self) -> float | None:
+        """Seconds until this source wants its next poll (a retry due, its next naming pass; 0: the
+        next round, to see the walker walk again), None while it follows no process."""
+        if self._kernel is None:
+            return None
+        passes = max(0.0, self._next_pass - JOIN_S - time.monotonic()) if self._procs else None
+        return self._sooner(self._retry_in(), passes)
 
     def tracking(self) -> bool:
         """True while processes of this runtime are followed (the engine then polls every round)."""
@@ -146,6 +140,9 @@ class InterpreterSource:
         self._retry_pending()
         if not self._procs:         # what the walker records is of listed processes only
             return
+        now = time.monotonic()
+        if now + JOIN_S < self._next_pass and active_buffer == self._polled_buffer:
+            return
         try:
             if not self._due(active_buffer):
                 return
@@ -154,7 +151,8 @@ class InterpreterSource:
                 # Taken, not read: a pass reads only what the walker stored since the last one (a
                 # stack seen again is stored again: it was taken), not every record of the
                 # interval, which had been most of a pass's cost (4 KiB a record).
-                for key, raw in self._kernel.take(active_buffer):
+                taken = self._kernel.take(active_buffer)
+                for key, raw in taken:
                     if key in parsed:
                         continue
                     frames, truncated, pid = self._parse(raw)
@@ -164,6 +162,8 @@ class InterpreterSource:
                         self._name_early(pid, entry, frames)
         except Exception:       # the session is closing under us
             return
+        if taken:
+            self._next_pass = now + NAME_EVERY
 
     def _due(self, active_buffer: int) -> bool:
         """Whether a naming pass can find anything: not if the walker has not walked since the last

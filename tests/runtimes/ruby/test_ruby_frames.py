@@ -173,8 +173,9 @@ def test_idle_process_costs_no_naming_passes_and_is_named_once_it_works(tmp_path
     with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
         source = next(src for src in prof.runtimes if src.name == "ruby")
         reads = []
-        recorded = source._kernel.recorded
-        source._kernel.recorded = lambda buffer, skip=(): reads.append(buffer) or recorded(buffer, skip)
+        # the passes take the recorded stacks out of the kernel (InterpreterSource.poll)
+        take = source._kernel.take
+        source._kernel.take = lambda buffer: reads.append(buffer) or take(buffer)
         proc = subprocess.Popen([ruby, str(script)], stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline().strip() == "ready"

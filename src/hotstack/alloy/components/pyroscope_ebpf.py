@@ -107,6 +107,11 @@ class PyroscopeEbpf(Component):
 
     # -- configuration --------------------------------------------------------------------------
     def update(self, args: dict) -> None:
+        if self._started and args == self.args and (self.profiler is not None or not self._should_run()):
+            # Re-evaluated because something upstream changed (discovery.process republishes when
+            # any process of the host comes or goes), not what it reads: nothing to redo (a session
+            # that failed to start is still tried again).
+            return
         index = TargetIndex(args["targets"])
         with self._lock:
             restart = self._started and self.profiler is not None and any(

@@ -226,7 +226,7 @@ class PhpSource(InterpreterSource):
             self._kernel.untrack(pid)
 
     def forget(self, pid: int) -> None:
-        self._retry.pop(pid, None)
+        self._forget_retry(pid)
         self._drop(pid)
 
     def forget_dead(self) -> None:
@@ -236,9 +236,7 @@ class PhpSource(InterpreterSource):
             self._drop(pid)
             if process is not None and procs.exists(pid):
                 self.observe(pid)
-        for pid in list(self._retry):
-            if not procs.exists(pid):
-                self._retry.pop(pid, None)
+        self._drop_dead_retries()
 
 
 __all__ = ["PhpSource", "parse_stack", "vm_groups"]

@@ -242,7 +242,7 @@ class RubySource(InterpreterSource):
         with self._lock:
             found = self._procs.pop(pid, None)
         self.iseqs.forget(pid)
-        self._retry.pop(pid, None)
+        self._forget_retry(pid)
         if found is not None and self._kernel is not None:
             self._kernel.untrack(pid)
 
@@ -257,9 +257,7 @@ class RubySource(InterpreterSource):
                 self._kernel.untrack(pid)
             if entry.process is not None and procs.exists(pid):
                 self.observe(pid)
-        for pid in list(self._retry):
-            if not procs.exists(pid):
-                self._retry.pop(pid, None)
+        self._drop_dead_retries()
 
 
 __all__ = ["RubySource", "parse_stack"]

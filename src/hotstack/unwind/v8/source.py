@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
+from ..retries import RETRY_AGES, RetryLadder
 from .metadata import V8Layout, binary_layout
 from .names import Names
 
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
 
 _NODE = re.compile(r"(?:^|/)(?:node(?:js)?\d*|libnode\.so[.\d]*)$")
 _U64 = struct.Struct("<Q")
-
-# A process first seen before it runs node (a fork that has not exec'ed yet) is looked at again at
-# these ages (seconds since first seen).
-RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 # Stacks recorded so far are named at most this often (seconds): a process that exits keeps the names
 # of what it ran until this long before its end (and of all it ran before, which repeats).
@@ -71,11 +68,12 @@ def _v8_files(pid: int) -> list[str]:
     return out
 
 
-class V8Source:
+class V8Source(RetryLadder):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread.
 
     The lifecycle here is shared with HotSpotSource (unwind/hotspot/source.py), which supplies its
-    own _layout, _record, _names, _parse and _name_frame."""
+    own _layout, _record, _names, _parse and _name_frame. A process first seen before it runs node
+    (a fork that has not exec'ed yet) is looked at again on the retry ladder (unwind/retries.py)."""
 
     name = "v8"
     stat_max = schema.V8_STAT_MAX
@@ -83,6 +81,7 @@ class V8Source:
     retry_ages = RETRY_AGES
 
     def __init__(self) -> None:
+        super().__init__()
         self._kernel: "RuntimeKernel | None" = None
         self._layouts: dict[tuple[int, int, int], V8Layout | None] = {}
         self._procs: dict[int, tuple[Names, procs.Process | None]] = {}
@@ -95,7 +94,6 @@ class V8Source:
         self._drained: dict[int, tuple[int, list]] = {}
         self._merge_memo: dict = {}
         self._named_at = 0.0
-        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
         self.attached = 0
         self._kernel_totals = [0] * self.stat_max
         self._gone = [0, 0]      # functions named, read errors: of processes no longer listed
@@ -134,25 +132,11 @@ class V8Source:
             self._track(pid, layout)
         self._found = []
 
-    def observe(self, pid: int) -> bool:
-        if self._kernel is None or pid in self._procs:
-            return False
-        layout = self._layout(pid)
-        if layout is None:
-            if pid in self._retry or self._may_run(pid):
-                self._retry.setdefault(pid, (time.monotonic(), 0))
-            return False
-        self._retry.pop(pid, None)
-        return self._track(pid, layout)
+    def _find(self, pid: int) -> V8Layout | None:
+        return self._layout(pid)
 
-    def _retry_pending(self) -> None:
-        now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
-            if tries >= len(self.retry_ages) or not procs.exists(pid):
-                self._retry.pop(pid, None)
-            elif now - first >= self.retry_ages[tries]:
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+    def _list(self, pid: int, layout: V8Layout) -> bool:
+        return self._track(pid, layout)
 
     def _record(self, layout: V8Layout) -> bytes:
         return schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
@@ -204,6 +188,14 @@ class V8Source:
         self.attached += 1
         return True
 
+    def poll_in(self) -> float | None:
+        """Seconds until this source wants its next poll (a retry due, its next naming pass), None
+        while it follows no process."""
+        if self._kernel is None:
+            return None
+        passes = max(0.0, self._named_at + NAME_EVERY - time.monotonic()) if self._procs else None
+        return self._sooner(self._retry_in(), passes)
+
     def tracking(self) -> bool:
         """True while processes of this runtime are followed (the engine then polls every round)."""
         return bool(self._procs) or bool(self._retry)
@@ -213,6 +205,8 @@ class V8Source:
         if self._kernel is None:
             return
         self._retry_pending()
+        if not self._procs:         # the walker records stacks of listed processes only
+            return
         now = time.monotonic()
         if active_buffer == self._prefetch_buffer and now - self._named_at < NAME_EVERY:
             return
@@ -277,7 +271,7 @@ class V8Source:
                 "read_errors": self._gone[1] + sum(n.read_errors for n in entries)}
 
     def forget(self, pid: int) -> None:
-        self._retry.pop(pid, None)
+        self._forget_retry(pid)
         with self._lock:
             found = self._procs.pop(pid, None)
             if found is not None:
