@@ -158,9 +158,12 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
     assert named_share(samples) >= 80, named_share(samples)
 
 
+@pytest.mark.shares
 def test_jvm_started_later_keeps_names(classes):
     """A JVM that starts after the profiler and still runs: listed within its first second, its
-    workload's samples named, the 75/25 split right."""
+    workload's samples named, the 75/25 split right. A share of 2.5 s of samples, on a machine that
+    may be busy: under load the JVM's listing can come one retry later (1 run in 4-5 here at load
+    average 12-24), hence `shares` (rerun once)."""
     samples = lifecycle.started_later(lambda seconds: _start(classes, seconds))
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
