@@ -32,6 +32,7 @@ def _count_calls(obj, name: str, calls: list) -> None:
     setattr(obj, name, counted)
 
 
+@pytest.mark.shares
 def test_steady_process_is_taken_out_of_the_kernel_every_name_every_not_every_round(ruby_target):
     """A Ruby process running the same methods: once their stacks are named, a pass that finds
     only stacks it had named waits NAME_EVERY before the next (the rounds go on every ~0.2 s);
@@ -54,8 +55,10 @@ def test_steady_process_is_taken_out_of_the_kernel_every_name_every_not_every_ro
         time.sleep(window)
         passes = len(takes) - start
         samples = [s for s in prof.collect()[0].samples if s.pid == t.pid]
-    # one pass a round (every ~0.2 s) was 15 in the window; now one per NAME_EVERY and a round
-    most = window / NAME_EVERY + 2
+    # one pass a round (every ~0.2 s) was 15 in the window; now about one per NAME_EVERY, and one
+    # sooner when a pass met stacks it had not named yet (9 seen at load average 15: hence the
+    # margin, and `shares`: a count of timed passes on a possibly busy machine, rerun once)
+    most = 1.5 * window / NAME_EVERY + 2
     assert passes <= most, f"{passes} passes in {window} s (at most {most:.0f})"
     assert passes >= 2, f"only {passes} passes in {window} s: the process was not followed"
     names = Counter(n for s in samples for f in s.stack if f.kind is FrameKind.RUBY for n in [f.name])
