@@ -21,10 +21,10 @@
  * Per frame two reads, not seven: the frame's fields (code, instruction, marker, previous) from
  * one read of its first bytes, the code object's (argcount, flags, first line) from another, then
  * picked out of the per-CPU window (py_window). Each read stops at the last field the version
- * uses, so it never leaves the frame or code object (no page it does not own). Measured on Debian's
- * python3 with a ~45-frame recursion: 21.7 -> see bench/RESULTS.md, "BPF time per sample".
+ * uses, so it never leaves the frame or code object (no page it does not own). On Debian's python3
+ * with a ~45-frame recursion: 0.67x the BPF time per sample (bench/RESULTS.md, "BPF cost").
  * Userspace lists a process only if its offsets fit the window, 8-byte fields 8-aligned and 4-byte
- * ones 4-aligned (unwind/python/source.py: walker_fits), which the masks below rely on.
+ * ones 4-aligned (unwind/python/offsets.py: PyOffsets.fits_walker), which the masks below rely on.
  */
 #ifndef HOTSTACK_PYTHON_H
 #define HOTSTACK_PYTHON_H
@@ -53,13 +53,6 @@ static __always_inline __u64 py_read_u64(__u64 addr)
 	return v;
 }
 
-static __always_inline __u32 py_read_u32(__u64 addr)
-{
-	__u32 v = 0;
-
-	bpf_probe_read_user(&v, sizeof(v), (void *)addr);
-	return v;
-}
 
 static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 tid)
 {
@@ -135,7 +128,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 		frame_end = py_max(frame_end, proc->frame_marker + 1);
 	code_end = py_max(py_max(proc->co_argcount, proc->co_flags), proc->co_firstlineno) + 4;
 	if (frame_end > PY_WINDOW || code_end > PY_WINDOW)
-		return 0;       /* not listed by userspace (walker_fits) */
+		return 0;       /* not listed by userspace (fits_walker) */
 	tstate = py_find_tstate(proc, tid);
 	if (!tstate) {
 		py_count(PY_STAT_NO_THREAD);

@@ -13,7 +13,7 @@ import numpy as np
 from .. import malloc
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
-from .fastcfi import parse_fast
+from .fastcfi import join_columns, parse_fast
 from .table import Rule, UnwindTable, _decompressed
 
 
@@ -68,13 +68,8 @@ def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> Un
     rows the last in parse order; consecutive equal rules merge; rules are deduplicated."""
     if not parts:
         return UnwindTable(np.zeros(0, np.uint64), np.zeros(0, np.uint16), [], fdes, 0, source)
-    # one column at a time, each part's copy dropped as soon as it is joined (a single part is used
-    # as it is): the columns of a large library are tens of MB, twice that was the builder's peak
-    col = {}
-    for k in ("pc", "kind", "cfa", "rbp", "ra", "order", "source"):
-        col[k] = parts[0][k] if len(parts) == 1 else np.concatenate([p[k] for p in parts])
-        for p in parts:
-            del p[k]
+    names = ("pc", "kind", "cfa", "rbp", "ra", "order", "source")
+    col = dict(zip(names, join_columns(parts, names)))
     pc, kind = col["pc"], col["kind"]
     is_real = (kind != cfi.KIND_END).astype(np.int8)
     # (views, not copies, and each temporary dropped when done: these columns are 8 MB per million rows)

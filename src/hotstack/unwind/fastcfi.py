@@ -565,24 +565,29 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         arr = np.array(slow_rows, np.int64)
         keys = np.array(slow_keys, np.int64)
         parts.append(_part(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
-    # one column at a time, each part's column dropped once copied: a large library has millions of
-    # rows, and the parts and the whole columns side by side doubled the builder's peak
     columns = [list(p) for p in parts]
     del parts
-    whole = []
-    for c in range(7):
-        whole.append(np.concatenate([p[c] for p in columns]))
-        for p in columns:
-            p[c] = None
+    pc, kind, cfa, rbp, ra, fkey, seq = join_columns(columns, range(7))
     del columns
-    pc, kind, cfa, rbp, ra, fkey, seq = whole
-    del whole
     order = np.lexsort((seq, fkey))
     del seq, fkey
     rank = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)
     rank[order] = np.arange(len(order), dtype=rank.dtype)
     del order
     return {"pc": pc, "kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra, "order": rank}, nf, len(fp)
+
+
+def join_columns(parts: list, keys) -> list[np.ndarray]:
+    """Column `k` of every part joined, for each k of `keys`, one column at a time, each part's
+    column dropped (set to None) once joined; a single part's column is used as it is. A large
+    library has millions of rows: the parts and the whole columns side by side doubled a table
+    build's peak (libLLVM-15)."""
+    out = []
+    for k in keys:
+        out.append(parts[0][k] if len(parts) == 1 else np.concatenate([p[k] for p in parts]))
+        for p in parts:
+            p[k] = None
+    return out
 
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1

@@ -6,7 +6,7 @@ HotSpot); each listed process is given to the kernel walker with its record.
 Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
 names their frames (a process that exits before the interval ends keeps its names). It does
 nothing while the walker has not walked since (one counter read), and after a pass that took
-stacks, none for NAME_EVERY (as V8's, unwind/v8/source.py): a process keeps the names of what it
+stacks, none for NAME_EVERY (V8's cadence too, unwind/v8/source.py): a process keeps the names of what it
 ran until that long before its end, and of all it ran before. A newly listed process, and the walker
 walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
 a drained buffer's stacks, with those the passes took.
@@ -25,15 +25,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import procs
-from .retries import RETRY_AGES, RetryLadder
+from .retries import RetryLadder
 
 if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
     from .runtimes import RuntimeKernel
 
-# After a naming pass that took stacks, the next one waits this long (seconds), as V8's
-# (unwind/v8/source.py): processes that keep working were passed over at every round of the pid
-# watcher (~0.2 s), each pass taking again, mostly, the stacks the last one had named (the walker
-# stores a stack again once a pass took it).
+# After a naming pass that took stacks, the next one waits this long (seconds); V8 and HotSpot
+# (unwind/v8/source.py) name at most this often too. A process that exits keeps the names of what it
+# ran until this long before its end (and of all it ran before, which repeats). Interpreters had
+# been passed over at every round of the pid watcher (~0.2 s), each pass taking again, mostly, the
+# stacks the last one had named (the walker stores a stack again once a pass took it).
 NAME_EVERY = 0.5
 # A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
 # same rounds, not one round each.
@@ -42,8 +43,6 @@ _U64 = struct.Struct("<Q")
 
 
 class InterpreterSource(RetryLadder):
-    retry_ages = RETRY_AGES
-
     def __init__(self) -> None:
         super().__init__()
         self._kernel: "RuntimeKernel | None" = None

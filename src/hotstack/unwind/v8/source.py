@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
-from ..retries import RETRY_AGES, RetryLadder
+from ..interpreter_source import NAME_EVERY
+from ..retries import RetryLadder
 from .metadata import V8Layout, binary_layout
 from .names import Names
 
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 _NODE = re.compile(r"(?:^|/)(?:node(?:js)?\d*|libnode\.so[.\d]*)$")
 _U64 = struct.Struct("<Q")
 
-# Stacks recorded so far are named at most this often (seconds): a process that exits keeps the names
-# of what it ran until this long before its end (and of all it ran before, which repeats).
-NAME_EVERY = 0.5
 
 
 def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
@@ -78,7 +76,6 @@ class V8Source(RetryLadder):
     name = "v8"
     stat_max = schema.V8_STAT_MAX
     stat_frames = schema.V8_STAT_FRAMES
-    retry_ages = RETRY_AGES
 
     def __init__(self) -> None:
         super().__init__()
