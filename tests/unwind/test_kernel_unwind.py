@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import struct
+import subprocess
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -547,23 +551,44 @@ def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_i
         prof = engine.collect()[0]
         counters = Counter(engine.samplers[0].native.kernel_counters())
     counters.subtract(before)
-    exiting, others = Counter(), Counter()
+    # the process's first frame: the executable's _start, or before that the dynamic loader's entry
+    # (ld.so's _start, an assembly stub that has no symbol in Debian's ld.so: shown as file+offset)
+    interp = Path(subprocess.run(["readelf", "-l", str(exe)], capture_output=True, text=True, check=True)
+                  .stdout.split("interpreter: ")[1].split("]")[0])
+    ld_entry = struct.unpack_from("<Q", interp.read_bytes(), 24)[0]        # ELF64 e_entry
+
+    def rooted(user):
+        if not user:
+            return False
+        if user[0] == "_start":
+            return True
+        m = re.fullmatch(re.escape(interp.name) + r"\+0x([0-9a-f]+)", user[0])
+        return bool(m) and ld_entry <= int(m.group(1), 16) < ld_entry + 0x30
+
+    exiting, in_exec, others = Counter(), Counter(), Counter()
     for s in prof.samples:
         kernel = {f.name for f in s.stack if f.is_kernel}
         user = tuple(f.name for f in reversed(s.stack) if not f.is_kernel)
-        (exiting if "exit_mmap" in kernel else others)[user] += s.value
+        # in exit: under do_exit, or with the leaf in _exit (the exit_group syscall's own instruction;
+        # a deep kernel stack can be cut before do_exit, or lost to a stack-map collision)
+        if kernel & {"do_exit", "exit_mmap"} or (user and user[-1] in ("_exit", "__GI__exit")):
+            exiting[user] += s.value
+        elif kernel & {"load_elf_binary", "setup_arg_pages", "begin_new_exec"}:
+            in_exec[user] += s.value
+        else:
+            others[user] += s.value
     assert sum(exiting.values()) >= 10, (counters, exiting)
     assert sum(others.values()) >= 100, counters
-    # in exit: the leaf alone, counted as exited, never as a walk that lost its way
-    assert all(len(u) == 1 for u in exiting), exiting.most_common(3)
-    assert counters["end_exited"] >= sum(exiting.values()), counters
+    # in exit: after exit_mm the leaf alone, counted as exited, never as a walk that lost its way;
+    # before it the whole stack
+    flat = sum(v for u, v in exiting.items() if len(u) == 1)
+    assert all(len(u) == 1 or rooted(u) for u in exiting), exiting.most_common(3)
+    assert counters["end_exited"] >= flat, (counters, flat)
     # a PC in no mapping: only a sample inside execve, where the registers are still the old image's
     # (the shell's) and the new address space holds none of its code
-    in_exec = sum(s.value for s in prof.samples if {"load_elf_binary", "setup_arg_pages", "begin_new_exec"}
-                  & {f.name for f in s.stack if f.is_kernel})
-    assert counters["end_no_mapping"] <= in_exec, (counters, in_exec)
-    rooted = sum(v for u, v in others.items() if u and u[0] == "_start")
-    assert rooted >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if x[0][:1] != ("_start",)]
+    assert counters["end_no_mapping"] <= sum(in_exec.values()), (counters, in_exec)
+    reached = sum(v for u, v in others.items() if rooted(u))
+    assert reached >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if not rooted(x[0])]
 
 
 def test_a_deep_stack_keeps_128_frames(build_dir, workloads):
