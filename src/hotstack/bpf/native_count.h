@@ -93,23 +93,26 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
 	}
 }
 
-/* The walk of a step program: more frames (tail-calling itself until the walk is over), then the
- * stack stored. 0 with `key` (its user_stack_id set), `comm`, `buffer` and `value` as the program
- * that began the walk left them; -1 if there is no walk state. */
+/* The walk of a step program: more frames (tail-calling the step program in nu_progs[0], itself
+ * or its variant, until the walk is over), then the stack stored. 0 with `key` (its user_stack_id
+ * set), `comm`, `buffer` and `value` as the program that began the walk left them; -1 if there is
+ * no walk state. `runtimes` (a constant): the variant that calls the runtime hooks
+ * (NU_RUNTIME_FRAME, NU_RUNTIME_JIT_STEP, NU_RUNTIME_END). */
 static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
-						 __u64 *value)
+						 __u64 *value, int runtimes)
 {
 	struct nu_state *st = nu_state();
 
 	if (!st)
 		return -1;
-	if (!nu_steps(st))
+	if (!nu_steps(st, runtimes))
 		bpf_tail_call(ctx, &nu_progs, 0);
 	nu_count_end(st);
 	*buffer = native_ctx_load(st, key, comm) & 1;
 	*value = st->ctx_words[NATIVE_VALUE_WORD];
 	native_store(st, key, *buffer);
-	NU_RUNTIME_END(key, *buffer);
+	if (runtimes)
+		NU_RUNTIME_END(key, *buffer);
 	return 0;
 }
 
@@ -132,14 +135,14 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 }
 
 /* The body of a step program that counts the sample (on-CPU samples, probe hits). */
-static __always_inline int native_step_and_count(void *ctx)
+static __always_inline int native_step_and_count(void *ctx, int runtimes)
 {
 	struct stack_key key;
 	char comm[COMM_LEN];
 	__u32 buffer;
 	__u64 value;
 
-	if (native_step_and_store(ctx, &key, comm, &buffer, &value))
+	if (native_step_and_store(ctx, &key, comm, &buffer, &value, runtimes))
 		return 0;
 	count_stack(&key, comm, value, buffer);
 	return 0;

@@ -69,11 +69,13 @@
 #define NU_MAX_FRAMES 128
 #endif
 
-/* Frames per step program. The verifier checks every step of the program's unrolled loop (about
- * 23k instructions each, with the runtime hooks) at every start: 8 steps cost 257k instructions and
- * ~0.5 CPU-s, 5 steps 187k and ~0.36 CPU-s. 128 frames then take 26 programs, inside the kernel's
- * 32 tail calls of 5.10 (33 later) with an interpreter walker in front; one more tail call per
- * 5 frames costs nothing measurable next to the steps (bench/RESULTS.md, session 8). */
+/* Frames per step program. The verifier checks every step of the program's unrolled loop at every
+ * load: with the runtime hooks (profile_native_step_jit, loaded with the first JVM or Node.js
+ * process) about 23k instructions a step, 8 steps 257k instructions and ~0.5 CPU-s, 5 steps 187k
+ * and ~0.3 CPU-s; without them (every start) 5 steps are 39k and ~0.08 CPU-s. 128 frames take 26
+ * programs, inside the kernel's 32 tail calls of 5.10 (33 later) with an interpreter walker in
+ * front; one more tail call per 5 frames costs nothing measurable next to the steps
+ * (bench/RESULTS.md, session 8). */
 #define NU_FRAMES_PER_PROG 5
 #define NU_ROW_SEARCH_STEPS 24      /* 2^24 rows per file at most */
 #define NU_PAGE_SHIFT 12
@@ -543,11 +545,13 @@ static __always_inline int nu_fp_step(struct nu_state *st)
 	return nu_fp_walk(st, 1);
 }
 
-/* A frame of code without a usable table: counted, shown to the runtime hook, walked with frame pointers. */
-static __always_inline int nu_fp_frame(struct nu_state *st, __u64 pc, __u32 index)
+/* A frame of code without a usable table: counted, shown to the runtime hook (in a step program
+ * built with the hooks: `runtimes`), walked with frame pointers. */
+static __always_inline int nu_fp_frame(struct nu_state *st, __u64 pc, __u32 index, int runtimes)
 {
 	nu_count(NU_STAT_FP_FRAMES);
-	NU_RUNTIME_FRAME(pc, st->bp, index);
+	if (runtimes)
+		NU_RUNTIME_FRAME(pc, st->bp, index);
 	return nu_fp_step(st);
 }
 
@@ -589,8 +593,9 @@ static __always_inline int nu_signal_step(struct nu_state *st)
 	return 0;
 }
 
-/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why). */
-static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
+/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
+ * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
+static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
 {
 	__u64 pc = st->pc, lookup, cfa, ra, bp;
 	struct nu_range range;
@@ -625,14 +630,14 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		int stepped;
 
 		nu_count(NU_STAT_JIT);
-		stepped = NU_RUNTIME_JIT_STEP(st, pc, n);
+		stepped = runtimes ? NU_RUNTIME_JIT_STEP(st, pc, n) : 1;
 		if (stepped != 1)
 			return stepped;
-		return nu_fp_frame(st, pc, n);
+		return nu_fp_frame(st, pc, n, runtimes);
 	}
 	rule = nu_find_rule(&range, lookup, st->tgid);
 	if (!rule)
-		return nu_fp_frame(st, pc, n);
+		return nu_fp_frame(st, pc, n, runtimes);
 	switch (rule->kind) {
 	case NU_KIND_CFA_SP:
 		cfa = st->sp + rule->cfa;
@@ -653,7 +658,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		return nu_signal_step(st);
 	default:
 		nu_count(NU_STAT_INVALID_RULE);
-		return nu_fp_frame(st, pc, n);
+		return nu_fp_frame(st, pc, n, runtimes);
 	}
 #if defined(__TARGET_ARCH_arm64)
 	if (rule->ra == NU_RA_SAME) {
@@ -661,7 +666,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr)
 		 * the link register, which only the first frame (or a signal frame) still has */
 		if (!(n == 0 || st->signal) || !st->lr) {
 			nu_count(NU_STAT_INVALID_RULE);
-			return nu_fp_frame(st, pc, n);
+			return nu_fp_frame(st, pc, n, runtimes);
 		}
 		ra = st->lr;
 	} else
@@ -737,8 +742,9 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	return st;
 }
 
-/* Up to NU_FRAMES_PER_PROG steps; 1 if the walk is over. */
-static __always_inline int nu_steps(struct nu_state *st)
+/* Up to NU_FRAMES_PER_PROG steps; 1 if the walk is over. `runtimes`: call the runtime hooks (a
+ * constant: each step program is built with or without them). */
+static __always_inline int nu_steps(struct nu_state *st, int runtimes)
 {
 	struct nu_ranges *pr = bpf_map_lookup_elem(&nu_procs, &st->tgid);
 	int i;
@@ -746,7 +752,7 @@ static __always_inline int nu_steps(struct nu_state *st)
 	if (!pr && st->stack.n == 0)
 		nu_count(NU_STAT_NO_RANGES);
 	for (i = 0; i < NU_FRAMES_PER_PROG; i++) {
-		if (nu_step(st, pr))
+		if (nu_step(st, pr, runtimes))
 			return 1;
 	}
 	return st->stack.n >= NU_MAX_FRAMES;

@@ -274,11 +274,21 @@ int profile_walk_perl(struct bpf_perf_event_data *ctx)
 	return rt_walk(ctx, RT_PERL);
 }
 
-/* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted. */
+/* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted.
+ * Two variants, one in nu_progs[0] at a time: without the V8/HotSpot hooks from the start, and with
+ * them once userspace meets the first Node.js or JVM process (sampling/runtime_maps.py). The hooks
+ * are ~60% of a step's instructions: the verifier's work at every start was 187k instructions,
+ * ~0.35 CPU-s, and is now paid for them only on hosts that run those runtimes. */
 SEC("perf_event")
 int profile_native_step(struct bpf_perf_event_data *ctx)
 {
-	return native_step_and_count(ctx);
+	return native_step_and_count(ctx, 0);
+}
+
+SEC("perf_event")
+int profile_native_step_jit(struct bpf_perf_event_data *ctx)
+{
+	return native_step_and_count(ctx, 1);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -13,6 +13,8 @@ from .sampler import Sampler
 
 PROGRAM = "profile_cpu"
 NATIVE_STEP = "profile_native_step"
+NATIVE_STEP_JIT = "profile_native_step_jit"     # with the V8/HotSpot hooks: in place of NATIVE_STEP
+                                                # once their first process is found (runtime_maps.py)
 
 
 class CpuSampler(Sampler):
@@ -34,7 +36,7 @@ class CpuSampler(Sampler):
         spec.set_constant("include_idle", int(c.include_idle))
         spec.set_constant("collect_user_stacks", int(c.user_stacks))
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
-        self.native_spec(spec, NATIVE_STEP)
+        self.native_spec(spec, NATIVE_STEP, NATIVE_STEP_JIT)
         collection = self.load(spec)
         try:
             self.native_start(NATIVE_STEP)
@@ -63,7 +65,7 @@ class CpuSampler(Sampler):
         """Total time the kernel spent in the sampler program (0 if stats are unavailable)."""
         if self.collection is None or self._stats_fd < 0:
             return 0
-        return self.program_stats(PROGRAM) + (self.program_stats(NATIVE_STEP) if self.native is not None else 0)
+        return sum(self.program_stats(name) for name in self.collection.programs)
 
     def stop(self) -> None:
         for event in self._events:

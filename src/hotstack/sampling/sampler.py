@@ -21,6 +21,7 @@ from .buffers import RawBatch, StackBuffers, parse_native_stack
 from .config import EngineConfig
 from .obi import attach_trace_context
 from .ringbuf import RingBuffer
+from .runtime_maps import deferred_programs
 
 _PID = struct.Struct("<I")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
@@ -71,10 +72,10 @@ class Sampler:
 
     def load(self, spec: ebpf.CollectionSpec) -> ebpf.Collection:
         """Load the collection and fill the kernel-side filter; on failure nothing stays open."""
-        # Interpreter walkers load when their frame source first lists a process (RuntimeMaps).
-        walkers = {r["walker"] for r in schema.RUNTIMES.values() if "walker" in r}
+        # Interpreter walkers and the hooked step program load when their frame source first lists a
+        # process (RuntimeMaps).
         self.collection = ebpf.Collection.load(spec, attach_trace_context(spec, self.config.obi),
-                                               defer=walkers & set(spec.programs))
+                                               defer=deferred_programs(spec.programs))
         try:
             for pid in self.config.pids:
                 self.collection.maps["filter_pids"].update(_PID.pack(pid), b"\x01")
@@ -92,7 +93,7 @@ class Sampler:
         return self.collection
 
     # -- user stacks unwound in the kernel (unwind mode "kernel") -----------------------------------
-    def native_spec(self, spec: ebpf.CollectionSpec, step_program: str) -> None:
+    def native_spec(self, spec: ebpf.CollectionSpec, *step_programs: str) -> None:
         """Before loading: the unwinder's offsets and sizes in "kernel" mode (and the frame-pointer
         stack maps it replaces shrunk); otherwise its maps shrunk and its step program not loaded
         (verifying it costs ~0.25 s)."""
@@ -104,7 +105,8 @@ class Sampler:
         else:
             for name in _NATIVE_MAPS:
                 spec.maps[name].max_entries = 1
-            spec.programs.pop(step_program)
+            for name in step_programs:
+                spec.programs.pop(name, None)
 
     def native_start(self, step_program: str) -> None:
         """After loading: the step program in its tail-call slot, user stack ids read from
