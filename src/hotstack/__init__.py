@@ -16,16 +16,34 @@ def stop_while_starting(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _run_as_the_program() -> bool:
+    """`hotstack ...` (the console script), or `python -m hotstack`, whose argv[0] is "-m" while the
+    package is imported; not a library user's program."""
+    import os
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    return argv0 == "-m" or os.path.basename(argv0) == "hotstack"
+
+
+def _one_blas_thread_when_run_as_the_program() -> None:
+    """hotstack uses numpy's vector operations and never its BLAS, whose OpenBLAS starts a thread
+    per CPU at import that spins a while: ~0.07 CPU-s of a 0.5 CPU-s start (bench/startup.py).
+    A user's own setting wins."""
+    if _run_as_the_program():
+        import os
+
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _quiet_interrupt_when_run_as_the_program() -> None:
     """Ctrl-C (or a hang-up) in the first instants of `hotstack ...` lands while modules are still
     being imported, before `cli.main` can catch it: without this, Python prints a traceback. Only
     when hotstack is the program (the console script, or `python -m hotstack`, whose argv[0] is
     "-m" while the package is imported); a library user keeps Python's hook and handlers."""
-    import os
     import sys
 
-    argv0 = sys.argv[0] if sys.argv else ""
-    if argv0 != "-m" and os.path.basename(argv0) != "hotstack":
+    if not _run_as_the_program():
         return
     previous = sys.excepthook
 
@@ -44,3 +62,4 @@ def _quiet_interrupt_when_run_as_the_program() -> None:
 
 
 _quiet_interrupt_when_run_as_the_program()
+_one_blas_thread_when_run_as_the_program()
