@@ -73,6 +73,20 @@ def test_hash_map_operations_and_batch_drain():
         m.close()
 
 
+def test_batch_delete_skips_keys_already_gone():
+    m = ebpf.Map.create(MapSpec("hs_test_hdel", HASH, 4, 8, 4096))
+    try:
+        for i in range(300):
+            m.update(struct.pack("<I", i), struct.pack("<Q", i))
+        m.delete(struct.pack("<I", 100))           # gone before the batch: skipped, the rest go
+        deleted = m.delete_batch([struct.pack("<I", i) for i in range(250)])
+        assert deleted == 249
+        assert sorted(struct.unpack("<I", k)[0] for k in m.keys()) == list(range(250, 300))
+        assert m.delete_batch([]) == 0
+    finally:
+        m.close()
+
+
 def test_percpu_values_are_one_per_possible_cpu():
     m = ebpf.Map.create(MapSpec("hs_test_pcpu", PERCPU_ARRAY, 4, 8, 2))
     try:

@@ -24,6 +24,10 @@ from ..profile.model import ProfileStats
 FLIP_GRACE_S = 0.005
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+# A batched read's buffers are a batch of values: under glibc's mmap threshold (128 KiB) they come
+# from the heap. 256 records of 4 KiB were two fresh 1 MiB mappings per read, ~2 ms of CPU for an
+# empty map.
+BATCH_BYTES = 120 << 10
 NO_STACK = -1     # a stack id that was not asked for (not a loss)
 
 
@@ -86,7 +90,12 @@ _NATIVE_STACK = struct.Struct("<QII")
 
 
 class StackReader:
-    """Looks stack ids of one buffer up, once each."""
+    """Looks stack ids of one buffer up, once each.
+
+    The kernel unwinder's stacks (a hash map) are read in batches, ~100 a call, and deleted in one
+    call: one lookup, one next-key and one delete a stack had been ~3 syscalls per distinct stack
+    and interval (bench/RESULTS.md, session 9). The kernel's stack-trace maps have no batch
+    operations: their stacks are read and deleted one by one."""
 
     def __init__(self, collection: ebpf.Collection, buffer: int, user_stacks: str = "user_stacks",
                  parse_user=parse_stack) -> None:
@@ -94,22 +103,41 @@ class StackReader:
         self.kernel = collection.maps[schema.buffered("kern_stacks", buffer)]
         self._parse_user = parse_user
         self._cache: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        self._batched = self.user.spec.type == ebpf.MAP_TYPE_HASH
+        self._user_raw: dict[int, bytes] | None = None
 
     def stack(self, m: ebpf.Map, stack_id: int) -> tuple[int, ...] | None:
         if stack_id < 0:
             return ()
         key = (id(m), stack_id)
         if key not in self._cache:
-            raw = m.lookup(_U32.pack(stack_id))
+            if m is self.user and self._batched:
+                raw = self._user_stacks().get(stack_id)
+            else:
+                raw = m.lookup(_U32.pack(stack_id))
             parse = self._parse_user if m is self.user else parse_stack
             self._cache[key] = parse(raw) if raw is not None else None
         return self._cache[key]
+
+    def _user_stacks(self) -> dict[int, bytes]:
+        if self._user_raw is None:
+            self._user_raw = {_U32.unpack(k)[0]: v for k, v in self.user.items(self._batch_size())}
+        return self._user_raw
+
+    def _batch_size(self) -> int:
+        return max(1, BATCH_BYTES // self.user.buffer_value_size)
 
     def clear(self, keep: Iterable[tuple[int, int]] = ()) -> None:
         """Delete every stack of the buffer except the (user, kernel) ids in `keep` (still referenced)."""
         keep = list(keep)
         for m, kept in ((self.user, {u for u, _ in keep if u >= 0}), (self.kernel, {k for _, k in keep if k >= 0})):
             # Every stack not still referenced goes, including those whose count could not be stored.
+            if m is self.user and self._batched:
+                if not kept:
+                    m.drain(self._batch_size())
+                else:
+                    m.delete_batch([k for k, _ in m.items(self._batch_size()) if _U32.unpack(k)[0] not in kept])
+                continue
             for raw_id in list(m.keys()):
                 if _U32.unpack(raw_id)[0] not in kept:
                     m.delete(raw_id)

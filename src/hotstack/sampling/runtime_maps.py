@@ -19,15 +19,12 @@ import threading
 
 from .. import ebpf
 from ..bpf import schema
+from .buffers import BATCH_BYTES   # (Ruby, PHP, Perl records of 4 KiB: 29 a call, ~30 us empty, ~2.5 us each)
 
 _PID = struct.Struct("<I")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _WALKS = _U32.pack(0)       # every runtime group's first counter counts the walker's walks (bpf/schema.yaml)
-# A batched read's buffers are a batch of values: under glibc's mmap threshold (128 KiB) they come
-# from the heap. 256 records of 4 KiB (Ruby, PHP, Perl) were two fresh 1 MiB mappings per read, ~2 ms
-# of CPU for an empty map; 29 records a call is ~30 us empty and ~2.5 us per record.
-_BATCH_BYTES = 120 << 10
 _URGENT_NICE = -10          # ~9x the CPU share of a thread at nice 0
 
 
@@ -77,7 +74,7 @@ class RuntimeMaps:
         self._slot = _program_slot(collection, self._roles)
         self._walker_ready: bool | None = None if self._slot else True
         self._walker_lock = threading.Lock()
-        self._batch = max(1, _BATCH_BYTES // self._stacks(0).buffer_value_size)
+        self._batch = max(1, BATCH_BYTES // self._stacks(0).buffer_value_size)
 
     def configure(self, value: int) -> None:
         self._collection.variable(self._roles["tunable"]).set(value)
