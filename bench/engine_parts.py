@@ -28,6 +28,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from hotstack.sampling import Engine, EngineConfig  # noqa: E402
 from hotstack.sampling import engine as engine_module  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from otel_profiler import start_load  # noqa: E402   (the same mixed load)
+
 PARTS = ("observe", "poll", "collect")
 
 
@@ -39,15 +42,6 @@ def timed(totals: dict, part: str, fn):
         finally:
             totals[part] += time.thread_time() - t
     return wrapper
-
-
-def start_load(tmp: Path) -> list[subprocess.Popen]:
-    subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(ROOT / "tests/engine/workloads/hot_ab.c"),
-                    "-o", str(tmp / "hot_ab")], check=True)
-    (tmp / "data").write_bytes(os.urandom(1 << 19) * 2)
-    return [subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/unwind/workloads/recursion.py")]),
-            subprocess.Popen(["sh", "-c", f"while :; do xz -9 -c {tmp / 'data'} > /dev/null; done"]),
-            subprocess.Popen([str(tmp / "hot_ab")])]
 
 
 def one_run(args) -> dict:
