@@ -34,13 +34,11 @@ class Mapping:
         return self.path[:-len(" (deleted)")] if self.deleted else self.path
 
 
-def parse_maps(text: str, executable_only: bool = False) -> list[Mapping]:
-    """The mappings of a maps text; `executable_only`: those that can run code (~a quarter of a
-    process's lines; the rest are not made into Mappings at all)."""
+def parse_maps(text: str) -> list[Mapping]:
     out = []
     for line in text.splitlines():
         parts = line.split(None, 5)
-        if len(parts) < 5 or (executable_only and "x" not in parts[1]):
+        if len(parts) < 5:
             continue
         lo, _, hi = parts[0].partition("-")
         try:
@@ -55,7 +53,7 @@ def read_maps(pid: int) -> list[Mapping]:
     """Executable mappings of `pid`; empty when the process is gone."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            return parse_maps(f.read(), executable_only=True)
+            return [m for m in parse_maps(f.read()) if m.executable]
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
 

@@ -164,16 +164,15 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int, start: int | None = None) -> Process | None:
-    """`pid` as it is now (`start`: its start time, if the caller has just read it)."""
-    start = start if start is not None else read_start_time(pid)
+def read_process(pid: int) -> Process | None:
+    start = read_start_time(pid)
     if start is None:
         return None
     return Process(
         pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe_path(pid),
         container_id=container_id_from_cgroup(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
-        mappings=MappingIndex(parse_maps(read_maps_text(pid), executable_only=True)),
+        mappings=MappingIndex([m for m in parse_maps(read_maps_text(pid)) if m.executable]),
         image=exe_identity(pid), mntns=mount_namespace(pid))
 
 
@@ -217,7 +216,7 @@ class ProcessTable:
             return known
         if known is not None and start == known.start_time and not _exec_changed(known):
             return known
-        info = read_process(pid, start)
+        info = read_process(pid)
         self.maps_reads += 1
         if info is None:
             self.maps_gone += 1
