@@ -725,7 +725,9 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();
 	st->mm = mm;
-	if (!nu_kernel_vma_walk)
+	/* no address space (past exit_mm: the walk ends as exited at its first step): the cache is
+	 * left as it is, for userspace to name the samples the process left (exited_mappings) */
+	if (!nu_kernel_vma_walk || !mm)
 		return st;
 	if (nu_off_mm_seq)
 		bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(mm + nu_off_mm_seq));
