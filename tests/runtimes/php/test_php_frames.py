@@ -17,20 +17,16 @@ from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
+from hotstack.unwind.python.memory import ProcessMemory
 from tests.peers import require_tool
+
+from source_lines import function_lines
 
 pytestmark = pytest.mark.root
 
 WORKLOAD = Path(__file__).resolve().parent / "workload.php"
-_SOURCE = WORKLOAD.read_text().splitlines()
 _PROCESSES = ProcessTable()
 _SYMBOLIZER = Symbolizer(_PROCESSES)
-
-
-def _body(name: str) -> range:
-    start = next(i for i, line in enumerate(_SOURCE, 1) if f"function {name}(" in line)
-    end = next(i for i in range(start, len(_SOURCE) + 1) if _SOURCE[i - 1] in ("    }", "}"))
-    return range(start, end + 1)
 
 
 def php_names(sample) -> list[str]:
@@ -91,8 +87,8 @@ def test_shares_order_and_lines():
         proc.kill()
         proc.wait()
     hot_samples, _ = checked_hot_samples(samples)
-    lines = {f"Workload::{n}": _body(n) for n in ("burn", "hot_a", "hot_b", "step", "run")}
-    lines["cpu_seconds"] = _body("cpu_seconds")
+    lines = {f"Workload::{n}": function_lines(WORKLOAD, n) for n in ("burn", "hot_a", "hot_b", "step", "run")}
+    lines["cpu_seconds"] = function_lines(WORKLOAD, "cpu_seconds")
     checked = 0
     for s in hot_samples:
         for f in s.stack:
@@ -105,6 +101,29 @@ def test_shares_order_and_lines():
     leaves = Counter(php_names(s)[-1] for s in samples if php_names(s))
     assert leaves["getrusage"] > 0, leaves.most_common(5)
     assert any(f.kind is FrameKind.NATIVE for s in samples for f in s.stack)
+
+
+def test_each_function_read_knows_where_its_opcodes_are():
+    """op_array.opcodes and .last at the offsets of the version (unwind/php/detect.py): every
+    opcode of every user function read has a line inside the function, so a frame's opline is
+    checked against the right range (source.py names a line only from its own opcodes)."""
+    proc = start("60")
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(proc.pid,)), symbolizer=_SYMBOLIZER,
+                    processes=_PROCESSES) as prof:
+            time.sleep(1.5)
+            prof.collect()
+            php = next(src for src in prof.runtimes if src.name == "php")
+            funcs = [f for f in php._funcs.get(proc.pid, {}).values() if f.user]
+            mem = ProcessMemory(proc.pid)
+            for f in funcs:
+                assert len(f.code) > 0, f
+                linenos = {mem.u32(op + 24) for op in f.code}      # zend_op.lineno
+                assert linenos <= set(f.lines), (f.name, sorted(linenos), f.lines)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert {"Workload::hot_a", "Workload::step", "{main}"} <= {f.name for f in funcs}, funcs
 
 
 def test_no_php_leaves_native_frames():

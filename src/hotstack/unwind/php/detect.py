@@ -27,6 +27,8 @@ class PhpOffsets:
     fn_scope: int = 16                   # common.scope (zend_class_entry *)
     op_filename: int = 152               # op_array.filename
     op_line_start: int = 160
+    op_last: int = 80                    # op_array.last (uint32): how many opcodes
+    op_opcodes: int = 88                 # op_array.opcodes; 0: not known for the version
     op_lineno: int = 24                  # zend_op.lineno
     str_len: int = 16
     str_val: int = 24
@@ -34,14 +36,16 @@ class PhpOffsets:
     ce_name: int = 8
 
 
+# op_array.last/opcodes as in php-src's zend_compile.h of each version; 8.2 moved T and
+# run_time_cache into the common elements. Where not checked against a version's header: 0
 _V82 = PhpOffsets((8, 2))
 _TABLE = {
-    (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144),
-    (8, 0): replace(_V82, version=(8, 0), op_filename=144, op_line_start=152),
-    (8, 1): replace(_V82, version=(8, 1), op_filename=144, op_line_start=152),
+    (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144, op_opcodes=0),
+    (8, 0): replace(_V82, version=(8, 0), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
+    (8, 1): replace(_V82, version=(8, 1), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
     (8, 2): _V82,
-    (8, 3): replace(_V82, version=(8, 3), op_filename=144, op_line_start=152),
-    (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176),
+    (8, 3): replace(_V82, version=(8, 3), op_filename=144, op_line_start=152, op_opcodes=0),
+    (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176, op_opcodes=0),
 }
 TESTED = ((8, 2),)
 

@@ -36,6 +36,7 @@ USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
 IS_STRING = 6
 MAX_STRING = 1024
 MAX_FUNCS_PER_PROCESS = 50_000
+ZEND_OP_SIZE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class FuncInfo:
     file: str
     user: bool
     lines: range = range(0)          # line_start..line_end of an op_array
+    code: range | None = None        # the addresses of its opcodes (zend_op: 32 bytes each), if known
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
@@ -105,12 +107,15 @@ def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, i
     scope = mem.u64(func + o.fn_scope)
     if scope and name_ptr:
         name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
-    file, file_h, line_start, line_end = "", 0, 0, 0
+    file, file_h, line_start, line_end, code = "", 0, 0, 0, None
     if kind == USER_FUNCTION:
         file_ptr, line_start, line_end = struct.unpack("<QII", mem.read(func + o.op_filename, 16))
         file = read_zstring(mem, o, file_ptr)
         file_h = mem.u64(file_ptr + o.str_h)
-    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1)),
+        if o.op_opcodes:
+            opcodes, last = mem.u64(func + o.op_opcodes), mem.u32(func + o.op_last)
+            code = range(opcodes, opcodes + ZEND_OP_SIZE * last, ZEND_OP_SIZE)
+    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1), code),
             identity(name_h, file_h, line_start))
 
 
@@ -176,9 +181,12 @@ class PhpSource(InterpreterSource):
             return Frame("[unknown php]", FrameKind.PHP, resolved=False)
         if not info.user:
             return Frame(info.name, FrameKind.PHP)
-        # a frame just pushed may still hold the opline an earlier frame left in its slot: a line
-        # outside the function is no line
-        return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line if f.line in info.lines else 0)
+        # The VM keeps the current opline in a register and stores it in the frame only before a
+        # call or anything that may throw, so a frame just entered still holds the opline another
+        # frame left in that slot of the VM stack, perhaps of code freed since: its line is known
+        # only when the opline is one of this function's own opcodes.
+        known = (info.code is None or f.opline in info.code) and f.line in info.lines
+        return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line if known else 0)
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         raw = self._stacks.get(key) if key else None
