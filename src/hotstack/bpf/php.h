@@ -4,8 +4,8 @@
  *
  * For a process listed in `php_procs` (filled by userspace: unwind/php/), follow
  * executor_globals.current_execute_data through prev_execute_data, leaf first, recording per
- * frame the zend_function, the opline, the call flags, the opline's line and the function's
- * identity at the sample: the hashes of its name and file (interned strings carry theirs) and
+ * frame the zend_function, the opline (as an offset in the function's opcodes), the call
+ * flags, the opline's line and the function's identity at the sample: the hashes of its name and file (interned strings carry theirs) and
  * its first line. Code compiled per request (no opcache, closures) is freed when the request
  * ends and the next request's functions reuse its memory, often before userspace reads it:
  * userspace names a frame only from a function whose identity matches. PHP (NTS builds: php-cli,
@@ -51,7 +51,7 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 	}
 	for (i = 0; i < PHP_MAX_FRAMES; i++) {
 		struct php_frame *f = &stack->frames[i];
-		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, func;
+		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, opcodes = 0, func;
 		__u32 line = 0;
 
 		if (!ed)
@@ -63,7 +63,6 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 		}
 		func = block[(proc->ed_func >> 3) & 7];
 		f->func = func;
-		f->opline = block[0];
 		f->call_info = (__u32)block[(proc->ed_call_info >> 3) & 7];
 		/*
 		 * Straight-line reads, no branches (each branch would double the verifier's work over
@@ -76,6 +75,14 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 		bpf_probe_read_user(file, sizeof(file), (void *)((func + proc->fn_filename) & -((head[0] >> 1) & 1)));
 		bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
 		bpf_probe_read_user(&line, 4, (void *)(block[0] + proc->op_lineno));
+		/*
+		 * The VM stores the opline in the frame only before a call or what may throw: a frame
+		 * just entered holds what an earlier frame left in that slot. The opline as an offset
+		 * in the function's own opcodes, read now (code compiled per request moves between
+		 * requests), lets userspace keep a line only from one of them.
+		 */
+		bpf_probe_read_user(&opcodes, 8, (void *)((func + proc->op_opcodes) & -((head[0] >> 1) & 1)));
+		f->opline = block[0] - opcodes;
 		f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
 		f->line = line;
 		hash = (hash ^ func ^ f->ident) * 0x100000001b3ULL;

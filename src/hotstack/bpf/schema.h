@@ -164,7 +164,7 @@ struct php_proc {
 	__u16 fn_filename;
 	__u16 op_lineno;
 	__u16 str_h;
-	__u16 pad;
+	__u16 op_opcodes;
 };
 _Static_assert(sizeof(struct php_proc) == 24, "struct php_proc: schema layout");
 

@@ -54,7 +54,12 @@ class FuncInfo:
     file: str
     user: bool
     lines: range = range(0)          # line_start..line_end of an op_array
-    code: range | None = None        # the addresses of its opcodes (zend_op: 32 bytes each), if known
+    opcodes: int = 0                 # where its opcodes are (zend_op: 32 bytes each) when read
+    last: int | None = None          # how many (None: not known for the version)
+
+    def has_op(self, offset: int) -> bool:
+        """Is `offset` (a frame's opline less its opcodes, bpf/php.h) one of this function's?"""
+        return self.last is None or (offset % ZEND_OP_SIZE == 0 and offset < ZEND_OP_SIZE * self.last)
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
@@ -107,15 +112,14 @@ def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, i
     scope = mem.u64(func + o.fn_scope)
     if scope and name_ptr:
         name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
-    file, file_h, line_start, line_end, code = "", 0, 0, 0, None
+    file, file_h, line_start, line_end, opcodes, last = "", 0, 0, 0, 0, None
     if kind == USER_FUNCTION:
         file_ptr, line_start, line_end = struct.unpack("<QII", mem.read(func + o.op_filename, 16))
         file = read_zstring(mem, o, file_ptr)
         file_h = mem.u64(file_ptr + o.str_h)
         if o.op_opcodes:
             opcodes, last = mem.u64(func + o.op_opcodes), mem.u32(func + o.op_last)
-            code = range(opcodes, opcodes + ZEND_OP_SIZE * last, ZEND_OP_SIZE)
-    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1), code),
+    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1), opcodes, last),
             identity(name_h, file_h, line_start))
 
 
@@ -153,7 +157,7 @@ class PhpSource(InterpreterSource):
         return schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
                                     ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev,
                                     fn_name=o.fn_name, fn_filename=o.op_filename, op_lineno=o.op_lineno,
-                                    str_h=o.str_h)
+                                    str_h=o.str_h, op_opcodes=o.op_opcodes)
 
     def _parse(self, raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
         return parse_stack(raw)
@@ -184,8 +188,9 @@ class PhpSource(InterpreterSource):
         # The VM keeps the current opline in a register and stores it in the frame only before a
         # call or anything that may throw, so a frame just entered still holds the opline another
         # frame left in that slot of the VM stack, perhaps of code freed since: its line is known
-        # only when the opline is one of this function's own opcodes.
-        known = (info.code is None or f.opline in info.code) and f.line in info.lines
+        # only when the opline is one of this function's own opcodes (the count is the same in
+        # each compile of a function of the same identity; where they are is read at the sample).
+        known = info.has_op(f.opline) and f.line in info.lines
         return Frame(info.name, FrameKind.PHP, file=info.file, line=f.line if known else 0)
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
