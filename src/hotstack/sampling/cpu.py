@@ -13,8 +13,9 @@ from .sampler import Sampler
 
 PROGRAM = "profile_cpu"
 NATIVE_STEP = "profile_native_step"
-NATIVE_STEP_JIT = "profile_native_step_jit"     # with the V8/HotSpot hooks: in place of NATIVE_STEP
-                                                # once their first process is found (runtime_maps.py)
+# The step programs with a runtime's hooks (schema.yaml's `step` role: V8, HotSpot), put in place of
+# NATIVE_STEP when the runtime's first process is found (runtime_maps.py)
+RUNTIME_STEPS = tuple(sorted({roles["step"] for roles in schema.RUNTIMES.values() if "step" in roles}))
 
 
 class CpuSampler(Sampler):
@@ -36,7 +37,7 @@ class CpuSampler(Sampler):
         spec.set_constant("include_idle", int(c.include_idle))
         spec.set_constant("collect_user_stacks", int(c.user_stacks))
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
-        self.native_spec(spec, NATIVE_STEP, NATIVE_STEP_JIT)
+        self.native_spec(spec, NATIVE_STEP, *RUNTIME_STEPS)
         collection = self.load(spec)
         try:
             self.native_start(NATIVE_STEP)
