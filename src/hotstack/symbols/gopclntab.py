@@ -172,12 +172,15 @@ class GoPclntab:
     def _func(self, i: int) -> int:
         return self._func_base + int(self.funcoffs[i])
 
-    def name(self, i: int) -> str:
+    def name(self, i: int, remember: bool = True) -> str:
+        """Function i's name; `remember=False` for a pass over every function (a cache of all the
+        names of a large binary is megabytes that such a pass reads once)."""
         cached = self._names.get(i)
         if cached is None:
             nameoff = self._u("<i", self._func(i) + self._entry_size)
             cached = self._cstr(self._names_base + nameoff)
-            self._names[i] = cached
+            if remember:
+                self._names[i] = cached
         return cached
 
     def line(self, address: int) -> tuple[str, int]:

@@ -18,6 +18,7 @@ back is checked against that key and for sanity (sorted, ids in range) before us
 
 from __future__ import annotations
 
+import array
 import hashlib
 import os
 import threading
@@ -111,30 +112,41 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
     go = _go_rows(elf) if elf.machine == cfi.EM_X86_64 else None
     table = build_table_fast(elf, debug_elf, debug_frame=go is None)
     rules = kernel_rules(table)
-    pcs, ids = table.pcs, table.rule_ids.astype(np.int64)
+    # ids as int32 and the temporaries below dropped as soon as used: a large Go binary's build
+    # (300k+ rows) peaked ~25 MB higher with int64/float64 arrays kept to the end (bench/RESULTS.md)
+    pcs, ids = table.pcs, table.rule_ids.astype(np.int32)
     source = table.source
     if go is not None:
         go_pcs, go_deltas, go_ends = go
+        del go
         # Go functions: a row per SP delta (FRAME_POINTER: the Go ABI's frame pointer), an invalid
         # row at each end; CFI rows (C code of cgo binaries) win where both describe an address,
         # except the CFI's end rows.
         deltas, delta_ids = np.unique(go_deltas, return_inverse=True)
+        del go_deltas
         go_rules = [(KIND_FP_GO, 0, 16, -16, -8) if d == GO_FRAME_POINTER else
                     (cfi.KIND_CFA_SP, 0, int(d) + 8, -16 if d >= 8 else RBP_SAME_K, -8) for d in deltas.tolist()]
         inv_id = len(rules) + len(go_rules)
-        go_ids = len(rules) + delta_ids
+        go_ids = (len(rules) + delta_ids).astype(np.int32)
+        del delta_ids
         rules = np.concatenate((rules, np.array([*go_rules, (cfi.KIND_INVALID, 0, 0, 0, 0)], RULE_DTYPE)))
-        cfi_invalid = rules["kind"][ids] == cfi.KIND_INVALID if len(ids) else np.zeros(0, bool)
+        # at one pc the highest rank wins: a function's end 0, a CFI end row 1, Go's row 2, CFI's 3
+        cfi_rank = np.where(rules["kind"][ids] == cfi.KIND_INVALID, 1, 3).astype(np.int8)
+        rank = np.concatenate((np.zeros(len(go_ends), np.int8), np.full(len(go_pcs), 2, np.int8), cfi_rank))
+        del cfi_rank
         all_pcs = np.concatenate((go_ends, go_pcs, pcs))
-        all_ids = np.concatenate((np.full(len(go_ends), inv_id), go_ids, ids))
-        prio = np.concatenate((np.zeros(len(go_ends)), np.ones(len(go_pcs)), np.where(cfi_invalid, 0.5, 2)))
-        order = np.lexsort((prio, all_pcs))
+        all_ids = np.concatenate((np.full(len(go_ends), inv_id, np.int32), go_ids, ids))
+        del go_ends, go_pcs, go_ids, pcs, ids
+        order = np.lexsort((rank, all_pcs))
+        del rank
         all_pcs, all_ids = all_pcs[order], all_ids[order]
+        del order
         last = np.ones(len(all_pcs), bool)
         last[:-1] = all_pcs[1:] != all_pcs[:-1]
         pcs, ids = all_pcs[last], all_ids[last]
+        del all_pcs, all_ids, last
         source = "+".join(filter(None, (source, ".gopclntab")))
-    offsets, keep = _to_file_offsets(elf, pcs.astype(np.uint64))
+    offsets, keep = _to_file_offsets(elf, pcs.astype(np.uint64, copy=False))
     ids = ids[keep]
     # consecutive rows with the same rule: one row
     change = np.ones(len(ids), bool)
@@ -166,11 +178,13 @@ def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         return None
     if tab is None or not len(tab):
         return None
-    pcs: list[int] = []
-    deltas: list[int] = []
+    # typed arrays, not lists: a large Go binary has ~300k rows, and a list of Python ints is
+    # ~36 bytes a row where these are 8 and 4 (the build's peak memory, bench/RESULTS.md)
+    pcs = array.array("Q")
+    deltas = array.array("i")
     for i, entry in enumerate(tab.entries.tolist()):
         try:
-            steps = [] if tab.name(i).startswith(GO_STACK_SWITCHERS) else tab.sp_deltas(i)
+            steps = [] if tab.name(i, remember=False).startswith(GO_STACK_SWITCHERS) else tab.sp_deltas(i)
         except GoPclntabError:
             steps = []
         if not steps or any(not 0 <= d <= GO_MAX_DELTA for _, d in steps):
@@ -179,7 +193,7 @@ def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
             if not deltas or pcs[-1] < entry or deltas[-1] != delta:
                 pcs.append(pc)
                 deltas.append(delta)
-    return np.array(pcs, np.uint64), np.array(deltas, np.int32), tab.ends.astype(np.uint64)
+    return np.frombuffer(pcs, np.uint64), np.frombuffer(deltas, np.int32), tab.ends.astype(np.uint64)
 
 
 def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -187,19 +201,17 @@ def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndar
     segs = sorted((s for s in elf.segments if s.flags & 1), key=lambda s: s.vaddr)
     if not segs or not len(pcs):
         return np.zeros(0, np.uint64), np.zeros(len(pcs), bool)
-    starts = np.array([s.vaddr for s in segs], np.uint64)
-    ends = np.array([s.vaddr + max(s.filesz, s.memsz) for s in segs], np.uint64)
-    delta = np.array([s.vaddr - s.offset for s in segs], np.uint64)
-    i = np.searchsorted(starts, pcs, side="right") - 1
-    safe = np.maximum(i, 0)
-    keep = (i >= 0) & (pcs < ends[safe])
-    # an end row at the very end of the segment still matters: it stops the last function
-    keep |= (i >= 0) & (pcs == ends[safe])
-    off = pcs[keep] - delta[safe[keep]]
-    keep_small = off < (1 << 32)
-    idx = np.flatnonzero(keep)
-    keep[idx[~keep_small]] = False
-    return off[keep_small], keep
+    # segment by segment (there are few): masks of a byte a row, where indexes into the segment
+    # list were three int64 arrays the size of the table
+    keep = np.zeros(len(pcs), bool)
+    off = np.zeros(len(pcs), np.uint64)
+    for s in segs:      # in address order: a pc at one's end and the next one's start is the next one's
+        # an end row at the very end of the segment still matters: it stops the last function
+        inside = (pcs >= np.uint64(s.vaddr)) & (pcs <= np.uint64(s.vaddr + max(s.filesz, s.memsz)))
+        off[inside] = pcs[inside] - np.uint64(s.vaddr - s.offset)
+        keep |= inside
+    keep &= off < (1 << 32)
+    return off[keep], keep
 
 
 class RuleSet:
