@@ -270,3 +270,26 @@ def test_released_pages_leave_the_resident_set(tmp_path):
         del view
     finally:
         elf.close()
+
+
+def test_hashing_a_file_range_sees_every_byte_once_and_leaves_few_pages_resident(tmp_path):
+    """hash_into hashes slices and lets each slice's pages go: the digest is that of the bytes
+    read at once, for ranges that start and end off page and slice boundaries, and the file's
+    pages do not stay resident."""
+    import hashlib
+
+    import numpy as np
+
+    path = tmp_path / "big.elf"
+    header = b"\x7fELF\x02\x01\x01" + bytes(57)
+    data = header + np.random.default_rng(7).integers(0, 256, (9 << 20) + 4321, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    elf = ElfFile(str(path))
+    try:
+        for offset, size in ((0, len(data)), (4097, (4 << 20) + 1), (123, 5000), (64, len(data) - 64)):
+            h = hashlib.sha256()
+            elf.hash_into(h, offset, size)
+            assert h.hexdigest() == hashlib.sha256(data[offset:offset + size]).hexdigest(), (offset, size)
+            assert _mapped_rss_kb(path) <= 4 * 1024 + 256, _mapped_rss_kb(path)
+    finally:
+        elf.close()

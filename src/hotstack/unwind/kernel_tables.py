@@ -85,7 +85,7 @@ def content_key(elf: ElfFile) -> str:
         if section is None or section.type == 8:
             continue
         h.update(name.encode() + b"%d:%d;" % (section.addr, section.size))
-        h.update(elf.view(section.offset, section.size))
+        elf.hash_into(h, section.offset, section.size)
     return f"{elf.size:x}-{h.hexdigest()}"
 
 
