@@ -8,6 +8,11 @@ the same number of times; every run is printed, then the medians and their ratio
 
     .venv/bin/python bench/table_memory.py --runs 3 [--other-tree DIR] [FILE ...]
 
+With --meet-collector, the whole Engine instead (49 Hz, whole host, 12 s) starts first; the
+OpenTelemetry Collector that CI builds (a 37 MB Go binary) is started a second later, so that the
+Engine meets it busy at its start: the Engine's max RSS with an empty unwind-table cache ("cold":
+the table is built) and again with the table on disk ("warm"), each tree, every run printed.
+
 Default files: Go binaries (the largest tables: every function's SP deltas) when the CI cache has
 them (the OpenTelemetry Collector and eBPF profiler built for tests/peers), Debian's libc and
 python3.
@@ -22,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +51,46 @@ print(json.dumps({"rows": len(table), "opened": before, "peak": hwm(), "cpu": ti
 """
 
 
+_ENGINE = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from hotstack.sampling import Engine, EngineConfig
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+with Engine(EngineConfig(frequency=49, unwind="kernel")) as engine:
+    print(f"{hwm():.1f}", flush=True)
+    for _ in range(4):
+        time.sleep(3)
+        engine.collect()
+    print(f"{hwm():.1f}", flush=True)
+"""
+
+
+def meet_collector(trees, runs: int) -> int:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from otel_profiler import start_collector       # the collector as the OTel comparison runs it
+    for run in range(1, runs + 1):
+        for name, src in trees:
+            with tempfile.TemporaryDirectory() as tmp:
+                env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "HOTSTACK_UNWIND_CACHE": f"{tmp}/unwind"}
+                for cache in ("cold", "warm"):
+                    engine = subprocess.Popen([sys.executable, "-c", _ENGINE, str(src)], env=env,
+                                              stdout=subprocess.PIPE, text=True)
+                    started = float(engine.stdout.readline())
+                    collector, _ = start_collector(Path(tmp), "127.0.0.1:9")   # nothing listens: never sent
+                    try:
+                        peak = float(engine.communicate(timeout=120)[0])
+                    finally:
+                        collector.kill()
+                        collector.wait()
+                    print(f"{name:10} run {run} {cache}: max RSS {started:5.1f} MB started, {peak:5.1f} MB "
+                          f"after meeting the collector (+{peak - started:.1f})", flush=True)
+    return 0
+
+
 def default_files() -> list[str]:
     found = sorted(glob.glob(f"{CACHE}/otelcol-*/otelcol"))[-1:]
     found += sorted(glob.glob(f"{CACHE}/otel-ebpf-profiler-*/ebpf-profiler"))[-1:]
@@ -63,15 +109,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--other-tree", type=Path, help="another checkout, built alternately with this one")
+    ap.add_argument("--meet-collector", action="store_true", help="the Engine meeting the collector")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
+    trees = [("this tree", ROOT / "src")]
+    if args.other_tree is not None:
+        trees.insert(0, ("other tree", args.other_tree / "src"))
+    if args.meet_collector:
+        return meet_collector(trees, args.runs)
     files = args.files or default_files()
     if not files:
         print("table_memory: no files to build", file=sys.stderr)
         return 2
-    trees = [("this tree", ROOT / "src")]
-    if args.other_tree is not None:
-        trees.insert(0, ("other tree", args.other_tree / "src"))
     for path in files:
         added: dict[str, list[float]] = {name: [] for name, _ in trees}
         for run in range(1, args.runs + 1):
