@@ -33,16 +33,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = os.environ.get("HOTSTACK_CACHE", "/var/cache/hotstack-ci")
 
-_CHILD = r"""
+# Each child: the tree's src/ first on the path, and its own max RSS (VmHWM) in MB.
+_PRELUDE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from hotstack.symbols.elf import ElfFile
-from hotstack.unwind.kernel_tables import build_file_table
 
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM"):
             return int(line.split()[1]) / 1024
+"""
+
+_CHILD = _PRELUDE + r"""
+from hotstack.symbols.elf import ElfFile
+from hotstack.unwind.kernel_tables import build_file_table
 elf = ElfFile(sys.argv[2])
 before = hwm()
 cpu = time.process_time()
@@ -50,16 +54,8 @@ table = build_file_table(elf)
 print(json.dumps({"rows": len(table), "opened": before, "peak": hwm(), "cpu": time.process_time() - cpu}))
 """
 
-
-_ENGINE = r"""
-import sys, time
-sys.path.insert(0, sys.argv[1])
+_ENGINE = _PRELUDE + r"""
 from hotstack.sampling import Engine, EngineConfig
-
-def hwm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) / 1024
 with Engine(EngineConfig(frequency=49, unwind="kernel")) as engine:
     print(f"{hwm():.1f}", flush=True)
     for _ in range(4):
