@@ -5,8 +5,8 @@
  * For a process listed in `php_procs` (filled by userspace: unwind/php/), follow
  * executor_globals.current_execute_data through prev_execute_data, leaf first, recording per
  * frame the zend_function, the opline (as an offset in the function's opcodes), the call
- * flags, the opline's line and the function's identity at the sample: the hashes of its name and file (interned strings carry theirs) and
- * its first line. Code compiled per request (no opcache, closures) is freed when the request
+ * flags, the opline's line and the function's identity at the sample: the hashes of its name
+ * and file (interned strings carry theirs) and its first line. Code compiled per request (no opcache, closures) is freed when the request
  * ends and the next request's functions reuse its memory, often before userspace reads it:
  * userspace names a frame only from a function whose identity matches. PHP (NTS builds: php-cli,
  * php-fpm) runs one request per process, so the one global names the sampled thread's frames.

@@ -9,13 +9,14 @@ from __future__ import annotations
 from .. import ebpf
 from ..bpf import schema
 from .config import EngineConfig
+from .runtime_maps import runtime_programs
 from .sampler import Sampler
 
 PROGRAM = "profile_cpu"
 NATIVE_STEP = "profile_native_step"
 # The step programs with a runtime's hooks (schema.yaml's `step` role: V8, HotSpot), put in place of
 # NATIVE_STEP when the runtime's first process is found (runtime_maps.py)
-RUNTIME_STEPS = tuple(sorted({roles["step"] for roles in schema.RUNTIMES.values() if "step" in roles}))
+RUNTIME_STEPS = tuple(sorted(runtime_programs("step")))
 
 
 class CpuSampler(Sampler):

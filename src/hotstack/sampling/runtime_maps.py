@@ -47,10 +47,14 @@ def _urgent():
         os.setpriority(os.PRIO_PROCESS, tid, before)
 
 
+def runtime_programs(*roles: str) -> set[str]:
+    """The programs that schema.yaml gives the runtimes in these roles (walker, step)."""
+    return {r[k] for r in schema.RUNTIMES.values() for k in roles if k in r}
+
+
 def deferred_programs(programs) -> set[str]:
     """Of these program names, the runtime programs that load with the runtime's first process."""
-    own = {r[k] for r in schema.RUNTIMES.values() for k in ("walker", "step") if k in r}
-    return own & set(programs)
+    return runtime_programs("walker", "step") & set(programs)
 
 
 def _program_slot(collection: ebpf.Collection, roles: dict) -> tuple[str, str, int] | None:

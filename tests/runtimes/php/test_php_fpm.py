@@ -253,5 +253,4 @@ def test_fpm_pool_request_handlers(tmp_path, opcache):
     # a frame whose function was gone when it was read is unknown, never another's name: few of them
     assert unknown <= 0.05 * total, f"{unknown / period:.0f} samples with unknown PHP frames of {total / period:.0f}"
     # a frame's line is unknown only in the few opcodes between its entry and its first stored opline
-    print(f"{no_line / period:.0f} handler samples with a frame of no line of {total / period:.0f}")
     assert no_line <= 0.01 * total, f"{no_line / period:.0f} samples with a frame of no line of {total / period:.0f}"

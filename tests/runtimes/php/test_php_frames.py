@@ -17,6 +17,8 @@ from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
+from hotstack.unwind.php.detect import detect
+from hotstack.unwind.php.source import ZEND_OP_SIZE
 from hotstack.unwind.python.memory import ProcessMemory
 from tests.peers import require_tool
 
@@ -116,9 +118,10 @@ def test_each_function_read_knows_where_its_opcodes_are():
             php = next(src for src in prof.runtimes if src.name == "php")
             funcs = [f for f in php._funcs.get(proc.pid, {}).values() if f.user]
             mem = ProcessMemory(proc.pid)
+            lineno = detect(proc.pid).offsets.op_lineno
             for f in funcs:
                 assert f.last, f
-                linenos = {mem.u32(f.opcodes + 32 * i + 24) for i in range(f.last)}    # zend_op.lineno
+                linenos = {mem.u32(f.opcodes + ZEND_OP_SIZE * i + lineno) for i in range(f.last)}
                 assert linenos <= set(f.lines), (f.name, sorted(linenos), f.lines)
     finally:
         proc.kill()
