@@ -56,6 +56,24 @@ def test_symbol_sizes_are_respected(c_binary):
     assert past is None          # past the end of a symbol is not that symbol
 
 
+def test_few_addresses_are_looked_up_as_a_batch_would_be():
+    """Small batches take the scalar path (SCALAR_BATCH): same answers as the vectorized one on
+    libc, at every symbol's first and last byte, one past its end, and between symbols."""
+    libc = next((p for p in ("/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/aarch64-linux-gnu/libc.so.6",
+                             "/lib/x86_64-linux-gnu/libc.so.6") if os.path.exists(p)), None)
+    if libc is None:
+        pytest.skip("no libc.so.6 at a Debian path")
+    with ElfFile(libc) as elf:
+        table = SymbolTable(elf)
+        starts, ends = table.values.tolist(), table._ends.tolist()
+        queries = [q for s, e in zip(starts, ends) for q in (s, e - 1, e)] + [0, starts[0] - 1, 1 << 63]
+        batched = table.lookup_many(queries)
+        assert len(queries) > 4 * 1000 and sum(r is None for r in batched) > 0
+        assert sum(r is not None for r in batched) > 2 * len(starts) - 1
+        one_by_one = [found for q in queries for found in table.lookup_many([q])]
+    assert one_by_one == batched
+
+
 def test_plt_entries_are_named(c_binary):
     objdump = run("objdump", "-d", c_binary).stdout
     line = next(ln for ln in objdump.splitlines() if ln.endswith("<puts@plt>:"))

@@ -253,6 +253,25 @@ def test_profiler_kernel_mode_end_to_end(build_dir, workloads):
 
 
 
+def test_verbose_run_says_which_unwind_tables_it_built(chain, workloads, tmp_path):
+    """`hotstack run -v` (ig's --verbose) logs each unwind table it builds: file, rows, source; a
+    run without -v, building the same table (another empty cache), says nothing of it."""
+    import os
+
+    from ..conftest import hotstack
+
+    w = workloads([chain, "busy"])
+    verbose = hotstack("run", "profile_cpu", "-v", "--pid", str(w.pid), "-t", "3", "-o", "none", timeout=60)
+    assert verbose.returncode == 0, verbose.stderr
+    built = re.search(re.escape(str(chain)) + r" built: (\d+) rows from \.eh_frame, [0-9.]+ s", verbose.stderr)
+    assert built and int(built.group(1)) > 10, verbose.stderr
+    assert "hotstack: DEBUG: hotstack.unwind: unwind table of " in verbose.stderr
+    quiet = hotstack("run", "profile_cpu", "--pid", str(w.pid), "-t", "2", "-o", "none", timeout=60,
+                     env={**os.environ, "HOTSTACK_UNWIND_CACHE": str(tmp_path / "empty")})
+    assert quiet.returncode == 0 and "unwind table" not in quiet.stderr, quiet.stderr
+    assert any((tmp_path / "empty").iterdir())      # it did build (and store) the table
+
+
 @pytest.mark.parametrize("python_frames", [True, False])
 def test_debian_python3_reaches_its_root(workloads, tmp_path, python_frames):
     """Debian's python3 (no frame pointers): with Python frames merged in and without, the stack

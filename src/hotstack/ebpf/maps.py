@@ -149,6 +149,10 @@ class Map:
             prev = nxt.raw
             yield prev
 
+    def any_key(self) -> bool:
+        """Whether the map holds an element (one BPF_MAP_GET_NEXT_KEY)."""
+        return next(self.keys(), None) is not None
+
     def freeze(self) -> None:
         attr = sc.new_attr()
         struct.pack_into("<I", attr, 0, self.fd)

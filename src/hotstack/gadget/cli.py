@@ -84,6 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="-o columns, whole host: show hotstack's own stacks (by default one row)")
     p.add_argument("--annotate", action="append", default=[], metavar="ANNOTATION",
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print debug information to stderr (as ig's -v): unwind tables built, deliveries, ...")
     p.add_argument("--demangle", default="full", metavar="MODE",
                    help="C++/Rust names: none | simplified | templates | full (default full)")
     e = p.add_argument_group("profile_probe and profile_offcpu")
@@ -105,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if runner is None:
         raise ConfigError(f"unknown gadget {args.gadget!r}: this build has {', '.join(GADGETS)}")
     check_flags(args)
+    if args.verbose:
+        _log_debug()
     signal.signal(signal.SIGHUP, _hang_up)
     return runner(args)
 
@@ -117,6 +121,16 @@ def _hang_up(signum, frame) -> None:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         raise KeyboardInterrupt
     signal.raise_signal(signal.SIGTERM)
+
+
+def _log_debug() -> None:
+    """hotstack's own loggers at DEBUG on stderr (not the libraries' below it)."""
+    import logging
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("hotstack: %(levelname)s: %(name)s: %(message)s"))
+    root = logging.getLogger("hotstack")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
 
 
 def _warn(message: str) -> None:

@@ -164,8 +164,9 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int) -> Process | None:
-    start = read_start_time(pid)
+def read_process(pid: int, start: int | None = None) -> Process | None:
+    """What is known of `pid` now (None when it is gone); `start`: its start time, just read."""
+    start = read_start_time(pid) if start is None else start
     if start is None:
         return None
     return Process(
@@ -216,7 +217,7 @@ class ProcessTable:
             return known
         if known is not None and start == known.start_time and not _exec_changed(known):
             return known
-        info = read_process(pid)
+        info = read_process(pid, start)
         self.maps_reads += 1
         if info is None:
             self.maps_gone += 1

@@ -198,10 +198,11 @@ class Engine:
                     sampler.clear_wakeups()
                 came = self._observe_pids()
                 self._poll_runtimes()
-                # the unwind thread is kicked only when a program queued work (a file without a
-                # table, a stale mapping list: both wake us) or new processes came; a round kept
-                # short by runtime processes alone does not wake it (it waits IDLE_WAIT_S at most)
-                if woken or came:
+                # the unwind thread is kicked only when a program queued work for it (a file
+                # without a table, a stale mapping list), one syscall a map to tell: most wake-ups
+                # announce new pids, and waking that thread to find nothing had cost a thread
+                # switch and its two map reads at every round (it waits IDLE_WAIT_S at most)
+                if woken and any(sampler.native_queued() for sampler in self._started):
                     self._native_kick.set()
                 # The next round when a source wants it (a naming pass, a retry), at most IDLE_WAIT_S
                 # and at least two WATCH_INTERVAL_S away unless a program wakes us; after a wake-up,

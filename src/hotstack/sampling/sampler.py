@@ -134,6 +134,13 @@ class Sampler:
             self.native.serve_remaps()
         return waiting
 
+    def native_queued(self) -> bool:
+        """Whether serve_native has work now (the kernel queued a file or a stale mapping list)."""
+        try:
+            return self.native is not None and self.native.queued(remaps=not self.native_vma_walk)
+        except ebpf.EbpfError:      # closing under us
+            return False
+
     def native_process(self, pid: int, info=None) -> None:
         """A new process (`info`: its procs.Process, maps read): where its files can be opened
         after it exits; kernels whose VMA tree the program cannot walk get its mappings from here."""

@@ -17,6 +17,7 @@ to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_ra
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -34,6 +35,8 @@ from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
 from .kernel_tables import FileTable, RuleSet, TableCache
+
+log = logging.getLogger("hotstack.unwind")
 
 CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
 FILE_KEY = struct.Struct("<QII")
@@ -191,8 +194,13 @@ class NativeTables:
         try:
             debug = _debug_file_for_tables(elf, display or path)
             start = time.perf_counter()
+            built = self.cache.built
             table = self.cache.get(elf, debug) if build else self.cache.cached(elf, debug)
-            self.counters.build_seconds += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.counters.build_seconds += seconds
+            if self.cache.built != built:
+                log.debug("unwind table of %s built: %d rows from %s, %.3f s", display or path, len(table),
+                          table.source, seconds)
         except (ElfError, ValueError, IndexError, OverflowError):
             self.counters.files_failed += 1
             return False
@@ -340,6 +348,12 @@ class NativeTables:
             if time.perf_counter() >= deadline:
                 break
         return bool(self._pending)
+
+    def queued(self, remaps: bool) -> bool:
+        """Whether serve_missing (and with `remaps`, serve_remaps) has work: files the kernel queued or
+        that wait for a build, processes whose mapping list it found stale. One syscall a map."""
+        return bool(self._pending) or self.missing_map.any_key() or (
+            remaps and self.remap_map is not None and self.remap_map.any_key())
 
     def _take_queued(self, limit: int) -> None:
         for raw_key, raw_value in self.missing_map.items():
