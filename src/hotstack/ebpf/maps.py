@@ -7,6 +7,7 @@ import errno
 import mmap
 import os
 import struct
+import threading
 from typing import Iterator
 
 from . import syscalls as sc
@@ -48,6 +49,31 @@ def _cpu_list(text: str) -> list[int]:
 def _count_cpu_list(text: str) -> int:
     cpus = _cpu_list(text)
     return max(cpus) + 1 if cpus else 1
+
+
+class _Scratch:
+    """The key and value buffers of batch reads, shared by every map (one batch at a time: the
+    syscall is short). A batch read had allocated and zeroed ~120 KiB for its values, and copied
+    all of it out, at every call: most of the cost of a call that finds a few elements or none
+    (the pid watcher and the naming passes make several a second)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()     # a batch that grows (ENOSPC) asks again under the lock
+        self._keys = self._values = ctypes.create_string_buffer(0)
+
+    KEEP_BYTES = 256 << 10     # a larger batch (one that grew on ENOSPC) gets buffers of its own
+
+    def buffers(self, key_bytes: int, value_bytes: int):
+        if key_bytes + value_bytes > self.KEEP_BYTES:
+            return ctypes.create_string_buffer(key_bytes), ctypes.create_string_buffer(value_bytes)
+        if len(self._keys) < key_bytes:
+            self._keys = ctypes.create_string_buffer(key_bytes)
+        if len(self._values) < value_bytes:
+            self._values = ctypes.create_string_buffer(value_bytes)
+        return self._keys, self._values
+
+
+_scratch = _Scratch()
 
 
 class Map:
@@ -232,10 +258,12 @@ class Map:
         return [(k, v) for k in list(self.keys()) if (v := self.lookup(k)) is not None]
 
     def _batch(self, cmd: int, batch: int) -> list[tuple[bytes, bytes]]:
+        with _scratch.lock:
+            return self._batch_into(cmd, batch, *_scratch.buffers(self.key_size * batch, self.buffer_value_size * batch))
+
+    def _batch_into(self, cmd: int, batch: int, keys, values) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
         ks, vs = self.key_size, self.buffer_value_size
-        keys = ctypes.create_string_buffer(ks * batch)
-        values = ctypes.create_string_buffer(vs * batch)
         # Hash maps use a bucket index as the batch cursor; 8 bytes covers every map type.
         in_batch = ctypes.create_string_buffer(max(ks, 8))
         out_batch = ctypes.create_string_buffer(max(ks, 8))
@@ -251,7 +279,8 @@ class Map:
                     return out + self._batch(cmd, batch * 4) if cmd == sc.BPF_MAP_LOOKUP_AND_DELETE_BATCH \
                         else self._batch(cmd, batch * 4)
                 raise SyscallError.from_errno(f"batch read of map {self.name}", err)
-            kraw, vraw = keys.raw, values.raw
+            # only what the kernel wrote is copied out (the buffers are ~120 KiB, reused)
+            kraw, vraw = ctypes.string_at(keys, count * ks), ctypes.string_at(values, count * vs)
             for i in range(count):
                 out.append((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]))
             if err == errno.ENOENT:

@@ -35,8 +35,10 @@ RA_UNDEFINED = np.int64(-(1 << 40))     # the return address rule is "undefined"
 _SMALL_FRONTIER = 32                    # below this many active FDEs, walk the rest in Python
 # FDEs are evaluated in slices of about this many bytes of instructions: every array is per byte or
 # per instruction of the slice, ~115 bytes of them per byte of section, so the whole .eh_frame of
-# a large library at once (libLLVM: 5.2 MB) peaked at 600 MB; slices bound that to ~30 MB.
-CHUNK_BYTES = 256 << 10
+# a large library at once (libLLVM: 5.2 MB) peaked at 600 MB; slices of 256 KiB bound that to
+# ~30 MB, of 64 KiB to ~7 MB, for the same CPU (bench/table_memory.py, bench/RESULTS.md: numpy's
+# OpenBLAS, 354k rows from hand-written assembly, peaked +51 MB over the opened file with 256 KiB).
+CHUNK_BYTES = 64 << 10
 
 # Per low opcode (op < 0x40): how its operands are laid out.
 _LEN_ONE, _LEN_FIXED, _LEN_LEB, _LEN_LEB2, _LEN_EXPR, _LEN_REG_EXPR, _LEN_BAD = range(7)
