@@ -111,6 +111,13 @@ def main() -> int:
     trees = [("this tree", ROOT / "src")]
     if args.other_tree is not None:
         trees.insert(0, ("other tree", args.other_tree / "src"))
+    # each tree's bytecode first, as `pip install` writes it: a tree compiled from source at every
+    # start (PYTHONDONTWRITEBYTECODE) opens its files ~2.5 MB higher, and that freed memory then
+    # hides part of the build's peak
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for _, src in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
     if args.meet_collector:
         return meet_collector(trees, args.runs)
     files = args.files or default_files()

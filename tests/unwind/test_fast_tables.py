@@ -185,3 +185,31 @@ def test_slices_give_the_same_rows_and_bound_memory(monkeypatch):
     if size > 2 * fastcfi.CHUNK_BYTES:
         assert peaks[fastcfi.CHUNK_BYTES] < 0.6 * peaks[1 << 30], (size, peaks)
     assert peaks[4096] < 0.6 * peaks[1 << 30], (size, peaks)
+
+
+def test_compressed_debug_frame_is_inflated_and_a_zip_bomb_is_refused(build_dir, monkeypatch):
+    """.debug_frame compressed (gcc -gz, SHF_COMPRESSED) gives the table of the same file with it
+    uncompressed; a compressed section that would inflate past MAX_INFLATED is refused (any process's
+    file is read: a few KB of zlib can claim gigabytes)."""
+    import zlib
+
+    from hotstack.unwind import table as table_module
+
+    src = HERE / "workloads" / "chain.c"
+    packed = compile_c(src, build_dir / "chain_gz_debug_frame", "-O2", "-g", "-gz=zlib",
+                       "-fno-asynchronous-unwind-tables", "-pthread")
+    plain = build_dir / "chain_plain_debug_frame"
+    subprocess.run(["objcopy", "--decompress-debug-sections", str(packed), str(plain)], check=True)
+    flags = subprocess.run(["readelf", "-SW", str(packed)], capture_output=True, text=True, check=True).stdout
+    line = next(ln for ln in flags.splitlines() if " .debug_frame " in ln)
+    assert " C" in line.split(".debug_frame", 1)[1], line       # the section is compressed
+    a, b = expanded(build_table_fast(ElfFile(str(packed)))), expanded(build_table_fast(ElfFile(str(plain))))
+    assert len(a[0]) > 10 and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+    monkeypatch.setattr(table_module, "MAX_INFLATED", 1 << 20)
+    header = (1).to_bytes(4, "little") + bytes(20)      # Elf64_Chdr, ch_type 1 (zlib)
+    assert table_module._decompressed(header + zlib.compress(bytes(1 << 20))) == bytes(1 << 20)
+    with pytest.raises(zlib.error):
+        table_module._decompressed(header + zlib.compress(bytes((1 << 20) + 1)))
+    with pytest.raises(zlib.error):
+        table_module._decompressed(b"ZLIB" + bytes(8) + zlib.compress(bytes(8 << 20)))

@@ -29,6 +29,7 @@ import struct
 
 import numpy as np
 
+from .. import malloc
 from . import cfi
 
 RA_UNDEFINED = np.int64(-(1 << 40))     # the return address rule is "undefined": outermost frame
@@ -39,6 +40,10 @@ _SMALL_FRONTIER = 32                    # below this many active FDEs, walk the 
 # ~30 MB, of 64 KiB to ~7 MB, for the same CPU (bench/table_memory.py, bench/RESULTS.md: numpy's
 # OpenBLAS, 354k rows from hand-written assembly, peaked +51 MB over the opened file with 256 KiB).
 CHUNK_BYTES = 64 << 10
+
+# From this many rows on, join_columns gives freed pages back after each column (malloc_trim:
+# ~0.3 ms a call, against the MBs it returns).
+TRIM_ROWS = 1 << 16
 
 # Per low opcode (op < 0x40): how its operands are laid out.
 _LEN_ONE, _LEN_FIXED, _LEN_LEB, _LEN_LEB2, _LEN_EXPR, _LEN_REG_EXPR, _LEN_BAD = range(7)
@@ -513,7 +518,7 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         cfa_off = field(w_off, v_off, i_off)
         rbp = field(w_rbp, v_rbp, i_rbp)
         ra = field(w_ra, v_ra, i_ra)
-        seq = np.concatenate((adv_rows - fde_first[adv_rows], np.full(len(fin_rows), 1 << 40)))
+        seq = np.concatenate((adv_rows - fde_first[adv_rows], np.full(len(fin_rows), SEQ_LAST)))
         return at_fde, loc, cfa_reg, cfa_off, rbp, ra, seq, ev[last_op < 0]
 
     ev_all = np.flatnonzero(evaluate & (ins_end > ins_start))
@@ -538,7 +543,7 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     # evaluated FDEs without any instruction: their CIE's initial state
     bare = np.concatenate([np.flatnonzero(evaluate & (ins_end == ins_start))] + no_ops)
     add_rule_rows(bare, pc_begin[bare], i_reg[bare], i_off[bare], i_rbp[bare], i_ra[bare],
-                  np.full(len(bare), 1 << 40))
+                  np.full(len(bare), SEQ_LAST))
 
     sig = np.flatnonzero(valid & signal)
     zero = np.zeros(len(sig), np.int64)
@@ -546,7 +551,7 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     ends = np.flatnonzero(valid & ~slow)
     zero = np.zeros(len(ends), np.int64)
     parts.append(_part(pc_begin[ends] + pc_range[ends], np.full(len(ends), cfi.KIND_END), zero, zero, zero,
-                       h.offset[ends], np.full(len(ends), (1 << 40) + 1)))
+                       h.offset[ends], np.full(len(ends), SEQ_LAST + 1)))
     # the FDEs left to cfi.py's evaluator, one by one
     slow_rows: list[tuple] = []
     slow_keys: list[tuple[int, int]] = []
@@ -585,21 +590,34 @@ def join_columns(parts: list, keys) -> list[np.ndarray]:
     library has millions of rows: the parts and the whole columns side by side doubled a table
     build's peak (libLLVM-15)."""
     out = []
+    # The parts are small arrays spread over malloc's heap between each other: the pages that a
+    # column's parts free are not reused by the next (larger) column, and stayed resident; given
+    # back after each column, a large library's join no longer doubles its rows' memory.
+    keys = list(keys)
+    trim = len(parts) > 1 and bool(keys) and sum(len(p[keys[0]]) for p in parts) >= TRIM_ROWS
     for k in keys:
         out.append(parts[0][k] if len(parts) == 1 else np.concatenate([p[k] for p in parts]))
         for p in parts:
             p[k] = None
+        if trim:
+            malloc.trim()
     return out
 
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
+# A row's place in its FDE (`seq`) for the rows after every instruction's: the final state, then
+# the FDE's end. An FDE has fewer rows than its bytes of instructions (a section is read up to
+# 256 MB): the int32 column holds them.
+SEQ_LAST = 1 << 30
+
+
 def _part(pc, kind, cfa, rbp, ra, fkey, seq) -> tuple[np.ndarray, ...]:
-    """Rows in compact columns (a large library has millions): pc, FDE offset and rank int64, kind
-    int8, offsets int32. Non-rule rows carry zeros (as cfi.py's row tuples do). An offset beyond
-    int32 is clipped, still out of the range the kernel rules accept (kernel_tables.kernel_rules),
-    and never onto RBP_SAME."""
+    """Rows in compact columns (a large library has millions): pc int64, kind int8, offsets, FDE
+    offset (in a section of at most 256 MB) and place in the FDE int32. Non-rule rows carry zeros
+    (as cfi.py's row tuples do). An offset beyond int32 is clipped, still out of the range the
+    kernel rules accept (kernel_tables.kernel_rules), and never onto RBP_SAME."""
     kind = np.asarray(kind, np.int8)
     plain = (kind == cfi.KIND_CFA_SP) | (kind == cfi.KIND_CFA_FP) | (kind == cfi.KIND_PLT)
     rbp = np.where(rbp == cfi.RBP_SAME, cfi.RBP_SAME, np.clip(rbp, _I32_MIN, _I32_MAX - 1))
@@ -607,7 +625,7 @@ def _part(pc, kind, cfa, rbp, ra, fkey, seq) -> tuple[np.ndarray, ...]:
             np.where(plain, np.clip(cfa, _I32_MIN, _I32_MAX), 0).astype(np.int32),
             np.where(plain, rbp, 0).astype(np.int32),
             np.where(plain, np.clip(ra, _I32_MIN, _I32_MAX), 0).astype(np.int32),
-            np.asarray(fkey, np.int64), np.asarray(seq, np.int64))
+            np.asarray(fkey, np.int32), np.asarray(seq, np.int32))
 
 
 def _chunks(fdes: np.ndarray, ins_start: np.ndarray, size: int) -> list[np.ndarray]:

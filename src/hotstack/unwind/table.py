@@ -175,12 +175,26 @@ def build_table(elf: ElfFile, debug_elf: ElfFile | None = None) -> UnwindTable:
     return table
 
 
+# A compressed section inflates to at most this much: any process's file is read, and a few KB of
+# zlib can claim gigabytes (a zip bomb). The largest real .debug_frame seen is a few MB.
+MAX_INFLATED = 64 << 20
+
+
 def _decompressed(data: bytes) -> bytes:
     """Section bytes, inflated if compressed: SHF_COMPRESSED (an Elf64_Chdr, ch_type 1 = zlib; Go
     compresses its DWARF this way) or the older .zdebug "ZLIB" header. A real .debug_frame starts
-    with a CIE length, never 1, so the check needs no section flags."""
+    with a CIE length, never 1, so the check needs no section flags. zlib.error when the data
+    would inflate past MAX_INFLATED."""
     if len(data) >= 24 and int.from_bytes(data[:4], "little") == 1:
-        return zlib.decompress(data[24:])
+        return _inflate(data[24:])
     if data[:4] == b"ZLIB" and len(data) >= 12:
-        return zlib.decompress(data[12:])
+        return _inflate(data[12:])
     return data
+
+
+def _inflate(data: bytes) -> bytes:
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, MAX_INFLATED)
+    if inflater.unconsumed_tail:
+        raise zlib.error(f"a compressed section inflates past {MAX_INFLATED >> 20} MB")
+    return out
