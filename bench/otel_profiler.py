@@ -42,6 +42,7 @@ Usage: sudo .venv/bin/python bench/otel_profiler.py [--runs 2] [--seconds 20] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -266,6 +267,26 @@ def hotstack_samples(folded: str) -> Counter:
             user = [f for f in frames if not f.endswith("_[k]")]
             samples[(comm, tuple(user))] += int(count)
     return samples
+
+
+@functools.lru_cache(maxsize=None)
+def verbose_flag(src: str) -> tuple[str, ...]:
+    """["-v"] where the tree's `hotstack run` has it: each unwind table it builds is then logged,
+    which tells a run whose max RSS met a large file's first build (bench/RESULTS.md) from one that
+    did not. Older trees (--tree) run without it."""
+    help_text = subprocess.run([sys.executable, "-m", "hotstack", "run", "--help"], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": src}).stdout
+    return ("-v",) if "--verbose" in help_text else ()
+
+
+def tables_built(log: str) -> list[tuple[str, int]]:
+    """(file, rows) of each unwind table a `-v` run logged building."""
+    out = []
+    for line in log.splitlines():
+        if ": unwind table of " in line and " built: " in line:
+            path, _, rest = line.split(": unwind table of ", 1)[1].rpartition(" built: ")
+            out.append((os.path.basename(path), int(rest.split()[0])))
+    return out
 
 
 def perf_samples(data: Path) -> Counter:
@@ -507,7 +528,8 @@ def main() -> int:
             hotstack += [a for comm in TARGETS for a in ("--comm", comm)]
         # the first `--unwind kernel` start fills the on-disk table cache, as on any host after its first start
         subprocess.run([*hotstack[:5], "-t", "3", "--unwind", "kernel", "-o", "none", "--host"], capture_output=True)
-        tools = {"hotstack kernel": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "kernel"], 2),
+        tools = {"hotstack kernel": lambda hz: ([*hotstack, *verbose_flag(str(ROOT / "src")), "--sample-rate", str(hz),
+                                                 "--unwind", "kernel"], 2),
                  "hotstack fp": lambda hz: ([*hotstack, "--sample-rate", str(hz), "--unwind", "fp"], 2),
                  "otel ebpf-profiler": lambda hz: (
                      ["unshare", "-m", "--propagation", "private", "sh", "-c",
@@ -516,8 +538,8 @@ def main() -> int:
         for tree in args.tree:
             tree_name, src = tree.split("=", 1)
             tools[f"hotstack kernel {tree_name}"] = (
-                lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", *hotstack, "--sample-rate", str(hz),
-                                                       "--unwind", "kernel"], 2))
+                lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", *hotstack, *verbose_flag(src),
+                                                       "--sample-rate", str(hz), "--unwind", "kernel"], 2))
         if not args.no_compile:
             compile_bytecode([str(ROOT / "src")] + [t.split("=", 1)[1] for t in args.tree])
         if perf:
@@ -540,6 +562,7 @@ def main() -> int:
                     r = run_measured(argv, args.seconds, args.settle, stop, log, bpf=not name.startswith("perf"))
                     if name.startswith("hotstack"):
                         samples = hotstack_samples(log.read_text(errors="replace"))
+                        r["built"] = tables_built(log.read_text(errors="replace"))
                     elif name.startswith("perf"):
                         samples = perf_samples(tmp / "perf.data")
                     else:
@@ -574,7 +597,16 @@ def print_run(name: str, hz: int, run: int, r: dict, is_perf: bool) -> None:
     print(f"{name:18s} {hz:3d} Hz run {run + 1}: steady {r['steady'] * 100:5.2f}% of a core  start-up "
           f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
           f"samples read back {r['host_samples']}  complete: {complete}  "
-          f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+          f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}{_built(r)}", flush=True)
+
+
+def _built(r: dict) -> str:
+    """The tables a hotstack run built (-v), the largest named: a first build is a memory peak."""
+    built = r.get("built")
+    if not built:
+        return ""
+    name, rows = max(built, key=lambda b: b[1])
+    return f"  tables built {len(built)} (largest {name}, {rows} rows)"
 
 
 def median(values: list[float]) -> float:
