@@ -117,11 +117,13 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
     lines = {f"Workload::{n}": _body(WORKLOAD, n) for n in ("cpu_seconds", "burn", "hot_a", "hot_b", "step", "run")}
     main_line = next(i for i, line in enumerate(WORKLOAD.read_text().splitlines(), 1)
                      if line.startswith("Workload::run("))
-    # Names and order must be right in every sample. A line may be off in a sample taken inside a
-    # sub's entry or return, between the context push/pop and PL_curcop's update (the compiler may
-    # order those stores either way; seen once in 2 runs under NYTProf's hooks at load average 15:
-    # burn at cpu_seconds' line): such samples are counted and bounded, not accepted in bulk.
-    checked, off_line = 0, []
+    # Names and order must be right in every sample. A sample taken inside a sub's entry or return,
+    # between the context push/pop and PL_curcop's update, has the sub at no statement of its own:
+    # shown in its file with no line (frames_of), not at the caller's line (seen once in 2 runs under
+    # NYTProf's hooks at load average 15 before: burn at cpu_seconds' line). Both are counted and
+    # bounded; a wrong line remains possible only where the walker reads a context slot before its
+    # fields are stored (the compiler may order those stores either way): rarer still.
+    checked, off_line, no_line = 0, [], []
     for s in samples:
         frames = perl_frames(s)
         names = [f.name for f in frames]
@@ -132,11 +134,14 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
         assert names[4:5] in ([], ["Workload::burn"]), names
         for f in frames[:5]:       # above them: cpu_seconds, and Time::HiRes's subs under -d
             assert Path(f.file) == WORKLOAD, f
-            if f.line not in (lines[f.name] if f.name in lines else (main_line,)):
+            if f.line == 0:
+                no_line.append(f)
+            elif f.line not in (lines[f.name] if f.name in lines else (main_line,)):
                 off_line.append(f)
         checked += 1
     assert checked >= 300
-    assert len(off_line) <= max(2, checked // 100), off_line[:5]
+    assert len(no_line) <= max(2, checked // 100), no_line[:5]
+    assert len(off_line) <= max(1, checked // 500), off_line[:5]
     # native frames stay around the Perl ones: the runloop's callees above, perl_run below
     assert any(f.kind is FrameKind.NATIVE for s in samples for f in s.stack)
     roots = Counter(next((f.name for f in s.stack[s.stack.index(perl_frames(s)[0]) + 1:]), "")
@@ -164,11 +169,14 @@ def test_callbacks_from_c_and_evals_keep_their_callers():
         assert "Perl_pp_sort" in names[sorter:comparator], names
         place = {f.name: f for f in perl_frames(s)}
         # as each comparison starts and ends (before its first statement, after its last) the
-        # current statement is still the sort's
-        comparator_lines[place["Nested::by_value"].line in _body(NESTED, "by_value")] += s.value
+        # current statement is still the sort's: the comparator is then at no line (not the sort's)
+        line = place["Nested::by_value"].line
+        comparator_lines["body" if line in _body(NESTED, "by_value") else "none" if line == 0 else "wrong"] += s.value
+        assert Path(place["Nested::by_value"].file) == NESTED
         assert place["Nested::sorter"].line in _body(NESTED, "sorter")
         assert place["(eval)"].line in _body(NESTED, "outer") and Path(place["(eval)"].file) == NESTED
-    assert comparator_lines[True] >= 0.9 * sum(comparator_lines.values()), comparator_lines
+    assert comparator_lines["body"] >= 0.9 * sum(comparator_lines.values()), comparator_lines
+    assert comparator_lines["wrong"] <= max(1, sum(comparator_lines.values()) // 500), comparator_lines
 
 
 def test_no_perl_leaves_native_frames():

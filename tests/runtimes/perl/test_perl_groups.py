@@ -37,3 +37,21 @@ def test_groups_end_after_a_call_from_c_and_at_an_inner_runloops_stack():
                                                             [("sub", 0xE), ("main", 0)]]
     # the comparator's statement is the current one; sorter's is where the sort began
     assert groups[0][0].cop == 0x60 and groups[1][0].cop == 0x40
+
+
+def test_a_frame_at_no_statement_of_its_own_has_no_line():
+    """PL_curcop still the statement that entered the innermost frame (entersub pushed its context,
+    its first nextstate to come; or popblock restored PL_curcop, the pop to come; or a sort between
+    two calls of its comparator): the frame is at no statement (cop 0), not at the caller's line. The
+    frames below keep theirs, and only the innermost frame is judged so (a recursive call's own
+    entry further out is a real statement)."""
+    contexts = [RawContext(0, 0x33, 0, LOOP, 0), sub(0xA, 0x20), sub(0xA, 0x20), sub(0xB, 0x10)]
+    frames = frames_of(contexts, curcop=0x20, truncated=False)
+    assert [(f.cv, f.cop) for f in frames] == [(0xA, 0), (0xA, 0x20), (0xB, 0x20), (0, 0x10)]
+    # past its first statement, the innermost frame is at it
+    assert frames_of(contexts, curcop=0x30, truncated=False)[0].cop == 0x30
+    # the comparator of a sort (its own stack: runlevel marker) between two calls
+    contexts = [sub(0xC, 0x40, retop=0), RawContext(0, 0x41, 0, NULL, 0), RawContext(0, 0, 0, 0, 1), sub(0xE, 0x10)]
+    frames = frames_of(contexts, curcop=0x40, truncated=False)
+    assert [(f.kind, f.cv, f.cop) for f in frames] == [("sub", 0xC, 0), ("runlevel", 0, 0), ("sub", 0xE, 0x40),
+                                                      ("main", 0, 0x10)]

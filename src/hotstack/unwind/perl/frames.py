@@ -56,6 +56,7 @@ def frames_of(contexts: list[RawContext], curcop: int, truncated: bool) -> list[
     """Frames leaf first; a runloop's stack boundary is a frame-less marker (kind "runlevel")."""
     frames: list[RawPerlFrame] = []
     cop = curcop
+    innermost = True
     for c in contexts:
         if c.runlevel:
             frames.append(RawPerlFrame("runlevel", 0, 0, True))
@@ -64,7 +65,13 @@ def frames_of(contexts: list[RawContext], curcop: int, truncated: bool) -> list[
         if t not in _FRAME_TYPES:
             continue        # a loop or a block inside a frame
         kind = "eval" if t == CXT_EVAL else "sub"
-        frames.append(RawPerlFrame(kind, c.cv if kind == "sub" else 0, cop, c.retop == 0))
+        # PL_curcop still the statement that entered this frame: the frame has run no statement of
+        # its own yet (pushed by entersub, its first nextstate to come), or is being left (popblock
+        # restored PL_curcop before the context is popped). Its statement is unknown: the caller's
+        # line would be a line outside the sub (cop 0: no line).
+        at = 0 if innermost and cop == c.oldcop else cop
+        innermost = False
+        frames.append(RawPerlFrame(kind, c.cv if kind == "sub" else 0, at, c.retop == 0))
         cop = c.oldcop
     if not truncated:
         frames.append(RawPerlFrame("main", 0, cop, True))

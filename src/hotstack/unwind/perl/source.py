@@ -118,6 +118,7 @@ class _Process:
         self.process = process
         self.subs: dict[int, str | None] = {}
         self.places: dict[int, tuple[str, int] | None] = {}
+        self.sub_files: dict[int, str] = {}     # CV -> the file its statements were last seen in
 
 
 class PerlSource(InterpreterSource):
@@ -194,7 +195,12 @@ class PerlSource(InterpreterSource):
                 return Frame(UNKNOWN, FrameKind.PERL, resolved=False)
         place = self._place(mem, entry, f.cop)
         if place is None:
-            return Frame(name, FrameKind.PERL)
+            # no statement (a sub entered or being left: frames.frames_of): its file, no line
+            return Frame(name, FrameKind.PERL, file=entry.sub_files.get(f.cv, "") if f.cv else "")
+        if f.cv:
+            if len(entry.sub_files) >= MAX_CACHED:
+                entry.sub_files.clear()
+            entry.sub_files[f.cv] = place[0]
         return Frame(name, FrameKind.PERL, file=place[0], line=place[1])
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
