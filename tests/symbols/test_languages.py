@@ -82,7 +82,8 @@ def profiles(tmp_path_factory):
         for comm, cmd in argv.items():
             started.append(Workload(cmd))
         if shutil.which("node"):
-            started.append(Workload(["node", "--perf-basic-prof", str(WORKLOADS / "hot_node.js")]))
+            # (--perf-basic-prof also has V8 write an isolate-*-v8.log into the working directory)
+            started.append(Workload(["node", "--perf-basic-prof", str(WORKLOADS / "hot_node.js")], cwd=out))
             cleanup.append(Path(f"/tmp/perf-{started[-1].pid}.map"))
         if shutil.which("javac") and shutil.which("java") and shutil.which("jcmd"):
             run("javac", "-d", out, WORKLOADS / "HotJava.java")
