@@ -55,6 +55,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from procstat import compile_bytecode
+
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = "go.opentelemetry.io/ebpf-profiler"
 VERSION = "v0.0.202633"
@@ -219,15 +221,6 @@ def _wait_ready(proc: subprocess.Popen, timeout: float) -> bool:
         time.sleep(0.1)
     proc.kill()
     return False
-
-
-def compile_bytecode(srcs: list[str]) -> None:
-    """Writes the bytecode of each tree's modules, as `pip install` does: where
-    PYTHONDONTWRITEBYTECODE is set (this workplace sets it) an editable tree is otherwise compiled
-    from source at every start (~0.1 CPU-s of start-up that no installed hotstack pays)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for src in srcs:
-        subprocess.run([sys.executable, "-m", "compileall", "-q", src], check=True, env=env, stdout=subprocess.DEVNULL)
 
 
 # -- completeness -----------------------------------------------------------------------------------
@@ -561,8 +554,8 @@ def main() -> int:
                     load_before = os.getloadavg()[0]
                     r = run_measured(argv, args.seconds, args.settle, stop, log, bpf=not name.startswith("perf"))
                     if name.startswith("hotstack"):
-                        samples = hotstack_samples(log.read_text(errors="replace"))
-                        r["built"] = tables_built(log.read_text(errors="replace"))
+                        text = log.read_text(errors="replace")
+                        samples, r["built"] = hotstack_samples(text), tables_built(text)
                     elif name.startswith("perf"):
                         samples = perf_samples(tmp / "perf.data")
                     else:

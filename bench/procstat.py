@@ -1,6 +1,6 @@
 """What the runtime benchmarks (bench/node.py, bench/java.py, bench/agent.py) read of processes: CPU time and
 RSS from /proc, the BPF run time of the programs a process holds, and a workload started until it says
-"ready". Helpers only: no benchmark here.
+"ready"; and the trees' bytecode written before a benchmark starts them. Helpers only: no benchmark here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,18 @@ import glob
 import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
+
+
+def compile_bytecode(srcs) -> None:
+    """Writes the bytecode of each tree's modules, as `pip install` does: where
+    PYTHONDONTWRITEBYTECODE is set (this workplace sets it) an editable tree is otherwise compiled
+    from source at every start (~0.1 CPU-s and ~2.5 MB of peak RSS that no installed hotstack pays)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for src in srcs:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
 
 
 def bpf_run_time_ns(pid: int) -> int:

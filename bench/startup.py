@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from procstat import compile_bytecode
+
 ROOT = Path(__file__).resolve().parent.parent
 HOTSTACK = [sys.executable, "-m", "hotstack"]
 
@@ -189,12 +191,7 @@ def main() -> None:
         raise SystemExit("bench/startup.py: needs root (it loads BPF programs)")
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("installed", None)]
     if not args.no_compile:
-        # as `pip install` does: where PYTHONDONTWRITEBYTECODE is set (this workplace sets it) an
-        # editable tree is otherwise compiled from source at every start, which no installed hotstack pays
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        for src in [str(ROOT / "src")] + [src for _, src in trees if src]:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", src], check=True, env=env,
-                           stdout=subprocess.DEVNULL)
+        compile_bytecode([str(ROOT / "src")] + [src for _, src in trees if src])
         print("bytecode written first (compileall, as pip install does)")
     else:
         # as a fresh clone runs with PYTHONDONTWRITEBYTECODE set: hotstack's own modules compiled at every start

@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--annotate", action="append", default=[], metavar="ANNOTATION",
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="print debug information to stderr (as ig's -v): unwind tables built, deliveries, ...")
+                   help="print debug information to stderr (as ig's -v): each unwind table built, exec detection, "
+                        "trace correlation")
     p.add_argument("--demangle", default="full", metavar="MODE",
                    help="C++/Rust names: none | simplified | templates | full (default full)")
     e = p.add_argument_group("profile_probe and profile_offcpu")
