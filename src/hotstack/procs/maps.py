@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 
 
@@ -49,11 +50,25 @@ def parse_maps(text: str) -> list[Mapping]:
     return out
 
 
+# The lines of executable mappings only (an 'x' third in the permissions): a process has three to
+# five times as many other lines (data, heap, stacks, guard pages), and one regex pass that skips
+# them is ~4x faster than splitting every line (63 -> 15 us for xz's 44 lines), which the pid
+# watcher pays for every new process of the host.
+_EXEC_LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (..x.) ([0-9a-f]+) (\S+) +(\d+)[ \t]*(.*)$", re.M)
+
+
+def parse_exec_maps(text: str) -> list[Mapping]:
+    """The executable mappings of a /proc/PID/maps text: [m for m in parse_maps(text) if
+    m.executable], faster."""
+    return [Mapping(int(lo, 16), int(hi, 16), int(offset, 16), perms, dev, int(inode), path.strip())
+            for lo, hi, perms, offset, dev, inode, path in _EXEC_LINE.findall(text)]
+
+
 def read_maps(pid: int) -> list[Mapping]:
     """Executable mappings of `pid`; empty when the process is gone."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            return [m for m in parse_maps(f.read()) if m.executable]
+            return parse_exec_maps(f.read())
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
-from .maps import Mapping, MappingIndex, parse_maps, read_maps
+from .maps import Mapping, MappingIndex, parse_exec_maps, parse_maps, read_maps
 
 
 @dataclass
@@ -51,18 +51,26 @@ class Process:
 ProcessInfo = Process
 
 
-def read_start_time(pid: int) -> int | None:
+def read_stat(pid: int) -> tuple[int, str] | None:
+    """(start time, comm) of `pid` from /proc/PID/stat; None when it is gone. The comm is the
+    one /proc/PID/comm shows (both print the task's name): one read serves both."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
     # comm may hold spaces and parens: the fields after it start at the last ')'.
-    fields = stat[stat.rfind(b")") + 2:].split()
+    close = stat.rfind(b")")
+    fields = stat[close + 2:].split()
     try:
-        return int(fields[19])
+        return int(fields[19]), stat[stat.find(b"(") + 1:close].decode(errors="replace")
     except (IndexError, ValueError):
         return None
+
+
+def read_start_time(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return stat[0] if stat is not None else None
 
 
 def exe_identity(pid: int) -> tuple | None:
@@ -164,17 +172,30 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int, start: int | None = None) -> Process | None:
-    """What is known of `pid` now (None when it is gone); `start`: its start time, just read."""
-    start = read_start_time(pid) if start is None else start
-    if start is None:
+def read_process(pid: int, stat: tuple[int, str] | None = None) -> Process | None:
+    """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read."""
+    stat = read_stat(pid) if stat is None else stat
+    if stat is None:
         return None
     return Process(
-        pid=pid, start_time=start, comm=_read_text(f"/proc/{pid}/comm").strip(), exe=exe_path(pid),
-        container_id=container_id_from_cgroup(_read_text(f"/proc/{pid}/cgroup")),
+        pid=pid, start_time=stat[0], comm=stat[1], exe=exe_path(pid),
+        container_id=_container_id(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
-        mappings=MappingIndex([m for m in parse_maps(read_maps_text(pid)) if m.executable]),
+        mappings=MappingIndex(parse_exec_maps(read_maps_text(pid))),
         image=exe_identity(pid), mntns=mount_namespace(pid))
+
+
+_container_ids: dict[str, str] = {}
+
+
+def _container_id(cgroup_text: str) -> str:
+    """container_id_from_cgroup, remembered per text: a host's processes share a few cgroups."""
+    found = _container_ids.get(cgroup_text)
+    if found is None:
+        if len(_container_ids) >= 4096:
+            _container_ids.clear()
+        found = _container_ids[cgroup_text] = container_id_from_cgroup(cgroup_text)
+    return found
 
 
 def _exec_changed(info: Process) -> bool:
@@ -185,12 +206,19 @@ def _exec_changed(info: Process) -> bool:
         return False
 
 
+_our_root: tuple[int, int] | None = None
+
+
 def _same_root(pid: int) -> bool:
+    global _our_root
     try:
-        theirs, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
+        theirs = os.stat(f"/proc/{pid}/root")
+        if _our_root is None:
+            ours = os.stat("/")
+            _our_root = (ours.st_dev, ours.st_ino)
     except OSError:
         return True
-    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+    return (theirs.st_dev, theirs.st_ino) == _our_root
 
 
 class ProcessTable:
@@ -211,13 +239,13 @@ class ProcessTable:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
         with self._lock:
             known = self._by_pid.get(pid)
-        start = read_start_time(pid)
-        if known is not None and start is None:
+        stat = read_stat(pid)
+        if known is not None and stat is None:
             known.alive = False
             return known
-        if known is not None and start == known.start_time and not _exec_changed(known):
+        if known is not None and stat[0] == known.start_time and not _exec_changed(known):
             return known
-        info = read_process(pid, start)
+        info = read_process(pid, stat)
         self.maps_reads += 1
         if info is None:
             self.maps_gone += 1

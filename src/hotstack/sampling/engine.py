@@ -196,7 +196,7 @@ class Engine:
             while not self._stop.is_set():
                 for sampler in self._started:
                     sampler.clear_wakeups()
-                came = self._observe_pids()
+                self._observe_pids()
                 self._poll_runtimes()
                 # the unwind thread is kicked only when a program queued work for it (a file
                 # without a table, a stale mapping list), one syscall a map to tell: most wake-ups
@@ -209,8 +209,10 @@ class Engine:
                 # WATCH_INTERVAL_S more (one round serves a burst). Each wake-up of this thread had
                 # been ~130 us of CPU on a loaded host, two a round, five rounds a second while
                 # runtime processes were followed whether their sources had anything to do or not.
-                wait = 0.0 if came else self._next_round_in()
-                woken = bool(waiter.poll(max(2 * self._watch_interval, wait)))
+                # A round that took new processes is not followed by another of its own: what
+                # comes next wakes us, a retry it needs is a source's poll_in (had been a round
+                # 0.2 s after each, half of the rounds under a loop of short commands).
+                woken = bool(waiter.poll(max(2 * self._watch_interval, self._next_round_in())))
                 if woken and self._stop.wait(self._watch_interval):
                     break
         except (OSError, ValueError):   # a sampler closed under us

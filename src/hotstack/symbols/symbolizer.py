@@ -45,6 +45,7 @@ DEFAULT_PID_CACHE_BYTES = 64 << 20
 MAX_RESULT_CACHE = 65536       # resolved addresses remembered per file (profiles repeat them)
 RESULT_BYTES = 160             # what one remembered address costs, for the byte budget
 MAX_FRAMES_PER_PROCESS = 100_000
+IDENTITY_RECHECK_S = 1.0       # a file's (device, inode) stands for the file opened this long
 PERF_MAP_RECHECK_S = 0.5       # a perf map is looked at (stat) at most this often per process
 EXEC_RECHECK_S = 1.0           # how often a process's executable is checked for exec
 FRAME_BYTES = 200              # a remembered Frame and its dict slot
@@ -182,6 +183,8 @@ class Symbolizer:
         self.pid_cache: ByteLRU[ProcessSymbols] = ByteLRU(pid_cache_bytes, lambda p: p.nbytes)
         # file identity (stat) -> elf_cache key: a file mapped by many processes is opened once.
         self._keys_by_identity: dict[tuple, tuple] = {}
+        # (device, inode) of a mapping -> (elf_cache key, when a stat last tied them)
+        self._recent_files: dict[tuple, tuple[tuple, float]] = {}
         self.stats = SymbolizerStats()
 
     @property
@@ -309,15 +312,27 @@ class Symbolizer:
                 fresh = read_maps(info.pid)
                 if fresh:
                     info.mappings = MappingIndex(fresh)
+                    info.image = exe
         if proc is None or proc.mappings_id != id(info.mappings):
             # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
             proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, id(info.mappings)))
-            proc.exe, proc.exe_checked_at = exe_identity(info.pid), now
+            # the image the process table read with these maps (a stat less; adopted: gone)
+            proc.exe = info.image if info.image is not None else exe_identity(info.pid)
+            proc.exe_checked_at = now
         return proc
 
     def _module(self, info: Process, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
         mkey = (mapping.start, mapping.end, mapping.offset, mapping.inode)
         ekey = proc.modules.get(mkey)
+        if ekey is None:
+            # A file another process mapped, opened (stat) less than IDENTITY_RECHECK_S ago: the
+            # same entry, without the stat of this process's map_files link. New processes of
+            # the same programs (a shell loop's commands) had paid one stat a file, each.
+            seen = self._recent_files.get((mapping.dev, mapping.inode))
+            if seen is not None and time.monotonic() - seen[1] < IDENTITY_RECHECK_S:
+                ekey = seen[0]
+                proc.modules[mkey] = ekey
+                self.pid_cache.resize((info.pid, info.start_time))
         if ekey is not None:
             module = self.elf_cache.get(ekey)
             if module is not None and module.intact(time.monotonic()):
@@ -325,8 +340,13 @@ class Symbolizer:
             if module is not None:     # truncated in place: reading it could kill us (SIGBUS)
                 self.elf_cache.pop(ekey)
                 self._keys_by_identity = {k: v for k, v in self._keys_by_identity.items() if v != ekey}
+                self._recent_files = {k: v for k, v in self._recent_files.items() if v[0] != ekey}
         module, ekey = self._open(info, mapping)
-        if mkey not in proc.modules:
+        if module.elf is not None:
+            if len(self._recent_files) >= self._max_files * 8:
+                self._recent_files.clear()
+            self._recent_files[(mapping.dev, mapping.inode)] = (ekey, time.monotonic())
+        if proc.modules.get(mkey) != ekey:
             proc.modules[mkey] = ekey
             self.pid_cache.resize((info.pid, info.start_time))
         return module

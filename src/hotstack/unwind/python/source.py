@@ -51,6 +51,9 @@ class CPythonSource(InterpreterSource):
         super().__init__()
         self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
         self.codes = CodeCache()
+        # (pid, key) -> named groups, for the drained buffer: the samples of one Python stack under
+        # other native leaves (a few to tens an interval) are named once, not once each
+        self._named: dict[tuple[int, int], list[list[Frame]]] = {}
 
     def prepare(self) -> bool:
         return self._prepare_fsbase()
@@ -67,6 +70,9 @@ class CPythonSource(InterpreterSource):
     def _parse(self, raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
         return parse_stack(raw)
 
+    def _reads(self) -> int:
+        return self.codes.reads
+
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
         o = entry[0].offsets
         for f in frames:
@@ -78,11 +84,18 @@ class CPythonSource(InterpreterSource):
         entry = self._procs.get(pid)
         if not raw or entry is None:
             return [], False
-        proc = entry[0]
-        o = proc.offsets
-        groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
-                  for group in eval_groups(o, raw[0], proc.none)]
+        groups = self._named.get((pid, key))
+        if groups is None:
+            proc = entry[0]
+            o = proc.offsets
+            groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
+                      for group in eval_groups(o, raw[0], proc.none)]
+            self._named[(pid, key)] = groups
         return groups, raw[1]
+
+    def collect(self, buffer: int) -> None:
+        super().collect(buffer)
+        self._named = {}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         if not key:
