@@ -13,7 +13,10 @@
  * serves 3.8-3.14 at once.
  *
  * Transport (bpf/schema.yaml): the frames go into py_stacks_<buffer> under a 64-bit hash of their
- * content, and that hash is the sample key's `runtime_stack` (0: none). A chain longer than
+ * content and pid, and that hash is the sample key's `runtime_stack` (0: none). A stack whose key
+ * userspace put in py_known (it parsed and named that stack before) is not stored again: a process
+ * that runs what it ran before stores nothing, and PY_STAT_STORED stays still, which is how
+ * userspace tells that a naming pass has nothing to do. A chain longer than
  * PY_MAX_FRAMES is cut and marked `truncated` (userspace shows a [truncated] frame).
  * Every read is bpf_probe_read_user: a target that exits or frees memory mid-walk ends the
  * chain early (a truncated stack), never an error.
@@ -111,7 +114,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 	struct py_stack *stack;
 	void *stacks;
 	__u32 zero = 0, n = 0, frame_end, code_end;
-	__u64 tstate, frame, hash = 0xcbf29ce484222325ULL;
+	/* the pid is in the key: userspace names a stack's frames in its own process (py_known) */
+	__u64 tstate, frame, hash = 0xcbf29ce484222325ULL ^ pid;
 	__u8 *w;
 	int i;
 
@@ -171,6 +175,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 	stack->len = n;
 	stack->pid = pid;
 	hash = (hash ^ n ^ ((__u64)stack->truncated << 32)) | 1; /* never 0: 0 means "no Python stack" */
+	if (bpf_map_lookup_elem(&py_known, &hash))
+		return hash; /* userspace has it from an earlier interval or pass */
 	stacks = buffer ? (void *)&py_stacks_1 : (void *)&py_stacks_0;
 	if (bpf_map_lookup_elem(stacks, &hash))
 		return hash; /* the same stack was stored earlier in this interval */
@@ -178,6 +184,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer)
 		py_count(PY_STAT_STACKS_FULL);
 		return 0;
 	}
+	py_count(PY_STAT_STORED);
 	return hash;
 }
 

@@ -294,7 +294,8 @@ enum py_stat {
 	PY_STAT_NO_THREAD = 1,
 	PY_STAT_TRUNCATED = 2,
 	PY_STAT_STACKS_FULL = 3,
-	PY_STAT_MAX = 4,
+	PY_STAT_STORED = 4,
+	PY_STAT_MAX = 5,
 };
 
 enum rb_ec_mode {
@@ -530,6 +531,12 @@ enum hs_stat {
 		__type(key, __u64); \
 		__type(value, struct py_stack); \
 	} py_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH); \
+		__uint(max_entries, 4096); \
+		__type(key, __u64); \
+		__type(value, __u8); \
+	} py_known SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
 		__uint(max_entries, PY_STAT_MAX); \

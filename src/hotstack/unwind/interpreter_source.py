@@ -36,17 +36,13 @@ if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists the
 # been passed over at every round of the pid watcher (~0.2 s), each pass taking again, mostly, the
 # stacks the last one had named (the walker stores a stack again once a pass took it).
 NAME_EVERY = 0.5
-# After a pass whose stacks were all named from what the source had read before (no read of the
-# processes' memory: they run code they ran before), the wait doubles, up to this (seconds); a pass
-# that reads something, or a newly listed process, brings it back to NAME_EVERY. What a steady
-# process runs for the first time in its last NAME_EVERY_SETTLED before it exits is left unnamed
-# (`[unknown ...]` frames, never another name), what it ran before keeps its names. A long-running
-# interpreter had cost a pass (two batched map reads and the parse of what they took) every
-# NAME_EVERY for nothing: ~0.1% of a core at 19 Hz, ~0.2% at 99 Hz (bench/otel_profiler.py's load).
-NAME_EVERY_SETTLED = 2.0
 # A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
 # same rounds, not one round each.
 JOIN_S = 0.15
+# Stacks a source keeps named across intervals, for a walker that skips them (Python's py_known,
+# twice this size): a process that runs what it ran before then stores nothing, and its passes and
+# drains take nothing. Past this many the walker stores the rest as it did without (taken per pass).
+MAX_KNOWN = 2048
 _U64 = struct.Struct("<Q")
 
 
@@ -64,10 +60,17 @@ class InterpreterSource(RetryLadder):
         # different threads, and what a pass took is only here: one lock for both
         self._early: dict[int, dict[bytes, tuple[list, bool]]] = {0: {}, 1: {}}
         self._drain_lock = threading.Lock()
-        self._walks, self._settled = -1, False             # the walker's walks at the last pass
+        self._walks, self._settled = -1, False             # the walker's count at the last pass
+        # A walker that remembers (RuntimeKernel.remembers): the stacks it was told userspace holds,
+        # by key; their keys by pid; pids whose keys go at the first forget_dead after the next
+        # collect (samples of the buffer being written may still name them), with the collect
+        # count they were forgotten at.
+        self._known: dict[int, tuple[list, bool]] = {}
+        self._known_keys: dict[int, list[bytes]] = {}
+        self._unknowing: dict[int, int] = {}
+        self._collects = 0
         self._polled_buffer = -1
         self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
-        self._name_every = NAME_EVERY
 
     # -- what each source supplies ------------------------------------------------------------
     def _record(self, proc) -> bytes | None:
@@ -84,11 +87,6 @@ class InterpreterSource(RetryLadder):
 
     def _name_early(self, pid: int, entry, frames: list) -> None:
         raise NotImplementedError
-
-    def _reads(self) -> int | None:
-        """How many reads of its processes' memory the source made to name frames so far (None:
-        it does not count them; its passes then keep to NAME_EVERY)."""
-        return None
 
     # -- the shared lifecycle (unwind/runtimes.py) ---------------------------------------------
     def _prepare_fsbase(self) -> bool:
@@ -131,7 +129,6 @@ class InterpreterSource(RetryLadder):
                 self._procs.pop(proc.pid, None)
                 return False
         self._next_pass = 0.0       # its first stacks are named at the next round
-        self._name_every = NAME_EVERY
         return True
 
     def poll_in(self) -> float | None:
@@ -159,41 +156,87 @@ class InterpreterSource(RetryLadder):
             return
         try:
             if not self._due(active_buffer):
+                # nothing stored (or walked) since the last pass: look again in NAME_EVERY, not at
+                # every round (the counter read is a syscall, and the round a wake-up)
+                self._next_pass = now + NAME_EVERY
                 return
-            reads = self._reads()
             with self._drain_lock:
                 parsed = self._early[active_buffer]
                 # Taken, not read: a pass reads only what the walker stored since the last one (a
                 # stack seen again is stored again: it was taken), not every record of the
                 # interval, which had been most of a pass's cost (4 KiB a record).
                 taken = self._kernel.take(active_buffer)
+                new = []
                 for key, raw in taken:
                     if key in parsed:
                         continue
                     frames, truncated, pid = self._parse(raw)
                     parsed[key] = (frames, truncated)
+                    new.append((key, pid))
                     entry = self._procs.get(pid)
                     if entry is not None:
                         self._name_early(pid, entry, frames)
+                self._remember(new, parsed)
         except Exception:       # the session is closing under us
             return
         if taken:
-            settled = reads is not None and self._reads() == reads
-            self._name_every = min(2 * self._name_every, NAME_EVERY_SETTLED) if settled else NAME_EVERY
-            self._next_pass = now + self._name_every
+            self._next_pass = now + NAME_EVERY
 
     def _due(self, active_buffer: int) -> bool:
-        """Whether a naming pass can find anything: not if the walker has not walked since the last
-        pass, and that pass was itself a second look (a walk counted just before a pass's counter
-        read may store its stack just after the pass read the map: the next pass sees it). The read
-        of the map is most of a pass's cost; the counter is one syscall."""
-        walks = self._kernel.walks()
-        if walks == self._walks and self._settled and active_buffer == self._polled_buffer:
+        """Whether a naming pass can find anything: not if the walker has not stored a stack (one
+        that remembers) or walked (one that does not) since the last pass, and that pass was itself
+        a second look (a walk counted just before a pass's counter read may store its stack just
+        after the pass read the map: the next pass sees it). The read of the map is most of a
+        pass's cost; the counter is one syscall."""
+        count = self._kernel.stored() if self._remembers() else self._kernel.walks()
+        if count == self._walks and self._settled and active_buffer == self._polled_buffer:
             return False
-        self._settled = walks == self._walks
-        self._walks = walks
+        self._settled = count == self._walks
+        self._walks = count
         self._polled_buffer = active_buffer
         return True
+
+    def _remembers(self) -> bool:
+        return self._kernel is not None and getattr(self._kernel, "remembers", False)
+
+    def _remember(self, new: list[tuple[bytes, int]], parsed: dict) -> None:
+        """Keep these parsed stacks (key, pid) across intervals and tell the walker: it stores them
+        no more. Only a listed process's, while there is room (the caller holds _drain_lock)."""
+        if not new or not self._remembers():
+            return
+        keys = []
+        for key, pid in new[:max(0, MAX_KNOWN - len(self._known))]:
+            if pid in self._procs and pid not in self._unknowing:
+                self._known[_U64.unpack_from(key)[0]] = parsed[key]
+                self._known_keys.setdefault(pid, []).append(key)
+                keys.append(key)
+        self._kernel.know(keys)
+
+    def _stack(self, key: int) -> tuple[list, bool] | None:
+        """A sample's recorded stack: stored in the drained buffer, or held from before."""
+        found = self._stacks.get(key)
+        return found if found is not None else self._known.get(key)
+
+    def _unknow(self, pid: int) -> None:
+        """`pid` exited or exec'ed: its stacks go at the first forget_dead after the next collect."""
+        if pid in self._known_keys:
+            self._unknowing.setdefault(pid, self._collects)
+
+    def _prune_known(self) -> None:
+        """Drop the stacks of processes forgotten before the last collect (its samples are named)."""
+        keys = []
+        with self._drain_lock:
+            for pid, at in list(self._unknowing.items()):
+                if at < self._collects:
+                    del self._unknowing[pid]
+                    for key in self._known_keys.pop(pid, ()):
+                        self._known.pop(_U64.unpack_from(key)[0], None)
+                        keys.append(key)
+        if keys:
+            try:
+                self._kernel.unknow(keys)
+            except Exception:   # closing under us
+                pass
 
     def collect(self, buffer: int) -> None:
         """Take the stacks of a buffer the engine just drained: those the passes took out of it
@@ -201,16 +244,23 @@ class InterpreterSource(RetryLadder):
         if self._kernel is None:
             return
         with self._drain_lock:
+            self._collects += 1
             parsed, self._early[buffer] = self._early[buffer], {}
             stacks = {}
+            new = []
             # a record never changes under its key (the walker stores a key's stack once per
             # interval, or again after a pass took it): what a pass parsed is not parsed again
             for k, v in self._kernel.take(buffer):
                 stack = parsed.get(k)
                 if stack is None:
-                    frames, truncated, _pid = self._parse(v)
-                    stack = (frames, truncated)
+                    frames, truncated, pid = self._parse(v)
+                    stack = parsed[k] = (frames, truncated)
+                    new.append((k, pid))
                 stacks[_U64.unpack_from(k)[0]] = stack
             for k, stack in parsed.items():
                 stacks.setdefault(_U64.unpack_from(k)[0], stack)
+            try:
+                self._remember(new, parsed)
+            except Exception:   # closing under us
+                pass
         self._stacks = stacks

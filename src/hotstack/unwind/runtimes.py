@@ -57,6 +57,18 @@ class RuntimeKernel(Protocol):
     def walks(self) -> int:
         """The walker's walks so far (its first counter); the same value: nothing new recorded."""
 
+    # A walker that can be told which stacks userspace holds (Python's py_known):
+    remembers: bool
+
+    def know(self, keys: list[bytes]) -> None:
+        """These stacks are held by userspace: the walker stores them no more."""
+
+    def unknow(self, keys: list[bytes]) -> None:
+        """These are not held any longer: the walker stores them again."""
+
+    def stored(self) -> int:
+        """The stacks the walker stored so far; the same value: nothing new to name."""
+
 
 class FrameSource(Protocol):
     name: str      # its group in bpf/schema.yaml

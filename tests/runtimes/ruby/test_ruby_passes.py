@@ -60,8 +60,7 @@ def test_steady_process_is_taken_out_of_the_kernel_every_name_every_not_every_ro
     # margin, and `shares`: a count of timed passes on a possibly busy machine, rerun once)
     most = 1.5 * window / NAME_EVERY + 2
     assert passes <= most, f"{passes} passes in {window} s (at most {most:.0f})"
-    # and at least one: a pass that names nothing new doubles the wait, up to NAME_EVERY_SETTLED (2 s)
-    assert passes >= 1, f"no pass in {window} s: the process was not followed"
+    assert passes >= 2, f"only {passes} passes in {window} s: the process was not followed"
     names = Counter(n for s in samples for f in s.stack if f.kind is FrameKind.RUBY for n in [f.name])
     assert names["Workload#hot_a"] > 0 and names["Workload#hot_b"] > 0, names.most_common(8)
     assert names["[unknown ruby]"] <= 0.05 * sum(names.values()), names.most_common(8)

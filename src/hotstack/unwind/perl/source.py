@@ -153,9 +153,6 @@ class PerlSource(InterpreterSource):
     def _parse(self, raw: bytes) -> tuple[list[RawPerlFrame], bool, int]:
         return parse_stack(raw)
 
-    def _reads(self) -> int:
-        return self.reads
-
     def _name_early(self, pid: int, entry: _Process, frames: list[RawPerlFrame]) -> None:
         for f in frames:
             if f.kind != "runlevel":

@@ -162,9 +162,6 @@ class PhpSource(InterpreterSource):
     def _parse(self, raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
         return parse_stack(raw)
 
-    def _reads(self) -> int:
-        return self.reads
-
     def _name_early(self, pid: int, entry, frames: list[RawPhpFrame]) -> None:
         for f in frames:
             if f.func:

@@ -70,9 +70,6 @@ class CPythonSource(InterpreterSource):
     def _parse(self, raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
         return parse_stack(raw)
 
-    def _reads(self) -> int:
-        return self.codes.reads
-
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
         o = entry[0].offsets
         for f in frames:
@@ -80,7 +77,7 @@ class CPythonSource(InterpreterSource):
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
-        raw = self._stacks.get(key)
+        raw = self._stack(key)
         entry = self._procs.get(pid)
         if not raw or entry is None:
             return [], False
@@ -115,6 +112,7 @@ class CPythonSource(InterpreterSource):
         """`pid` exec'ed or exited: its interpreter state is gone (a new one is observed anew)."""
         with self._lock:
             found = self._procs.pop(pid, None)
+        self._unknow(pid)
         self.codes.forget(pid)
         self._retry.pop(pid, None)
         if found is not None and self._kernel is not None:
@@ -122,11 +120,13 @@ class CPythonSource(InterpreterSource):
 
     def forget_dead(self) -> None:
         """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
+        self._prune_known()
         for pid, (_proc, process) in list(self._procs.items()):
             if process is not None and process.is_current():
                 continue
             with self._lock:
                 self._procs.pop(pid, None)
+            self._unknow(pid)
             self.codes.forget(pid)
             if self._kernel is not None:
                 self._kernel.untrack(pid)

@@ -107,9 +107,6 @@ class RubySource(InterpreterSource):
     def _parse(self, raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
         return parse_stack(raw)
 
-    def _reads(self) -> int:
-        return self.iseqs.reads
-
     def _name_early(self, pid: int, entry: _Process, frames: list[RawRubyFrame]) -> None:
         self._methods_first(pid, entry, frames)
         for f in frames:
