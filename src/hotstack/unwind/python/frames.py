@@ -9,7 +9,7 @@ which is what replaces each `_PyEval_EvalFrameDefault` frame of the native stack
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .code import checksum
 from .detect import PythonProcess
@@ -20,12 +20,15 @@ MAX_FRAMES = 96          # frames walked per sample, in BPF and here
 MAX_THREADS = 64         # thread states searched per sample
 
 
-@dataclass(frozen=True, slots=True)
-class RawPyFrame:
+class RawPyFrame(NamedTuple):
+    """One recorded frame. A tuple in struct py_frame's field order (bpf/schema.yaml), so that a
+    recorded stack is made with one struct.iter_unpack: 40 -> 12 us for a 62-frame stack, parsed
+    for every stack a naming pass takes (a frozen dataclass's __init__ was most of that)."""
+
     code: int
     instr: int           # instruction pointer (3.11+) or f_lasti (<= 3.10)
-    marker: int          # is_entry (3.11) or owner (3.12+), else 0
     checksum: int
+    marker: int          # is_entry (3.11) or owner (3.12+), else 0
 
 
 def find_tstate(mem: ProcessMemory, proc: PythonProcess, thread_id: int) -> int:
@@ -62,7 +65,7 @@ def walk_frames(mem: ProcessMemory, o: PyOffsets, frame: int) -> list[RawPyFrame
                                 mem.u32(code + o.co_firstlineno))
             except MemoryReadError:
                 sum_ = 0
-            out.append(RawPyFrame(code, instr, marker, sum_))
+            out.append(RawPyFrame(code=code, instr=instr, checksum=sum_, marker=marker))
             frame = mem.u64(frame + o.frame_previous)
     except MemoryReadError:
         pass

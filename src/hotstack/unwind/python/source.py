@@ -29,16 +29,17 @@ def proc_record(proc: PythonProcess) -> bytes:
         co_argcount=o.co_argcount, co_flags=o.co_flags, co_firstlineno=o.co_firstlineno)
 
 
+# parse_stack makes RawPyFrames straight from the record's fields, in their order
+assert RawPyFrame._fields == schema.PY_FRAME.fields, (RawPyFrame._fields, schema.PY_FRAME.fields)
+
+
 def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
     """(frames leaf first, truncated, first pid) of a struct py_stack."""
     head = schema.PY_STACK.unpack(raw)
     size = schema.PY_FRAME.size
     n = min(head.len, schema.PY_MAX_FRAMES, (len(raw) - schema.PY_STACK_TAIL_OFFSET) // size)
-    unpack = schema.PY_FRAME.struct.unpack_from
-    frames = []
-    for i in range(n):
-        code, instr, checksum, marker = unpack(raw, schema.PY_STACK_TAIL_OFFSET + i * size)
-        frames.append(RawPyFrame(code, instr, marker, checksum))
+    start = schema.PY_STACK_TAIL_OFFSET
+    frames = list(map(RawPyFrame._make, schema.PY_FRAME.struct.iter_unpack(memoryview(raw)[start:start + n * size])))
     return frames, bool(head.truncated), head.pid
 
 
