@@ -9,6 +9,7 @@ and the process's whole CPU over the same window (every thread: the parts, the u
 waits). Every run is printed, then the medians.
 
     sudo .venv/bin/python bench/engine_parts.py --runs 3
+    sudo .venv/bin/python bench/engine_parts.py --runs 3 --src OLD_TREE/src    (an older tree, the same way)
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+# --src: the tree measured (this one by default), taken before hotstack is imported
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv[:-1] else str(ROOT / "src")
+sys.path.insert(0, SRC)
 
 from hotstack.sampling import Engine, EngineConfig  # noqa: E402
 from hotstack.sampling import engine as engine_module  # noqa: E402
@@ -74,7 +77,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=19)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--intervals", type=int, default=4)
+    parser.add_argument("--src", default=SRC, help="the hotstack tree's src directory (default: this tree's)")
     args = parser.parse_args()
+    print(f"tree {args.src}, {args.rate} Hz", flush=True)
     window = args.interval * args.intervals
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

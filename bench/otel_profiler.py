@@ -19,7 +19,9 @@ programs); max RSS (VmHWM); completeness: the share of samples of xz, python3 an
 outermost user frame is the process root (`_start`, `__libc_start_main*`, `clone`/`clone3`,
 `start_thread`; the unnamed entry of a stripped executable just below `__libc_start_main`), strict:
 a frame-pointer walk that stops at `__libc_start_call_main` (libc has no frame pointers) or a
-Python stack whose outermost frame is `<module>` is not complete. hotstack's stacks come from its
+Python stack whose outermost frame is `<module>` is not complete; samples whose user stack is the
+exit wrapper alone (the process's memory being torn down: nobody can read its stack then) are
+counted and printed beside it. hotstack's stacks come from its
 folded output (`--map-fetch-interval 5s`, printed every 5 s as an agent would export), the
 OpenTelemetry profiler's from what it exported (OTLP, native frames named here from the files'
 ELF symbols), perf's from `perf script`.
@@ -238,13 +240,21 @@ def reaches_root(stack: list[str]) -> bool:
             or (len(stack) > 1 and stack[1].startswith("__libc_start_main")))
 
 
+# A sample whose user stack is the exit syscall's wrapper alone: taken while the kernel tore the
+# exiting process's memory down (exit_mmap, after exit_mm), when no profiler can read its user stack
+# any more. Under xz -9 (674 MB of memory to free) nearly all of xz's incomplete samples are these.
+EXIT_LEAVES = ("_exit", "__GI__exit", "_Exit")
+
+
 def completeness(samples: Counter) -> dict:
-    """samples: (comm, root-first user frames) -> count. Per target: (complete share, samples)."""
+    """samples: (comm, root-first user frames) -> count. Per target: (complete share, samples,
+    samples stopped in the exit wrapper alone)."""
     out = {}
     for comm in TARGETS:
         total = sum(c for (k, _), c in samples.items() if k == comm)
         done = sum(c for (k, s), c in samples.items() if k == comm and reaches_root(list(s)))
-        out[comm] = (done / total if total else 0.0, total)
+        exiting = sum(c for (k, s), c in samples.items() if k == comm and len(s) == 1 and s[0] in EXIT_LEAVES)
+        out[comm] = (done / total if total else 0.0, total, exiting)
     return out
 
 
@@ -585,7 +595,8 @@ def main() -> int:
 
 
 def print_run(name: str, hz: int, run: int, r: dict, is_perf: bool) -> None:
-    complete = "  ".join(f"{comm} {share * 100:5.1f}% of {n}" for comm, (share, n) in r["complete"].items())
+    complete = "  ".join(f"{comm} {share * 100:5.1f}% of {n}" + (f" ({exiting} in exit)" if exiting else "")
+                         for comm, (share, n, exiting) in r["complete"].items())
     bpf = "" if is_perf else f"BPF {r['bpf_per_sample_us']:5.1f} µs/sample ({r['sampling_runs']} runs)  "
     print(f"{name:18s} {hz:3d} Hz run {run + 1}: steady {r['steady'] * 100:5.2f}% of a core  start-up "
           f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
@@ -624,7 +635,9 @@ def summary(rows, names, rates) -> None:
             for comm in TARGETS:
                 n = sum(r["complete"][comm][1] for r in mine)
                 done = sum(r["complete"][comm][0] * r["complete"][comm][1] for r in mine)
-                pooled.append(f"{done / n * 100:.1f}% of {n}" if n else "-")
+                exiting = sum(r["complete"][comm][2] for r in mine)
+                pooled.append((f"{done / n * 100:.1f}% of {n}" + (f" ({exiting} in exit)" if exiting else ""))
+                              if n else "-")
             figures[(name, hz)] = f
             bpf = "-" if name.startswith("perf") else f"{f['bpf_per_sample_us']:.1f}"
             print(f"| {name} | {hz} | {f['steady'] * 100:.2f} | {f['startup']:.2f} | {bpf} | {f['rss_mb']:.0f} | "
