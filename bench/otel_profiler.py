@@ -576,7 +576,7 @@ def main() -> int:
                     r["load"] = (load_before, os.getloadavg()[0])
                     rows.append((name, hz, run, r))
                     print_run(name, hz, run, r, is_perf=name.startswith("perf"))
-                    if not any(n for _, n in r["complete"].values()) and not name.startswith("perf"):
+                    if not any(n for _, n, _ in r["complete"].values()) and not name.startswith("perf"):
                         print(f"  no samples of the load read back; log tail: "
                               f"{log.read_text(errors='replace')[-800:]!r}", flush=True)
         summary(rows, names, rates)
