@@ -68,3 +68,15 @@ def test_stat_gives_the_start_time_and_the_comm_that_comm_gives(tmp_path):
         child.kill()
         child.wait()
     assert process.read_stat(child.pid) is None
+
+
+def test_a_pid_gone_before_it_is_read_is_counted_gone_after_one_read(monkeypatch):
+    reads = []
+    real = process.read_stat
+    monkeypatch.setattr(process, "read_stat", lambda pid: reads.append(pid) or real(pid))
+    child = subprocess.Popen(["true"])
+    child.wait()
+    table = process.ProcessTable()
+    assert table.observe(child.pid) is None
+    assert (table.maps_reads, table.maps_gone) == (1, 1)
+    assert reads == [child.pid]

@@ -245,8 +245,9 @@ class ProcessTable:
             return known
         if known is not None and stat[0] == known.start_time and not _exec_changed(known):
             return known
-        info = read_process(pid, stat)
         self.maps_reads += 1
+        # gone before it could be read: an attempt that found it gone (its stat is not read twice)
+        info = read_process(pid, stat) if stat is not None else None
         if info is None:
             self.maps_gone += 1
             return known
