@@ -8,7 +8,11 @@
  * pid was announced with: a changed comm announces it again. An exec keeps the pid and
  * the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
- * maps) announces it as ANNOUNCE_EXEC, so that userspace rereads the new image's maps.
+ * maps) marks the pid's seen_pids entry SEEN_EXECED, and its next sample announces it as
+ * ANNOUNCE_EXEC, so that userspace rereads the new image's maps. Announcing the exec itself
+ * had made userspace read every process that exec'ed, sampled or not (a shell loop's
+ * commands, a build's compilers), and read a sampled one twice (at its exec, then at its first
+ * sample: a new comm).
  */
 #ifndef HOTSTACK_PIDS_H
 #define HOTSTACK_PIDS_H
@@ -40,37 +44,44 @@ static __always_inline int pid_allowed(__u32 pid)
 	       bpf_map_lookup_elem(&filter_pids, &every_pid);
 }
 
+/* A seen_pids value no comm can have (a comm's last byte is its terminating 0): the pid exec'ed
+ * since it was announced. */
+#define SEEN_EXECED 0xffffffffffffffffULL
+
 /* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
 static __always_inline void announce_pid(__u32 pid, const char *comm)
 {
 	__u64 comm_words[2];
 	__u64 *seen_comm;
-	__u8 one = ANNOUNCE_NEW;
+	__u8 kind = ANNOUNCE_NEW;
 
 	if (pid == 0)
 		return;
 	__builtin_memcpy(comm_words, comm, sizeof(comm_words));
 	seen_comm = bpf_map_lookup_elem(&seen_pids, &pid);
 	if (!seen_comm || seen_comm[0] != comm_words[0] || seen_comm[1] != comm_words[1]) {
+		if (seen_comm && seen_comm[0] == SEEN_EXECED && seen_comm[1] == SEEN_EXECED)
+			kind = ANNOUNCE_EXEC;
 		bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
-		/* NOEXIST: an exec announced and not drained yet stays an exec. */
-		bpf_map_update_elem(&new_pids, &pid, &one, BPF_NOEXIST);
+		/* an exec replaces a NEW not drained yet; a NEW leaves an exec not drained yet */
+		bpf_map_update_elem(&new_pids, &pid, &kind, kind == ANNOUNCE_EXEC ? BPF_ANY : BPF_NOEXIST);
 		wake_userspace();
 	}
 }
 
-/* After an exec, in the new image. Loaded where the kernel has BTF (else exec shows only
- * through a changed comm); `allowed` is the program's pid filter. */
+/* After an exec, in the new image: the pid's next sample announces it (ANNOUNCE_EXEC). Loaded
+ * where the kernel has BTF (else exec shows only through a changed comm); `allowed` is the
+ * program's pid filter. */
 static __always_inline void announce_exec(int allowed)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	__u8 exec = ANNOUNCE_EXEC;
+	__u64 execed[2] = {SEEN_EXECED, SEEN_EXECED};
 
 	if (!allowed)
 		return;
-	bpf_map_delete_elem(&seen_pids, &pid);
-	bpf_map_update_elem(&new_pids, &pid, &exec, BPF_ANY);
-	wake_userspace();
+	/* ANY, not EXIST: a process never sampled may be known to userspace all the same (listed
+	 * when the sampler attached, a Python process blocked in a read): its exec must reach it */
+	bpf_map_update_elem(&seen_pids, &pid, execed, BPF_ANY);
 }
 
 #endif
