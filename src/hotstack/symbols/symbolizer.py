@@ -227,10 +227,7 @@ class Symbolizer:
         keys[0] += 1
         frames: list[Frame | None] = list(map(known.get, keys))
         if all(frames):     # (a Frame is always true: `None not in` would call Frame.__eq__ per frame)
-            named = sum(f.resolved for f in frames)
-            self.stats.hits += named
-            self.stats.misses += len(frames) - named
-            return frames
+            return self._counted(frames)
         # Group by module so that each file answers one batch lookup.
         per_module: dict[tuple[int, str], tuple[ModuleSymbols, list[int], list[int]]] = {}
         jit: list[tuple[int, int]] = []
@@ -272,17 +269,20 @@ class Symbolizer:
                     frames[i] = Frame(found[0], FrameKind.NATIVE, path, address,
                                       module.build_id, found[2], found[3])
                 if len(known) < MAX_FRAMES_PER_PROCESS:
-                    known[addresses[i] * 2 + (i == 0)] = frames[i]
+                    known[keys[i]] = frames[i]
         if len(known) - proc.accounted >= 1024:
             proc.accounted = len(known)
             self.pid_cache.resize((info.pid, info.start_time))
         if jit:
             self._jit_frames(info, proc, jit, addresses, frames)
-        out = [f for f in frames if f is not None]
-        named = sum(1 for f in out if f.resolved)
+        return self._counted([f for f in frames if f is not None])
+
+    def _counted(self, frames: list[Frame]) -> list[Frame]:
+        """`frames`, counted in the stats as named or not."""
+        named = sum(f.resolved for f in frames)
         self.stats.hits += named
-        self.stats.misses += len(out) - named
-        return out
+        self.stats.misses += len(frames) - named
+        return frames
 
     def release_file_pages(self) -> None:
         """After a round of lookups: the files' pages leave our resident set (see

@@ -197,7 +197,7 @@ class InterpreterSource(RetryLadder):
         return True
 
     def _remembers(self) -> bool:
-        return self._kernel is not None and getattr(self._kernel, "remembers", False)
+        return self._kernel is not None and self._kernel.remembers
 
     def _remember(self, new: list[tuple[bytes, int]], parsed: dict) -> None:
         """Keep these parsed stacks (key, pid) across intervals and tell the walker: it stores them
