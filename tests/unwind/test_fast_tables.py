@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import subprocess
 
@@ -213,3 +214,35 @@ def test_compressed_debug_frame_is_inflated_and_a_zip_bomb_is_refused(build_dir,
         table_module._decompressed(header + zlib.compress(bytes((1 << 20) + 1)))
     with pytest.raises(zlib.error):
         table_module._decompressed(b"ZLIB" + bytes(8) + zlib.compress(bytes(8 << 20)))
+
+
+@pytest.mark.parametrize("which", ["libc.so.6", "python3"])
+def test_page_index_finds_the_row_a_whole_table_search_finds(which):
+    """The kernel searches one page's rows, found from the page index (bpf/native_unwind.h,
+    nu_find_rule): for any offset, the last row at or below it is the one a search of the whole
+    table finds, before the first row there is none, and past the last page it is the last row."""
+    path = {"libc.so.6": sorted(glob.glob("/usr/lib/*-linux-gnu/libc.so.6"))[0],
+            "python3": os.path.realpath("/usr/bin/python3")}[which]
+    table = build_file_table(ElfFile(path))
+    offsets = table.offsets.astype(np.int64)
+    shift = 10
+    base, index = table.page_index(shift)
+    assert len(index) == (int(offsets[-1]) >> shift) - base + 1
+    rng = np.random.default_rng(7)
+    probes = np.concatenate([offsets, offsets - 1, offsets + 1, rng.integers(0, int(offsets[-1]) + 4096, 20_000)])
+
+    def kernel_lookup(offset: int) -> int | None:
+        page = (offset >> shift) - base
+        if page < 0:
+            return None
+        if page < len(index):
+            lo, hi = int(index[page]) & 0xFFFFFFFF, int(index[page]) >> 32
+        else:
+            lo = hi = len(offsets)
+        assert hi - lo <= 1 << shift                   # NU_PAGE_SEARCH_STEPS covers every page
+        found = lo + int(np.searchsorted(offsets[lo:hi], offset, side="right"))
+        return found - 1 if found > 0 else None
+
+    for offset in probes.tolist():
+        whole = int(np.searchsorted(offsets, offset, side="right")) - 1
+        assert kernel_lookup(offset) == (whole if whole >= 0 else None), offset

@@ -404,6 +404,58 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
         sampler.close()
 
 
+def test_a_table_loaded_again_replaces_every_rule_the_kernel_cached(native_object, chain, workloads):
+    """The kernel caches looked-up rules per CPU, keyed by the table's load (its serial). A file's
+    table evicted and loaded again (here: a wrong one first, then the right one, under the same
+    file) must not leave a rule of the old load in use: the samples after the reload are complete."""
+    import os
+
+    import dataclasses
+
+    import numpy as np
+
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.cfi import KIND_CFA_SP
+    from hotstack.unwind.kernel_tables import RBP_SAME_K, RULE_DTYPE, build_file_table
+
+    w = workloads([chain, "busy"])
+    st = os.stat(chain)
+    key = (st.st_ino, kernel_dev(st.st_dev))
+    right = build_file_table(ElfFile(str(chain)))
+    # chain's rows, each with a leaf's rule (the return address at the stack pointer): wrong in
+    # every function with a frame, and cached by the kernel like any rule
+    leaf = np.array([(KIND_CFA_SP, 0, 8, RBP_SAME_K, -8)], RULE_DTYPE)
+    wrong = dataclasses.replace(right, rule_ids=np.zeros_like(right.rule_ids), rules=leaf, key="wrong")
+    sampler = NativeSampler(native_object, target=w.pid)
+    try:
+        tables = sampler.tables
+        assert tables.add_table(*key, wrong, str(chain))
+        sampler.preload(w.pid)                                  # the other files: their own tables
+        sampler.start(99)
+        sampler.run(1.5)
+        before = symbolize(w.pid, sampler.stacks())
+        for name in ("counts", "stacks"):
+            m = sampler.collection.maps[name]
+            for k in list(m.keys()):
+                m.delete(k)
+        tables.remove(key)
+        assert tables.add_path(str(chain), *key)
+        sampler.run(2.0)
+        sampler.stop()
+        after = symbolize(w.pid, sampler.stacks())
+    finally:
+        sampler.close()
+    wrong_samples = [names(f) for f, _ in expand(before)]
+    samples = [names(f) for f, _ in expand(after)]
+    assert len(wrong_samples) >= 20 and len(samples) >= 30
+    # the wrong table did walk wrong (else the test would show nothing)...
+    assert sum(n[0] == "_start" and n[-3:] == ["a", "b", "c"] for n in wrong_samples) < 0.5 * len(wrong_samples)
+    # ...and nothing of it is left after the reload
+    complete = sum(n[0] == "_start" and n[-3:] == ["a", "b", "c"] for n in samples)
+    assert complete >= 0.95 * len(samples), Counter(tuple(n) for n in samples).most_common(3)
+
+
 @pytest.mark.shares
 def test_off_cpu_waits_in_libc_keep_their_callers(build_dir, workloads):
     """Off-CPU profiles unwound in the kernel: a frame-pointer program that waits in libc's

@@ -81,15 +81,20 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
 	void *stacks = BUFFER_MAP(buffer & 1, native_stacks);
 
 	key->user_stack_id = id;
-	if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST)) {
-		stored = bpf_map_lookup_elem(stacks, &id);
-		if (!stored) {
-			count_stat(STAT_USTACK_ERROR);       /* the map is full */
-			key->user_stack_id = -2;
-		} else if (stored[0] != st->stack.hash) {
-			count_stat(STAT_USTACK_COLLISION);
-			key->user_stack_id = -EEXIST;
-		}
+	/* most samples repeat a stack of the interval: one lookup, where an insert that fails
+	 * (the stack is there) and a lookup had been two hash operations */
+	stored = bpf_map_lookup_elem(stacks, &id);
+	if (!stored) {
+		if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST) == 0)
+			return;
+		stored = bpf_map_lookup_elem(stacks, &id);     /* another CPU stored it first */
+	}
+	if (!stored) {
+		count_stat(STAT_USTACK_ERROR);       /* the map is full */
+		key->user_stack_id = -2;
+	} else if (stored[0] != st->stack.hash) {
+		count_stat(STAT_USTACK_COLLISION);
+		key->user_stack_id = -EEXIST;
 	}
 }
 

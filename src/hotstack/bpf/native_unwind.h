@@ -7,9 +7,14 @@
  *             each file's rows sorted and contiguous, so a binary search is one u64 compare
  *             per step. Rows are keyed by file offset, not address: a PC's file offset comes
  *             from its VMA (pc - vm_start + vm_pgoff * PAGE_SIZE), so one file's table serves
- *             every process that maps it, at any address.
+ *             every process that maps it, at any address. Before a file's rows, in the same
+ *             arena, its page index: one word per NU_INDEX_SHIFT-sized page of file offsets,
+ *             (first row of the page | first row of the next page << 32), so a search reads one
+ *             index word and then ~30 rows of one page (~4 cache lines), not 17 steps spread over
+ *             the whole table: each of those was a cache and TLB miss in a table as large as
+ *             python3's (64k rows, 2.6 us a frame; bench/RESULTS.md, session 13).
  *   nu_rules  ARRAY of struct nu_rule: the deduplicated rules of every file (a few thousand).
- *   nu_files  HASH (inode, dev) -> struct nu_file {first row, row count, last use}.
+ *   nu_files  HASH (inode, dev) -> struct nu_file {first row, row count, index, last use}.
  *
  * PC -> file: nu_procs, an LRU hash tgid -> struct nu_ranges, a per-process cache of the
  * executable mappings met so far. On a miss the program walks the process's VMA tree itself
@@ -77,7 +82,8 @@
  * front; one more tail call per 5 frames costs nothing measurable next to the steps
  * (bench/RESULTS.md, session 8). */
 #define NU_FRAMES_PER_PROG 5
-#define NU_ROW_SEARCH_STEPS 24      /* 2^24 rows per file at most */
+#define NU_INDEX_SHIFT 10           /* 1 KiB pages of file offsets: ~30 rows a page, the index ~4% of the rows */
+#define NU_PAGE_SEARCH_STEPS 11     /* log2(rows in a page) + 1: at most one row per byte offset */
 #define NU_PAGE_SHIFT 12
 #define NU_VM_EXEC 0x4
 
@@ -151,7 +157,26 @@ struct nu_file_key {
 struct nu_file {
 	__u32 first;    /* first row in nu_rows */
 	__u32 count;    /* rows */
+	__u32 index;    /* first page-index word in nu_rows */
+	__u32 base;     /* the page of the first row: its offset >> NU_INDEX_SHIFT */
+	__u32 pages;    /* page-index words */
+	__u32 serial;   /* this load of the table (userspace numbers each from 1): nu_rule_cache's key */
 	__u64 last_use; /* ktime of the last lookup (approximate: updated at most every ~1 s) */
+};
+
+/* A looked-up rule, in a per-CPU direct-mapped cache keyed by (table serial, file offset): the
+ * stacks a CPU walks repeat the same return addresses, and one cache line then replaces the search's
+ * ~6 (the index word, the page's rows, the rule), each a miss after the sampled code ran. A serial
+ * names one load of one file's table, so an entry never outlives its table. */
+struct nu_cached_rule {
+	__u32 serial;
+	__u32 offset;
+	struct nu_rule rule;
+};
+
+#define NU_RULE_CACHE_SLOTS 1024
+struct nu_rule_cache {     /* one per CPU, all slots in one value: one lookup a walk finds it */
+	struct nu_cached_rule slots[NU_RULE_CACHE_SLOTS];
 };
 
 struct nu_range {
@@ -207,6 +232,16 @@ struct nu_state {
 	__u64 mm;
 	__u32 tgid;
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
+	/* the file of the last frame looked up in this walk and its nu_files entry: most frames of a
+	 * stack are in the file of the frame before (one program's, or libc's), and a hash lookup per
+	 * frame was ~0.4 us of the ~1.2 us a frame took here (bench/RESULTS.md, session 13) */
+	struct nu_file_key file_key;
+	struct nu_file file;
+	/* a step's scratch, here and not on the BPF stack: the step program with the runtime hooks
+	 * (a call of hs_step) has 512 bytes for both frames */
+	struct nu_range range;           /* the mapping of the frame's pc */
+	struct nu_missing_value missing; /* a file queued for a table */
+	__u64 pair[2];                   /* the caller's frame pointer and return address, as read */
 	struct nu_stack stack;
 	__u64 ctx_words[12]; /* the includer's per-sample data (its key, comm, buffer...) */
 };
@@ -288,6 +323,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nu_ranges);
 } nu_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nu_rule_cache);
+} nu_rule_cache SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -447,40 +489,83 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, __u64 mm, __u64
 	return 0;
 }
 
-/* The rule for a file offset, or 0 when the file has no table (counted, queued). */
-static __always_inline struct nu_rule *nu_find_rule(struct nu_range *range, __u64 pc, __u32 tgid)
+/* The nu_files entry of range's file, from the walk's last one or the map (its last use stamped),
+ * copied into st->file; 0 when the file has no table (counted, queued). */
+static __always_inline struct nu_file *nu_file_of(struct nu_state *st, struct nu_range *range)
 {
-	struct nu_file_key key = {};
 	struct nu_file *file;
-	__u64 offset, target, now;
-	__u32 lo, hi, i, id;
-	__u64 *row;
+	__u64 now;
 
-	key.ino = range->ino;
-	key.dev = range->dev;
-	file = bpf_map_lookup_elem(&nu_files, &key);
+	if (st->file_key.ino == range->ino && st->file_key.dev == range->dev)
+		return &st->file;
+	st->file_key.ino = range->ino;
+	st->file_key.dev = range->dev;
+	st->file_key.pad = 0;
+	file = bpf_map_lookup_elem(&nu_files, &st->file_key);
 	if (!file) {
-		struct nu_missing_value missing = { .pid = tgid, .start = range->start, .end = range->end };
+		long queued;
 
+		st->missing.pid = st->tgid;
+		st->missing.pad = 0;
+		st->missing.start = range->start;
+		st->missing.end = range->end;
 		nu_count(NU_STAT_NO_TABLE);
-		long queued = bpf_map_update_elem(&nu_missing, &key, &missing, BPF_NOEXIST);
+		queued = bpf_map_update_elem(&nu_missing, &st->file_key, &st->missing, BPF_NOEXIST);
 
 		if (queued == 0)
 			NU_WAKE_USERSPACE();
 		else if (queued == -7 /* E2BIG: full */)
 			nu_count(NU_STAT_QUEUE_FULL);
+		st->file_key.ino = 0;     /* (not remembered: its next frame asks again) */
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
 	if (now - file->last_use > 1000000000ULL)
 		file->last_use = now;
+	st->file = *file;
+	return &st->file;
+}
+
+/* The rule for a file offset, or 0 when the file has no table (counted, queued). */
+static __always_inline struct nu_rule *nu_find_rule(struct nu_state *st, struct nu_range *range, __u64 pc)
+{
+	struct nu_file *file = nu_file_of(st, range);
+	struct nu_cached_rule *cached = 0;
+	struct nu_rule_cache *cache;
+	struct nu_rule *rule;
+	__u64 offset, target;
+	__u32 lo, hi, i, id, page, zero = 0;
+	__u64 *row;
+
+	if (!file)
+		return 0;
 	offset = pc + range->to_offset;
 	if (offset >> 32)
 		return 0;
+	cache = bpf_map_lookup_elem(&nu_rule_cache, &zero);
+	if (cache) {
+		cached = &cache->slots[((__u32)offset ^ (file->serial * 0x9e3779b1U)) % NU_RULE_CACHE_SLOTS];
+		if (cached->serial == file->serial && cached->offset == (__u32)offset)
+			return &cached->rule;
+	}
 	target = (offset << 32) | 0xFFFFFFFFULL;
-	lo = file->first;
-	hi = file->first + file->count;
-	for (i = 0; i < NU_ROW_SEARCH_STEPS; i++) {
+	/* the rows of offset's page: [lo, hi) from its index word; past the last page, none (the
+	 * answer is the last row) */
+	page = (__u32)(offset >> NU_INDEX_SHIFT);
+	if (page < file->base)
+		return 0;            /* before the file's first row */
+	page -= file->base;
+	if (page < file->pages) {
+		id = file->index + page;
+		row = bpf_map_lookup_elem(&nu_rows, &id);
+		if (!row)
+			return 0;
+		lo = file->first + (__u32)*row;
+		hi = file->first + (__u32)(*row >> 32);
+	} else {
+		lo = hi = file->first + file->count;
+	}
+	for (i = 0; i < NU_PAGE_SEARCH_STEPS; i++) {
 		__u32 mid;
 
 		if (lo >= hi)
@@ -494,6 +579,8 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_range *range, __u6
 		else
 			hi = mid;
 	}
+	/* the last row at or below the offset: in the page, or the one before it (it covers the
+	 * page's start) */
 	if (lo <= file->first)
 		return 0;            /* before the file's first row */
 	lo -= 1;
@@ -501,7 +588,13 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_range *range, __u6
 	if (!row)
 		return 0;
 	id = (__u32)*row;
-	return bpf_map_lookup_elem(&nu_rules, &id);
+	rule = bpf_map_lookup_elem(&nu_rules, &id);
+	if (rule && cached) {
+		cached->serial = file->serial;
+		cached->offset = (__u32)offset;
+		cached->rule = *rule;
+	}
+	return rule;
 }
 
 static __always_inline int nu_read(__u64 *out, __u64 addr)
@@ -597,8 +690,8 @@ static __always_inline int nu_signal_step(struct nu_state *st)
  * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
 static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
 {
-	__u64 pc = st->pc, lookup, cfa, ra, bp;
-	struct nu_range range;
+	__u64 pc = st->pc, lookup, cfa, ra;
+	struct nu_range *range = &st->range;
 	struct nu_rule *rule;
 	__u32 n = st->stack.n;
 
@@ -616,7 +709,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		st->stack.end = NU_END_EXITED;
 		return -1;
 	}
-	if (!pr || nu_lookup_range(pr, st->mm, lookup, &range)) {
+	if (!pr || nu_lookup_range(pr, st->mm, lookup, range)) {
 		st->stack.end = NU_END_NO_MAPPING;
 		if (!nu_kernel_vma_walk) {
 			__u32 one = 1;
@@ -626,7 +719,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		}
 		return -1;
 	}
-	if (!range.ino) {
+	if (!range->ino) {
 		int stepped;
 
 		nu_count(NU_STAT_JIT);
@@ -635,7 +728,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 			return stepped;
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
-	rule = nu_find_rule(&range, lookup, st->tgid);
+	rule = nu_find_rule(st, range, lookup);
 	if (!rule)
 		return nu_fp_frame(st, pc, n, runtimes);
 	switch (rule->kind) {
@@ -661,30 +754,35 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
 #if defined(__TARGET_ARCH_arm64)
-	if (rule->ra == NU_RA_SAME) {
-		/* before the prologue saved it (or in a leaf that never does) the return address is in
-		 * the link register, which only the first frame (or a signal frame) still has */
-		if (!(n == 0 || st->signal) || !st->lr) {
-			nu_count(NU_STAT_INVALID_RULE);
-			return nu_fp_frame(st, pc, n, runtimes);
-		}
-		ra = st->lr;
-	} else
+	/* before the prologue saved it (or in a leaf that never does) the return address is in the
+	 * link register, which only the first frame (or a signal frame) still has */
+	if (rule->ra == NU_RA_SAME && (!(n == 0 || st->signal) || !st->lr)) {
+		nu_count(NU_STAT_INVALID_RULE);
+		return nu_fp_frame(st, pc, n, runtimes);
+	}
 #endif
-	if (nu_read(&ra, cfa + rule->ra)) {
+	/* From here on the frame is stepped (or the walk ends): the caller's registers are read
+	 * straight into st, so that few values stay live across the reads (the step program with the
+	 * runtime hooks has 512 bytes of BPF stack for itself and hs_step) */
+	st->sp = cfa;
+	st->pair[0] = st->bp;
+#if defined(__TARGET_ARCH_arm64)
+	if (rule->ra == NU_RA_SAME)
+		st->pair[1] = st->lr;
+	else
+#endif
+	if (nu_read(&st->pair[1], cfa + rule->ra)) {
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
-	ra = ARCH_STRIP_RA(ra);
-	bp = st->bp;
-	if (rule->kind != NU_KIND_PLT && rule->rbp != NU_RBP_SAME && nu_read(&bp, cfa + rule->rbp)) {
+	if (rule->kind != NU_KIND_PLT && rule->rbp != NU_RBP_SAME && nu_read(&st->pair[0], st->sp + rule->rbp)) {
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
+	ra = ARCH_STRIP_RA(st->pair[1]);
 	nu_count(NU_STAT_FRAMES);
 	st->pc = ra;
-	st->sp = cfa;
-	st->bp = bp;
+	st->bp = st->pair[0];
 	st->lr = 0;
 	st->signal = 0;
 	if (!ra) {
@@ -722,6 +820,7 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->stack.n = 0;
 	st->stack.end = NU_END_NONE;
 	st->signal = 0;
+	st->file_key.ino = 0;     /* no file looked up yet (0: anonymous memory, never looked up) */
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();
 	st->mm = mm;

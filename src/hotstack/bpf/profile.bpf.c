@@ -79,16 +79,33 @@ struct {
 #define RT_THEN_FP 1        /* --unwind fp: the frame-pointer user stack, then count */
 #define RT_THEN_COUNT 2     /* the user stack is already in the key: count */
 
+/* rt_listed[RT_<NAME>]: 1 once userspace has listed a process of that interpreter (and loaded its
+ * walker). An array lookup is a load; each of the four process maps' hash lookups, on every
+ * sample of every process, had been ~0.4 us (1.2-1.8 us a sample; bench/RESULTS.md, session 13). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RT_WALKERS);
+	__type(key, __u32);
+	__type(value, __u32);
+} rt_listed SEC(".maps");
+
+static __always_inline int rt_on(__u32 slot)
+{
+	__u32 *on = bpf_map_lookup_elem(&rt_listed, &slot);
+
+	return on && *on;
+}
+
 /* The walker slot of the interpreter whose frame source listed pid, or -1. */
 static __always_inline int rt_walker(__u32 pid)
 {
-	if (bpf_map_lookup_elem(&python_procs, &pid))
+	if (rt_on(RT_PYTHON) && bpf_map_lookup_elem(&python_procs, &pid))
 		return RT_PYTHON;
-	if (bpf_map_lookup_elem(&ruby_procs, &pid))
+	if (rt_on(RT_RUBY) && bpf_map_lookup_elem(&ruby_procs, &pid))
 		return RT_RUBY;
-	if (bpf_map_lookup_elem(&php_procs, &pid))
+	if (rt_on(RT_PHP) && bpf_map_lookup_elem(&php_procs, &pid))
 		return RT_PHP;
-	if (bpf_map_lookup_elem(&perl_procs, &pid))
+	if (rt_on(RT_PERL) && bpf_map_lookup_elem(&perl_procs, &pid))
 		return RT_PERL;
 	return -1;
 }

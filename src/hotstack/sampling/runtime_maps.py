@@ -95,6 +95,8 @@ class RuntimeMaps:
                     with _urgent():
                         program = self._collection.load_deferred(name)
                     self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
+                    if table == "rt_progs":      # the sampler looks its processes up from now on
+                        self._collection.maps["rt_listed"].update(_U32.pack(slot), _U32.pack(1))
                     self._walker_ready = True
                 except (ebpf.EbpfError, OSError, ValueError, KeyError) as e:
                     logging.getLogger(__name__).warning("%s frames off: %s", name, e)

@@ -10,7 +10,8 @@
   counted (`counters()`).
 
 Layouts mirrored from native_unwind.h: struct nu_file_key {u64 ino; u32 dev; u32 pad},
-struct nu_file {u32 first; u32 count; u64 last_use}, struct nu_range {u64 start, end; s64
+struct nu_file {u32 first, count, index, base, pages, serial; u64 last_use} (a file's arena space
+is its page index, then its rows), struct nu_range {u64 start, end; s64
 to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_range r[64]}
 (slot = (pc >> 16) % 64), struct nu_missing_value {u32 pid, pad; u64 start, end}.
 """
@@ -40,7 +41,8 @@ log = logging.getLogger("hotstack.unwind")
 
 CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
 FILE_KEY = struct.Struct("<QII")
-FILE_VALUE = struct.Struct("<IIQ")
+FILE_VALUE = struct.Struct("<IIIIIIQ")
+LAST_USE = 6                     # FILE_VALUE's last_use field
 RANGE = struct.Struct("<QQqQII")
 RANGES_HEADER = struct.Struct("<QII")
 MISSING_VALUE = struct.Struct("<IIQQ")
@@ -174,6 +176,7 @@ class NativeTables:
         self._last_counters: dict[str, int] = {}
         self._pending: dict[tuple[int, int], _Pending] = {}      # queued files waiting for their table
         self._known_paths: dict[tuple[int, int], str] = {}       # (ino, dev) -> a path that opens it
+        self._serial = 0                                          # the last table load's (nu_file.serial)
 
     # -- files ---------------------------------------------------------------------------------------
     @property
@@ -216,7 +219,8 @@ class NativeTables:
         with self._lock:
             if (ino, dev) in self.loaded:
                 return True
-            count = max(len(table), 1)
+            base, index = table.page_index()
+            count = max(len(table), 1) + len(index)
             if count > self.capacity:      # evicting everything would not make room
                 self.counters.rows_full += 1
                 return False
@@ -233,8 +237,13 @@ class NativeTables:
                 self.rules_map.update(struct.pack("<I", gid), raw)
             rows = table.rows_u64(ids) if len(table) else np.zeros(1, np.uint64)
             # (an empty table gets one invalid row, so that the file is known: frame pointers)
-            self._write_rows(first, rows)
-            self.files_map.update(FILE_KEY.pack(ino, dev, 0), FILE_VALUE.pack(first, count, time.monotonic_ns()))
+            self._write_rows(first, np.concatenate((index, rows)))
+            # each load its own serial: the kernel's per-CPU rule cache keys on it, so that no entry
+            # of an evicted table can match the table loaded in its place
+            self._serial += 1
+            value = FILE_VALUE.pack(first + len(index), len(rows), first, base, len(index), self._serial,
+                                    time.monotonic_ns())
+            self.files_map.update(FILE_KEY.pack(ino, dev, 0), value)
             self.loaded[(ino, dev)] = _Loaded(first, count, table.key, path)
             self.counters.files_loaded += 1
             return True
@@ -290,7 +299,7 @@ class NativeTables:
         ages = []
         for key, loaded in self.loaded.items():
             raw = self.files_map.lookup(FILE_KEY.pack(key[0], key[1], 0))
-            last_use = FILE_VALUE.unpack_from(raw)[2] if raw else 0
+            last_use = FILE_VALUE.unpack_from(raw)[LAST_USE] if raw else 0
             ages.append((last_use, key))
         ages.sort()
         for _, key in ages:

@@ -38,6 +38,7 @@ RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
 RA_SAME_K = -32768           # ... of "the return address is in the link register" (arm64; NU_RA_SAME)
 RULE_DTYPE = np.dtype([("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"), ("rbp", "<i2"), ("ra", "<i2")])
 MAX_ROWS_PER_FILE = 1 << 22
+INDEX_SHIFT = 10            # NU_INDEX_SHIFT: the page index's pages, 1 KiB of file offsets
 CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
 DEFAULT_MAX_BYTES = 32 << 20
 
@@ -72,6 +73,17 @@ class FileTable:
         """The kernel's row words: file offset << 32 | global rule id (sorted, so one u64 compare
         per binary-search step)."""
         return (self.offsets.astype(np.uint64) << np.uint64(32)) | global_ids[self.rule_ids].astype(np.uint64)
+
+    def page_index(self, shift: int = INDEX_SHIFT) -> tuple[int, np.ndarray]:
+        """(the first row's page, one word per page from it to the last row's): the rows of page p
+        are [word & 0xffffffff, word >> 32) (bpf/native_unwind.h, nu_find_rule)."""
+        if not len(self.offsets):
+            return 0, np.zeros(0, np.uint64)
+        offsets = self.offsets.astype(np.uint64)
+        base = int(offsets[0]) >> shift
+        starts = (np.arange(base, (int(offsets[-1]) >> shift) + 2, dtype=np.uint64) << np.uint64(shift))
+        bounds = np.searchsorted(offsets, starts, side="left").astype(np.uint64)
+        return base, bounds[:-1] | (bounds[1:] << np.uint64(32))
 
 
 def content_key(elf: ElfFile) -> str:
