@@ -105,3 +105,29 @@ def test_32_bit_addresses(tmp_path):
     symbols = KernelSymbols.load(str(path))
     assert symbols.addresses.tolist() == reference(text)[0] == [0xc1000000, 0xc1000040, 0xf8000000]
     assert symbols.lookup_many([0xc1000041, 0xf8000010, 0xc0000000]) == ["helper", "mod_fn", None]
+
+
+def test_kernel_frames_are_remembered_with_leaf_and_return_addresses_apart(tmp_path):
+    """The symbolizer remembers kernel frames by address: a leaf is looked up at its address, a
+    return address one byte before (the call), so the same address names two functions where a
+    function starts right after a call; a second stack is named from what the first looked up,
+    and a reloaded symbol table starts afresh."""
+    from hotstack.procs import ProcessTable
+    from hotstack.symbols.symbolizer import Symbolizer
+
+    text = tmp_path / "kallsyms"
+    text.write_bytes(b"ffffffff81000000 T first\nffffffff81000010 T second\n")
+    kernel = KernelSymbols.load(str(text))
+    sym = Symbolizer(ProcessTable(), kernel=kernel)
+    stack = [0xFFFFFFFF81000010, 0xFFFFFFFF81000010]
+    assert [f.name for f in sym.kernel_frames(stack)] == ["second", "first"]
+    lookups = []
+    real = KernelSymbols.lookup_many
+    kernel.lookup_many = lambda addresses: lookups.append(addresses) or real(kernel, addresses)
+    assert [f.name for f in sym.kernel_frames(list(reversed(stack)))] == ["second", "first"]
+    assert lookups == []
+    assert [f.name for f in sym.kernel_frames([0xFFFFFFFF81000011, 0xFFFFFFFF81000011])] == ["second", "second"]
+    assert lookups == [[0xFFFFFFFF81000011, 0xFFFFFFFF81000010]]
+    text.write_bytes(b"ffffffff81000000 T renamed\n")
+    sym._kernel = KernelSymbols.load(str(text))
+    assert [f.name for f in sym.kernel_frames([0xFFFFFFFF81000005])] == ["renamed"]

@@ -242,3 +242,31 @@ def test_corrupt_symbol_table_of_a_same_build_id_copy_does_not_leak(c_programs, 
     [frame] = sym.user_frames(wc.pid, [_base(sym, wc.pid, corrupt) + offset])
     assert not frame.resolved and frame.name.startswith("corrupt_c+0x"), frame
     assert sym.user_frames(wi.pid, [addr_i])[0].name == "stripped_hot_loop"
+
+
+def test_a_new_process_of_a_known_program_is_named_from_frames_met_before(c_programs, workloads, tmp_path, monkeypatch):
+    """Frames are remembered by file and offset for every process: a second process of the same
+    program (its own load address) is named without a lookup in the file, a leaf and a return
+    address at one offset stay apart, and the same bytes under another path show that path."""
+    from hotstack.symbols import symbolizer as symbolizer_module
+
+    plain = c_programs["plain"]
+    copy = tmp_path / "hot_c_copy"
+    shutil.copy(plain, copy)
+    first, second, other = workloads([plain]), workloads([plain]), workloads([copy])
+    sym = Symbolizer(ProcessTable())
+    addr = {w.pid: _address_of(sym, w.pid, path, "stripped_hot_loop")
+            for w, path in ((first, plain), (second, plain), (other, copy))}
+    # a leaf, then the same instruction as a caller's return address (looked up one byte before)
+    a = sym.user_frames(first.pid, [addr[first.pid] + 4, addr[first.pid] + 5])
+    assert [f.name for f in a] == ["stripped_hot_loop", "stripped_hot_loop"]
+    lookups = []
+    real_resolve = symbolizer_module.ModuleSymbols.resolve
+    monkeypatch.setattr(symbolizer_module.ModuleSymbols, "resolve",
+                        lambda self, vaddrs, demangle: lookups.append(vaddrs) or real_resolve(self, vaddrs, demangle))
+    b = sym.user_frames(second.pid, [addr[second.pid] + 4, addr[second.pid] + 5])
+    assert lookups == [] and b == a
+    assert b[0].address + 1 == b[1].address         # the caller's frame reports its own address
+    # the same bytes elsewhere: looked up again for its own path (the file's results are reused)
+    c = sym.user_frames(other.pid, [addr[other.pid] + 4])
+    assert c[0].name == "stripped_hot_loop" and c[0].module == str(copy) and len(lookups) == 1

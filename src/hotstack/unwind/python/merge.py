@@ -18,8 +18,12 @@ from ...profile.model import TRUNCATED, Frame
 EVAL_FRAME = "_PyEval_EvalFrameDefault"
 
 
+_EVAL_PART = EVAL_FRAME + "."
+
+
 def is_eval_frame(frame: Frame) -> bool:
-    return frame.name.split(".", 1)[0] == EVAL_FRAME     # also its `.cold` part
+    name = frame.name
+    return name == EVAL_FRAME or name.startswith(_EVAL_PART)     # also its `.cold` part
 
 
 # A native stack that reaches one of these was unwound to its root: its count of evaluation-loop
