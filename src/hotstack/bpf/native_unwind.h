@@ -11,8 +11,10 @@
  *             arena, its page index: one word per NU_INDEX_SHIFT-sized page of file offsets,
  *             (first row of the page | first row of the next page << 32), so a search reads one
  *             index word and then ~30 rows of one page (~4 cache lines), not 17 steps spread over
- *             the whole table: each of those was a cache and TLB miss in a table as large as
- *             python3's (64k rows, 2.6 us a frame; bench/RESULTS.md, session 13).
+ *             the whole table (python3's has 64k rows). Each cache line missed after the sampled
+ *             code ran costs ~0.25 us on the machines measured: this, nu_rule_cache and the walk's
+ *             last file (nu_state.file) took the steps' time a frame down by ~40% (bench/RESULTS.md,
+ *             session 13).
  *   nu_rules  ARRAY of struct nu_rule: the deduplicated rules of every file (a few thousand).
  *   nu_files  HASH (inode, dev) -> struct nu_file {first row, row count, index, last use}.
  *
@@ -167,7 +169,12 @@ struct nu_file {
 /* A looked-up rule, in a per-CPU direct-mapped cache keyed by (table serial, file offset): the
  * stacks a CPU walks repeat the same return addresses, and one cache line then replaces the search's
  * ~6 (the index word, the page's rows, the rule), each a miss after the sampled code ran. A serial
- * names one load of one file's table, so an entry never outlives its table. */
+ * names one load of one file's table, so an entry never outlives its table. The cache is an ARRAY
+ * of NU_RULE_CACHE_SLOTS entries per CPU (CPU c's at c * NU_RULE_CACHE_SLOTS; userspace sizes it
+ * for the possible CPUs, kernel_maps.configure): an entry is one inlined lookup, no per-CPU pointer
+ * to follow, and a fixed-offset pointer (an index into one large per-CPU value was a variable
+ * offset the verifier could not prune on: twice its work on the step program). A CPU past the
+ * sized ones finds no slot and searches every time. */
 struct nu_cached_rule {
 	__u32 serial;
 	__u32 offset;
@@ -175,9 +182,10 @@ struct nu_cached_rule {
 };
 
 #define NU_RULE_CACHE_SLOTS 1024
-struct nu_rule_cache {     /* one per CPU, all slots in one value: one lookup a walk finds it */
-	struct nu_cached_rule slots[NU_RULE_CACHE_SLOTS];
-};
+
+#ifndef barrier
+#define barrier() asm volatile("" ::: "memory")
+#endif
 
 struct nu_range {
 	__u64 start;
@@ -233,8 +241,8 @@ struct nu_state {
 	__u32 tgid;
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
 	/* the file of the last frame looked up in this walk and its nu_files entry: most frames of a
-	 * stack are in the file of the frame before (one program's, or libc's), and a hash lookup per
-	 * frame was ~0.4 us of the ~1.2 us a frame took here (bench/RESULTS.md, session 13) */
+	 * stack are in the file of the frame before (one program's, or libc's), where each had cost a
+	 * hash lookup (bench/RESULTS.md, session 13) */
 	struct nu_file_key file_key;
 	struct nu_file file;
 	/* a step's scratch, here and not on the BPF stack: the step program with the runtime hooks
@@ -242,6 +250,9 @@ struct nu_state {
 	struct nu_range range;           /* the mapping of the frame's pc */
 	struct nu_missing_value missing; /* a file queued for a table */
 	__u64 pair[2];                   /* the caller's frame pointer and return address, as read */
+	struct nu_rule rule;             /* the frame's rule, copied from the cache or the rules: one
+	                                  * pointer type whichever it came from, so that the verifier
+	                                  * merges the two paths (apart, they doubled its work) */
 	struct nu_stack stack;
 	__u64 ctx_words[12]; /* the includer's per-sample data (its key, comm, buffer...) */
 };
@@ -325,10 +336,10 @@ struct {
 } nu_scratch SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NU_RULE_CACHE_SLOTS);    /* resized by userspace: one CPU's slots per CPU */
 	__type(key, __u32);
-	__type(value, struct nu_rule_cache);
+	__type(value, struct nu_cached_rule);
 } nu_rule_cache SEC(".maps");
 
 struct {
@@ -527,14 +538,23 @@ static __always_inline struct nu_file *nu_file_of(struct nu_state *st, struct nu
 }
 
 /* The rule for a file offset, or 0 when the file has no table (counted, queued). */
+/* The slot of (file, offset) in this CPU's rule cache. */
+static __always_inline struct nu_cached_rule *nu_cache_slot(struct nu_file *file, __u64 offset)
+{
+	__u32 slot = bpf_get_smp_processor_id() * NU_RULE_CACHE_SLOTS
+		     + ((__u32)offset ^ (file->serial * 0x9e3779b1U)) % NU_RULE_CACHE_SLOTS;
+
+	return bpf_map_lookup_elem(&nu_rule_cache, &slot);
+}
+
+/* The rule for a file offset, or 0 when the file has no table (counted, queued). */
 static __always_inline struct nu_rule *nu_find_rule(struct nu_state *st, struct nu_range *range, __u64 pc)
 {
 	struct nu_file *file = nu_file_of(st, range);
-	struct nu_cached_rule *cached = 0;
-	struct nu_rule_cache *cache;
+	struct nu_cached_rule *cached;
 	struct nu_rule *rule;
 	__u64 offset, target;
-	__u32 lo, hi, i, id, page, zero = 0;
+	__u32 lo, hi, i, id, page;
 	__u64 *row;
 
 	if (!file)
@@ -542,11 +562,14 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_state *st, struct 
 	offset = pc + range->to_offset;
 	if (offset >> 32)
 		return 0;
-	cache = bpf_map_lookup_elem(&nu_rule_cache, &zero);
-	if (cache) {
-		cached = &cache->slots[((__u32)offset ^ (file->serial * 0x9e3779b1U)) % NU_RULE_CACHE_SLOTS];
+	cached = nu_cache_slot(file, offset);
+	if (cached && cached->serial == file->serial && cached->offset == (__u32)offset) {
+		st->rule = cached->rule;
+		/* checked again after the copy: a program preempted on this CPU (a uprobe's, on a
+		 * preemptible kernel) may have been rewriting the entry, which it marks first */
+		barrier();
 		if (cached->serial == file->serial && cached->offset == (__u32)offset)
-			return &cached->rule;
+			return &st->rule;
 	}
 	target = (offset << 32) | 0xFFFFFFFFULL;
 	/* the rows of offset's page: [lo, hi) from its index word; past the last page, none (the
@@ -589,12 +612,21 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_state *st, struct 
 		return 0;
 	id = (__u32)*row;
 	rule = bpf_map_lookup_elem(&nu_rules, &id);
-	if (rule && cached) {
-		cached->serial = file->serial;
+	if (!rule)
+		return 0;
+	st->rule = *rule;
+	/* (the slot found again: a pointer kept live across the search had doubled the verifier's
+	 * work on the step program) */
+	cached = nu_cache_slot(file, offset);
+	if (cached) {
+		cached->serial = 0;          /* no reader takes the entry while it is half written */
+		barrier();
 		cached->offset = (__u32)offset;
 		cached->rule = *rule;
+		barrier();
+		cached->serial = file->serial;
 	}
-	return rule;
+	return &st->rule;
 }
 
 static __always_inline int nu_read(__u64 *out, __u64 addr)

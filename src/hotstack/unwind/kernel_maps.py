@@ -30,7 +30,7 @@ import numpy as np
 
 from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
-from ..ebpf.maps import BPF_F_MMAPABLE
+from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
 from ..procs.maps import Mapping
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
@@ -40,6 +40,7 @@ from .kernel_tables import FileTable, RuleSet, TableCache
 log = logging.getLogger("hotstack.unwind")
 
 CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
+RULE_CACHE_SLOTS = 1024          # NU_RULE_CACHE_SLOTS: looked-up rules each CPU remembers
 FILE_KEY = struct.Struct("<QII")
 FILE_VALUE = struct.Struct("<IIIIIIQ")
 LAST_USE = 6                     # FILE_VALUE's last_use field
@@ -118,6 +119,7 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
     except KeyError:
         pass
     spec.set_constant("nu_kernel_vma_walk", int(walk))
+    spec.maps["nu_rule_cache"].max_entries = RULE_CACHE_SLOTS * possible_cpus()   # each CPU its own slots
     spec.maps["nu_rows"].max_entries = rows
     # rows are written through a shared mapping of the array: a table of 500k rows took ~0.5 s
     # of kernel time as a batch update (the kernel updates element by element), a copy takes ms
