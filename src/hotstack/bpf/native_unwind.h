@@ -250,9 +250,8 @@ struct nu_state {
 	struct nu_range range;           /* the mapping of the frame's pc */
 	struct nu_missing_value missing; /* a file queued for a table */
 	__u64 pair[2];                   /* the caller's frame pointer and return address, as read */
-	struct nu_rule rule;             /* the frame's rule, copied from the cache or the rules: one
-	                                  * pointer type whichever it came from, so that the verifier
-	                                  * merges the two paths (apart, they doubled its work) */
+	struct nu_rule rule;             /* the frame's rule, copied out of the cache (and checked
+	                                  * again after the copy) or out of the rules */
 	struct nu_stack stack;
 	__u64 ctx_words[12]; /* the includer's per-sample data (its key, comm, buffer...) */
 };
@@ -537,7 +536,6 @@ static __always_inline struct nu_file *nu_file_of(struct nu_state *st, struct nu
 	return &st->file;
 }
 
-/* The rule for a file offset, or 0 when the file has no table (counted, queued). */
 /* The slot of (file, offset) in this CPU's rule cache. */
 static __always_inline struct nu_cached_rule *nu_cache_slot(struct nu_file *file, __u64 offset)
 {
@@ -615,8 +613,8 @@ static __always_inline struct nu_rule *nu_find_rule(struct nu_state *st, struct 
 	if (!rule)
 		return 0;
 	st->rule = *rule;
-	/* (the slot found again: a pointer kept live across the search had doubled the verifier's
-	 * work on the step program) */
+	/* the slot found again: the pointer kept live across the search made the verifier's work on
+	 * the step program 52k instructions, against 39k */
 	cached = nu_cache_slot(file, offset);
 	if (cached) {
 		cached->serial = 0;          /* no reader takes the entry while it is half written */

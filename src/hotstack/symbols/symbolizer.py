@@ -274,17 +274,15 @@ class Symbolizer:
                 continue
             file_offset = lookup - mapping.start + mapping.offset
             path = mapping.file_path
-            # a file this process met before names a frame any process met, without its module
+            # A frame any process met is named from file_frames: through the file's key this
+            # process met before, without its module; else through the module's key.
             ekey = proc.modules.get((mapping.start, mapping.end, mapping.offset, mapping.inode))
             shared = file_frames.get((ekey, path, file_offset, i == 0)) if ekey else None
-            if shared is not None:
-                frames[i] = shared
-                if len(known) < MAX_FRAMES_PER_PROCESS:
-                    known[keys[i]] = shared
-                continue
-            module = self._module(info, proc, mapping)
-            fkey = (module.key, path, file_offset, i == 0) if module.key else None
-            shared = file_frames.get(fkey) if fkey else None
+            if shared is None:
+                module = self._module(info, proc, mapping)
+                fkey = (module.key, path, file_offset, i == 0) if module.key else None
+                if fkey is not None and fkey[0] != ekey:
+                    shared = file_frames.get(fkey)
             if shared is not None:
                 frames[i] = shared
                 if len(known) < MAX_FRAMES_PER_PROCESS:
@@ -327,7 +325,7 @@ class Symbolizer:
 
     def _counted(self, frames: list[Frame]) -> list[Frame]:
         """`frames`, counted in the stats as named or not."""
-        named = sum(map(_RESOLVED, frames))     # (a C-level pass: a generator was 1 us a stack)
+        named = sum(map(_RESOLVED, frames))     # (one C-level pass, not a generator per frame)
         self.stats.hits += named
         self.stats.misses += len(frames) - named
         return frames
