@@ -53,6 +53,11 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	announce_pid(pid, entry.comm);
 	obi_trace_context(pid_tgid, &entry.trace);
 	entry.since = bpf_ktime_get_ns();
+	if (!user_stack_wanted(pid)) {
+		entry.user_stack_id = -1;
+		bpf_map_update_elem(&off_cpu_threads, &tid, &entry, BPF_ANY);
+		return;
+	}
 	if (!unwind_in_kernel) {
 		entry.user_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, user_stacks), BPF_F_USER_STACK);
 		stack_lost(entry.user_stack_id, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);

@@ -44,6 +44,16 @@ static __always_inline int pid_allowed(__u32 pid)
 	       bpf_map_lookup_elem(&filter_pids, &every_pid);
 }
 
+/* Whether to walk pid's user stack: not a kernel thread's (pid 0), and not hotstack's own process
+ * unless asked (self_tgid, set at load where hotstack runs in the host's pid namespace). Its
+ * samples are still counted, with their kernel stack: its CPU shows in every profile. Its own
+ * Python stacks are new in nearly every interval, and walking and naming them had cost more than
+ * any other process's on a quiet host (bench/RESULTS.md, session 14). */
+static __always_inline int user_stack_wanted(__u32 pid)
+{
+	return pid != 0 && pid != self_tgid;
+}
+
 /* A seen_pids value no comm can have (a comm's last byte is its terminating 0): the pid exec'ed
  * since it was announced. */
 #define SEEN_EXECED 0xffffffffffffffffULL

@@ -54,6 +54,11 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int us
 		key.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 		stack_lost(key.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	}
+	if (!user_stack_wanted(key.pid)) {
+		key.user_stack_id = -1;
+		count_stack(&key, comm, 1, buffer);
+		return 0;
+	}
 	if (unwind_in_kernel && user_regs) {
 		/* --unwind kernel: the walk starts at the probed instruction itself, so the caller of a
 		 * function probed at its entry is found from the table (no `caller` needed) */

@@ -197,7 +197,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	}
 
 	key.user_stack_id = -1;
-	if (collect_user_stacks && key.pid != 0 && unwind_in_kernel) {
+	if (collect_user_stacks && user_stack_wanted(key.pid) && unwind_in_kernel) {
 		struct arch_regs regs = {};
 
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
@@ -215,7 +215,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		count_stack(&key, comm, 1, buffer);
 		return 0;
 	}
-	if (collect_user_stacks && key.pid != 0) {
+	if (collect_user_stacks && user_stack_wanted(key.pid)) {
 		rt_hand_over(ctx, &key, comm, buffer, in_kernel, RT_THEN_FP);
 		key.user_stack_id = fp_user_stack(ctx, buffer, in_kernel);
 	}

@@ -414,6 +414,7 @@ enum hs_stat {
 /* group pids */
 #define HS_PIDS_VARIABLES \
 	const volatile __u32 filter_by_pid = 0; \
+	const volatile __u32 self_tgid = 0; \
 	/* end */
 #define HS_PIDS_MAPS \
 	struct { \

@@ -81,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write -o pprof (gzipped profile.proto), flamegraph (HTML) or folded to PATH")
     p.add_argument("--max-entries", type=int, default=20, metavar="N", help="rows shown by -o columns")
     p.add_argument("--show-hotstack", action="store_true",
-                   help="-o columns, whole host: show hotstack's own stacks (by default one row)")
+                   help="show hotstack's own stacks (by default its samples are counted without its user stacks, "
+                        "and -o columns shows them as one row)")
     p.add_argument("--annotate", action="append", default=[], metavar="ANNOTATION",
                    help="datasource annotations: samples:KEY=VALUE or samples.FIELD:KEY=VALUE (repeatable)")
     p.add_argument("-v", "--verbose", action="store_true",

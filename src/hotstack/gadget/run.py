@@ -105,7 +105,8 @@ class RunOptions:
     def engine_config(self, **samplers) -> EngineConfig:
         """profile_cpu's engine config; other gadgets pass their samplers (cpu=False, ...)."""
         return EngineConfig(frequency=self.sample_rate, pids=self.pids, comms=self.comms,
-                            include_idle=self.include_idle, user_stacks=not self.kernel_stacks_only,
+                            include_idle=self.include_idle, own_stacks=self.show_hotstack or bool(self.comms),
+                            user_stacks=not self.kernel_stacks_only,
                             kernel_stacks=not self.user_stacks_only, unwind=self.unwind,
                             runtime_frames=(self.python_enabled or self.node_enabled or self.ruby_enabled
                                             or self.php_enabled or self.java_enabled or self.perl_enabled),

@@ -95,6 +95,21 @@ def exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+# The inode of the initial pid namespace (the kernel's PROC_PID_INIT_INO).
+INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
+
+
+def own_host_pid() -> int:
+    """This process's pid as the kernel's programs see it (in the host's pid namespace), or 0 where
+    it runs in another namespace (there its pid may be another process's on the host)."""
+    try:
+        if os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NAMESPACE_INODE:
+            return 0
+    except OSError:
+        return 0
+    return os.getpid()
+
+
 def all_pids() -> list[int]:
     """Every process of this host (pid namespace) now."""
     try:

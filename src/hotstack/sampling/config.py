@@ -35,6 +35,9 @@ class EngineConfig:
     # kernel: the programs skip everyone else before any unwinding. Off: `pids`, or every pid.
     pids_at_run_time: bool = False
     include_idle: bool = False
+    # hotstack's own process: its samples are counted (with their kernel stacks) either way; its user
+    # stacks are walked and named only with own_stacks, or when `pids` names it (bpf/pids.h).
+    own_stacks: bool = False
     user_stacks: bool = True
     kernel_stacks: bool = True
     # "kernel" (the default): every user stack unwound in the kernel with .eh_frame tables in BPF

@@ -33,7 +33,7 @@ from .config import EngineConfig
 from .cpu import CpuSampler
 from .diagnose import check_preconditions, explain
 from .runtime_maps import RuntimeMaps
-from .sampler import Sampler
+from .sampler import Sampler, unwalked_pid
 from .samples import SampleMaker
 
 WATCH_INTERVAL_S = 0.1
@@ -64,6 +64,8 @@ class Engine:
         # Runtime frames come with the CPU sampler's walker (bpf/python.h ...).
         self.runtimes = frame_sources(config.runtime_frames, config.runtimes_off) if self.cpu is not None else []
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
+        # hotstack itself: the programs walk no user stack of it, so no frame source follows it
+        self._unwalked = unwalked_pid(config)
         self._wants: TargetFilter | None = None
         self._declined: set[int] = set()
         # the pid watcher adds to _declined while a collect (another thread) prunes it
@@ -124,7 +126,7 @@ class Engine:
                 self.processes.observe(pid)
             if self.runtimes:
                 for pid in self.config.pids or procs.all_pids():
-                    if self.wants(pid):
+                    if self.wants(pid) and pid != self._unwalked:
                         for source in self.runtimes:
                             if source.detect(pid):
                                 break
@@ -281,6 +283,8 @@ class Engine:
 
     def _take_on(self, pid: int) -> None:
         """A wanted process: runtime frames if it runs one."""
+        if pid == self._unwalked:
+            return
         for source in self.runtimes:
             if source.observe(pid):
                 break

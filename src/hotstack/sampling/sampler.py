@@ -11,7 +11,7 @@ import logging
 import os
 import struct
 
-from .. import ebpf
+from .. import ebpf, procs
 from ..bpf import object_path, schema
 from ..ebpf import links as ebpf_links
 from ..profile.model import ValueType
@@ -33,6 +33,12 @@ EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "wakeups")
 RUN_TIME_PIDS_MAX = 8192
 _EVERY_PID = _PID.pack(0)
 log = logging.getLogger("hotstack.sampling")
+
+
+def unwalked_pid(config: EngineConfig) -> int:
+    """The process whose user stacks are not walked: hotstack's own, unless asked for (0: none)."""
+    own = procs.own_host_pid()
+    return 0 if config.own_stacks or own in config.pids else own
 
 
 class Sampler:
@@ -66,6 +72,7 @@ class Sampler:
     def spec(self) -> ebpf.CollectionSpec:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
         spec.set_constant("filter_by_pid", self._filters_pids())
+        spec.set_constant("self_tgid", unwalked_pid(self.config))
         if self.config.pids_at_run_time:
             spec.maps["filter_pids"].max_entries = RUN_TIME_PIDS_MAX + 1   # and key 0
         return spec

@@ -54,7 +54,8 @@ class TopOptions:
         self.engine_config().validate({"frequency": "--rate", "pids": "--pid"})
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(frequency=self.frequency, pids=self.pids, comms=self.comms)
+        return EngineConfig(frequency=self.frequency, pids=self.pids, comms=self.comms,
+                            own_stacks=self.show_hotstack or bool(self.comms))
 
     @property
     def scope(self) -> str:

@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sort", choices=SORTS, default="self", help="initial sort (keys s, t, n change it)")
     p.add_argument("--filter", default="", metavar="TEXT", help="initial filter on function or module names (key /)")
     p.add_argument("--show-hotstack", action="store_true",
-                   help="show hotstack's own functions (folded into one row in whole-host views)")
+                   help="show hotstack's own functions (by default its samples are counted without its user "
+                        "stacks, one row in whole-host views)")
 
 
 def run(args: argparse.Namespace) -> int:

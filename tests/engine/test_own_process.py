@@ -1,0 +1,59 @@
+"""hotstack's own process is counted but not walked: its samples keep their pid, comm and kernel
+stacks, and carry no user frames unless asked (own_stacks, --show-hotstack) or named by --pid. Its
+own Python stacks are new in nearly every interval; walking and naming them had been the largest
+part of the profiler's cost on a quiet host."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+
+def _own_samples(config: EngineConfig, seconds: float = 1.5) -> list:
+    stop = threading.Event()
+
+    def spin() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    with Engine(config) as engine:
+        engine.collect()
+        spinner = threading.Thread(target=spin)
+        spinner.start()
+        try:
+            time.sleep(seconds)
+        finally:
+            stop.set()
+            spinner.join()
+        profile = engine.collect()[0]
+        names = {source.name: source for source in engine.runtimes}
+        followed = "python" in names and os.getpid() in names["python"]._procs
+    return [s for s in profile.samples if s.pid == os.getpid()], followed
+
+
+def test_own_samples_are_counted_without_user_frames():
+    own, followed = _own_samples(EngineConfig(frequency=199))
+    assert sum(s.value for s in own) >= 50, own          # ~300 samples of a spinning thread
+    assert all(f.kind is FrameKind.KERNEL for s in own for f in s.stack), [s.stack for s in own][:3]
+    assert not followed          # no frame source follows it either
+
+
+@pytest.mark.parametrize("config", [EngineConfig(frequency=199, own_stacks=True),
+                                    EngineConfig(frequency=199, pids=(os.getpid(),))],
+                         ids=["own_stacks", "pid"])
+def test_own_stacks_when_asked(config):
+    own, followed = _own_samples(config)
+    with_user = [s for s in own if any(f.kind is not FrameKind.KERNEL for f in s.stack)]
+    assert sum(s.value for s in with_user) >= 50, own
+    # the spinning thread's own Python function, named by the CPython frame source
+    assert any(f.name.endswith(".spin") and f.kind is FrameKind.PYTHON for s in with_user for f in s.stack)
+    assert followed
