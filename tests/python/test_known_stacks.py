@@ -92,3 +92,33 @@ def test_a_steady_process_stores_nothing_and_new_code_is_named_before_exit():
     assert all(n[-1] == "<module>" for n in fresh), fresh[:3]
     unknown = sum(f.startswith("[unknown") for n in last_names for f in n)
     assert unknown <= 0.02 * sum(map(len, last_names)), unknown
+
+
+def test_a_recurring_python_stack_is_named_once_across_intervals():
+    """The groups of a Python stack named in one interval serve the next (SampleMaker takes a
+    recurring whole stack from the last interval; this is the Python part, met again under another
+    native leaf): no frame is made again for it."""
+    python = INTERPRETERS[-1][1]
+    t = Target(python, SCRIPT, stdin=True)
+    made: list[int] = []
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
+            source = next(src for src in prof.runtimes if src.name == "python")
+            deadline = time.monotonic() + 10
+            while t.pid not in source._procs and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert t.pid in source._procs, "the Python process was not listed"
+            time.sleep(2.0)
+            prof.collect()
+            keys = list(source._known)      # its stacks, remembered across intervals
+            assert keys
+            real_frame = source.codes.frame
+            source.codes.frame = lambda *args: made.append(1) or real_frame(*args)
+            first = [source.frames(t.pid, key)[0] for key in keys]
+            source.collect(prof.cpu.buffers.active ^ 1)     # the next interval
+            made.clear()
+            again = [source.frames(t.pid, key)[0] for key in keys]
+    finally:
+        t.stop()
+    assert again == first and any(first)
+    assert not made, f"{len(made)} frames made again"

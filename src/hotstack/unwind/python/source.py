@@ -8,6 +8,8 @@ into native stacks (merge.py). The record layouts come from bpf/schema.py.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
@@ -39,7 +41,10 @@ def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
     size = schema.PY_FRAME.size
     n = min(head.len, schema.PY_MAX_FRAMES, (len(raw) - schema.PY_STACK_TAIL_OFFSET) // size)
     start = schema.PY_STACK_TAIL_OFFSET
-    frames = list(map(RawPyFrame._make, schema.PY_FRAME.struct.iter_unpack(memoryview(raw)[start:start + n * size])))
+    # tuple.__new__ is what RawPyFrame._make calls, mapped here at C level: _make is a Python-level call
+    # a frame (a third of a naming pass's time on a deep recursion)
+    fields = schema.PY_FRAME.struct.iter_unpack(memoryview(raw)[start:start + n * size])
+    frames = list(map(tuple.__new__, repeat(RawPyFrame), fields))
     return frames, bool(head.truncated), head.pid
 
 
@@ -52,9 +57,13 @@ class CPythonSource(InterpreterSource):
         super().__init__()
         self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
         self.codes = CodeCache()
-        # (pid, key) -> named groups, for the drained buffer: the samples of one Python stack under
-        # other native leaves (a few to tens an interval) are named once, not once each
-        self._named: dict[tuple[int, int], list[list[Frame]]] = {}
+        # (pid, key) -> (the process's entry, named groups, every frame named): the samples of one
+        # Python stack under other native leaves (a few to tens an interval) are named once, not once
+        # each. Groups whose every frame was named are kept for the next interval too (a key is a
+        # hash of the frames' code objects and instructions, and the cache checks the object it
+        # names): a recurring Python stack under a new native leaf is not named again.
+        self._named: dict[tuple[int, int], tuple] = {}
+        self._named_before: dict[tuple[int, int], tuple] = {}
 
     def prepare(self) -> bool:
         return self._prepare_fsbase()
@@ -73,7 +82,7 @@ class CPythonSource(InterpreterSource):
 
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
         o = entry[0].offsets
-        for f in frames:
+        for f in set(frames):       # a recursion's frames repeat: each is named once
             self.codes.frame(pid, o, f.code, f.instr, f.checksum)
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
@@ -82,17 +91,22 @@ class CPythonSource(InterpreterSource):
         entry = self._procs.get(pid)
         if not raw or entry is None:
             return [], False
-        groups = self._named.get((pid, key))
-        if groups is None:
-            proc = entry[0]
-            o = proc.offsets
-            groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
-                      for group in eval_groups(o, raw[0], proc.none)]
-            self._named[(pid, key)] = groups
-        return groups, raw[1]
+        proc = entry[0]
+        named = self._named.get((pid, key))
+        if named is None or named[0] is not proc:
+            named = self._named_before.get((pid, key))
+            if named is None or named[0] is not proc:     # (an exec makes a new entry)
+                o = proc.offsets
+                misses = self.codes.misses     # (an unnamed frame is made, never cached, each time)
+                groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
+                          for group in eval_groups(o, raw[0], proc.none)]
+                named = (proc, groups, self.codes.misses == misses)
+            self._named[(pid, key)] = named
+        return named[1], raw[1]
 
     def collect(self, buffer: int) -> None:
         super().collect(buffer)
+        self._named_before = {k: v for k, v in self._named.items() if v[2]}
         self._named = {}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
