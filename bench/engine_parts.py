@@ -6,10 +6,13 @@ after a warm-up collect. Each part is timed with the CPU time of the thread that
   poll     the frame sources' naming passes (Engine._poll_runtimes)
   collect  drain, symbolize and build each profile (Engine.collect)
 and the process's whole CPU over the same window (every thread: the parts, the unwind thread,
-waits). Every run is printed, then the medians.
+waits), and the kernel's run time of its BPF programs (bpf). Every run is printed, then the medians.
+--no-load: an idle host (no load started), where what the profiler costs is its fixed cost: the pid
+watcher's rounds, the collects, and its own samples.
 
     sudo .venv/bin/python bench/engine_parts.py --runs 3
     sudo .venv/bin/python bench/engine_parts.py --runs 3 --src OLD_TREE/src    (an older tree, the same way)
+    sudo .venv/bin/python bench/engine_parts.py --runs 3 --rate 99 --no-load    (an idle host)
 """
 
 from __future__ import annotations
@@ -60,12 +63,14 @@ def one_run(args) -> dict:
             for part in PARTS:
                 totals[part] = 0.0
             cpu0 = time.process_time()
+            bpf0 = engine.bpf_run_time_ns()
             for _ in range(args.intervals):
                 time.sleep(args.interval)
                 t = time.thread_time()
                 engine.collect()
                 totals["collect"] += time.thread_time() - t
             totals["process"] = time.process_time() - cpu0
+            totals["bpf"] = (engine.bpf_run_time_ns() - bpf0) / 1e9
     finally:
         cls._observe_pids, cls._poll_runtimes = saved
     return totals
@@ -78,23 +83,25 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--intervals", type=int, default=4)
     parser.add_argument("--src", default=SRC, help="the hotstack tree's src directory (default: this tree's)")
+    parser.add_argument("--no-load", action="store_true", help="an idle host: no load is started")
     args = parser.parse_args()
-    print(f"tree {args.src}, {args.rate} Hz", flush=True)
+    print(f"tree {args.src}, {args.rate} Hz, {'idle host' if args.no_load else 'mixed load'}", flush=True)
     window = args.interval * args.intervals
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        load = start_load(Path(tmp))
+        load = [] if args.no_load else start_load(Path(tmp))
         try:
             for i in range(args.runs):
                 r = one_run(args)
                 runs.append(r)
                 print(f"run {i + 1}: " + "  ".join(f"{k} {v:.3f}" for k, v in r.items())
-                      + f" CPU-s over {window:.0f} s ({100 * r['process'] / window:.2f}% of a core)"
+                      + f" CPU-s over {window:.0f} s ({100 * (r['process'] + r['bpf']) / window:.2f}% of a core with BPF)"
                       + f"  load {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             for p in load:
                 p.kill()
-            subprocess.run(["pkill", "-P", str(load[1].pid)], check=False)
+            if load:
+                subprocess.run(["pkill", "-P", str(load[1].pid)], check=False)
     print("median: " + "  ".join(f"{k} {statistics.median(r[k] for r in runs):.3f}" for k in runs[0])
           + f" CPU-s over {window:.0f} s")
 
