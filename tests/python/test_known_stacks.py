@@ -49,17 +49,23 @@ def _names(samples) -> list[list[str]]:
     return [[f.name for f in s.stack if f.kind is FrameKind.PYTHON] for s in samples]
 
 
+def _listed(prof: Engine, pid: int):
+    """The engine's CPython source, once it has listed `pid`."""
+    source = next(src for src in prof.runtimes if src.name == "python")
+    deadline = time.monotonic() + 10
+    while pid not in source._procs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid in source._procs, "the Python process was not listed"
+    return source
+
+
 def test_a_steady_process_stores_nothing_and_new_code_is_named_before_exit():
     python = INTERPRETERS[-1][1]
     t = Target(python, SCRIPT, stdin=True)
     takes: list[int] = []
     try:
         with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
-            source = next(src for src in prof.runtimes if src.name == "python")
-            deadline = time.monotonic() + 10
-            while t.pid not in source._procs and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert t.pid in source._procs, "the Python process was not listed"
+            source = _listed(prof, t.pid)
             kernel = source._kernel
             assert kernel.remembers
             time.sleep(2.0)             # its stacks met, named and remembered
@@ -95,19 +101,14 @@ def test_a_steady_process_stores_nothing_and_new_code_is_named_before_exit():
 
 
 def test_a_recurring_python_stack_is_named_once_across_intervals():
-    """The groups of a Python stack named in one interval serve the next (SampleMaker takes a
-    recurring whole stack from the last interval; this is the Python part, met again under another
-    native leaf): no frame is made again for it."""
+    """The groups of a Python stack named in one interval serve the next (the same Python stack
+    under another native leaf is another sample stack): no frame is made again for it."""
     python = INTERPRETERS[-1][1]
     t = Target(python, SCRIPT, stdin=True)
     made: list[int] = []
     try:
         with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
-            source = next(src for src in prof.runtimes if src.name == "python")
-            deadline = time.monotonic() + 10
-            while t.pid not in source._procs and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert t.pid in source._procs, "the Python process was not listed"
+            source = _listed(prof, t.pid)
             time.sleep(2.0)
             prof.collect()
             keys = list(source._known)      # its stacks, remembered across intervals
