@@ -19,11 +19,14 @@ pytestmark = pytest.mark.root
 
 def _own_samples(config: EngineConfig, seconds: float = 1.5) -> list:
     stop = threading.Event()
+    off_cpu = not config.cpu
 
     def spin() -> None:
         n = 0
         while not stop.is_set():
             n += 1
+            if off_cpu:
+                time.sleep(0.002)      # off the CPU 500 times a second
 
     with Engine(config) as engine:
         engine.collect()
@@ -57,3 +60,14 @@ def test_own_stacks_when_asked(config):
     # the spinning thread's own Python function, named by the CPython frame source
     assert any(f.name.endswith(".spin") and f.kind is FrameKind.PYTHON for s in with_user for f in s.stack)
     assert followed
+
+
+@pytest.mark.parametrize("own_stacks", [False, True], ids=["default", "own_stacks"])
+def test_own_off_cpu_waits(own_stacks):
+    own, _ = _own_samples(EngineConfig(cpu=False, off_cpu_threshold=1.0, own_stacks=own_stacks))
+    assert sum(s.value for s in own) > 0, own[:3]       # its waits are counted either way
+    user = [f.name for s in own for f in s.stack if f.kind is not FrameKind.KERNEL]
+    if own_stacks:
+        assert user                 # walked and named (no frame source runs without the CPU sampler)
+    else:
+        assert not user, user[:5]   # with their kernel stacks only
