@@ -4,6 +4,7 @@ exits."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -49,39 +50,39 @@ def _names(samples) -> list[list[str]]:
     return [[f.name for f in s.stack if f.kind is FrameKind.PYTHON] for s in samples]
 
 
-def _listed(prof: Engine, pid: int):
-    """The engine's CPython source, once it has listed `pid`."""
-    source = next(src for src in prof.runtimes if src.name == "python")
-    deadline = time.monotonic() + 10
-    while pid not in source._procs and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert pid in source._procs, "the Python process was not listed"
-    return source
+@contextlib.contextmanager
+def _listed_target():
+    """(target, engine, its CPython source) for SCRIPT's process, once the source has listed it."""
+    t = Target(INTERPRETERS[-1][1], SCRIPT, stdin=True)
+    try:
+        with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
+            source = next(src for src in prof.runtimes if src.name == "python")
+            deadline = time.monotonic() + 10
+            while t.pid not in source._procs and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert t.pid in source._procs, "the Python process was not listed"
+            yield t, prof, source
+    finally:
+        t.stop()
 
 
 def test_a_steady_process_stores_nothing_and_new_code_is_named_before_exit():
-    python = INTERPRETERS[-1][1]
-    t = Target(python, SCRIPT, stdin=True)
     takes: list[int] = []
-    try:
-        with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
-            source = _listed(prof, t.pid)
-            kernel = source._kernel
-            assert kernel.remembers
-            time.sleep(2.0)             # its stacks met, named and remembered
-            prof.collect()
-            real_take = kernel.take
-            kernel.take = lambda buffer: takes.append(len(got := real_take(buffer))) or got
-            stored = kernel.stored()
-            time.sleep(3.0)
-            stored = kernel.stored() - stored
-            steady = prof.collect()[0].samples
-            t.go()
-            assert t.proc.wait(timeout=10) == 0
-            time.sleep(0.2)
-            last = prof.collect()[0].samples
-    finally:
-        t.stop()
+    with _listed_target() as (t, prof, source):
+        kernel = source._kernel
+        assert kernel.remembers
+        time.sleep(2.0)             # its stacks met, named and remembered
+        prof.collect()
+        real_take = kernel.take
+        kernel.take = lambda buffer: takes.append(len(got := real_take(buffer))) or got
+        stored = kernel.stored()
+        time.sleep(3.0)
+        stored = kernel.stored() - stored
+        steady = prof.collect()[0].samples
+        t.go()
+        assert t.proc.wait(timeout=10) == 0
+        time.sleep(0.2)
+        last = prof.collect()[0].samples
     # ~1500 walks of a process whose few dozen stacks were all met before the window: without
     # py_known each pass took them again (every 0.5 s), and stored them again after
     assert stored <= 15, f"{stored} stacks stored in 3 s of a steady process"
@@ -103,23 +104,17 @@ def test_a_steady_process_stores_nothing_and_new_code_is_named_before_exit():
 def test_a_recurring_python_stack_is_named_once_across_intervals():
     """The groups of a Python stack named in one interval serve the next (the same Python stack
     under another native leaf is another sample stack): no frame is made again for it."""
-    python = INTERPRETERS[-1][1]
-    t = Target(python, SCRIPT, stdin=True)
     made: list[int] = []
-    try:
-        with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
-            source = _listed(prof, t.pid)
-            time.sleep(2.0)
-            prof.collect()
-            keys = list(source._known)      # its stacks, remembered across intervals
-            assert keys
-            real_frame = source.codes.frame
-            source.codes.frame = lambda *args: made.append(1) or real_frame(*args)
-            first = [source.frames(t.pid, key)[0] for key in keys]
-            source.collect(prof.cpu.buffers.active ^ 1)     # the next interval
-            made.clear()
-            again = [source.frames(t.pid, key)[0] for key in keys]
-    finally:
-        t.stop()
+    with _listed_target() as (t, prof, source):
+        time.sleep(2.0)
+        prof.collect()
+        keys = list(source._known)      # its stacks, remembered across intervals
+        assert keys
+        real_frame = source.codes.frame
+        source.codes.frame = lambda *args: made.append(1) or real_frame(*args)
+        first = [source.frames(t.pid, key)[0] for key in keys]
+        source.collect(prof.cpu.buffers.active ^ 1)     # the next interval
+        made.clear()
+        again = [source.frames(t.pid, key)[0] for key in keys]
     assert again == first and any(first)
     assert not made, f"{len(made)} frames made again"

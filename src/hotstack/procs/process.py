@@ -9,6 +9,7 @@ read still has its frames resolved.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -99,9 +100,11 @@ def exists(pid: int) -> bool:
 INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
 
 
+@functools.cache
 def own_host_pid() -> int:
     """This process's pid as the kernel's programs see it (in the host's pid namespace), or 0 where
-    it runs in another namespace (there its pid may be another process's on the host)."""
+    it runs in another namespace (there its pid may be another process's on the host). Read once:
+    the engine and each sampler ask at start."""
     try:
         if os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NAMESPACE_INODE:
             return 0
