@@ -7,6 +7,8 @@ Workloads (each sampled alone, by pid, at --rate Hz on every CPU):
   python3   Debian's python3 in a ~45-frame Python recursion over sorted() (tests/unwind/workloads/
             recursion.py): the CPython walker (bpf/python.h) and the native walk below it
   python3-native   the same process with Python frames off: the native walk alone
+  shallow   a C program built with frame pointers, 5 frames deep (tests/engine/workloads/hot_ab.c): the
+            fixed cost of a sample (the kernel stack, the lookups, one step program, the count)
   deep      a C program 300 calls deep, -fomit-frame-pointer (tests/unwind/workloads/deep.c): the
             step programs chained by tail calls up to 128 frames
 
@@ -34,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ("python3", "python3-native", "deep")
+WORKLOADS = ("python3", "python3-native", "shallow", "deep")
 
 # The child: runs inside the tree under test (PYTHONPATH=<tree>/src), prints one JSON line.
 CHILD = r"""
@@ -89,6 +91,12 @@ finally:
 def workload_argv(name: str, build: Path) -> list[str]:
     if name.startswith("python3"):
         return ["/usr/bin/python3", str(ROOT / "tests/unwind/workloads/recursion.py"), "40"]
+    if name == "shallow":
+        exe = build / "hot_ab"
+        if not exe.exists():
+            subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(ROOT / "tests/engine/workloads/hot_ab.c"),
+                            "-o", str(exe)], check=True)
+        return [str(exe)]
     exe = build / "deep"
     if not exe.exists():
         subprocess.run(["cc", "-O1", "-fomit-frame-pointer", str(ROOT / "tests/unwind/workloads/deep.c"), "-o",

@@ -198,3 +198,63 @@ def test_execs_of_a_process_that_is_not_sampled_are_not_read(tmp_path):
                 child.wait()
     # a sample falls in ~1 ms of an image's CPU now and then (2% a time at 19 Hz): a few reads at most
     assert reads <= 3, f"/proc/PID/maps of a sleeping program read {reads} times over its {execs} execs"
+
+
+# Opens of /proc/PID/stat by the thread that counts them (an audit hook cannot be removed: it counts
+# only while _STAT_OPENS["on"] is set, and only on the thread that set it).
+_STAT_OPENS = {"on": None, "count": 0}
+_stat_hook_installed = False
+
+
+def _count_stat_opens(event: str, args: tuple) -> None:
+    if (event == "open" and _STAT_OPENS["on"] is threading.current_thread() and isinstance(args[0], str)
+            and args[0].startswith("/proc/") and args[0].endswith("/stat")):
+        _STAT_OPENS["count"] += 1
+
+
+def _stat_opens_during(fn) -> int:
+    global _stat_hook_installed
+    if not _stat_hook_installed:
+        sys.addaudithook(_count_stat_opens)
+        _stat_hook_installed = True
+    _STAT_OPENS["count"] = 0
+    _STAT_OPENS["on"] = threading.current_thread()
+    try:
+        fn()
+    finally:
+        _STAT_OPENS["on"] = None
+    return _STAT_OPENS["count"]
+
+
+def test_an_exited_process_is_forgotten_from_its_exit_event_without_reading_proc():
+    """The programs report the exits of the processes they announced (bpf/exec.bpf.c): the engine
+    forgets a process that exited without reading /proc/PID/stat for every process it knows at
+    every interval (which it did before: one read each, a tenth of its CPU under a loop of short
+    commands), and keeps those still running."""
+    with Engine(EngineConfig(frequency=199, runtime_frames=False)) as prof:
+        assert prof.cpu is not None and prof.cpu._exits_known, "no exit tracepoint on this kernel"
+        stays = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        goes = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        try:
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and not (prof.processes.known(stays.pid)
+                                                       and prof.processes.known(goes.pid)):
+                time.sleep(0.1)
+            assert prof.processes.known(stays.pid) and prof.processes.known(goes.pid), "never announced"
+            prof.collect()
+            goes.kill()
+            goes.wait()
+            known = len(prof.processes)
+            reads = _stat_opens_during(prof._forget_dead)
+            assert not prof.processes.known(goes.pid), "the exited process is still known"
+            assert prof.processes.known(stays.pid), "a running process was forgotten"
+            assert reads == 0, f"{reads} reads of /proc/PID/stat to forget 1 of {known} processes"
+            # where /proc must be read all the same (no exit reports: here, past FULL_CHECK_S) it is
+            prof._full_check_at -= 3600
+            reads = _stat_opens_during(prof._forget_dead)
+            assert reads >= 1 and prof.processes.known(stays.pid), reads
+        finally:
+            for p in (stays, goes):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()

@@ -94,4 +94,18 @@ static __always_inline void announce_exec(int allowed)
 	bpf_map_update_elem(&seen_pids, &pid, execed, BPF_ANY);
 }
 
+/* The exit of the process `pid` (its main thread's), if a program announced it: queued in gone_pids
+ * with the time, for userspace to forget it without reading /proc for every process it knows at
+ * every interval. Its seen_pids entry stays: a sample taken later in the exit (in the kernel, after
+ * exit_mm) must not announce it again, and an exit of a pid never announced is not queued. */
+static __always_inline void announce_exit(__u32 pid)
+{
+	__u64 now;
+
+	if (!bpf_map_lookup_elem(&seen_pids, &pid))
+		return;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&gone_pids, &pid, &now, BPF_ANY);
+}
+
 #endif

@@ -436,6 +436,12 @@ enum hs_stat {
 		__type(value, __u8); \
 	} new_pids SEC(".maps"); \
 	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 2048); \
+		__type(key, __u32); \
+		__type(value, __u64); \
+	} gone_pids SEC(".maps"); \
+	struct { \
 		__uint(type, BPF_MAP_TYPE_RINGBUF); \
 		__uint(max_entries, 4096); \
 	} wakeups SEC(".maps"); \

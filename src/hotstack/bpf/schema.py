@@ -125,7 +125,7 @@ HS_STAT_STACKS_FULL = 4
 HS_STAT_MAX = 5
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'wakeups', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'self_tgid', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).

@@ -31,6 +31,7 @@ class Process:
     mappings: MappingIndex = field(default_factory=lambda: MappingIndex([]))
     alive: bool = True
     maps_read_at: float = field(default_factory=time.monotonic)
+    read_at: float = field(default_factory=time.monotonic)    # when this entry was read from /proc
 
     image: tuple | None = None   # (dev, inode) of the executable: an exec changes it
     mntns: int = 0               # its mount namespace (the inode of /proc/PID/ns/mnt); 0: unknown
@@ -257,6 +258,7 @@ class ProcessTable:
         """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
         with self._lock:
             known = self._by_pid.get(pid)
+        read_at = time.monotonic()     # before the reads: an exit after this is this process's
         stat = read_stat(pid)
         if known is not None and stat is None:
             known.alive = False
@@ -269,6 +271,7 @@ class ProcessTable:
         if info is None:
             self.maps_gone += 1
             return known
+        info.read_at = read_at
         with self._lock:
             self._by_pid[pid] = info
         return info
@@ -334,10 +337,18 @@ class ProcessTable:
         with self._lock:
             self._by_pid.pop(pid, None)
 
-    def forget_dead(self) -> int:
-        """Drop processes that have exited; call between intervals, after their samples are resolved."""
+    def forget_dead(self, gone: dict[int, float] | None = None) -> int:
+        """Drop processes that have exited; call between intervals, after their samples are resolved.
+        `gone`: the exits the kernel reported (pid -> time.monotonic() of the exit) when it reports
+        every exit of the processes known here; then /proc is not read, and a process read after the
+        exit of another under its pid (a reused pid) stays. None: each known process's start time
+        is read again."""
         with self._lock:
-            dead = [pid for pid, info in self._by_pid.items() if read_start_time(pid) != info.start_time]
+            if gone is None:
+                dead = [pid for pid, info in self._by_pid.items() if read_start_time(pid) != info.start_time]
+            else:
+                dead = [pid for pid, info in self._by_pid.items()
+                        if not info.alive or gone.get(pid, 0.0) >= info.read_at]
             for pid in dead:
                 del self._by_pid[pid]
         return len(dead)

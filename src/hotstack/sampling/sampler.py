@@ -24,10 +24,12 @@ from .ringbuf import RingBuffer
 from .runtime_maps import deferred_programs
 
 _PID = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
 EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
-EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "wakeups")
+EXIT_PROGRAM = "hotstack_exit"     # ... and exits
+EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "gone_pids", "wakeups")
 # filter_pids: its key 0 opens the filter to every pid (bpf/pids.h pid_allowed); a filter set at
 # run time holds up to this many pids, and is left open for more
 RUN_TIME_PIDS_MAX = 8192
@@ -59,6 +61,7 @@ class Sampler:
         self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
+        self._exits_known = False                   # its exit program is attached (gone_pids fills)
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
         # a wakeup record was read since new_pids was last drained (the program writes one after each
         # announcement: bpf/pids.h); True at first, for what was announced before anyone read
@@ -158,20 +161,40 @@ class Sampler:
         if not self.native_vma_walk:
             self.native.write_process(pid)
     def _announce_execs(self) -> None:
-        """Load bpf/exec.bpf.c beside the program, on its pid maps: execs are announced. Where the
-        kernel has no BTF for the tracepoint, execs show only through a changed comm."""
+        """Load bpf/exec.bpf.c beside the program, on its pid maps: execs and exits are announced.
+        Where the kernel has no BTF for the tracepoints, execs show only through a changed comm, and
+        exits through /proc (gone_pids() answers None)."""
         shared = {name: ebpf.Map(self.collection.maps[name].spec, os.dup(self.collection.maps[name].fd))
                   for name in EXEC_SHARED_MAPS}
         try:
             spec = ebpf.load_spec(object_path("exec"), map_prefix=self.map_prefix + "x")
             spec.set_constant("filter_by_pid", self._filters_pids())
             spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
+            spec.programs[EXIT_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exit")
             self._exec = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptors
             self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXEC_PROGRAM]))
+            self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXIT_PROGRAM]))
+            self._exits_known = True
         except (OSError, KeyError, ebpf.EbpfError) as e:
-            for m in shared.values():
-                m.close()
-            log.info("exec detection by comm only: %s", e)
+            if self._exec is None:
+                for m in shared.values():
+                    m.close()
+            log.info("exec and exit detection through /proc: %s", e)
+
+    def gone_pids(self) -> dict[int, float] | None:
+        """The processes this program announced that exited since the last call: pid -> time of the
+        exit (time.monotonic()'s clock). None where exits are not seen (no exit program, or the queue
+        overflowed and some were lost): then only /proc can tell who is gone."""
+        if self.collection is None:
+            return None
+        gone_map = self.collection.maps["gone_pids"]
+        try:
+            drained = gone_map.drain()
+        except ebpf.EbpfError:      # closing under us
+            return None
+        if not self._exits_known or len(drained) >= gone_map.spec.max_entries:
+            return None
+        return {_PID.unpack_from(key)[0]: _U64.unpack_from(value)[0] / 1e9 for key, value in drained}
 
     def set_kernel_pids(self, pids) -> None:
         """With pids_at_run_time: sample only `pids` from now on (None, or more than
@@ -247,6 +270,7 @@ class Sampler:
         for link in self._links:
             link.close()
         self._links = []
+        self._exits_known = False
 
     def wakeup_fd(self) -> int | None:
         """A descriptor that polls readable when the program queued work for userspace (a new pid,
