@@ -6,6 +6,8 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from .proc_files import read_text
+
 
 @dataclass(frozen=True, slots=True)
 class Mapping:
@@ -67,8 +69,7 @@ def parse_exec_maps(text: str) -> list[Mapping]:
 def read_maps(pid: int) -> list[Mapping]:
     """Executable mappings of `pid`; empty when the process is gone."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            return parse_exec_maps(f.read())
+        return parse_exec_maps(read_text(f"/proc/{pid}/maps"))
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
 

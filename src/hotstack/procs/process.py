@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
 from .maps import Mapping, MappingIndex, parse_exec_maps, parse_maps, read_maps
+from .proc_files import read_bytes, read_text
 
 
 @dataclass
@@ -57,8 +58,7 @@ def read_stat(pid: int) -> tuple[int, str] | None:
     """(start time, comm) of `pid` from /proc/PID/stat; None when it is gone. The comm is the
     one /proc/PID/comm shows (both print the task's name): one read serves both."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = read_bytes(f"/proc/{pid}/stat")
     except OSError:
         return None
     # comm may hold spaces and parens: the fields after it start at the last ')'.
@@ -185,8 +185,7 @@ def namespace_pid(pid: int) -> int:
 
 def _read_text(path: str) -> str:
     try:
-        with open(path, errors="replace") as f:
-            return f.read()
+        return read_text(path)
     except OSError:
         return ""
 
