@@ -11,6 +11,8 @@ a `[truncated]` frame where the missing, outer frames would be.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import compress
+from operator import attrgetter
 
 from ...profile.model import TRUNCATED, Frame
 
@@ -32,6 +34,28 @@ ROOT_FRAMES = frozenset({"_start", "__libc_start_main", "__libc_start_call_main"
                          "clone3", "__clone", "__clone3", "thread_start"})
 
 
+_NAME = attrgetter("name")
+
+
+class _AnchorNames(dict):
+    """Frame name -> whether `is_anchor` takes a frame of that name, asked once per name: the
+    anchors of every interpreter are told by name, and a merge had called the predicate on each
+    native frame of each sample (a tenth of a Python stack's naming)."""
+
+    def __init__(self, is_anchor: Callable[[Frame], bool]) -> None:
+        super().__init__()
+        self.is_anchor = is_anchor
+
+    def __missing__(self, name: str) -> bool:
+        if len(self) >= 4096:
+            self.clear()
+        found = self[name] = bool(self.is_anchor(Frame(name)))
+        return found
+
+
+_anchor_names: dict[Callable[[Frame], bool], _AnchorNames] = {}
+
+
 def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = False,
           is_anchor: Callable[[Frame], bool] = is_eval_frame) -> list[Frame]:
     """Leaf-first native frames + leaf-first groups of Python frames -> one leaf-first stack.
@@ -47,14 +71,24 @@ def merge(native: list[Frame], groups: list[list[Frame]], truncated: bool = Fals
     """
     if truncated:
         groups = groups[:-1] + [groups[-1] + [TRUNCATED]]
-    evals = [i for i, f in enumerate(native) if is_anchor(f)]
+    anchors = _anchor_names.get(is_anchor)
+    if anchors is None:
+        anchors = _anchor_names[is_anchor] = _AnchorNames(is_anchor)
+    # (C-level passes: a name's answer is a dict hit after its first frame)
+    evals = list(compress(range(len(native)), map(anchors.__getitem__, map(_NAME, native))))
     skip = 0
     if not truncated and native and native[-1].name in ROOT_FRAMES and len(evals) > len(groups):
         skip = len(evals) - len(groups)
-    replace = {pos: groups[j - skip] for j, pos in enumerate(evals) if 0 <= j - skip < len(groups)}
     out: list[Frame] = []
-    for i, frame in enumerate(native):
-        group = replace.get(i)
-        out.extend(group if group is not None else (frame,))
-    out.extend(f for group in groups[len(replace):] for f in group)
+    done = 0        # native frames before this are in out
+    replaced = 0
+    for j, pos in enumerate(evals):
+        if 0 <= j - skip < len(groups):
+            out += native[done:pos]
+            out += groups[j - skip]
+            done = pos + 1
+            replaced += 1
+    out += native[done:]
+    for group in groups[replaced:]:
+        out += group
     return out
