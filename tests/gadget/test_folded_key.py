@@ -1,0 +1,38 @@
+"""The folded key (profile/folded.py) is built with C-level passes and cleaned only when a name holds
+a separator: it must read exactly as the plain per-frame rule says, whatever the names and kinds."""
+
+from __future__ import annotations
+
+import random
+
+from hotstack.profile.folded import folded_key
+from hotstack.profile.model import Frame, FrameKind, Sample
+
+
+def plain_key(sample: Sample, comm: bool = True, kernel_suffix: str = "_[k]", empty: str = "") -> str:
+    """The rule, one frame at a time: root first, ';' and newlines out of names, kernel frames suffixed."""
+    def clean(name: str) -> str:
+        return name.replace(";", ":").replace("\n", " ")
+    parts = [clean(sample.comm or "?")] if comm else []
+    parts += [clean(f.name) + (kernel_suffix if f.kind is FrameKind.KERNEL else "") for f in reversed(sample.stack)]
+    return ";".join(parts) or empty
+
+
+def test_folded_keys_read_as_the_per_frame_rule_says():
+    rng = random.Random(7)
+    pieces = ["a", "b", ";", "\n", " ", "x;y", "", "[k]", "_[k]"]
+    kinds = [FrameKind.KERNEL, FrameKind.NATIVE, FrameKind.PYTHON]
+    for _ in range(5000):
+        stack = tuple(Frame("".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))), rng.choice(kinds))
+                      for _ in range(rng.randint(0, 8)))
+        sample = Sample(stack, 1, 1, 1, rng.choice(["", "sh", "a;b", "x\ny"]), ())
+        for args in ((True, "_[k]", ""), (False, "", "-"), (True, "", ""), (False, "_[k]", "[none]")):
+            assert folded_key(sample, *args) == plain_key(sample, *args), (sample, args)
+
+
+def test_a_deep_stack_with_kernel_frames_at_its_leaf():
+    stack = (Frame("do_syscall_64", FrameKind.KERNEL), Frame("entry_SYSCALL_64", FrameKind.KERNEL),
+             *(Frame(f"f{i}", FrameKind.PYTHON) for i in range(60)), Frame("main"), Frame("_start"))
+    sample = Sample(stack, 3, 1, 1, "python3", ())
+    key = folded_key(sample)
+    assert key.startswith("python3;_start;main;f59;") and key.endswith(";f0;entry_SYSCALL_64_[k];do_syscall_64_[k]")
