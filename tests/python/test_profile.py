@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import subprocess
 import textwrap
 import time
@@ -10,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from hotstack.ebpf import syscalls as sc
+from hotstack.ebpf.features import helper_available
 from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.symbols.symbolizer import Symbolizer
 from hotstack.sampling import Engine, EngineConfig
+from hotstack.sampling.cpu import CpuSampler
 
 from pyframes_helpers import HERE, INTERPRETERS, Target
 
@@ -294,7 +299,8 @@ def test_interpreter_walker_is_loaded_with_the_first_process_of_its_interpreter(
         sh.kill()
         sh.wait()
     assert at_start == set(), at_start
-    assert after == {"profile_walk_python"}, after
+    # its bpf_loop variant where the kernel has bpf_loop (5.17+), the unrolled walker elsewhere
+    assert after == {"profile_walk_python_loop" if helper_available("bpf_loop") else "profile_walk_python"}, after
     assert any("caller" in python_names(s) for s in samples), Counter(s.comm for s in samples)
 
 
@@ -385,3 +391,26 @@ def test_python_that_reexecs_itself_keeps_its_python_frames(tmp_path):
         t.stop()
     second = sum(s.value for s in samples if "second_image" in python_names(s))
     assert second >= 100, [python_names(s) for s in samples[-5:]]
+
+
+def _verified_instructions(program) -> int:
+    info = ctypes.create_string_buffer(256)
+    attr = sc.new_attr()
+    struct.pack_into("<IIQ", attr, 0, program.fd, len(info), sc.address(info))
+    sc.bpf(sc.BPF_OBJ_GET_INFO_BY_FD, attr, "info")
+    return struct.unpack_from("<I", info, 216)[0]      # bpf_prog_info.verified_insns (5.16+)
+
+
+@pytest.mark.skipif(not helper_available("bpf_loop"), reason="this kernel has no bpf_loop (5.17+)")
+def test_the_bpf_loop_walker_is_verified_once_not_frame_by_frame():
+    """The CPython walker's bpf_loop variant (its frame step a callback, loaded with the BTF function
+    records the kernel asks of a program with callbacks) costs the verifier a fraction of the
+    unrolled walker's work: it is paid when a host's first Python process is found."""
+    sampler = CpuSampler(EngineConfig(frequency=19, unwind="kernel"))
+    collection = sampler.start()
+    try:
+        looped = _verified_instructions(collection.load_deferred("profile_walk_python_loop"))
+        unrolled = _verified_instructions(collection.load_deferred("profile_walk_python"))
+    finally:
+        sampler.close()
+    assert 0 < looped < unrolled / 2, (looped, unrolled)

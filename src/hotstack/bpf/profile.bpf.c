@@ -231,7 +231,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 /* An interpreter's walker (rt_progs[which]): its frames recorded in key.runtime_stack, then the
  * sample ended as the program that handed it over says (RT_THEN_*). */
-static __always_inline int rt_walk(void *ctx, int which)
+static __always_inline int rt_walk(void *ctx, int which, int use_loop)
 {
 	struct nu_state *st = nu_state();
 	struct stack_key key;
@@ -244,7 +244,7 @@ static __always_inline int rt_walk(void *ctx, int which)
 	word = native_ctx_load(st, &key, comm);
 	buffer = word & 1;
 	if (which == RT_PYTHON)
-		key.runtime_stack = python_walk(key.pid, key.tid, buffer);
+		key.runtime_stack = python_walk(key.pid, key.tid, buffer, use_loop);
 	else if (which == RT_RUBY)
 		key.runtime_stack = ruby_walk(key.pid, buffer);
 	else if (which == RT_PHP)
@@ -270,25 +270,33 @@ static __always_inline int rt_walk(void *ctx, int which)
 SEC("perf_event")
 int profile_walk_python(struct bpf_perf_event_data *ctx)
 {
-	return rt_walk(ctx, RT_PYTHON);
+	return rt_walk(ctx, RT_PYTHON, 0);
+}
+
+/* The same walker with its frames stepped by bpf_loop, loaded instead where the kernel has it
+ * (sampling/runtime_maps.py): a fraction of the verifier's work. */
+SEC("perf_event")
+int profile_walk_python_loop(struct bpf_perf_event_data *ctx)
+{
+	return rt_walk(ctx, RT_PYTHON, 1);
 }
 
 SEC("perf_event")
 int profile_walk_ruby(struct bpf_perf_event_data *ctx)
 {
-	return rt_walk(ctx, RT_RUBY);
+	return rt_walk(ctx, RT_RUBY, 0);
 }
 
 SEC("perf_event")
 int profile_walk_php(struct bpf_perf_event_data *ctx)
 {
-	return rt_walk(ctx, RT_PHP);
+	return rt_walk(ctx, RT_PHP, 0);
 }
 
 SEC("perf_event")
 int profile_walk_perl(struct bpf_perf_event_data *ctx)
 {
-	return rt_walk(ctx, RT_PERL);
+	return rt_walk(ctx, RT_PERL, 0);
 }
 
 /* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted.

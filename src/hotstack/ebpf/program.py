@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import syscalls as sc
 from .errors import SyscallError, VerifierError
+from .func_info import FUNC_INFO, func_info, load_func_btf
 from .spec import ProgramSpec
 
 LOG_SIZE = 1 << 20
@@ -74,6 +75,19 @@ def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None)
     ctypes.memmove(ctypes.addressof(attr) + 48, name, len(name))
     struct.pack_into("<I", attr, 68, spec.attach_type)
     struct.pack_into("<I", attr, 108, spec.attach_btf_id)
+    btf_fd = -1
+    if spec.takes_function_address:
+        btf_fd = load_func_btf(spec.name, [name for _, name in spec.functions])
+        records = ctypes.create_string_buffer(func_info(spec.functions))
+        struct.pack_into("<IIQI", attr, 72, btf_fd, FUNC_INFO.size, sc.address(records), len(spec.functions) + 1)
+    try:
+        return _prog_load_attr(spec, attr)
+    finally:
+        if btf_fd >= 0:
+            sc.close(btf_fd)
+
+
+def _prog_load_attr(spec: ProgramSpec, attr) -> int:
     # The verifier gives up with EAGAIN when a signal arrives while it works (a child exits, the
     # terminal is resized, a tracer stops us), and our largest program takes it seconds: signals
     # wait (blocked in this thread, delivered when the load returns, so Ctrl-C still stops the start

@@ -38,6 +38,7 @@ BPF_CALL = 0x85
 PSEUDO_MAP_FD = 1
 PSEUDO_MAP_VALUE = 2
 PSEUDO_CALL = 1
+PSEUDO_FUNC = 4      # src_reg of a ld_imm64 that loads a subprogram's address
 
 
 @dataclass
@@ -74,6 +75,10 @@ class ProgramSpec:
     license: str = "GPL"
     # Kernel BTF type id of the attach target (fentry/fexit function, tp_btf typedef); set before loading.
     attach_btf_id: int = 0
+    # Its functions appended from .text (instruction index, name), and whether it takes the address
+    # of one (a bpf_loop callback): then it loads with BTF function records (ebpf/func_info.py).
+    functions: list[tuple[int, str]] = field(default_factory=list)
+    takes_function_address: bool = False
 
 
 @dataclass
@@ -183,10 +188,31 @@ def _program(elf: BpfElf, section: Section, text: Section | None, name: str, sta
              prog_type: int, attach_type: int, license: str) -> ProgramSpec:
     insns = bytearray(section.data[start:start + size] if size else section.data[start:])
     spec = ProgramSpec(name, section.name, prog_type, attach_type, insns, license=license)
-    text_base = None
+    # .text's functions (bpf-to-bpf calls, bpf_loop callbacks) are appended after the program, each
+    # once and only if it is called or its address taken: the verifier refuses code no path reaches
+    # (a callback of another program, a step hook this program does not call)
+    functions = sorted((f.value // 8, max(1, f.size // 8), f.name)
+                       for f in (elf.symbols_in(text) if text is not None else ()) if f.type == STT_FUNC)
+    appended: dict[int, int] = {}      # a function's first instruction in .text -> in the program
+
+    def text_index(at: int) -> int:
+        """The program's index of .text's instruction `at` (its function appended first if need be)."""
+        start, count, function = next(((s, n, f) for s, n, f in functions if s <= at < s + n),
+                                      (0, len(text.data) // 8, ""))
+        if start not in appended:
+            appended[start] = len(spec.instructions) // 8
+            spec.functions.append((appended[start], function))
+            body = text.data[start * 8:(start + count) * 8]
+            relocated = {rel.offset for rel in elf.relocations_for(text)}
+            for i in range(0, len(body), 8):
+                # a call to a neighbour by its distance alone would land elsewhere once appended apart
+                if body[i] == BPF_CALL and body[i + 1] >> 4 == PSEUDO_CALL and start * 8 + i not in relocated:
+                    raise ObjectFormatError(f"{name}: a call inside .text without a relocation")
+            spec.instructions += body
+            relocate(text, appended[start], start * 8, (start + count) * 8)
+        return appended[start] + at - start
 
     def relocate(target: Section, base_index: int, lo: int, hi: int) -> None:
-        nonlocal text_base
         for rel in elf.relocations_for(target):
             if not lo <= rel.offset < hi:
                 continue
@@ -203,12 +229,17 @@ def _program(elf: BpfElf, section: Section, text: Section | None, name: str, sta
                 extra = imm + (0 if sym.type == STT_SECTION else sym.value)
                 spec.map_relocations.append((index, target_section.name, extra))
             elif opcode == BPF_CALL and target_section.name == ".text" and text is not None:
-                if text_base is None:
-                    text_base = len(spec.instructions) // 8
-                    spec.instructions += text.data
-                    relocate(text, text_base, 0, text.size)
                 imm, = struct.unpack_from("<i", spec.instructions, index * 8 + 4)
-                callee = text_base + (0 if sym.type == STT_SECTION else sym.value // 8) + imm + 1
+                callee = text_index((0 if sym.type == STT_SECTION else sym.value // 8) + imm + 1)
+                struct.pack_into("<i", spec.instructions, index * 8 + 4, callee - index - 1)
+            elif opcode == BPF_LD_IMM64 and target_section.name == ".text" and text is not None:
+                # a function's address (a bpf_loop callback): its byte offset in .text becomes the
+                # kernel's BPF_PSEUDO_FUNC, an instruction offset from here
+                imm, = struct.unpack_from("<i", spec.instructions, index * 8 + 4)
+                callee = text_index(((0 if sym.type == STT_SECTION else sym.value) + imm) // 8)
+                spec.takes_function_address = True
+                regs = spec.instructions[index * 8 + 1]
+                spec.instructions[index * 8 + 1] = (regs & 0x0F) | (PSEUDO_FUNC << 4)
                 struct.pack_into("<i", spec.instructions, index * 8 + 4, callee - index - 1)
             else:
                 raise ObjectFormatError(

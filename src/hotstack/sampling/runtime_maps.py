@@ -18,6 +18,7 @@ import struct
 import threading
 
 from .. import ebpf
+from ..ebpf import features
 from ..bpf import schema
 from .buffers import BATCH_BYTES   # (Ruby, PHP, Perl records of 4 KiB: 29 a call, ~30 us empty, ~2.5 us each)
 
@@ -47,9 +48,26 @@ def _urgent():
         os.setpriority(os.PRIO_PROCESS, tid, before)
 
 
+# A walker's variant that steps its frames with bpf_loop (bpf/python.h): the verifier checks one
+# step, not each of an unrolled loop's, so loading it costs a fraction of the CPU. Loaded instead of
+# the walker where the kernel has bpf_loop (5.17+).
+LOOP_SUFFIX = "_loop"
+
+
 def runtime_programs(*roles: str) -> set[str]:
-    """The programs that schema.yaml gives the runtimes in these roles (walker, step)."""
-    return {r[k] for r in schema.RUNTIMES.values() for k in roles if k in r}
+    """The programs that schema.yaml gives the runtimes in these roles (walker, step), with their
+    bpf_loop variants."""
+    names = {r[k] for r in schema.RUNTIMES.values() for k in roles if k in r}
+    return names | {name + LOOP_SUFFIX for name in names}
+
+
+def _variant(collection: ebpf.Collection, name: str) -> str:
+    """The program to load for `name`: its bpf_loop variant where the object has one and the kernel
+    has bpf_loop, else itself."""
+    looped = name + LOOP_SUFFIX
+    if looped in collection.spec.programs and features.helper_available("bpf_loop"):
+        return looped
+    return name
 
 
 def deferred_programs(programs) -> set[str]:
@@ -93,7 +111,7 @@ class RuntimeMaps:
                 name, table, slot = self._slot
                 try:
                     with _urgent():
-                        program = self._collection.load_deferred(name)
+                        program = self._load(name)
                     self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
                     if table == "rt_progs":      # the sampler looks its processes up from now on
                         self._collection.maps["rt_listed"].update(_U32.pack(slot), _U32.pack(1))
@@ -102,6 +120,16 @@ class RuntimeMaps:
                     logging.getLogger(__name__).warning("%s frames off: %s", name, e)
                     self._walker_ready = False
         return self._walker_ready
+
+    def _load(self, name: str) -> ebpf.Program:
+        """The walker, as its bpf_loop variant where it can be (a refused variant falls back)."""
+        chosen = _variant(self._collection, name)
+        if chosen != name:
+            try:
+                return self._collection.load_deferred(chosen)
+            except (ebpf.EbpfError, OSError) as e:
+                logging.getLogger(__name__).info("%s refused, %s instead: %s", chosen, name, e)
+        return self._collection.load_deferred(name)
 
     def track(self, pid: int, record: bytes) -> bool:
         if not self._walker():
