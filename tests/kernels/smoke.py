@@ -142,6 +142,8 @@ def item_programs(w: Path) -> str:
     from hotstack import ebpf
     from hotstack.bpf import object_path
     from hotstack.ebpf import links
+    from hotstack.ebpf import features
+    from hotstack.sampling.runtime_maps import LOOP_SUFFIX
     from hotstack.unwind import kernel_maps
 
     loaded, notes = [], []
@@ -153,6 +155,11 @@ def item_programs(w: Path) -> str:
         links.resolve_btf_targets(spec)              # tp_btf/sched_switch
         for key in [k for k, p in spec.programs.items() if p.section in ("fentry", "fexit")]:
             del spec.programs[key]
+        if not features.helper_available("bpf_loop"):
+            # bpf_loop variants of the walkers: loaded only where the kernel has bpf_loop (runtime_maps)
+            for key in [k for k in spec.programs if k.endswith(LOOP_SUFFIX)]:
+                del spec.programs[key]
+                notes.append(f"{key} not loaded (no bpf_loop)")
         with ebpf.Collection.load(spec) as coll:
             loaded += list(coll.programs)
             notes += [str(a) for a in coll.adaptations]
