@@ -110,6 +110,8 @@ static __always_inline __u32 py_window_len(__u32 end)
 /* A walk in progress: what a frame step needs of the process (copied out of its py_proc, so that a
  * bpf_loop callback needs no lookup of it) and where the chain is. */
 struct py_walk {
+	struct py_stack *stack; /* the per-CPU scratch the frames go to, and the read window */
+	__u8 *w;
 	__u64 frame;            /* the next frame to read (0: the chain ended) */
 	__u64 hash;
 	__u64 code_tag_mask;
@@ -156,13 +158,9 @@ static __always_inline long py_walk_frame(__u32 i, struct py_walk *s, struct py_
  * Python process is found). */
 static long py_loop_step(__u32 i, void *ctx)
 {
-	__u32 zero = 0;
-	struct py_stack *stack = bpf_map_lookup_elem(&py_scratch, &zero);
-	__u8 *w = bpf_map_lookup_elem(&py_window, &zero);
+	struct py_walk *s = ctx;
 
-	if (!stack || !w)
-		return 1;
-	return py_walk_frame(i, ctx, stack, w);
+	return py_walk_frame(i, s, s->stack, s->w);
 }
 
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
@@ -193,6 +191,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 	s.code_end = py_max(py_max(proc->co_argcount, proc->co_flags), proc->co_firstlineno) + 4;
 	if (s.frame_end > PY_WINDOW || s.code_end > PY_WINDOW)
 		return 0;       /* not listed by userspace (fits_walker) */
+	s.stack = stack;
+	s.w = w;
 	s.code_tag_mask = proc->code_tag_mask;
 	s.frame_code = proc->frame_code;
 	s.frame_instr = proc->frame_instr;
