@@ -28,15 +28,8 @@ def folded_key(sample: Sample, comm: bool = True, kernel_suffix: str = "_[k]", e
     stack = sample.stack
     names = list(map(_NAME, reversed(stack)))       # root first
     if kernel_suffix:
-        # kernel frames lead a leaf-first stack: those, then a C-level look for any other
-        lead = 0
-        while lead < len(stack) and stack[lead].kind is _KERNEL:
-            lead += 1
-        for i in range(len(names) - lead, len(names)):
+        for i in compress(range(len(names)), map(is_, map(_KIND, reversed(stack)), repeat(_KERNEL))):
             names[i] += kernel_suffix
-        if _KERNEL in map(_KIND, stack[lead:]):
-            for i in compress(range(len(names) - lead), map(is_, map(_KIND, reversed(stack)), repeat(_KERNEL))):
-                names[i] += kernel_suffix
     if comm:
         names.insert(0, sample.comm or "?")
     text = ";".join(names)
