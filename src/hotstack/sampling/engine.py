@@ -322,6 +322,7 @@ class Engine:
                         source.collect(sampler.buffers.active ^ 1)   # runtime stacks of the buffer drained
                 batches.append((sampler, batch))
             profiles = [self.to_profile(sampler, batch) for sampler, batch in batches]
+            self._samples.next_interval()
             self._forget_dead()
             self.symbolizer.release_file_pages()
             return profiles

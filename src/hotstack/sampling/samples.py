@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
-from operator import is_
+from itertools import filterfalse, repeat
+from operator import attrgetter, is_
 
 from ..procs import ProcessTable
-from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
+from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, FrameKind, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.runtimes import FrameSource
 from .buffers import RawStack
@@ -24,11 +24,35 @@ def without_bpf_frames(frames: list[Frame]) -> list[Frame]:
     return frames[skip:]
 
 
+_RESOLVED = attrgetter("resolved")
+
+
+def _final(frame: Frame) -> bool:
+    """Whether a frame is named as it will stay: named, or an address of a file that has no symbol
+    for it (module+0xOFF). `[unknown]` (no file, JIT code whose map may be written later) and a
+    runtime's unreadable frame may be named at the next look."""
+    return frame.resolved or (frame.kind is FrameKind.NATIVE and frame.name != UNKNOWN)
+
+
 class SampleMaker:
+    """Samples from raw stacks. A process's user stack (with its runtime frames) that recurs in
+    this interval or the last is named once: the symbolizer's per-address pass and a runtime's
+    merge had been ~20-50 us a repeated key under load (a Python process's stacks recur, each
+    under a key per thread and kernel stack)."""
+
     def __init__(self, symbolizer: Symbolizer, processes: ProcessTable, runtimes: Sequence[FrameSource]) -> None:
         self.symbolizer = symbolizer
         self.processes = processes
         self.runtimes = list(runtimes)
+        # (pid, user addresses, runtime key) -> (process entry, its mappings' id, frames, truncated,
+        # native frames named, not named): this interval's and the last's; only stacks whose every
+        # frame is `_final`, merged by a source whose merge depends on nothing else (`pure_merge`)
+        self._named: dict[tuple, tuple] = {}
+        self._named_before: dict[tuple, tuple] = {}
+
+    def next_interval(self) -> None:
+        """After an interval's samples: what it named is kept one interval more."""
+        self._named_before, self._named = self._named, {}
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
         """(the sample, whether a runtime stack in it was truncated)."""
@@ -38,21 +62,59 @@ class SampleMaker:
             stack.extend(without_bpf_frames(kernel) if strip_bpf else kernel)
         elif raw.kernel_stack_lost:
             stack.append(LOST_KERNEL)
-        user = self.symbolizer.user_frames(raw.pid, list(raw.user_stack)) if raw.user_stack else []
-        truncated = False
-        if raw.runtime_stack:
-            for source in self.runtimes:
-                merged = source.merge(raw.pid, raw.runtime_stack, user)
-                if merged is not user:
-                    user = merged
-                    # (identity, in one C-level pass: `in` would compare frames field by field)
-                    truncated = any(map(is_, user, repeat(TRUNCATED)))
-                    break
+        info = self.processes.get(raw.pid) if raw.pid else None
+        user, truncated = self._user(raw, info) if raw.user_stack else ([], False)
         if user:
             stack.extend(user)
         elif raw.user_stack_lost:
             stack.append(LOST_USER)
-        info = self.processes.get(raw.pid) if raw.pid else None
         labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
         labels += trace_labels(raw.trace_id, raw.span_id)
         return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm, labels), truncated
+
+    def _user(self, raw: RawStack, info) -> tuple[list[Frame], bool]:
+        """The user frames of a sample, runtime frames merged in; (frames, truncated)."""
+        key = (raw.pid, raw.user_stack, raw.runtime_stack)
+        named = self._reuse(key, info)
+        if named is not None:
+            return named
+        # a runtime stack met for the first time is most often above native frames met before
+        native_key = (raw.pid, raw.user_stack, 0)
+        named = self._reuse(native_key, info) if raw.runtime_stack else None
+        if named is not None:
+            user = named[0]
+        else:
+            user = self.symbolizer.user_frames(raw.pid, list(raw.user_stack))
+            self._keep(native_key, info, user, False, user)
+        if not raw.runtime_stack:
+            return user, False
+        native = user
+        for source in self.runtimes:
+            merged = source.merge(raw.pid, raw.runtime_stack, native)
+            if merged is not native:
+                # (identity, in one C-level pass: `in` would compare frames field by field)
+                truncated = any(map(is_, merged, repeat(TRUNCATED)))
+                if getattr(source, "pure_merge", False):
+                    self._keep(key, info, merged, truncated, native)
+                return merged, truncated
+        return native, False
+
+    def _reuse(self, key: tuple, info) -> tuple[list[Frame], bool] | None:
+        """(frames, truncated) named for `key` in this interval or the last, if its process and
+        mappings are still those they were named with."""
+        named = self._named.get(key)
+        if named is None:
+            named = self._named_before.get(key)
+        if named is None or info is None or named[0] is not info or named[1] != id(info.mappings):
+            return None
+        self._named[key] = named
+        self.symbolizer.stats.hits += named[4]
+        self.symbolizer.stats.misses += named[5]
+        return named[2], named[3]
+
+    def _keep(self, key: tuple, info, frames: list[Frame], truncated: bool, native: list[Frame]) -> None:
+        """Remember a named stack for `_reuse`, if every frame is named as it will stay."""
+        # (filterfalse: one C-level pass over the named frames, _final only for the others)
+        if info is not None and all(map(_final, filterfalse(_RESOLVED, frames))):
+            named_native = sum(map(_RESOLVED, native))
+            self._named[key] = (info, id(info.mappings), frames, truncated, named_native, len(native) - named_native)

@@ -51,6 +51,10 @@ def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
 class CPythonSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
+    # merge() depends only on (pid, key, native frames): a merged stack is reused while the
+    # process and its stacks are the same (sampling/samples.py)
+    pure_merge = True
+
     name = "python"
 
     def __init__(self) -> None:

@@ -1,0 +1,84 @@
+"""A process's user stack met again (this interval or the last) is named once: the sample maker
+reuses the frames while the process and its mappings are the ones they were named with, and never
+reuses a stack that holds a frame that may be named later ([unknown])."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from hotstack.procs import ProcessTable
+from hotstack.profile.model import UNKNOWN
+from hotstack.sampling.buffers import RawStack
+from hotstack.sampling.samples import SampleMaker
+from hotstack.symbols.symbolizer import Symbolizer
+
+
+class CountingSymbolizer(Symbolizer):
+    def __init__(self, processes):
+        super().__init__(processes)
+        self.calls = 0
+
+    def user_frames(self, pid, addresses):
+        self.calls += 1
+        return super().user_frames(pid, addresses)
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "60"])
+    time.sleep(0.2)
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def _maker(pid):
+    processes = ProcessTable()
+    processes.observe(pid)
+    symbolizer = CountingSymbolizer(processes)
+    return SampleMaker(symbolizer, processes, []), symbolizer, processes
+
+
+def _libc_addresses(processes, pid):
+    info = processes.get(pid)
+    libc = next(m for m in info.mappings.mappings if "libc.so" in m.path)
+    return tuple(libc.start + 0x1000 + 64 * i for i in range(4))
+
+
+def test_a_stack_met_again_is_named_once_across_one_interval(sleeper):
+    maker, symbolizer, processes = _maker(sleeper)
+    raw = RawStack(sleeper, sleeper, "sleep", _libc_addresses(processes, sleeper), (), 1)
+    first, _ = maker.sample(raw, strip_bpf=True)
+    assert symbolizer.calls == 1 and first.stack and all(f.name != UNKNOWN for f in first.stack)
+    again, _ = maker.sample(raw._replace(tid=sleeper + 1, value=3), strip_bpf=True)
+    assert symbolizer.calls == 1 and again.stack == first.stack and again.value == 3
+    maker.next_interval()
+    maker.sample(raw, strip_bpf=True)       # the last interval's: still reused
+    assert symbolizer.calls == 1
+    maker.next_interval()
+    maker.next_interval()                   # two intervals without it: named again
+    maker.sample(raw, strip_bpf=True)
+    assert symbolizer.calls == 2
+    assert symbolizer.stats.hits + symbolizer.stats.misses == 4 * len(raw.user_stack)
+
+
+def test_a_process_read_again_has_its_stacks_named_again(sleeper):
+    maker, symbolizer, processes = _maker(sleeper)
+    raw = RawStack(sleeper, sleeper, "sleep", _libc_addresses(processes, sleeper), (), 1)
+    maker.sample(raw, strip_bpf=True)
+    processes.forget(sleeper)           # as after an exec: a new entry, maps read anew
+    processes.observe(sleeper)
+    maker.sample(raw, strip_bpf=True)
+    assert symbolizer.calls == 2
+
+
+def test_a_stack_with_an_unknown_frame_is_not_reused(sleeper):
+    maker, symbolizer, processes = _maker(sleeper)
+    raw = RawStack(sleeper, sleeper, "sleep", _libc_addresses(processes, sleeper) + (0x10,), (), 1)
+    first, _ = maker.sample(raw, strip_bpf=True)
+    assert first.stack[-1].name == UNKNOWN
+    maker.sample(raw, strip_bpf=True)
+    assert symbolizer.calls == 2
