@@ -89,7 +89,9 @@ class SymbolTable:
         return [(self.name(i), a - int(self.values[i])) if i >= 0 else None for a, i in zip(vaddrs, idx)]
 
     def _lookup_one(self, vaddr: int) -> tuple[str, int] | None:
-        i = int(self.values.searchsorted(vaddr, side="right")) - 1
+        # np.uint64: a Python int against a uint64 array makes numpy compare in float64, converting
+        # the whole table at each call (38 us for 50k symbols, against 1.2 us)
+        i = int(self.values.searchsorted(np.uint64(vaddr), side="right")) - 1
         if i < 0 or vaddr >= int(self._ends[i]):
             return None
         return self.name(i), vaddr - int(self.values[i])
