@@ -6,7 +6,7 @@ HotSpot); each listed process is given to the kernel walker with its record.
 Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
 names their frames (a process that exits before the interval ends keeps its names). It does
 nothing while the walker has not walked since (one counter read), and after a pass that took
-stacks, none for NAME_EVERY (V8's cadence too, unwind/v8/source.py): a process keeps the names of what it
+stacks, none for NAME_EVERY, or NAME_EVERY_SETTLED once no process was listed for SETTLED_S (V8 keeps NAME_EVERY, unwind/v8/source.py): a process keeps the names of what it
 ran until that long before its end, and of all it ran before. A newly listed process, and the walker
 walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
 a drained buffer's stacks, with those the passes took.
@@ -36,6 +36,15 @@ if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists the
 # been passed over at every round of the pid watcher (~0.2 s), each pass taking again, mostly, the
 # stacks the last one had named (the walker stores a stack again once a pass took it).
 NAME_EVERY = 0.5
+# ... while a process was listed less than SETTLED_S ago; after that, NAME_EVERY_SETTLED. A process
+# that has run a while has named most of what it runs (the walker skips those stacks): what it
+# may lose at its exit is what it ran first in its last NAME_EVERY_SETTLED, where a short-lived
+# process keeps its names to its last NAME_EVERY. Each pass had cost its syscalls, and the walker
+# stores again each stack a pass took: at 19 Hz on the mixed load of bench/otel_profiler.py,
+# passes every 2 s instead of 0.5 s took the process from 0.144 to 0.107 CPU-s per 20 s
+# (bench/engine_parts.py, bench/RESULTS.md).
+NAME_EVERY_SETTLED = 2.0
+SETTLED_S = 10.0
 # A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
 # same rounds, not one round each.
 JOIN_S = 0.15
@@ -71,6 +80,7 @@ class InterpreterSource(RetryLadder):
         self._collects = 0
         self._polled_buffer = -1
         self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
+        self._listed_at = 0.0      # when the last process was listed (passes are NAME_EVERY apart after it)
 
     # -- what each source supplies ------------------------------------------------------------
     def _record(self, proc) -> bytes | None:
@@ -129,7 +139,13 @@ class InterpreterSource(RetryLadder):
                 self._procs.pop(proc.pid, None)
                 return False
         self._next_pass = 0.0       # its first stacks are named at the next round
+        self._listed_at = time.monotonic()
         return True
+
+    def _pass_every(self, now: float) -> float:
+        """Seconds between naming passes: NAME_EVERY while a process listed in the last SETTLED_S
+        may be short-lived, NAME_EVERY_SETTLED after."""
+        return NAME_EVERY if now - self._listed_at < SETTLED_S else NAME_EVERY_SETTLED
 
     def poll_in(self) -> float | None:
         """Seconds until this source wants its next poll (a retry due, its next naming pass; 0: the
@@ -158,7 +174,7 @@ class InterpreterSource(RetryLadder):
             if not self._due(active_buffer):
                 # nothing stored (or walked) since the last pass: look again in NAME_EVERY, not at
                 # every round (the counter read is a syscall, and the round a wake-up)
-                self._next_pass = now + NAME_EVERY
+                self._next_pass = now + self._pass_every(now)
                 return
             with self._drain_lock:
                 parsed = self._early[active_buffer]
@@ -180,7 +196,7 @@ class InterpreterSource(RetryLadder):
         except Exception:       # the session is closing under us
             return
         if taken:
-            self._next_pass = now + NAME_EVERY
+            self._next_pass = now + self._pass_every(now)
 
     def _due(self, active_buffer: int) -> bool:
         """Whether a naming pass can find anything: not if the walker has not stored a stack (one
