@@ -25,6 +25,10 @@ def without_bpf_frames(frames: list[Frame]) -> list[Frame]:
 
 
 _RESOLVED = attrgetter("resolved")
+_KIND = attrgetter("kind")
+# Named stacks kept for reuse per interval (two intervals are kept): a few hundred bytes each, the
+# frames themselves shared with the symbolizer's caches.
+MAX_NAMED_STACKS = 20_000
 
 
 def _final(frame: Frame) -> bool:
@@ -114,7 +118,11 @@ class SampleMaker:
 
     def _keep(self, key: tuple, info, frames: list[Frame], truncated: bool, native: list[Frame]) -> None:
         """Remember a named stack for `_reuse`, if every frame is named as it will stay."""
-        # (filterfalse: one C-level pass over the named frames, _final only for the others)
-        if info is not None and all(map(_final, filterfalse(_RESOLVED, frames))):
+        if len(self._named) >= MAX_NAMED_STACKS:
+            return
+        # (C-level passes: filterfalse over the named frames, _final only for the others; a JIT
+        # frame is named from a map whose addresses the runtime may reuse for other code)
+        if (info is not None and all(map(_final, filterfalse(_RESOLVED, frames)))
+                and FrameKind.JIT not in map(_KIND, frames)):
             named_native = sum(map(_RESOLVED, native))
             self._named[key] = (info, id(info.mappings), frames, truncated, named_native, len(native) - named_native)
