@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,3 +66,13 @@ class Target:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
+
+
+def python_source_listing(prof, pid: int, timeout: float = 10.0):
+    """The engine's CPython source once it has listed `pid` (asserts that it did within `timeout`)."""
+    source = next(src for src in prof.runtimes if src.name == "python")
+    deadline = time.monotonic() + timeout
+    while pid not in source._procs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid in source._procs, "the Python process was not listed"
+    return source

@@ -12,7 +12,7 @@ import pytest
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
-from pyframes_helpers import INTERPRETERS, Target
+from pyframes_helpers import INTERPRETERS, Target, python_source_listing
 
 pytestmark = pytest.mark.root
 
@@ -56,12 +56,7 @@ def _listed_target():
     t = Target(INTERPRETERS[-1][1], SCRIPT, stdin=True)
     try:
         with Engine(EngineConfig(frequency=499, pids=(t.pid,))) as prof:
-            source = next(src for src in prof.runtimes if src.name == "python")
-            deadline = time.monotonic() + 10
-            while t.pid not in source._procs and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert t.pid in source._procs, "the Python process was not listed"
-            yield t, prof, source
+            yield t, prof, python_source_listing(prof, t.pid)
     finally:
         t.stop()
 

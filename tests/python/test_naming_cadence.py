@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
-
 import pytest
 
 from hotstack.profile.model import FrameKind
@@ -16,9 +14,9 @@ from hotstack.sampling import Engine, EngineConfig
 from hotstack.unwind import interpreter_source
 from hotstack.unwind.interpreter_source import NAME_EVERY, NAME_EVERY_SETTLED
 
-pytestmark = pytest.mark.root
+from pyframes_helpers import python_source_listing
 
-RECURSION = Path(__file__).resolve().parent.parent / "unwind" / "workloads" / "recursion.py"
+pytestmark = pytest.mark.root
 
 
 def _takes_in(source, seconds: float) -> int:
@@ -40,11 +38,7 @@ def test_passes_slow_down_once_no_process_was_listed_for_a_while(monkeypatch):
                                  "while True: rec(random.randrange(20, 400))"])
     try:
         with Engine(EngineConfig(frequency=199, pids=(workload.pid,))) as prof:
-            source = next(s for s in prof.runtimes if s.name == "python")
-            deadline = time.monotonic() + 10
-            while workload.pid not in source._procs and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert workload.pid in source._procs, "the Python process was not listed"
+            source = python_source_listing(prof, workload.pid)
             young = _takes_in(source, 1.5)          # listed less than SETTLED_S ago
             time.sleep(1.0)
             window = 4.0
