@@ -15,14 +15,14 @@ def _config() -> EngineConfig:
     return EngineConfig(frequency=499, unwind="kernel")
 
 
-def started_later(start: Callable[[float], subprocess.Popen]) -> list:
-    """`start(seconds)` launched 0.3 s into a run (after a first collect) and profiled for 2.5 s."""
+def started_later(start: Callable[[float], subprocess.Popen], window: float = 2.5) -> list:
+    """`start(seconds)` launched 0.3 s into a run (after a first collect) and profiled for `window` s."""
     with Engine(_config()) as prof:
         time.sleep(0.3)
         prof.collect()
         proc = start(20)
         try:
-            time.sleep(2.5)
+            time.sleep(window)
             return prof.collect()[0].samples
         finally:
             proc.kill()

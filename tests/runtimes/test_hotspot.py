@@ -183,10 +183,13 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
 @pytest.mark.shares
 def test_jvm_started_later_keeps_names(classes):
     """A JVM that starts after the profiler and still runs: listed within its first second, its
-    workload's samples named, the 75/25 split right. A share of 2.5 s of samples, on a machine that
-    may be busy: under load the JVM's listing can come one retry later (1 run in 4-5 here at load
-    average 12-24), hence `shares` (rerun once)."""
-    samples = lifecycle.started_later(lambda seconds: _start(classes, seconds))
+    workload's samples named, the 75/25 split right. The first JVM a profiler meets loads the
+    unwinder's step program with the HotSpot hook (its verification, 0.3-0.5 CPU-s, races 8 busy
+    threads on 2 CPUs): until it is in its slot, ~0.6 s here, a compiled frame's sample is a lone
+    `[unknown]` (traced: 90% of the first 0.6 s, 97-100% named from 1.2 s on). In a 2.5 s window
+    that left 72-85% named, against 80 asked (the tree of session 15 failed 2 tries in 5), so the
+    window is 4 s; under load the listing can still come one retry later, hence `shares`."""
+    samples = lifecycle.started_later(lambda seconds: _start(classes, seconds), window=4.0)
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, (split, sum(s.value for s in samples if s.comm.startswith("hot-")))
     assert named_share(samples) >= 80, named_share(samples)
