@@ -6,8 +6,9 @@ HotSpot); each listed process is given to the kernel walker with its record.
 Every ~100 ms `poll` takes the stacks recorded since its last pass out of the active buffer and
 names their frames (a process that exits before the interval ends keeps its names). It does
 nothing while the walker has not walked since (one counter read), and after a pass that took
-stacks, none for NAME_EVERY, or NAME_EVERY_SETTLED once no process was listed for SETTLED_S (V8 keeps NAME_EVERY, unwind/v8/source.py): a process keeps the names of what it
-ran until that long before its end, and of all it ran before. A newly listed process, and the walker
+stacks, none for NAME_EVERY, or NAME_EVERY_SETTLED once no process was listed for SETTLED_S (V8
+keeps NAME_EVERY, unwind/v8/source.py): a process keeps the names of what it ran until that long
+before its end, and of all it ran before. A newly listed process, and the walker
 walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
 a drained buffer's stacks, with those the passes took.
 
@@ -39,10 +40,11 @@ NAME_EVERY = 0.5
 # ... while a process was listed less than SETTLED_S ago; after that, NAME_EVERY_SETTLED. A process
 # that has run a while has named most of what it runs (the walker skips those stacks): what it
 # may lose at its exit is what it ran first in its last NAME_EVERY_SETTLED, where a short-lived
-# process keeps its names to its last NAME_EVERY. Each pass had cost its syscalls, and the walker
-# stores again each stack a pass took: at 19 Hz on the mixed load of bench/otel_profiler.py,
-# passes every 2 s instead of 0.5 s took the process from 0.144 to 0.107 CPU-s per 20 s
-# (bench/engine_parts.py, bench/RESULTS.md).
+# process keeps its names to its last NAME_EVERY. Each pass costs its syscalls, and the walker
+# stores again each stack a pass took: on the mixed load of bench/otel_profiler.py the passes took
+# 0.014 -> 0.007-0.009 CPU-s per 20 s at 19 Hz and 0.022-0.028 -> 0.015-0.017 at 99 Hz; the stacks
+# they leave are taken by the collect, and the process's total moved within the noise
+# (bench/engine_parts.py, bench/RESULTS.md, session 16).
 NAME_EVERY_SETTLED = 2.0
 SETTLED_S = 10.0
 # A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
@@ -80,7 +82,7 @@ class InterpreterSource(RetryLadder):
         self._collects = 0
         self._polled_buffer = -1
         self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
-        self._listed_at = 0.0      # when the last process was listed (passes are NAME_EVERY apart after it)
+        self._listed_at = 0.0      # when the last process was listed (NAME_EVERY apart for SETTLED_S after)
 
     # -- what each source supplies ------------------------------------------------------------
     def _record(self, proc) -> bytes | None:
