@@ -258,3 +258,43 @@ def test_an_exited_process_is_forgotten_from_its_exit_event_without_reading_proc
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+_NAMED_THREADS = """
+import ctypes, threading, time
+libc = ctypes.CDLL(None)
+def spin(name):
+    libc.prctl(15, name.encode())          # PR_SET_NAME: this thread's comm
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        pass
+for i in range(4):
+    threading.Thread(target=spin, args=(f"worker-{i}",), daemon=True).start()
+time.sleep(30)
+"""
+
+
+def test_threads_with_names_of_their_own_announce_their_process_once():
+    """A process's name is its main thread's: threads that name themselves (a JVM's, a server's
+    workers) do not announce their process again at each sample whose name differs from the last
+    one's, which had cost two map updates and a wake-up a sample, and the pid watcher a look at
+    the process at every round (every 0.1 s) while it ran."""
+    announced: dict[int, int] = {}
+    with Engine(EngineConfig(frequency=499, runtime_frames=False)) as prof:
+        for sampler in prof._started:
+            def counted(new_pids=sampler.new_pids):
+                pids = new_pids()
+                for pid, _exec in pids:
+                    announced[pid] = announced.get(pid, 0) + 1
+                return pids
+            sampler.new_pids = counted
+        proc = subprocess.Popen([sys.executable, "-c", _NAMED_THREADS])
+        try:
+            time.sleep(2.5)
+            samples = prof.collect()[0].samples
+        finally:
+            proc.kill()
+            proc.wait()
+    names = {s.comm for s in samples if s.pid == proc.pid}
+    assert len({n for n in names if n.startswith("worker-")}) >= 3, names
+    assert 1 <= announced.get(proc.pid, 0) <= 3, announced.get(proc.pid)

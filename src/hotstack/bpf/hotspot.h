@@ -27,8 +27,7 @@
 
 #include "schema.h"
 
-struct nu_state;
-static int hs_step(struct nu_state *st, __u64 pc, __u32 index);
+int hs_step(__u64 pc, __u32 index);
 
 #include "native_unwind.h"
 
@@ -383,11 +382,17 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
 
 /*
  * The unwinder's hook for a PC in anonymous executable memory: 1 if it is not the code of a listed
- * JVM (the unwinder goes on with frame pointers), else 0 with st stepped to the caller, or -1 at
- * the end of the walk (st->stack.end says why).
+ * JVM (the unwinder goes on with frame pointers), else 0 with the walk's state stepped to the
+ * caller, or -1 at the end of the walk (its stack.end says why).
+ *
+ * A global function: the verifier checks it once, on its own, where a static one was checked again
+ * at each of the step program's 5 calls with the caller's state (the program's verification ~0.4 ->
+ * ~0.1 CPU-s: the first JVM's samples wait for it). So it takes scalars only (a pointer argument
+ * needs 5.12), and finds the walk's state itself.
  */
-static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
+__noinline int hs_step(__u64 pc, __u32 index)
 {
+	struct nu_state *st = nu_state();
 	struct hs_stack *s = hs_scratch_stack();
 	struct hs_buffers *buf;
 	struct hs_proc *p;
@@ -395,7 +400,7 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 	__u64 bp, next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0, blob;
 	__u32 zero = 0;
 
-	if (!s || !s->walking)
+	if (!st || !s || !s->walking)
 		return 1;
 	p = bpf_map_lookup_elem(&hs_current, &zero);
 	if (!p || pc < p->code_low || pc >= p->code_high)
@@ -491,8 +496,9 @@ static __noinline int hs_step(struct nu_state *st, __u64 pc, __u32 index)
 	return 0;
 }
 
-/* After the walk: store the recorded frames; their key, or 0 if there are none. */
-static __always_inline __u64 hs_finish(__u32 buffer)
+/* After the walk: store the recorded frames; their key, or 0 if there are none. Global, like
+ * hs_step: checked once, not with each state that the step program's walk ends in. */
+__noinline __u64 hs_finish(__u32 buffer)
 {
 	struct hs_stack *s;
 	__u64 hash = 0xcbf29ce484222325ULL;

@@ -50,7 +50,7 @@ static __always_inline void switch_out(void *ctx, __u64 pid_tgid, __u32 pid, __u
 	entry.kern_stack_id = bpf_get_stackid(ctx, BUFFER_MAP(buffer, kern_stacks), 0);
 	stack_lost(entry.kern_stack_id, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
 	bpf_get_current_comm(entry.comm, sizeof(entry.comm));
-	announce_pid(pid, entry.comm);
+	announce_pid(pid, tid, entry.comm);
 	obi_trace_context(pid_tgid, &entry.trace);
 	entry.since = bpf_ktime_get_ns();
 	if (!user_stack_wanted(pid)) {

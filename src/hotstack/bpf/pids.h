@@ -5,7 +5,7 @@
  *
  * `new_pids` is drained by userspace at most every 100 ms, when a record in `wakeups` wakes
  * it (wake_userspace: an idle host costs no polling). `seen_pids` keeps the comm each
- * pid was announced with: a changed comm announces it again. An exec keeps the pid and
+ * pid was announced with: a changed comm of its main thread announces it again. An exec keeps the pid and
  * the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
  * maps) marks the pid's seen_pids entry SEEN_EXECED, and its next sample announces it as
@@ -58,8 +58,11 @@ static __always_inline int user_stack_wanted(__u32 pid)
  * since it was announced. */
 #define SEEN_EXECED 0xffffffffffffffffULL
 
-/* `comm` is the task's COMM_LEN-byte, zero-padded name (bpf_get_current_comm). */
-static __always_inline void announce_pid(__u32 pid, const char *comm)
+/* `comm` is the sampled thread's (`tid`'s) COMM_LEN-byte, zero-padded name (bpf_get_current_comm).
+ * Only the main thread's name is the process's: a process whose threads have names of their own (a
+ * JVM's, a browser's, a server's workers) had been announced again at nearly every sample, two map
+ * updates and a wake-up each, and read again by userspace at every round while it ran. */
+static __always_inline void announce_pid(__u32 pid, __u32 tid, const char *comm)
 {
 	__u64 comm_words[2];
 	__u64 *seen_comm;
@@ -69,14 +72,16 @@ static __always_inline void announce_pid(__u32 pid, const char *comm)
 		return;
 	__builtin_memcpy(comm_words, comm, sizeof(comm_words));
 	seen_comm = bpf_map_lookup_elem(&seen_pids, &pid);
-	if (!seen_comm || seen_comm[0] != comm_words[0] || seen_comm[1] != comm_words[1]) {
-		if (seen_comm && seen_comm[0] == SEEN_EXECED && seen_comm[1] == SEEN_EXECED)
+	if (seen_comm) {
+		if (seen_comm[0] == SEEN_EXECED && seen_comm[1] == SEEN_EXECED)
 			kind = ANNOUNCE_EXEC;
-		bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
-		/* an exec replaces a NEW not drained yet; a NEW leaves an exec not drained yet */
-		bpf_map_update_elem(&new_pids, &pid, &kind, kind == ANNOUNCE_EXEC ? BPF_ANY : BPF_NOEXIST);
-		wake_userspace();
+		else if (tid != pid || (seen_comm[0] == comm_words[0] && seen_comm[1] == comm_words[1]))
+			return;
 	}
+	bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
+	/* an exec replaces a NEW not drained yet; a NEW leaves an exec not drained yet */
+	bpf_map_update_elem(&new_pids, &pid, &kind, kind == ANNOUNCE_EXEC ? BPF_ANY : BPF_NOEXIST);
+	wake_userspace();
 }
 
 /* After an exec, in the new image: the pid's next sample announces it (ANNOUNCE_EXEC). Loaded

@@ -46,7 +46,7 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int us
 	key.caller = caller;
 	obi_trace_context(pid_tgid, &key.trace);
 	bpf_get_current_comm(comm, sizeof(comm));
-	announce_pid(key.pid, comm);
+	announce_pid(key.pid, key.tid, comm);
 
 	buffer = active_buffer & 1;
 	key.kern_stack_id = -1;

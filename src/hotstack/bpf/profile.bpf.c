@@ -46,7 +46,7 @@
 #include "v8.h"
 #define NU_RUNTIME_FRAME(pc, fp, index) v8_frame(pc, fp, index)
 /* Java (HotSpot) frames: walked and recorded by the kernel unwinder's step hook (bpf/hotspot.h). */
-#define NU_RUNTIME_JIT_STEP(st, pc, index) hs_step(st, pc, index)
+#define NU_RUNTIME_JIT_STEP(st, pc, index) hs_step(pc, index)
 #define NU_RUNTIME_END(key, buffer)                                                                \
 	do {                                                                                       \
 		__u64 v8_key = v8_finish(buffer);                                                  \
@@ -184,7 +184,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	announce_pid(key.pid, comm);
+	announce_pid(key.pid, key.tid, comm);
 
 	buffer = active_buffer & 1;
 	/* A sample taken in user mode has no kernel stack: do not ask for one. */

@@ -61,19 +61,21 @@ static __always_inline void v8_begin(__u32 pid)
 	v8_count(V8_STAT_WALKS);
 }
 
-/* The unwinder's runtime hook: frame `index` at `pc` is walked with frame pointer `fp`. */
-static __noinline void v8_frame(__u64 pc, __u64 fp, __u32 index)
+/* The unwinder's runtime hook: frame `index` at `pc` is walked with frame pointer `fp`. Global,
+ * so that the verifier checks it once and not at each of the step program's calls (hs_step in
+ * bpf/hotspot.h); it returns 0 (a global function returns a scalar). */
+__noinline int v8_frame(__u64 pc, __u64 fp, __u32 index)
 {
 	struct v8_stack *s = v8_scratch_stack();
 	struct v8_frame *f;
 	__u32 n;
 
 	if (!s || !s->walking || !fp)
-		return;
+		return 0;
 	n = s->len;
 	if (n >= V8_MAX_FRAMES) {
 		s->truncated = 1;
-		return;
+		return 0;
 	}
 	f = &s->frames[n];
 	f->index = index;
@@ -83,10 +85,12 @@ static __noinline void v8_frame(__u64 pc, __u64 fp, __u32 index)
 	bpf_probe_read_user(&f->function, sizeof(f->function), (void *)(fp - s->off_function));
 	bpf_probe_read_user(&f->marker, sizeof(f->marker), (void *)(fp - s->off_marker));
 	s->len = n + 1;
+	return 0;
 }
 
-/* After the walk: store the recorded frames; their key, or 0 if there are none. */
-static __always_inline __u64 v8_finish(__u32 buffer)
+/* After the walk: store the recorded frames; their key, or 0 if there are none. Global, like
+ * v8_frame: checked once, not with each state that the step program's walk ends in. */
+__noinline __u64 v8_finish(__u32 buffer)
 {
 	struct v8_stack *s;
 	__u64 hash = 0xcbf29ce484222325ULL;

@@ -181,6 +181,8 @@ class Btf:
             extra = tuple(members)
         elif kind == KIND_ENUM:
             extra = tuple(unpack("<Ii", blob, off + 8 * i) for i in range(vlen))
+        elif kind == KIND_FUNC_PROTO:     # the parameters: (name offset, type)
+            extra = tuple(unpack("<II", blob, off + 8 * i) for i in range(vlen))
         elif kind == KIND_DATASEC:
             extra = tuple(unpack("<III", blob, off + 12 * i) for i in range(vlen))
         return BtfType(type_id, kind, self._string(name_off), size_or_type, vlen, kind_flag, extra)

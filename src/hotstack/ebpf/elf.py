@@ -17,6 +17,7 @@ SHT_NOBITS = 8
 SHT_REL = 9
 STT_SECTION = 3
 STT_FUNC = 2
+STB_GLOBAL = 1
 
 
 @dataclass(frozen=True)

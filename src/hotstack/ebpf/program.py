@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import syscalls as sc
 from .errors import SyscallError, VerifierError
-from .func_info import FUNC_INFO, func_info, load_func_btf
+from .func_info import FUNC_INFO, func_btf, func_info, load_func_btf
 from .spec import ProgramSpec
 
 LOG_SIZE = 1 << 20
@@ -47,14 +47,27 @@ class Program:
             raise VerifierError(spec.name, second.errno, text) from None
         return cls(spec, fd)  # loaded the second time: a transient failure
 
-    def stats(self) -> ProgramStats:
-        """Run time and run count (counted only while BPF stats are enabled)."""
+    def _info(self) -> ctypes.Array:
+        """The kernel's struct bpf_prog_info of the program (fields it does not know stay 0)."""
         info = ctypes.create_string_buffer(256)
         attr = sc.new_attr()
         struct.pack_into("<IIQ", attr, 0, self.fd, len(info), sc.address(info))
         sc.bpf(sc.BPF_OBJ_GET_INFO_BY_FD, attr, f"info of program {self.name}")
-        run_time_ns, run_cnt = struct.unpack_from("<QQ", info, 192)
+        return info
+
+    def stats(self) -> ProgramStats:
+        """Run time and run count (counted only while BPF stats are enabled)."""
+        run_time_ns, run_cnt = struct.unpack_from("<QQ", self._info(), 192)
         return ProgramStats(run_time_ns, run_cnt)
+
+    def verified_instructions(self) -> int:
+        """Instructions the verifier went through to accept the program (its cost at every load;
+        bpf_prog_info.verified_insns, 0 on kernels before 5.16)."""
+        return struct.unpack_from("<I", self._info(), 216)[0]
+
+    def function_records(self) -> int:
+        """The BTF function records the program was loaded with (bpf_prog_info.nr_func_info)."""
+        return struct.unpack_from("<I", self._info(), 144)[0]
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -76,9 +89,10 @@ def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None)
     struct.pack_into("<I", attr, 68, spec.attach_type)
     struct.pack_into("<I", attr, 108, spec.attach_btf_id)
     btf_fd = -1
-    if spec.takes_function_address:
-        btf_fd = load_func_btf(spec.name, [name for _, name in spec.functions])
-        records = ctypes.create_string_buffer(func_info(spec.functions))
+    if spec.takes_function_address or spec.global_functions:
+        blob, main_id = func_btf(spec.name, [(name, spec.global_functions.get(name)) for _, name in spec.functions])
+        btf_fd = load_func_btf(blob, spec.name)
+        records = ctypes.create_string_buffer(func_info([index for index, _ in spec.functions], main_id))
         struct.pack_into("<IIQI", attr, 72, btf_fd, FUNC_INFO.size, sc.address(records), len(spec.functions) + 1)
     try:
         return _prog_load_attr(spec, attr)

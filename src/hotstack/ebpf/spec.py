@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass, field
 
 from . import btf as btfmod
-from .elf import STT_FUNC, STT_SECTION, BpfElf, Section
+from .elf import STB_GLOBAL, STT_FUNC, STT_SECTION, BpfElf, Section
 from .errors import ObjectFormatError
 
 # Map types and flags the loader knows by number.
@@ -75,10 +75,12 @@ class ProgramSpec:
     license: str = "GPL"
     # Kernel BTF type id of the attach target (fentry/fexit function, tp_btf typedef); set before loading.
     attach_btf_id: int = 0
-    # Its functions appended from .text (instruction index, name), and whether it takes the address
-    # of one (a bpf_loop callback): then it loads with BTF function records (ebpf/func_info.py).
+    # Its functions appended from .text (instruction index, name), whether it takes the address
+    # of one (a bpf_loop callback), and its global functions (name -> count of scalar arguments):
+    # with either, it loads with BTF function records (ebpf/func_info.py).
     functions: list[tuple[int, str]] = field(default_factory=list)
     takes_function_address: bool = False
+    global_functions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,7 +146,7 @@ def load_spec(path_or_bytes: str | bytes, map_prefix: str = "") -> CollectionSpe
         for sym in elf.symbols_in(section):
             if sym.type != STT_FUNC:
                 continue
-            programs[sym.name] = _program(elf, section, text, sym.name, sym.value, sym.size,
+            programs[sym.name] = _program(elf, btf, section, text, sym.name, sym.value, sym.size,
                                           prog_type, attach_type, license)
     if not programs:
         raise ObjectFormatError("the object holds no program")
@@ -184,15 +186,16 @@ def _btf_maps(btf: btfmod.Btf) -> dict[str, MapSpec]:
     return maps
 
 
-def _program(elf: BpfElf, section: Section, text: Section | None, name: str, start: int, size: int,
+def _program(elf: BpfElf, btf: btfmod.Btf, section: Section, text: Section | None, name: str, start: int, size: int,
              prog_type: int, attach_type: int, license: str) -> ProgramSpec:
     insns = bytearray(section.data[start:start + size] if size else section.data[start:])
     spec = ProgramSpec(name, section.name, prog_type, attach_type, insns, license=license)
     # .text's functions (bpf-to-bpf calls, bpf_loop callbacks) are appended after the program, each
     # once and only if it is called or its address taken: the verifier refuses code no path reaches
     # (a callback of another program, a step hook this program does not call)
-    functions = sorted((f.value // 8, max(1, f.size // 8), f.name)
-                       for f in (elf.symbols_in(text) if text is not None else ()) if f.type == STT_FUNC)
+    symbols = [f for f in (elf.symbols_in(text) if text is not None else ()) if f.type == STT_FUNC]
+    functions = sorted((f.value // 8, max(1, f.size // 8), f.name) for f in symbols)
+    global_names = {f.name for f in symbols if f.bind == STB_GLOBAL}
     appended: dict[int, int] = {}      # a function's first instruction in .text -> in the program
 
     def text_index(at: int) -> int:
@@ -202,6 +205,8 @@ def _program(elf: BpfElf, section: Section, text: Section | None, name: str, sta
         if start not in appended:
             appended[start] = len(spec.instructions) // 8
             spec.functions.append((appended[start], function))
+            if function in global_names:
+                spec.global_functions[function] = _scalar_arguments(btf, function)
             body = text.data[start * 8:(start + count) * 8]
             relocated = {rel.offset for rel in elf.relocations_for(text)}
             for i in range(0, len(body), 8):
@@ -247,3 +252,20 @@ def _program(elf: BpfElf, section: Section, text: Section | None, name: str, sta
 
     relocate(section, 0, start, start + len(insns))
     return spec
+
+
+def _scalar_arguments(btf: btfmod.Btf, function: str) -> int:
+    """The number of arguments of a global function, from the object's BTF. The loader describes
+    a global function to the verifier as taking that many scalars (ebpf/func_info.py): a pointer
+    argument (its memory, the context) would need the object's own types, so it is refused here."""
+    try:
+        proto = btf.type(btf.find(function, btfmod.KIND_FUNC).size_or_type)
+    except KeyError:
+        raise ObjectFormatError(f"global function {function} has no BTF type") from None
+    scalar = (btfmod.KIND_INT, btfmod.KIND_ENUM)
+    for i, (_name, type_id) in enumerate(proto.extra):
+        if btf.resolve(type_id).kind not in scalar:
+            raise ObjectFormatError(f"global function {function}: argument {i} is not a scalar")
+    if not proto.size_or_type or btf.resolve(proto.size_or_type).kind not in scalar:
+        raise ObjectFormatError(f"global function {function} does not return a scalar")
+    return proto.vlen

@@ -131,6 +131,9 @@ class RuntimeMaps:
                 logging.getLogger(__name__).info("%s refused, %s instead: %s", chosen, name, e)
         return self._collection.load_deferred(name)
 
+    def ready(self) -> bool:
+        return self._walker()
+
     def track(self, pid: int, record: bytes) -> bool:
         if not self._walker():
             return False

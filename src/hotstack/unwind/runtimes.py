@@ -42,6 +42,10 @@ class RuntimeKernel(Protocol):
     def track(self, pid: int, record: bytes) -> bool:
         """List a process for the kernel walker; False if the kernel has no room."""
 
+    def ready(self) -> bool:
+        """Load the walker now if it is not yet (track() does it at the first process); False if
+        it cannot load here."""
+
     def untrack(self, pid: int) -> None: ...
 
     def recorded(self, buffer: int, skip=()) -> Iterable[tuple[bytes, bytes]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
-from ..python.memory import MemoryReadError, ProcessMemory
+from ..python.memory import MemoryReadError, PagedMemory, ProcessMemory
 from ..v8.metadata import _SYM
 
 import numpy as np
@@ -115,7 +115,7 @@ def read_vmstructs(pid: int) -> VMStructs | None:
         return None
     if len(syms) != len(_GLOBALS):
         return None
-    mem = ProcessMemory(pid)
+    mem = PagedMemory(pid)      # the tables and their names do not change once the VM published them
     try:
         g = {name: mem.u64(bias + syms[name]) for name in _GLOBALS}
         if not g["gHotSpotVMStructs"] or not g["gHotSpotVMStructEntryArrayStride"]:

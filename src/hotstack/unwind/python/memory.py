@@ -62,3 +62,40 @@ class ProcessMemory:
 
     def u8(self, address: int) -> int:
         return self.read(address, 1)[0]
+
+
+class PagedMemory(ProcessMemory):
+    """A read-only view that reads each 4 KiB page once and serves every read from the pages read:
+    for a reader of many small objects that sit together (the JVM's vmStructs: ~1000 entries and
+    their ~2300 names in libjvm's data, ~4000 reads of 8-48 bytes, one syscall each, 0.1-0.2 s of
+    a JVM's first second; ~60 pages). For memory that does not change while it is read."""
+
+    PAGE = 4096
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid)
+        self._pages: dict[int, bytes | None] = {}     # None: the page could not be read
+
+    def _page(self, number: int) -> bytes:
+        page = self._pages.get(number, b"")
+        if page == b"":
+            try:
+                page = super().read(number * self.PAGE, self.PAGE)
+            except MemoryReadError:
+                page = None
+            self._pages[number] = page
+        if page is None:
+            raise MemoryReadError(f"pid {self.pid}: page at {number * self.PAGE:#x} is not readable")
+        return page
+
+    def read(self, address: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        if size > MAX_READ or address <= 0 or address + size > 1 << 64:
+            raise MemoryReadError(f"refusing to read {size} bytes at {address:#x}")
+        first, last = address // self.PAGE, (address + size - 1) // self.PAGE
+        start = address - first * self.PAGE
+        if first == last:
+            return self._page(first)[start:start + size]
+        data = b"".join(self._page(n) for n in range(first, last + 1))
+        return data[start:start + size]
