@@ -77,9 +77,10 @@
 #endif
 
 /* Frames per step program. The verifier checks every step of the program's unrolled loop at every
- * load: with the runtime hooks (profile_native_step_jit, loaded with the first JVM or Node.js
- * process) about 23k instructions a step, 8 steps 257k instructions and ~0.5 CPU-s, 5 steps 187k
- * and ~0.3 CPU-s; without them (every start) 5 steps are 39k and ~0.08 CPU-s. 128 frames take 26
+ * load: without the runtime hooks (every start) 5 steps are 39k instructions and ~0.06 CPU-s; with
+ * them (profile_native_step_jit, loaded with the first JVM or Node.js process) 72k and ~0.07 CPU-s,
+ * the hooks being global functions that the verifier checks once (as static ones, checked again at
+ * each step's call, 5 steps were 232k and ~0.35 CPU-s). 128 frames take 26
  * programs, inside the kernel's 32 tail calls of 5.10 (33 later) with an interpreter walker in
  * front; one more tail call per 5 frames costs nothing measurable next to the steps
  * (bench/RESULTS.md, session 8). */

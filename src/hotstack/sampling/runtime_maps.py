@@ -5,8 +5,8 @@ map of processes to walk, the double-buffered map of recorded stacks and the cou
 interpreter walked by a program of its own (`walker`, tail-called through rt_progs[`slot`]),
 that program, and for a runtime walked by the kernel unwinder's hooks (`step`: V8, HotSpot), the
 step program built with them, which replaces the plain one in nu_progs[0]. Either is loaded when
-the first process is listed: verifying a walker costs 0.1-0.7 s of CPU, the hooked step program
-~0.2 s more than the plain one, paid only on hosts that run the runtime.
+the first process is listed, or seen starting (ready()): verifying a walker costs 0.1-0.7 s of CPU,
+the hooked step program ~0.07 s, paid only on hosts that run the runtime.
 """
 
 from __future__ import annotations
