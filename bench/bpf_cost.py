@@ -11,6 +11,9 @@ Workloads (each sampled alone, by pid, at --rate Hz on every CPU):
             fixed cost of a sample (the kernel stack, the lookups, one step program, the count)
   deep      a C program 300 calls deep, -fomit-frame-pointer (tests/unwind/workloads/deep.c): the
             step programs chained by tail calls up to 128 frames
+  java      a JVM with 2 busy threads (tests/runtimes/hotspot/HotWork.java), Java frames on: the step
+            program with the runtime hooks (profile_native_step_jit, bpf/hotspot.h), and its
+            verification at load (not in the default list: it needs a JDK)
 
 Per run: BPF time per sample of the workload: profile_cpu's run time (the kernel's BPF stats;
 tail-called programs run inside their caller's accounting, so this is the whole walk) over the
@@ -67,7 +70,7 @@ stats_fd = enable_run_time_stats()
 try:
     time.sleep(1.0)
     engine = Engine(EngineConfig(frequency=rate, pids=(w.pid,), unwind="kernel",
-                                 runtime_frames=workload == "python3"))
+                                 runtime_frames=workload in ("python3", "java")))
     with engine:
         time.sleep(2.0)
         engine.collect()
@@ -97,6 +100,10 @@ def workload_argv(name: str, build: Path) -> list[str]:
             subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(ROOT / "tests/engine/workloads/hot_ab.c"),
                             "-o", str(exe)], check=True)
         return [str(exe)]
+    if name == "java":
+        if not (build / "HotWork.class").exists():
+            subprocess.run(["javac", "-d", str(build), str(ROOT / "tests/runtimes/hotspot/HotWork.java")], check=True)
+        return ["java", "-cp", str(build), "HotWork", "120", "2"]
     exe = build / "deep"
     if not exe.exists():
         subprocess.run(["cc", "-O1", "-fomit-frame-pointer", str(ROOT / "tests/unwind/workloads/deep.c"), "-o",
