@@ -23,7 +23,6 @@ _MAGIC = 0xEB9F
 _KIND_INT, _KIND_PTR, _KIND_FUNC, _KIND_FUNC_PROTO = 1, 2, 12, 13
 _LINKAGE_STATIC, _LINKAGE_GLOBAL = 0, 1
 _TYPE = struct.Struct("<III")
-_INT_TYPE, _U64_TYPE, _PTR_TYPE, _MAIN_PROTO, _CALLBACK_PROTO = 1, 2, 3, 4, 5
 FUNC_INFO = struct.Struct("<II")      # bpf_func_info: insn_off, type_id
 
 
@@ -43,9 +42,9 @@ class _Types:
         self.count += 1
         return self.count
 
-    def proto(self, params: list[tuple[str, int]]) -> int:
+    def proto(self, returns: int, params: list[tuple[str, int]]) -> int:
         extra = b"".join(struct.pack("<II", self.name(n), t) for n, t in params)
-        return self.add("", (_KIND_FUNC_PROTO << 24) | len(params), _INT_TYPE, extra)
+        return self.add("", (_KIND_FUNC_PROTO << 24) | len(params), returns, extra)
 
 
 def func_btf(main: str, functions: list[tuple[str, int | None]]) -> tuple[bytes, int]:
@@ -54,17 +53,17 @@ def func_btf(main: str, functions: list[tuple[str, int | None]]) -> tuple[bytes,
     a global function's count of scalar arguments, `int fn(u64, ...)`. Returns the object and the
     type id of main's FUNC; the functions' FUNCs follow it in this order."""
     types = _Types()
-    types.add("int", _KIND_INT << 24, 4, struct.pack("<I", (1 << 24) | 32))          # signed, 32 bits
-    types.add("unsigned long", _KIND_INT << 24, 8, struct.pack("<I", 64))
-    types.add("", _KIND_PTR << 24, 0)                                                  # void *
-    types.proto([("ctx", _PTR_TYPE)])
-    types.proto([("index", _INT_TYPE), ("ctx", _PTR_TYPE)])
-    global_protos = {n: types.proto([(f"arg{i}", _U64_TYPE) for i in range(n)])
+    int_type = types.add("int", _KIND_INT << 24, 4, struct.pack("<I", (1 << 24) | 32))   # signed, 32 bits
+    u64_type = types.add("unsigned long", _KIND_INT << 24, 8, struct.pack("<I", 64))
+    ptr_type = types.add("", _KIND_PTR << 24, 0)                                        # void *
+    main_proto = types.proto(int_type, [("ctx", ptr_type)])
+    callback_proto = types.proto(int_type, [("index", int_type), ("ctx", ptr_type)])
+    global_protos = {n: types.proto(int_type, [(f"arg{i}", u64_type) for i in range(n)])
                      for n in sorted({n for _, n in functions if n is not None})}
-    main_id = types.add(main, (_KIND_FUNC << 24) | _LINKAGE_GLOBAL, _MAIN_PROTO)
+    main_id = types.add(main, (_KIND_FUNC << 24) | _LINKAGE_GLOBAL, main_proto)
     for function, args in functions:
         if args is None:
-            types.add(function, (_KIND_FUNC << 24) | _LINKAGE_STATIC, _CALLBACK_PROTO)
+            types.add(function, (_KIND_FUNC << 24) | _LINKAGE_STATIC, callback_proto)
         else:
             types.add(function, (_KIND_FUNC << 24) | _LINKAGE_GLOBAL, global_protos[args])
     header = struct.pack("<HBBIIIII", _MAGIC, 1, 0, 24, 0, len(types.blob), len(types.blob), len(types.strings))

@@ -36,11 +36,15 @@ class ProcessMemory:
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
+    @staticmethod
+    def _check(address: int, size: int) -> None:
+        if size > MAX_READ or address <= 0 or address + size > 1 << 64:
+            raise MemoryReadError(f"refusing to read {size} bytes at {address:#x}")
+
     def read(self, address: int, size: int) -> bytes:
         if size <= 0:
             return b""
-        if size > MAX_READ or address <= 0 or address + size > 1 << 64:
-            raise MemoryReadError(f"refusing to read {size} bytes at {address:#x}")
+        self._check(address, size)
         buf = ctypes.create_string_buffer(size)
         local = _IoVec(ctypes.addressof(buf), size)
         remote = _IoVec(address, size)
@@ -77,13 +81,12 @@ class PagedMemory(ProcessMemory):
         self._pages: dict[int, bytes | None] = {}     # None: the page could not be read
 
     def _page(self, number: int) -> bytes:
-        page = self._pages.get(number, b"")
-        if page == b"":
+        if number not in self._pages:
             try:
-                page = super().read(number * self.PAGE, self.PAGE)
+                self._pages[number] = super().read(number * self.PAGE, self.PAGE)
             except MemoryReadError:
-                page = None
-            self._pages[number] = page
+                self._pages[number] = None
+        page = self._pages[number]
         if page is None:
             raise MemoryReadError(f"pid {self.pid}: page at {number * self.PAGE:#x} is not readable")
         return page
@@ -91,8 +94,7 @@ class PagedMemory(ProcessMemory):
     def read(self, address: int, size: int) -> bytes:
         if size <= 0:
             return b""
-        if size > MAX_READ or address <= 0 or address + size > 1 << 64:
-            raise MemoryReadError(f"refusing to read {size} bytes at {address:#x}")
+        self._check(address, size)
         first, last = address // self.PAGE, (address + size - 1) // self.PAGE
         start = address - first * self.PAGE
         if first == last:
