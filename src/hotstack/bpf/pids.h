@@ -5,8 +5,8 @@
  *
  * `new_pids` is drained by userspace at most every 100 ms, when a record in `wakeups` wakes
  * it (wake_userspace: an idle host costs no polling). `seen_pids` keeps the comm each
- * pid was announced with: a changed comm of its main thread announces it again. An exec keeps the pid and
- * the start time, and often the comm (a program that re-execs itself): the
+ * pid was announced with: a changed comm of its main thread announces it again. An exec
+ * keeps the pid and the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
  * maps) marks the pid's seen_pids entry SEEN_EXECED, and its next sample announces it as
  * ANNOUNCE_EXEC, so that userspace rereads the new image's maps. Announcing the exec itself
