@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from . import __version__, malloc, stop_while_starting
+from . import __version__, gc_policy, malloc, stop_while_starting
 from .errors import HotstackError
 
 
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     # instead of killing the process with no word.
     previous = signal.signal(signal.SIGHUP, stop_while_starting)
     malloc.tune()       # before any thread starts: each would get an arena of its own (malloc.py)
+    gc_policy.tune()    # fewer collections of a heap that makes little cyclic garbage (gc_policy.py)
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:

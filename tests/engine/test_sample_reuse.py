@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hotstack.procs import ProcessTable
-from hotstack.profile.model import UNKNOWN
+from hotstack.profile.model import UNKNOWN, Frame, FrameKind
 from hotstack.sampling.buffers import RawStack
 from hotstack.sampling.samples import SampleMaker
 from hotstack.symbols.symbolizer import Symbolizer
@@ -21,9 +21,9 @@ class CountingSymbolizer(Symbolizer):
         super().__init__(processes)
         self.calls = 0
 
-    def user_frames(self, pid, addresses):
+    def final_user_frames(self, pid, addresses):
         self.calls += 1
-        return super().user_frames(pid, addresses)
+        return super().final_user_frames(pid, addresses)
 
 
 @pytest.fixture
@@ -82,3 +82,35 @@ def test_a_stack_with_an_unknown_frame_is_not_reused(sleeper):
     assert first.stack[-1].name == UNKNOWN
     maker.sample(raw, strip_bpf=True)
     assert symbolizer.calls == 2
+
+
+class _PythonLike:
+    """A pure-merge source: one named frame above the native ones, or an unnamed one."""
+
+    pure_merge = True
+
+    def __init__(self, named):
+        self.named = named
+        self.merges = 0
+
+    def final_merge(self, pid, key, native):
+        self.merges += 1
+        frame = Frame("handler", FrameKind.PYTHON) if self.named else Frame("[unknown python]", FrameKind.PYTHON,
+                                                                            resolved=False)
+        return [frame, *native], self.named
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_merged_stack_is_reused_only_when_its_source_named_every_frame(sleeper, named):
+    processes = ProcessTable()
+    processes.observe(sleeper)
+    symbolizer = CountingSymbolizer(processes)
+    source = _PythonLike(named)
+    maker = SampleMaker(symbolizer, processes, [source])
+    raw = RawStack(sleeper, sleeper, "sleep", _libc_addresses(processes, sleeper), (), 1, runtime_stack=7)
+    first, _ = maker.sample(raw, strip_bpf=True)
+    again, _ = maker.sample(raw, strip_bpf=True)
+    assert first.stack[0].kind is FrameKind.PYTHON and again.stack == first.stack
+    # the native frames are named once either way; the merge is done again when a frame was unnamed
+    assert symbolizer.calls == 1
+    assert source.merges == (1 if named else 2)

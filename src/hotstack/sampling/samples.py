@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import filterfalse, repeat
+from itertools import repeat
 from operator import attrgetter, is_
 
 from ..procs import ProcessTable
-from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, FrameKind, Sample
+from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.runtimes import FrameSource
 from .buffers import RawStack
@@ -25,17 +25,9 @@ def without_bpf_frames(frames: list[Frame]) -> list[Frame]:
 
 
 _RESOLVED = attrgetter("resolved")
-_KIND = attrgetter("kind")
 # Named stacks kept for reuse per interval (two intervals are kept): a few hundred bytes each, the
 # frames themselves shared with the symbolizer's caches.
 MAX_NAMED_STACKS = 20_000
-
-
-def _final(frame: Frame) -> bool:
-    """Whether a frame is named as it will stay: named, or an address of a file that has no symbol
-    for it (module+0xOFF). `[unknown]` (no file, JIT code whose map may be written later) and a
-    runtime's unreadable frame may be named at the next look."""
-    return frame.resolved or (frame.kind is FrameKind.NATIVE and frame.name != UNKNOWN)
 
 
 class SampleMaker:
@@ -50,7 +42,8 @@ class SampleMaker:
         self.runtimes = list(runtimes)
         # (pid, user addresses, runtime key) -> (process entry, its mappings' id, frames, truncated,
         # native frames named, not named): this interval's and the last's; only stacks whose every
-        # frame is `_final`, merged by a source whose merge depends on nothing else (`pure_merge`)
+        # frame is named as it will stay, merged by a source whose merge depends on nothing else
+        # (`pure_merge`)
         self._named: dict[tuple, tuple] = {}
         self._named_before: dict[tuple, tuple] = {}
 
@@ -86,19 +79,24 @@ class SampleMaker:
         native_key = (raw.pid, raw.user_stack, 0)
         named = self._reuse(native_key, info) if raw.runtime_stack else None
         if named is not None:
-            user = named[0]
+            user, final = named[0], True
         else:
-            user = self.symbolizer.user_frames(raw.pid, list(raw.user_stack))
-            self._keep(native_key, info, user, False, user)
+            user, final = self.symbolizer.final_user_frames(raw.pid, list(raw.user_stack))
+            if final:
+                self._keep(native_key, info, user, False, user)
         if not raw.runtime_stack:
             return user, False
         native = user
         for source in self.runtimes:
-            merged = source.merge(raw.pid, raw.runtime_stack, native)
+            pure = getattr(source, "pure_merge", False)
+            if pure:
+                merged, named_all = source.final_merge(raw.pid, raw.runtime_stack, native)
+            else:
+                merged = source.merge(raw.pid, raw.runtime_stack, native)
             if merged is not native:
                 # (identity, in one C-level pass: `in` would compare frames field by field)
                 truncated = any(map(is_, merged, repeat(TRUNCATED)))
-                if getattr(source, "pure_merge", False):
+                if pure and final and named_all:
                     self._keep(key, info, merged, truncated, native)
                 return merged, truncated
         return native, False
@@ -117,12 +115,10 @@ class SampleMaker:
         return named[2], named[3]
 
     def _keep(self, key: tuple, info, frames: list[Frame], truncated: bool, native: list[Frame]) -> None:
-        """Remember a named stack for `_reuse`, if every frame is named as it will stay."""
-        if len(self._named) >= MAX_NAMED_STACKS:
+        """Remember a stack for `_reuse` whose every frame is named as it will stay (the symbolizer
+        and the source told: no `[unknown]`, no JIT frame, whose map the runtime may rewrite for
+        other code, no unreadable runtime frame)."""
+        if info is None or len(self._named) >= MAX_NAMED_STACKS:
             return
-        # (C-level passes: filterfalse over the named frames, _final only for the others; a JIT
-        # frame is named from a map whose addresses the runtime may reuse for other code)
-        if (info is not None and all(map(_final, filterfalse(_RESOLVED, frames)))
-                and FrameKind.JIT not in map(_KIND, frames)):
-            named_native = sum(map(_RESOLVED, native))
-            self._named[key] = (info, id(info.mappings), frames, truncated, named_native, len(native) - named_native)
+        named_native = sum(map(_RESOLVED, native))
+        self._named[key] = (info, id(info.mappings), frames, truncated, named_native, len(native) - named_native)

@@ -235,25 +235,33 @@ class Symbolizer:
     # -- user --------------------------------------------------------------------------------
     def user_frames(self, pid: int, addresses: list[int]) -> list[Frame]:
         with self._lock:
+            return self._user_frames(pid, addresses)[0]
+
+    def final_user_frames(self, pid: int, addresses: list[int]) -> tuple[list[Frame], bool]:
+        """(user_frames, final): final when every frame is named as it will stay, i.e. none is
+        `[unknown]` (no mapping, no file, JIT code whose perf map may name it later)."""
+        with self._lock:
             return self._user_frames(pid, addresses)
 
-    def _user_frames(self, pid: int, addresses: list[int]) -> list[Frame]:
+    def _user_frames(self, pid: int, addresses: list[int]) -> tuple[list[Frame], bool]:
         info = self.processes.get(pid)
         if info is None:
             self.stats.misses += len(addresses)
-            return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses]
+            return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses], not addresses
         proc = self._process(info)
         # Profiles repeat the same return addresses: a process remembers the frames of its files.
         # Most stacks of a running process are made of frames met before: one C-level pass over
         # the keys (the leaf's is odd: its address is not a return address) names them at once.
         if not addresses:
-            return []
+            return [], True
         known = proc.frames
         keys = [a * 2 for a in addresses]
         keys[0] += 1
         frames: list[Frame | None] = list(map(known.get, keys))
+        # (only final frames are remembered in `known`: a stack made of them is final)
         if all(frames):     # (a Frame is always true: `None not in` would call Frame.__eq__ per frame)
-            return self._counted(frames)
+            return self._counted(frames), True
+        final = True
         # Group by module so that each file answers one batch lookup.
         per_module: dict[tuple[int, str], tuple[ModuleSymbols, list[int], list[int]]] = {}
         jit: list[tuple[int, int]] = []
@@ -271,6 +279,7 @@ class Symbolizer:
                     jit.append((i, lookup))
                 frames[i] = Frame(UNKNOWN, address=address, module=mapping.path if mapping else "",
                                   resolved=False)
+                final = False
                 continue
             file_offset = lookup - mapping.start + mapping.offset
             path = mapping.file_path
@@ -291,6 +300,7 @@ class Symbolizer:
             vaddr = module.elf.file_offset_to_vaddr(file_offset) if module.elf is not None else None
             if module.elf is None or vaddr is None:
                 frames[i] = Frame(UNKNOWN, module=path, address=file_offset, resolved=False)
+                final = False
                 continue
             # The same file may be mapped under other paths (containers): frames show this one.
             entry = per_module.setdefault((id(module), path), (module, [], [], []))
@@ -321,7 +331,7 @@ class Symbolizer:
             self.pid_cache.resize((info.pid, info.start_time))
         if jit:
             self._jit_frames(info, proc, jit, addresses, frames)
-        return self._counted([f for f in frames if f is not None])
+        return self._counted([f for f in frames if f is not None]), final
 
     def _counted(self, frames: list[Frame]) -> list[Frame]:
         """`frames`, counted in the stats as named or not."""

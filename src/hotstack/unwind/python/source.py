@@ -52,7 +52,7 @@ class CPythonSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     # merge() depends only on (pid, key, native frames): a merged stack is reused while the
-    # process and its stacks are the same (sampling/samples.py)
+    # process and its stacks are the same (sampling/samples.py, which calls final_merge)
     pure_merge = True
 
     name = "python"
@@ -91,10 +91,14 @@ class CPythonSource(InterpreterSource):
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
+        return self._frames(pid, key)[:2]
+
+    def _frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool, bool]:
+        """frames(), and whether every frame in them is named."""
         raw = self._stack(key)
         entry = self._procs.get(pid)
         if not raw or entry is None:
-            return [], False
+            return [], False, True
         proc = entry[0]
         named = self._named.get((pid, key))
         if named is None or named[0] is not proc:
@@ -106,7 +110,7 @@ class CPythonSource(InterpreterSource):
                           for group in eval_groups(o, raw[0], proc.none)]
                 named = (proc, groups, self.codes.misses == misses)
             self._named[(pid, key)] = named
-        return named[1], raw[1]
+        return named[1], raw[1], named[2]
 
     def collect(self, buffer: int) -> None:
         super().collect(buffer)
@@ -114,12 +118,16 @@ class CPythonSource(InterpreterSource):
         self._named = {}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        return self.final_merge(pid, key, native)[0]
+
+    def final_merge(self, pid: int, key: int, native: list[Frame]) -> tuple[list[Frame], bool]:
+        """(merge(), whether every Python frame in it is named as it will stay)."""
         if not key:
-            return native
-        groups, truncated = self.frames(pid, key)
+            return native, True
+        groups, truncated, named = self._frames(pid, key)
         if not groups:
-            return native
-        return merge(native, groups, truncated)
+            return native, True
+        return merge(native, groups, truncated), named
 
     def counters(self) -> list[int]:
         """The walker's counter deltas (enum py_stat order)."""
