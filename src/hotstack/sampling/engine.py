@@ -298,11 +298,16 @@ class Engine:
         be read before they exit all the same."""
         waiting = False
         while not self._stop.is_set():
-            if not waiting:     # files still waiting for a build go on at once
-                self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
+            kicked = waiting    # files still waiting for a build go on at once
+            if not waiting:
+                kicked = self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
             self._native_kick.clear()
             waiting = False
             for sampler in self._started:
+                # at a timeout, a look at the queues first (one syscall a map): a serve reads them
+                # whole, ~0.2 ms of CPU a second for nothing on a host where every file has its table
+                if not kicked and not sampler.native_queued():
+                    continue
                 try:
                     waiting = sampler.serve_native() or waiting
                 except Exception:
