@@ -34,6 +34,13 @@ sys.path.insert(0, SRC)
 from hotstack.sampling import Engine, EngineConfig  # noqa: E402
 from hotstack.sampling import engine as engine_module  # noqa: E402
 
+# the process settings that `hotstack`'s front door (cli.main) makes, where the tree has them
+for _setting in ("malloc", "gc_policy"):
+    try:
+        __import__(f"hotstack.{_setting}", fromlist=["tune"]).tune()
+    except ImportError:
+        pass
+
 sys.path.insert(0, str(ROOT / "bench"))
 from otel_profiler import start_load  # noqa: E402   (the same mixed load)
 
