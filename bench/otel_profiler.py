@@ -598,14 +598,17 @@ def warm_up(hotstack: list[str], peer=None) -> None:
     start. With the peer running beside it, so that the code the bench's own services run only while
     the peer exports (the collector's, the receiver's gRPC library: 280-290k rows each) is met too:
     else the first measured run of each rate built one of those tables inside its window (+0.2 CPU-s
-    and more, counted as steady state)."""
+    and more, counted as steady state). 20 s at 499 Hz: an export is a few milliseconds of the
+    receiver's CPU every few seconds, and 8 s at the default rate had once missed it (session 18: a
+    run built cygrpc's 292k rows inside its window)."""
     beside = None
     if peer is not None:
         argv, _ = peer(19)
         beside = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(5)          # its start-up: it exports from then on
     try:
-        subprocess.run([*hotstack[:5], "-t", "8", "--unwind", "kernel", "-o", "none", "--host"], capture_output=True)
+        subprocess.run([*hotstack[:5], "-t", "20", "--sample-rate", "499", "--unwind", "kernel", "-o", "none",
+                        "--host"], capture_output=True)
     finally:
         if beside is not None:
             beside.terminate()
