@@ -85,9 +85,7 @@ def test_a_stack_with_an_unknown_frame_is_not_reused(sleeper):
 
 
 class _PythonLike:
-    """A pure-merge source: one named frame above the native ones, or an unnamed one."""
-
-    pure_merge = True
+    """A source with a final_merge: one named frame above the native ones, or an unnamed one."""
 
     def __init__(self, named):
         self.named = named

@@ -298,9 +298,9 @@ class Engine:
         be read before they exit all the same."""
         waiting = False
         while not self._stop.is_set():
-            kicked = waiting    # files still waiting for a build go on at once
-            if not waiting:
-                kicked = self._native_kick.wait(IDLE_WAIT_S)     # set by the pid watcher after each round
+            # files still waiting for a build go on at once; else the pid watcher's kick after a
+            # round, or IDLE_WAIT_S
+            kicked = waiting or self._native_kick.wait(IDLE_WAIT_S)
             self._native_kick.clear()
             waiting = False
             for sampler in self._started:

@@ -43,7 +43,7 @@ class SampleMaker:
         # (pid, user addresses, runtime key) -> (process entry, its mappings' id, frames, truncated,
         # native frames named, not named): this interval's and the last's; only stacks whose every
         # frame is named as it will stay, merged by a source whose merge depends on nothing else
-        # (`pure_merge`)
+        # (one with a `final_merge`)
         self._named: dict[tuple, tuple] = {}
         self._named_before: dict[tuple, tuple] = {}
 
@@ -88,15 +88,17 @@ class SampleMaker:
             return user, False
         native = user
         for source in self.runtimes:
-            pure = getattr(source, "pure_merge", False)
-            if pure:
-                merged, named_all = source.final_merge(raw.pid, raw.runtime_stack, native)
+            # a source whose merge depends only on (pid, key, native frames) says, with final_merge,
+            # whether the merged stack is named as it will stay: only such a stack is reused
+            final_merge = getattr(source, "final_merge", None)
+            if final_merge is not None:
+                merged, named_all = final_merge(raw.pid, raw.runtime_stack, native)
             else:
-                merged = source.merge(raw.pid, raw.runtime_stack, native)
+                merged, named_all = source.merge(raw.pid, raw.runtime_stack, native), False
             if merged is not native:
                 # (identity, in one C-level pass: `in` would compare frames field by field)
                 truncated = any(map(is_, merged, repeat(TRUNCATED)))
-                if pure and final and named_all:
+                if final and named_all:
                     self._keep(key, info, merged, truncated, native)
                 return merged, truncated
         return native, False

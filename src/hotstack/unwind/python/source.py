@@ -51,10 +51,6 @@ def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
 class CPythonSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
-    # merge() depends only on (pid, key, native frames): a merged stack is reused while the
-    # process and its stacks are the same (sampling/samples.py, which calls final_merge)
-    pure_merge = True
-
     name = "python"
 
     def __init__(self) -> None:
@@ -121,7 +117,9 @@ class CPythonSource(InterpreterSource):
         return self.final_merge(pid, key, native)[0]
 
     def final_merge(self, pid: int, key: int, native: list[Frame]) -> tuple[list[Frame], bool]:
-        """(merge(), whether every Python frame in it is named as it will stay)."""
+        """(merge(), whether every Python frame in it is named as it will stay). merge() depends
+        only on (pid, key, native frames): sampling/samples.py reuses a final merged stack while
+        the process and its stacks are the same."""
         if not key:
             return native, True
         groups, truncated, named = self._frames(pid, key)
