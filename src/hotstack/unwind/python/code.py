@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Sequence
 
 from ...profile.model import Frame, FrameKind
 from .linetable import line_for
@@ -87,6 +88,8 @@ class CodeCache:
     def __init__(self) -> None:
         self._codes: dict[int, dict[tuple[int, int], CodeInfo | None]] = {}
         self._frames: dict[int, dict[tuple[int, int, int], Frame]] = {}
+        # per process, a recorded frame (the tuple the walker stored) -> its named frame: see frames()
+        self._by_record: dict[int, dict[tuple, Frame]] = {}
         self.reads = 0
         self.misses = 0
 
@@ -101,6 +104,26 @@ class CodeCache:
                     frames.clear()
                 frames[frame_key] = made
         return made
+
+    def frames(self, pid: int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
+        """frame() of each recorded frame (a RawPyFrame: code object, instruction, checksum,
+        marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
+        a Python call of frame() and two dict lookups, had been most of the naming of a new Python
+        stack, and every sample of a recursion at another depth or leaf is a new stack."""
+        by_record = self._by_record.get(pid)
+        if by_record is None:
+            by_record = self._by_record[pid] = {}
+        out = list(map(by_record.get, records))
+        if all(out):        # (a Frame is always true: `None in` would call Frame.__eq__ per frame)
+            return out
+        if len(by_record) >= MAX_FRAMES_PER_PROCESS:
+            by_record.clear()
+        for i, record in enumerate(records):
+            if out[i] is None:
+                made = out[i] = self.frame(pid, o, record[0], record[1], record[2])
+                if made.resolved:
+                    by_record[record] = made
+        return out
 
     def _make_frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
         codes = self._codes.setdefault(pid, {})
@@ -127,3 +150,4 @@ class CodeCache:
     def forget(self, pid: int) -> None:
         self._codes.pop(pid, None)
         self._frames.pop(pid, None)
+        self._by_record.pop(pid, None)

@@ -9,7 +9,9 @@ which is what replaces each `_PyEval_EvalFrameDefault` frame of the native stack
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from itertools import compress
+from operator import itemgetter
+from typing import NamedTuple, TypeVar
 
 from .code import checksum
 from .detect import PythonProcess
@@ -107,4 +109,40 @@ def eval_groups(o: PyOffsets, frames: list[RawPyFrame], none: int) -> list[list[
             current = []
     if current:
         groups.append(current)
+    return groups
+
+
+_MARKER = itemgetter(3)      # RawPyFrame.marker
+T = TypeVar("T")
+
+
+def split_groups(o: PyOffsets, frames: list[RawPyFrame], named: list[T], none: int) -> list[list[T]]:
+    """eval_groups() of `frames`, made of `named` (one item per frame, in the same order):
+    [[named[frames.index(f)] for f in group] for group in eval_groups(o, frames, none)], in
+    C-level passes and slices where the version allows (3.11: every frame is real and its marker
+    ends a call), not a Python call per frame."""
+    if o.version <= (3, 10):
+        return [[item] for item in named]
+    if o.version == (3, 11):
+        kept = named
+        ends = [i + 1 for i in compress(range(len(frames)), map(_MARKER, frames))]
+    else:
+        shim_min = SHIM_OWNER_MIN_314 if o.version >= (3, 14) else OWNED_BY_CSTACK_312
+        real = [not (f.marker >= shim_min or f.code == none or f.code == 0) for f in frames]
+        kept = list(compress(named, real))
+        ends = []
+        count = 0       # real frames so far: a frame that is not real ends the group before it
+        for is_real in real:
+            if is_real:
+                count += 1
+            else:
+                ends.append(count)
+    groups = []
+    start = 0
+    for end in ends:
+        if end > start:
+            groups.append(kept[start:end])
+            start = end
+    if start < len(kept):
+        groups.append(kept[start:])
     return groups

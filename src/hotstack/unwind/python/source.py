@@ -15,7 +15,7 @@ from ...bpf import schema
 from ...profile.model import Frame
 from .code import CodeCache
 from .detect import PythonProcess, detect
-from .frames import RawPyFrame, eval_groups
+from .frames import RawPyFrame, split_groups
 from ..interpreter_source import InterpreterSource
 from .merge import merge
 from .offsets import FRAME_CFRAME, NONE
@@ -81,9 +81,7 @@ class CPythonSource(InterpreterSource):
         return parse_stack(raw)
 
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
-        o = entry[0].offsets
-        for f in set(frames):       # a recursion's frames repeat: each is named once
-            self.codes.frame(pid, o, f.code, f.instr, f.checksum)
+        self.codes.frames(pid, entry[0].offsets, list(set(frames)))   # (a recursion's frames repeat)
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
@@ -102,8 +100,7 @@ class CPythonSource(InterpreterSource):
             if named is None or named[0] is not proc:     # (an exec makes a new entry)
                 o = proc.offsets
                 misses = self.codes.misses     # (an unnamed frame is made, never cached, each time)
-                groups = [[self.codes.frame(pid, o, f.code, f.instr, f.checksum) for f in group]
-                          for group in eval_groups(o, raw[0], proc.none)]
+                groups = split_groups(o, raw[0], self.codes.frames(pid, o, raw[0]), proc.none)
                 named = (proc, groups, self.codes.misses == misses)
             self._named[(pid, key)] = named
         return named[1], raw[1], named[2]
