@@ -98,6 +98,20 @@ def test_percpu_values_are_one_per_possible_cpu():
         m.close()
 
 
+def test_percpu_counters_are_summed_in_one_batch():
+    ncpu = ebpf.possible_cpus()
+    m = ebpf.Map.create(MapSpec("hs_test_psum", PERCPU_ARRAY, 4, 8, 5))
+    try:
+        for index in (0, 3):
+            m.update(struct.pack("<I", index), b"".join(struct.pack("<Q", 100 * index + cpu + 1) for cpu in range(ncpu)))
+        expected = [0] * 5
+        for index in (0, 3):
+            expected[index] = sum(100 * index + cpu + 1 for cpu in range(ncpu))
+        assert m.percpu_u64_sums() == expected
+    finally:
+        m.close()
+
+
 def test_collection_loads_and_global_variable_roundtrip():
     with ebpf.Collection.load(configured_spec()) as c:
         var = c.variable("active_buffer")

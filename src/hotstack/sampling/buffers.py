@@ -24,7 +24,6 @@ from ..profile.model import ProfileStats
 # time for any program that read the old buffer index to finish.
 FLIP_GRACE_S = 0.005
 _U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
 # A batched read's buffers are a batch of values: under glibc's mmap threshold (128 KiB) they come
 # from the heap. 256 records of 4 KiB were two fresh 1 MiB mappings per read, ~2 ms of CPU for an
 # empty map.
@@ -195,9 +194,7 @@ class StackBuffers:
         return start, now
 
     def read_stats(self) -> ProfileStats:
-        stats_map = self._collection.maps["stats"]
-        totals = [sum(_U64.unpack_from(v)[0] for v in stats_map.lookup_percpu(_U32.pack(i)))
-                  for i in range(schema.STAT_MAX)]
+        totals = self._collection.maps["stats"].percpu_u64_sums()[:schema.STAT_MAX]
         d = [t - p for t, p in zip(totals, self._stat_totals)]
         self._stat_totals = totals
         return ProfileStats(

@@ -192,8 +192,7 @@ class RuntimeMaps:
         return sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_WALKS))
 
     def counters(self) -> list[int]:
-        totals = [sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_U32.pack(i)))
-                  for i in range(len(self._totals))]
+        totals = self._counters.percpu_u64_sums()[:len(self._totals)]
         delta = [t - p for t, p in zip(totals, self._totals)]
         self._totals = totals
         return delta

@@ -495,11 +495,8 @@ class NativeTables:
         return None
 
     def kernel_counters(self) -> dict[str, int]:
-        out = {}
-        for i, name in enumerate(STAT_NAMES):
-            values = self.stats_map.lookup_percpu(struct.pack("<I", i))
-            out[name] = sum(struct.unpack_from("<Q", v)[0] for v in values)
-        return out
+        sums = self.stats_map.percpu_u64_sums()
+        return {name: sums[i] for i, name in enumerate(STAT_NAMES)}
 
     def add_stats(self, stats) -> None:
         """Add the kernel unwinder's counters since the last call to a ProfileStats (its native_* fields)."""
