@@ -270,3 +270,28 @@ def test_a_new_process_of_a_known_program_is_named_from_frames_met_before(c_prog
     # the same bytes elsewhere: looked up again for its own path (the file's results are reused)
     c = sym.user_frames(other.pid, [addr[other.pid] + 4])
     assert c[0].name == "stripped_hot_loop" and c[0].module == str(copy) and len(lookups) == 1
+
+
+def test_only_files_looked_up_since_the_last_release_are_released(c_programs, workloads):
+    """release_file_pages (after each collect) gives back the pages of the files whose symbols were
+    read since it last ran, and leaves the others alone: a host's cache holds hundreds of files."""
+    sym = Symbolizer(ProcessTable())
+    proc = workloads([c_programs["plain"]])
+    addr = _address_of(sym, proc.pid, c_programs["plain"], "stripped_hot_loop")
+    sym.user_frames(proc.pid, [addr + 3])
+    [module] = [m for m in sym.cached_files() if m.path == str(c_programs["plain"])]
+    released: list[int] = []
+    real_release = module.elf.release_pages
+    module.elf.release_pages = lambda *a: released.append(1) or real_release(*a)
+    assert module.touched
+    sym.release_file_pages()
+    assert released == [1] and not module.touched
+    sym.user_frames(proc.pid, [addr + 3])        # remembered: no lookup reads the file
+    sym.release_file_pages()
+    assert released == [1] and not module.touched
+    sym.user_frames(proc.pid, [addr + 5])        # a new address: the file's symbols are read
+    assert module.touched
+    sym.release_file_pages()
+    assert released == [1, 1]
+    [frame] = sym.user_frames(proc.pid, [addr + 7])
+    assert frame.name == "stripped_hot_loop"     # read again after its pages went

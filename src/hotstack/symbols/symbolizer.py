@@ -74,6 +74,9 @@ class ModuleSymbols:
     _results: dict[int, tuple | None] = field(default_factory=dict)
     _accounted: int = 0            # len(_results) when the cache last weighed this entry
     _debug: ElfFile | None = None
+    # whether a lookup may have read the files' pages since release_pages: a host's symbolizer holds
+    # tens to hundreds of files, of which an interval's new addresses touch a few
+    touched: bool = True
 
     @property
     def nbytes(self) -> int:
@@ -97,6 +100,9 @@ class ModuleSymbols:
         return all(f is None or f.intact() for f in files)
 
     def release_pages(self) -> None:
+        if not self.touched:
+            return
+        self.touched = False
         for elf in (self.elf, self._debug):
             if elf is not None:
                 elf.release_pages()
@@ -125,6 +131,7 @@ class ModuleSymbols:
         out = [cache.get(v, _MISSING) for v in vaddrs]
         missing = [i for i, r in enumerate(out) if r is _MISSING]
         if missing:
+            self.touched = True
             for i, found in zip(missing, self.lookup_many([vaddrs[i] for i in missing])):
                 if found is not None:
                     if self.go is not None and not found[2]:
