@@ -15,7 +15,7 @@ from hotstack.unwind.kernel_tables import TableCache
 HERE = Path(__file__).resolve().parent
 BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"
 MAX_FRAMES = 128
-STACK = struct.Struct("<QII")               # struct nu_stack: hash, n, end, then the pcs
+STACK = struct.Struct("<QIII4x")            # struct nu_stack: hash, n, end, pid (whose addresses), then the pcs
 
 
 def build_object(out_dir: Path) -> Path:
@@ -74,19 +74,20 @@ class NativeSampler:
         self.tables.serve_missing()
 
     def stacks(self) -> list[tuple[int, int, list[int], int, int]]:
-        """(pid, tid, pcs leaf first, end reason, count) of every counted stack."""
+        """(pid, tid, pcs leaf first, end reason, count, the pid whose addresses pcs are) of every
+        counted stack."""
         stacks = {}
         for key, value in self.collection.maps["stacks"].items():
             (h,) = struct.unpack("<Q", key)
-            _hash, n, end = STACK.unpack_from(value)
+            _hash, n, end, owner = STACK.unpack_from(value)
             pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STACK.size))[:n]
-            stacks[h] = (pcs, end)
+            stacks[h] = (pcs, end, owner)
         out = []
         for key, value in self.collection.maps["counts"].items():
             pid, tid, h = struct.unpack("<IIQ", key)
             (count,) = struct.unpack("<Q", value)
             if h in stacks:
-                out.append((pid, tid, stacks[h][0], stacks[h][1], count))
+                out.append((pid, tid, stacks[h][0], stacks[h][1], count, stacks[h][2]))
         return out
 
 
@@ -99,9 +100,11 @@ def symbolize(pid: int, stacks) -> list[tuple[list, int, int]]:
     processes.observe(pid)
     sym = Symbolizer(processes)
     out = []
-    for spid, _tid, pcs, end, count in stacks:
+    for spid, _tid, pcs, end, count, owner in stacks:
         if spid == pid:
-            out.append((list(reversed(sym.user_frames(pid, pcs))), end, count))
+            if owner != pid:
+                processes.observe(owner)
+            out.append((list(reversed(sym.user_frames(owner, pcs))), end, count))
     return out
 
 

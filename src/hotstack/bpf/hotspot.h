@@ -196,6 +196,7 @@ static __always_inline int hs_tail_take(struct nu_state *st, struct hs_buffers *
 	}
 	st->stack.n = n + m;
 	st->stack.end = NU_END_ROOT;
+	st->shared = 0;        /* frames not looked up (the JIT frames above had made it so already) */
 	return 1;
 }
 

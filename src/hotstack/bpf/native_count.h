@@ -131,6 +131,8 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 	key->user_stack_id = -1;
 	if (!st)
 		return;
+	st->tgid = key->pid;
+	st->shared = 0;        /* (no mapping looked up: keyed by address and process) */
 	bytes = bpf_get_stack(ctx, st->stack.pcs, sizeof(st->stack.pcs), BPF_F_USER_STACK);
 	if (bytes <= 0)
 		return;            /* a kernel thread: no user stack */

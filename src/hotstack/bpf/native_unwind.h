@@ -225,11 +225,18 @@ struct nu_missing_value {
 	__u64 end;
 };
 
-/* A walked stack: what the includer stores (keyed by its hash). */
+/* A walked stack: what the includer stores (keyed by its hash). A stack whose every frame is in a
+ * file is hashed by (file, file offset) per frame (nu_state.xhash), so the same stack in other
+ * processes of the same files (a shell loop's commands, workers of one program) has the same key:
+ * stored once, named once. Its addresses are those of the process that stored it first (`pid`),
+ * which userspace names it with. A stack with a frame in no file (JIT code, an address in no
+ * mapping, an exiting task) is hashed by its addresses and its process. */
 struct nu_stack {
 	__u64 hash;
 	__u32 n;           /* frames in pcs, leaf first */
 	__u32 end;         /* enum nu_end */
+	__u32 pid;         /* the process whose addresses pcs holds */
+	__u32 pad;
 	__u64 pcs[NU_MAX_FRAMES];
 };
 
@@ -241,6 +248,9 @@ struct nu_state {
 	__u64 mm;
 	__u32 tgid;
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
+	__u64 xhash;       /* the hash of the frames by (file, file offset) so far (struct nu_stack) */
+	__u32 shared;      /* 1 while every frame is in a file: the stack is keyed by xhash */
+	__u32 pad2;
 	/* the file of the last frame looked up in this walk and its nu_files entry: most frames of a
 	 * stack are in the file of the frame before (one program's, or libc's), where each had cost a
 	 * hash lookup (bench/RESULTS.md, session 13) */
@@ -717,6 +727,14 @@ static __always_inline int nu_signal_step(struct nu_state *st)
 	return 0;
 }
 
+/* One word more into a running FNV-style hash. */
+static __always_inline __u64 nu_mix(__u64 h, __u64 word)
+{
+	h ^= word;
+	h *= 0x100000001b3ULL;
+	return h ^ (h >> 29);
+}
+
 /* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
  * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
 static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
@@ -738,10 +756,12 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		/* task->mm is cleared in do_exit before the address space is torn down (exit_mmap:
 		 * ~2% of an `xz -9` loop's samples); no user read can succeed from here on */
 		st->stack.end = NU_END_EXITED;
+		st->shared = 0;
 		return -1;
 	}
 	if (!pr || nu_lookup_range(pr, st->mm, lookup, range)) {
 		st->stack.end = NU_END_NO_MAPPING;
+		st->shared = 0;
 		if (!nu_kernel_vma_walk) {
 			__u32 one = 1;
 
@@ -753,12 +773,14 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 	if (!range->ino) {
 		int stepped;
 
+		st->shared = 0;
 		nu_count(NU_STAT_JIT);
 		stepped = runtimes ? NU_RUNTIME_JIT_STEP(st, pc, n) : 1;
 		if (stepped != 1)
 			return stepped;
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
+	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), pc + range->to_offset);
 	rule = nu_find_rule(st, range, lookup);
 	if (!rule)
 		return nu_fp_frame(st, pc, n, runtimes);
@@ -851,6 +873,8 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->stack.n = 0;
 	st->stack.end = NU_END_NONE;
 	st->signal = 0;
+	st->xhash = 0xcbf29ce484222325ULL;
+	st->shared = 1;
 	st->file_key.ino = 0;     /* no file looked up yet (0: anonymous memory, never looked up) */
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();
@@ -905,18 +929,27 @@ static __always_inline void nu_count_end(struct nu_state *st)
 	}
 }
 
-/* A 64-bit hash of the walked frames (the stack's key); also stored in st->stack.hash. */
+/* A 64-bit hash of the walked frames (the stack's key), also stored in st->stack.hash, with the
+ * process whose addresses the stack holds: by file and file offset when every frame is in a file
+ * (struct nu_stack), else by address and process. */
 static __always_inline __u64 nu_hash(struct nu_state *st)
 {
-	__u64 h = 0xcbf29ce484222325ULL ^ st->stack.n;
+	__u64 h;
 	__u32 i;
 
-	for (i = 0; i < NU_MAX_FRAMES; i++) {
-		if (i >= st->stack.n)
-			break;
-		h ^= st->stack.pcs[i];
-		h *= 0x100000001b3ULL;
-		h ^= h >> 29;
+	st->stack.pid = st->tgid;
+	if (st->shared && st->stack.n) {
+		h = nu_mix(nu_mix(st->xhash, st->stack.n), st->stack.end);
+	} else {
+		h = 0xcbf29ce484222325ULL ^ st->stack.n;
+		for (i = 0; i < NU_MAX_FRAMES; i++) {
+			if (i >= st->stack.n)
+				break;
+			h ^= st->stack.pcs[i];
+			h *= 0x100000001b3ULL;
+			h ^= h >> 29;
+		}
+		h = nu_mix(h, st->tgid);
 	}
 	h = h ? h : 1;
 	st->stack.hash = h;

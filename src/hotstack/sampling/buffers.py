@@ -47,6 +47,10 @@ class RawStack(NamedTuple):
     runtime_stack: int = 0            # key of its runtime frames (a frame source's), 0: none
     trace_id: bytes = bytes(16)       # the thread's OBI span, zero: none
     span_id: bytes = bytes(8)
+    # the process whose addresses user_stack holds, 0: this one. A kernel-unwound stack whose frames
+    # are all in files is stored once for every process of those files (bpf/native_unwind.h, struct
+    # nu_stack), with the addresses of the first process that stored it
+    user_pid: int = 0
 
 
 @dataclass
@@ -82,12 +86,12 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
 
 
 def parse_native_stack(raw: bytes) -> tuple[int, ...]:
-    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): hash, frames, end, addresses."""
-    _hash, n, _end = _NATIVE_STACK.unpack_from(raw)
+    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): hash, frames, end, pid, addresses."""
+    _hash, n, _end, _pid = _NATIVE_STACK.unpack_from(raw)
     return struct.unpack_from(f"<{min(n, (len(raw) - _NATIVE_STACK.size) // 8)}Q", raw, _NATIVE_STACK.size)
 
 
-_NATIVE_STACK = struct.Struct("<QII")
+_NATIVE_STACK = struct.Struct("<QIII4x")
 
 
 class StackReader:
@@ -120,6 +124,14 @@ class StackReader:
             self._cache[key] = parse(raw) if raw is not None else None
         return self._cache[key]
 
+    def user_owner(self, stack_id: int) -> int:
+        """The pid whose addresses a kernel-unwound user stack holds (struct nu_stack's pid); 0 for
+        the kernel's stack maps (--unwind fp), whose stacks are each sample's own."""
+        if stack_id < 0 or not self._batched:
+            return 0
+        raw = self._user_stacks().get(stack_id)
+        return _NATIVE_STACK.unpack_from(raw)[3] if raw is not None else 0
+
     def _user_stacks(self) -> dict[int, bytes]:
         if self._user_raw is None:
             self._user_raw = {_U32.unpack(k)[0]: v for k, v in self.user.items(self._batch_size())}
@@ -146,14 +158,18 @@ class StackReader:
 
 def raw_stack(key, comm: bytes, value: int, stacks: StackReader, user: tuple[int, ...] | None = None) -> RawStack:
     """A RawStack from a stack_key record (`user`: the user stack if already known, e.g. unwound)."""
+    owner = 0
     if user is None:
         ustack = stacks.stack(stacks.user, key.user_stack_id)
         user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
+        if ustack:
+            owner = stacks.user_owner(key.user_stack_id)
     else:
         user_lost = False
     kstack = stacks.stack(stacks.kernel, key.kern_stack_id)
     return RawStack(key.pid, key.tid, c_string(comm), user, kstack or (), value, user_lost,
-                    is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id)
+                    is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id,
+                    owner if owner != key.pid else 0)
 
 
 class StackBuffers:

@@ -360,14 +360,16 @@ class Engine:
         within the interval."""
         seen = set()
         for raw in batch.stacks:
-            if not raw.user_stack or not raw.pid or raw.pid in seen:
+            # (the process whose addresses the user stack holds: the sample's, or another's)
+            pid = raw.user_pid or raw.pid
+            if not raw.user_stack or not pid or pid in seen:
                 continue
-            seen.add(raw.pid)
-            if self.processes.known(raw.pid) or procs.exists(raw.pid):
+            seen.add(pid)
+            if self.processes.known(pid) or procs.exists(pid):
                 continue
-            mappings = sampler.native.exited_mappings(raw.pid)
+            mappings = sampler.native.exited_mappings(pid)
             if mappings:
-                self.processes.adopt(procs.Process(pid=raw.pid, start_time=0, comm=raw.comm,
+                self.processes.adopt(procs.Process(pid=pid, start_time=0, comm=raw.comm,
                                                    mappings=procs.MappingIndex(mappings)))
 
     def _forget_dead(self) -> None:

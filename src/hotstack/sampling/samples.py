@@ -70,20 +70,24 @@ class SampleMaker:
         return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm, labels), truncated
 
     def _user(self, raw: RawStack, info) -> tuple[list[Frame], bool]:
-        """The user frames of a sample, runtime frames merged in; (frames, truncated)."""
-        key = (raw.pid, raw.user_stack, raw.runtime_stack)
-        named = self._reuse(key, info)
+        """The user frames of a sample, runtime frames merged in; (frames, truncated). The native
+        frames are named with the process whose addresses the stack holds (raw.user_pid: another
+        process of the same files may have stored it), the runtime frames with the sample's."""
+        owner = raw.user_pid or raw.pid
+        owner_info = info if owner == raw.pid else self.processes.get(owner)
+        native_key = (owner, raw.user_stack, 0)
+        key = (raw.pid, owner, raw.user_stack, raw.runtime_stack) if raw.runtime_stack else native_key
+        named = self._reuse(key, info if raw.runtime_stack else owner_info)
         if named is not None:
             return named
         # a runtime stack met for the first time is most often above native frames met before
-        native_key = (raw.pid, raw.user_stack, 0)
-        named = self._reuse(native_key, info) if raw.runtime_stack else None
+        named = self._reuse(native_key, owner_info) if raw.runtime_stack else None
         if named is not None:
             user, final = named[0], True
         else:
-            user, final = self.symbolizer.final_user_frames(raw.pid, list(raw.user_stack))
+            user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
             if final:
-                self._keep(native_key, info, user, False, user)
+                self._keep(native_key, owner_info, user, False, user)
         if not raw.runtime_stack:
             return user, False
         native = user
