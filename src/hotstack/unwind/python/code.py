@@ -87,29 +87,20 @@ class CodeCache:
 
     def __init__(self) -> None:
         self._codes: dict[int, dict[tuple[int, int], CodeInfo | None]] = {}
-        self._frames: dict[int, dict[tuple[int, int, int], Frame]] = {}
         # per process, a recorded frame (the tuple the walker stored) -> its named frame: see frames()
         self._by_record: dict[int, dict[tuple, Frame]] = {}
         self.reads = 0
         self.misses = 0
 
     def frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
-        frames = self._frames.setdefault(pid, {})
-        frame_key = (code, sampled_checksum if sampled_checksum is not None else -1, instr)
-        made = frames.get(frame_key)
-        if made is None:
-            made = self._make_frame(pid, o, code, instr, sampled_checksum)
-            if made.resolved:        # an unreadable code object is read again next time
-                if len(frames) >= MAX_FRAMES_PER_PROCESS:
-                    frames.clear()
-                frames[frame_key] = made
-        return made
+        """The named frame of one (code object, instruction); `sampled_checksum` None: not checked."""
+        return self.frames(pid, o, [(code, instr, sampled_checksum, 0)])[0]
 
     def frames(self, pid: int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
-        """frame() of each recorded frame (a RawPyFrame: code object, instruction, checksum,
+        """The named frame of each recorded frame (a RawPyFrame: code object, instruction, checksum,
         marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
-        a Python call of frame() and two dict lookups, had been most of the naming of a new Python
-        stack, and every sample of a recursion at another depth or leaf is a new stack."""
+        a Python call and two dict lookups, had been most of the naming of a new Python stack, and
+        every sample of a recursion at another depth or leaf is a new stack."""
         by_record = self._by_record.get(pid)
         if by_record is None:
             by_record = self._by_record[pid] = {}
@@ -120,8 +111,8 @@ class CodeCache:
             by_record.clear()
         for i, record in enumerate(records):
             if out[i] is None:
-                made = out[i] = self.frame(pid, o, record[0], record[1], record[2])
-                if made.resolved:
+                made = out[i] = self._make_frame(pid, o, record[0], record[1], record[2])
+                if made.resolved:        # an unreadable code object is read again next time
                     by_record[record] = made
         return out
 
@@ -149,5 +140,4 @@ class CodeCache:
 
     def forget(self, pid: int) -> None:
         self._codes.pop(pid, None)
-        self._frames.pop(pid, None)
         self._by_record.pop(pid, None)
