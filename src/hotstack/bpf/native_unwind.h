@@ -945,9 +945,7 @@ static __always_inline __u64 nu_hash(struct nu_state *st)
 		for (i = 0; i < NU_MAX_FRAMES; i++) {
 			if (i >= st->stack.n)
 				break;
-			h ^= st->stack.pcs[i];
-			h *= 0x100000001b3ULL;
-			h ^= h >> 29;
+			h = nu_mix(h, st->stack.pcs[i]);
 		}
 		h = nu_mix(h, st->tgid);
 	}
