@@ -16,6 +16,13 @@ def stop_while_starting(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def interrupted_while_starting() -> bool:
+    """A SIGINT or SIGHUP came before the front door installed its own handlers, and its
+    KeyboardInterrupt was lost (raised where Python could not deliver it): the front door stops
+    as if the signal had come to its own handler."""
+    return stopped_by_user
+
+
 def _run_as_the_program() -> bool:
     """`hotstack ...` (the console script), or `python -m hotstack`, whose argv[0] is "-m" while the
     package is imported; not a library user's program."""
@@ -53,6 +60,18 @@ def _quiet_interrupt_when_run_as_the_program() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook      # first: importing signal below can be cut too
+    previous_unraisable = sys.unraisablehook
+
+    def unraisable(info):
+        # Ctrl-C that lands while Python runs a callback it cannot raise from (importlib's module
+        # lock is freed by a weakref callback) is printed as "Exception ignored in ..." with a
+        # traceback, and the exception is lost: the flag keeps the request, so a front door that
+        # starts after it stops at once (interrupted_while_starting).
+        if stopped_by_user and issubclass(info.exc_type, KeyboardInterrupt):
+            return
+        previous_unraisable(info)
+
+    sys.unraisablehook = unraisable
     import signal
 
     # A hang-up this early ends like Ctrl-C (quietly) instead of killing with no word; each front

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -122,6 +123,34 @@ def test_sigint_during_start_up_prints_no_traceback():
             hotstack_tracebacks.append(err)
         assert p.returncode in (130, -signal.SIGINT, 1, 0), (p.returncode, err)
     assert not hotstack_tracebacks, hotstack_tracebacks[0]
+
+
+def test_sigint_lost_in_a_callback_is_quiet_and_still_stops():
+    """A Ctrl-C that lands in a callback Python cannot raise from (importlib frees its module lock
+    in a weakref callback) was printed as "Exception ignored in ..." with a traceback, and lost:
+    the run went on to its timeout. Now it is quiet, and the front door stops at once."""
+    code = textwrap.dedent("""
+        import sys, weakref
+        sys.argv[0] = "hotstack"      # as the console script: the start-up handlers are installed
+        import hotstack
+
+        class Lock:
+            pass
+
+        lock = Lock()
+        ref = weakref.ref(lock, lambda _: hotstack.stop_while_starting(2, None))
+        del lock                      # the callback raises KeyboardInterrupt: Python cannot deliver it
+        print(hotstack.interrupted_while_starting())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr == "" and done.stdout.strip() == "True", (done.stdout, done.stderr)
+
+    started = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code.replace("print(hotstack.interrupted_while_starting())",
+                        "from hotstack.cli import main; sys.exit(main(['run', 'profile_cpu', '--host', "
+                        "'--timeout', '30', '-o', 'none']))")], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert time.monotonic() - started < 20, "the run went on after the lost Ctrl-C"
 
 
 def test_sigint_while_running_is_quiet_and_flushes(tmp_path):

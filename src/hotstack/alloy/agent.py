@@ -11,6 +11,7 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
+from .. import interrupted_while_starting
 from ..errors import ConfigError
 from ..export.delivery import FLUSH_DEADLINE_S
 from .controller import Controller, load_config
@@ -93,6 +94,8 @@ class Agent:
 
         previous = {s: signal.signal(s, on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
+        if interrupted_while_starting():
+            self.stopping.set()
         try:
             self.start()
             deadline = time.monotonic() + duration_s if duration_s > 0 else None

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
+from .. import interrupted_while_starting
 from ..errors import ConfigError
 from ..profile.model import Profile
 from ..sampling.config import EngineConfig
@@ -171,6 +172,8 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    if interrupted_while_starting():
+        stop.set()
 
     # A whole-host table shows hotstack's own samples as one row unless asked (--show-hotstack).
     own = () if opts.show_hotstack or opts.pids or opts.comms else (os.getpid(),)

@@ -11,6 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from .. import interrupted_while_starting
 from ..errors import ConfigError
 from ..profile.model import Profile
 from ..profile.transforms import fold_own
@@ -103,6 +104,8 @@ def run_top(opts: TopOptions, out=None) -> int:
             closed.set()
 
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    if interrupted_while_starting():
+        stop.set()
     sampler = threading.Thread(target=sample, name="hotstack-top-engine", daemon=True)
     sampler.start()
 
