@@ -40,4 +40,5 @@ $route = $_GET["route"] ?? "";
 $n = Finder::dispatch($route);
 header("Content-Type: application/json");
 echo json_encode(["pid" => getmypid(), "file" => __FILE__, "route" => $route, "n" => $n, "sapi" => PHP_SAPI,
-                  "opcache" => function_exists("opcache_get_status") && (opcache_get_status(false)["opcache_enabled"] ?? false)]);
+                  "opcache" => function_exists("opcache_get_status") && (opcache_get_status(false)["opcache_enabled"] ?? false),
+                  "cached" => function_exists("opcache_is_script_cached") && opcache_is_script_cached(__FILE__)]);

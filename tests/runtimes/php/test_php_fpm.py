@@ -128,6 +128,7 @@ class Clients:
         self.files: Counter = Counter()
         self.errors: list[str] = []
         self.opcache: set[bool] = set()
+        self.cached: Counter = Counter()      # answers per route whose script was in opcache's memory
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
         for t in self._threads:
@@ -155,6 +156,7 @@ class Clients:
                 self.files[answer["file"]] += 1
                 self.served_by[answer["pid"]] += 1
                 self.opcache.add(bool(answer["opcache"]))
+                self.cached[route] += bool(answer["cached"])
 
     def stop(self) -> None:
         self._stop.set()
@@ -194,7 +196,11 @@ def stacks(p: PprofProfile) -> list[tuple[int, int, list[tuple[str, str, int]]]]
 @pytest.mark.shares
 @pytest.mark.parametrize("opcache", ["default", "off"])
 def test_fpm_pool_request_handlers(tmp_path, opcache):
-    pool = Pool(tmp_path, *(["opcache.enable=0"] if opcache == "off" else []))
+    # opcache does not keep a script whose file changed in the last opcache.file_update_protection
+    # seconds (2 s), which a checkout made just before (or a clock behind the file's time) makes of
+    # every request: each would compile the script again, as with opcache off. Not what this case
+    # is about, so that setting alone is changed.
+    pool = Pool(tmp_path, *(["opcache.enable=0"] if opcache == "off" else ["opcache.file_update_protection=0"]))
     clients = None
     try:
         clients = Clients(pool.port, SCRIPTS)
@@ -209,6 +215,8 @@ def test_fpm_pool_request_handlers(tmp_path, opcache):
     assert set(clients.served_by) <= set(pool.workers) and len(clients.served_by) == 2, clients.served_by
     assert clients.files == Counter({str(SCRIPTS[r]): n for r, n in clients.counts.items()}), clients.files
     assert clients.opcache == ({False} if opcache == "off" else {True}), clients.opcache
+    if opcache == "default":        # every request but each worker's first ones ran the cached script
+        assert all(clients.cached[r] >= clients.counts[r] - 4 for r in SCRIPTS), (clients.cached, clients.counts)
     built = 100.0 * clients.counts["report"] / sum(clients.counts.values())
 
     by_file = {str(path): route for route, path in SCRIPTS.items()}
@@ -247,8 +255,12 @@ def test_fpm_pool_request_handlers(tmp_path, opcache):
         workers_seen.add(pid)
     total = sum(per_route.values())
     assert total / period >= 300, f"only {total / period:.0f} samples in the handlers: {per_route}"
-    share = 100.0 * per_route["report"] / total
-    assert abs(share - built) <= 5, f"handle_report has {share:.1f}% of handler samples; requests: {built:.1f}%"
+    # A sample with an unknown frame is of either route (bounded below): the split is right if some
+    # sharing of those samples between the routes puts handle_report within 5 points of its requests.
+    low = 100.0 * per_route["report"] / (total + unknown)
+    high = 100.0 * (per_route["report"] + unknown) / (total + unknown)
+    assert low - 5 <= built <= high + 5, (f"handle_report has {low:.1f}-{high:.1f}% of handler samples; "
+                                          f"requests: {built:.1f}%; {per_route}, unknown {unknown}, no line {no_line}")
     assert workers_seen == set(pool.workers), workers_seen
     # a frame whose function was gone when it was read is unknown, never another's name: few of them
     assert unknown <= 0.05 * total, f"{unknown / period:.0f} samples with unknown PHP frames of {total / period:.0f}"
