@@ -414,3 +414,49 @@ def test_the_bpf_loop_walker_is_verified_once_not_frame_by_frame():
     finally:
         sampler.close()
     assert 0 < looped < unrolled / 2, (looped, unrolled)
+
+
+def test_stacks_whose_leaf_is_the_evaluation_loop_are_one_stack_per_python_stack(python, target):
+    """A sample whose leaf is in _PyEval_EvalFrameDefault is recorded with the loop's first address
+    (bpf/native_unwind.h, leaf_start): its frame is replaced by the call's Python frames, and each
+    instruction of the loop had made a stack of its own (two thirds of a Python recursion's user
+    stacks). The unwinding below it is unchanged: the Python frames and their order still hold."""
+    from hotstack.unwind.python.detect import detect
+
+    t = target(python, "import json, sys\n"
+                       "def spin(n):\n"
+                       "    total = 0\n"
+                       "    for i in range(n):\n"
+                       "        total += i * i % 7\n"
+                       "    return total\n"
+                       "def outer():\n"
+                       "    return spin(50000)\n"
+                       "print(json.dumps({}), flush=True)\n"
+                       "while True:\n"
+                       "    outer()\n")
+    found = detect(t.pid)
+    assert found is not None
+    start, end = found.eval_loop
+    if not start:
+        pytest.skip(f"{python} names no _PyEval_EvalFrameDefault in its symbol tables")
+    raws = []
+    with Engine(EngineConfig(frequency=RATE, pids=(t.pid,)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+        to_profile = prof.to_profile
+
+        def keep(sampler, batch):
+            raws.extend(batch.stacks)
+            return to_profile(sampler, batch)
+
+        prof.to_profile = keep
+        samples = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and sum(r.value for r in raws if r.user_stack) < 600:
+            time.sleep(0.5)
+            samples.extend(prof.collect()[0].samples)
+    in_loop = [r for r in raws if r.user_stack and start <= r.user_stack[0] < end]
+    assert sum(r.value for r in in_loop) >= 80, f"{len(raws)} stacks, {len(in_loop)} with the loop as leaf"
+    assert {r.user_stack[0] for r in in_loop} == {start}, sorted({hex(r.user_stack[0]) for r in in_loop})[:5]
+    # few stacks: one per Python stack (a line of spin) and kernel stack, not one per instruction
+    assert len({r.user_stack for r in in_loop}) <= 4, len({r.user_stack for r in in_loop})
+    chains = Counter(tuple(python_names(s)[-2:]) for s in samples if python_names(s))
+    assert chains and chains.most_common(1)[0][0] == ("outer", "spin"), chains

@@ -251,6 +251,12 @@ struct nu_state {
 	__u64 xhash;       /* the hash of the frames by (file, file offset) so far (struct nu_stack) */
 	__u32 shared;      /* 1 while every frame is in a file: the stack is keyed by xhash */
 	__u32 pad2;
+	/* A leaf pc in [leaf_start, leaf_end) is recorded as leaf_start (an interpreter's walker sets
+	 * them: a leaf in its evaluation loop is replaced by the interpreter's frames, so the exact
+	 * instruction tells nothing, and had made a stack per instruction of the loop); the walk
+	 * itself unwinds from the pc as it is. 0, 0: none. */
+	__u64 leaf_start;
+	__u64 leaf_end;
 	/* the file of the last frame looked up in this walk and its nu_files entry: most frames of a
 	 * stack are in the file of the frame before (one program's, or libc's), where each had cost a
 	 * hash lookup (bench/RESULTS.md, session 13) */
@@ -739,7 +745,7 @@ static __always_inline __u64 nu_mix(__u64 h, __u64 word)
  * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
 static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
 {
-	__u64 pc = st->pc, lookup, cfa, ra;
+	__u64 pc = st->pc, shown, lookup, cfa, ra;
 	struct nu_range *range = &st->range;
 	struct nu_rule *rule;
 	__u32 n = st->stack.n;
@@ -748,10 +754,12 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		st->stack.end = NU_END_TRUNCATED;
 		return -1;
 	}
-	st->stack.pcs[n] = pc;
-	st->stack.n = n + 1;
 	/* a return address points after the call: look up the call itself */
 	lookup = (n == 0 || st->signal) ? pc : pc - 1;
+	/* recorded and hashed so; the frame is unwound from its pc */
+	shown = (n == 0 && pc - st->leaf_start < st->leaf_end - st->leaf_start) ? st->leaf_start : pc;
+	st->stack.pcs[n] = shown;
+	st->stack.n = n + 1;
 	if (!st->mm) {
 		/* task->mm is cleared in do_exit before the address space is torn down (exit_mmap:
 		 * ~2% of an `xz -9` loop's samples); no user read can succeed from here on */
@@ -780,7 +788,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 			return stepped;
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
-	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), pc + range->to_offset);
+	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), shown + range->to_offset);
 	rule = nu_find_rule(st, range, lookup);
 	if (!rule)
 		return nu_fp_frame(st, pc, n, runtimes);
@@ -875,6 +883,8 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->signal = 0;
 	st->xhash = 0xcbf29ce484222325ULL;
 	st->shared = 1;
+	st->leaf_start = 0;
+	st->leaf_end = 0;
 	st->file_key.ino = 0;     /* no file looked up yet (0: anonymous memory, never looked up) */
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();

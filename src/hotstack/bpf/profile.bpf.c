@@ -236,7 +236,7 @@ static __always_inline int rt_walk(void *ctx, int which, int use_loop)
 	struct nu_state *st = nu_state();
 	struct stack_key key;
 	char comm[COMM_LEN];
-	__u64 word;
+	__u64 word, eval[2] = {};
 	__u32 buffer;
 
 	if (!st)
@@ -244,7 +244,7 @@ static __always_inline int rt_walk(void *ctx, int which, int use_loop)
 	word = native_ctx_load(st, &key, comm);
 	buffer = word & 1;
 	if (which == RT_PYTHON)
-		key.runtime_stack = python_walk(key.pid, key.tid, buffer, use_loop);
+		key.runtime_stack = python_walk(key.pid, key.tid, buffer, use_loop, eval);
 	else if (which == RT_RUBY)
 		key.runtime_stack = ruby_walk(key.pid, buffer);
 	else if (which == RT_PHP)
@@ -256,6 +256,8 @@ static __always_inline int rt_walk(void *ctx, int which, int use_loop)
 		if (!st)
 			return 0;
 		st->ctx_words[__builtin_offsetof(struct stack_key, runtime_stack) / 8] = key.runtime_stack;
+		st->leaf_start = eval[0];
+		st->leaf_end = eval[1];
 		bpf_tail_call(ctx, &nu_progs, 0);
 		nu_count(NU_STAT_TAIL_CALL_FAILED);
 		count_stat(STAT_USTACK_ERROR);

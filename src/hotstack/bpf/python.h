@@ -166,7 +166,7 @@ static long py_loop_step(__u32 i, void *ctx)
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
  * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
  * 5.17, which have no bpf_loop: the program that calls it would not load there). */
-static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int use_loop)
+static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int use_loop, __u64 *eval)
 {
 	const struct py_proc *proc = bpf_map_lookup_elem(&python_procs, &pid);
 	struct py_stack *stack;
@@ -179,6 +179,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 
 	if (!proc)
 		return 0;
+	eval[0] = proc->eval_start;
+	eval[1] = proc->eval_end;
 	py_count(PY_STAT_WALKS);
 	stack = bpf_map_lookup_elem(&py_scratch, &zero);
 	w = bpf_map_lookup_elem(&py_window, &zero);

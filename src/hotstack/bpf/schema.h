@@ -73,8 +73,10 @@ struct py_proc {
 	__u16 co_flags;
 	__u16 co_firstlineno;
 	__u16 pad;
+	__u64 eval_start;
+	__u64 eval_end;
 };
-_Static_assert(sizeof(struct py_proc) == 40, "struct py_proc: schema layout");
+_Static_assert(sizeof(struct py_proc) == 56, "struct py_proc: schema layout");
 
 struct py_frame {
 	__u64 code;

@@ -23,6 +23,7 @@ from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, ta
 _NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")
 _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
                  ("size", "<u8")])
+_EVAL_LOOP = b"_PyEval_EvalFrameDefault"
 _WANTED = (b"_PyRuntime", b"_Py_NoneStruct", b"Py_Version")
 
 
@@ -35,6 +36,7 @@ class PythonBinary:
     offsets: PyOffsets
     runtime: int            # ELF virtual address of _PyRuntime
     none: int               # ELF virtual address of _Py_NoneStruct
+    eval_loop: tuple[int, int] = (0, 0)   # ELF virtual address and size of the evaluation loop
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,12 @@ class PythonProcess:
     threads_head: int       # address of interp->threads.head (read each sample: threads come and go)
 
     @property
+    def eval_loop(self) -> tuple[int, int]:
+        """[start, end) of the evaluation loop's code in the process; (0, 0): not known."""
+        start, size = self.binary.eval_loop
+        return (self.base + start, self.base + start + size) if size else (0, 0)
+
+    @property
     def version(self) -> tuple[int, int]:
         return self.binary.version
 
@@ -57,7 +65,13 @@ class PythonProcess:
 
 
 def _symbols(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, int]:
-    found: dict[bytes, int] = {}
+    """The value of each of `names` that the file's dynamic (else full) symbol table defines."""
+    return {name: value for name, (value, _size) in _symbol_spans(elf, names).items()}
+
+
+def _symbol_spans(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, tuple[int, int]]:
+    """(value, size) of each of `names` that the file's dynamic (else full) symbol table defines."""
+    found: dict[bytes, tuple[int, int]] = {}
     for kind in (SHT_DYNSYM, SHT_SYMTAB):
         for s in elf.sections:
             if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
@@ -73,7 +87,7 @@ def _symbols(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, int]:
                     continue
                 hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
                 if len(hit):
-                    found[name] = int(hit[0]["value"])
+                    found[name] = (int(hit[0]["value"]), int(hit[0]["size"]))
     return found
 
 
@@ -88,7 +102,8 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
     """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`."""
     try:
         with ElfFile(path) as elf:
-            syms = _symbols(elf, _WANTED)
+            spans = _symbol_spans(elf, _WANTED + (_EVAL_LOOP,))
+            syms = {name: value for name, (value, _size) in spans.items()}
             runtime = syms.get(b"_PyRuntime")
             if runtime is None or b"_Py_NoneStruct" not in syms:
                 return None
@@ -110,7 +125,7 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
             offsets = offsets or table_offsets(version)
             if offsets is None or not offsets.fits_walker:
                 return None     # a layout the BPF walker cannot read: no Python frames, never wrong ones
-            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"])
+            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"], spans.get(_EVAL_LOOP, (0, 0)))
     except (ElfError, OSError, ValueError, struct.error):
         return None
 
