@@ -5,6 +5,9 @@
  *   threads  8 threads run a -> b -> c
  *   jit      b() calls c() through anonymous executable code without unwind info that keeps a
  *            frame pointer (push rbp; mov rbp, rsp; call *rdi; pop rbp; ret)
+ *   churn    main runs a -> b -> c while another thread maps, splits (mprotect) and unmaps memory
+ *            without a pause: the address space changes under most samples (the mmap lock's
+ *            writer at work, the VMA tree rewritten)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -58,6 +61,20 @@ __attribute__((noinline)) unsigned long a(unsigned long n, int by_signal)
 	return r + 7;
 }
 
+static void *churn_main(void *arg)
+{
+	for (;;) {
+		char *p = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			continue;
+		p[0] = 1;
+		mprotect(p + 4096, 4096, PROT_READ);       /* splits the VMA in three */
+		munmap(p, 1 << 20);
+	}
+	return arg;
+}
+
 static void *thread_main(void *arg)
 {
 	unsigned long t = (unsigned long)arg;
@@ -84,6 +101,11 @@ int main(int argc, char **argv)
 	}
 	if (by_signal)
 		signal(SIGUSR1, on_signal);
+	if (strcmp(mode, "churn") == 0) {
+		pthread_t churn;
+
+		pthread_create(&churn, 0, churn_main, 0);
+	}
 	if (strcmp(mode, "threads") == 0) {
 		pthread_t threads[8];
 
