@@ -246,3 +246,36 @@ def test_page_index_finds_the_row_a_whole_table_search_finds(which):
     for offset in probes.tolist():
         whole = int(np.searchsorted(offsets, offset, side="right")) - 1
         assert kernel_lookup(offset) == (whole if whole >= 0 else None), offset
+
+
+def _rule_at(table, elf, vaddr: int) -> int:
+    seg = next(s for s in elf.segments if s.flags & 1 and s.vaddr <= vaddr < s.vaddr + s.filesz)
+    i = int(np.searchsorted(table.offsets, vaddr - seg.vaddr + seg.offset, side="right")) - 1
+    return int(table.rules["kind"][table.rule_ids[i]])
+
+
+def test_the_dynamic_loaders_entry_without_cfi_is_a_stop_and_a_librarys_entry_is_not(build_dir):
+    """glibc's ld.so has no CFI for its entry code (_start, _dl_start_user): a return address there
+    is the outermost frame of a process still in the loader, not a frame to walk on by frame
+    pointers (which ended it as a bad frame pointer: a whole stack counted short). A shared library
+    whose e_entry points at code without CFI (some linkers set it to the start of .text) keeps that
+    code walkable."""
+    loaders = sorted(glob.glob("/usr/lib/*-linux-gnu/ld-linux*.so.2"))
+    if not loaders:
+        pytest.skip("no glibc dynamic loader here")
+    with ElfFile(loaders[0]) as elf:
+        assert elf.entry and not elf.has_interp and not elf.needs_libraries()
+        assert _rule_at(build_file_table(elf), elf, elf.entry) == cfi.KIND_STOP
+    # the entry function without CFI, linked first; another one with CFI after it (rows to bound it)
+    (build_dir / "entry_no_cfi.c").write_text("int no_cfi(int x) { return x * 3 + 1; }\n")
+    (build_dir / "entry_cfi.c").write_text("int with_cfi(int x) { return x * 5 + 2; }\n")
+    subprocess.run(["cc", "-O2", "-fPIC", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-c",
+                    str(build_dir / "entry_no_cfi.c"), "-o", str(build_dir / "entry_no_cfi.o")], check=True)
+    subprocess.run(["cc", "-O2", "-fPIC", "-c", str(build_dir / "entry_cfi.c"), "-o", str(build_dir / "entry_cfi.o")],
+                   check=True)
+    lib = build_dir / "libentry.so"
+    subprocess.run(["cc", "-shared", "-Wl,-e,no_cfi", "-Wl,--no-as-needed", str(build_dir / "entry_no_cfi.o"),
+                    str(build_dir / "entry_cfi.o"), "-lm", "-o", str(lib)], check=True)
+    with ElfFile(str(lib)) as elf:
+        assert elf.entry and elf.needs_libraries() and not elf.has_interp
+        assert _rule_at(build_file_table(elf), elf, elf.entry) != cfi.KIND_STOP

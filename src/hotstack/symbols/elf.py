@@ -30,7 +30,8 @@ _HASH_SLICE = 4 << 20    # hash_into hashes this much of a file, then lets its p
 MAX_ENTRY_SIZE = 256     # program/section header entries are 56/64 bytes: larger is hostile
 MAX_TABLES = 4           # symbol tables, relocation tables and notes read per file: a real file
 MAX_NOTES = 16           # has one or two, a hostile one may declare thousands over the same bytes
-PT_LOAD, PT_NOTE = 1, 4
+PT_LOAD, PT_INTERP, PT_NOTE = 1, 3, 4
+SHT_DYNAMIC, DT_NEEDED = 6, 1
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 
 _RELA_DTYPE = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
@@ -164,6 +165,7 @@ class ElfFile:
          shentsize, shnum, shstrndx) = struct.unpack("<HHIQQQIHHHHHH", self.read(16, 48))
         self.segments: list[LoadSegment] = []
         self.note_ranges: list[tuple[int, int]] = []
+        self.has_interp = False      # a PT_INTERP: a dynamically linked program (a loader runs it)
         if phnum and 56 <= phentsize <= MAX_ENTRY_SIZE:
             raw = self.read(phoff, phnum * phentsize)
             for i in range(phnum):
@@ -173,6 +175,8 @@ class ElfFile:
                     self.segments.append(LoadSegment(p_vaddr, p_off, p_filesz, p_memsz, p_flags))
                 elif p_type == PT_NOTE and p_off + p_filesz <= self.size:
                     self.note_ranges.append((p_off, p_filesz))
+                elif p_type == PT_INTERP:
+                    self.has_interp = True
         self.sections: list[ElfSection] = []
         if shnum > MAX_SECTIONS:
             raise ElfError(f"{self.path}: {shnum} sections is absurd")
@@ -316,6 +320,16 @@ class ElfFile:
         v, sz, nm, tb = v[order], sz[order], nm[order], tb[order]
         first = np.concatenate(([True], v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=bool)
         return v[first], sz[first], nm[first], tb[first], strtabs
+
+    def needs_libraries(self) -> bool:
+        """Whether the dynamic section names a library to load (DT_NEEDED): every shared library
+        but the dynamic loader itself (and static programs, which have no dynamic section)."""
+        for s in self.sections:
+            if s.type != SHT_DYNAMIC or s.offset + s.size > self.size:
+                continue
+            entries = np.frombuffer(self.read(s.offset, s.size - s.size % 16), dtype="<i8").reshape(-1, 2)
+            return bool((entries[:, 0] == DT_NEEDED).any())
+        return False
 
     def symbol_value(self, name: str) -> int | None:
         """The value of the .symtab (else .dynsym) symbol called exactly `name`, of any type; None

@@ -158,6 +158,7 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         pcs, ids = all_pcs[last], all_ids[last]
         del all_pcs, all_ids, last
         source = "+".join(filter(None, (source, ".gopclntab")))
+    pcs, ids, rules = _entry_stops(elf, pcs, ids, rules)
     offsets, keep = _to_file_offsets(elf, pcs.astype(np.uint64, copy=False))
     ids = ids[keep]
     # consecutive rows with the same rule: one row
@@ -168,6 +169,31 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         offsets, ids = offsets[:0], ids[:0]
     return FileTable(offsets.astype(np.uint32), ids.astype(np.uint16 if len(rules) < 1 << 16 else np.uint32),
                      rules, key or content_key(elf), source)
+
+
+def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarray):
+    """The entry point's code of a file the kernel starts (a program, or the dynamic loader), where
+    no CFI describes it, is the process's outermost frame: a STOP row from the entry to the next
+    row. The dynamic loader's `_start`/`_dl_start_user` (glibc's ld.so) has no CFI at all: a return
+    address there (a sample while the loader maps the program's libraries) had been looked up as
+    "no rule", walked on by frame pointers and ended as a bad frame pointer, a whole stack counted
+    short. Not in a shared library, whose e_entry some linkers set to the start of its text (code
+    that runs in calls like any other; 15 of this machine's 794 files with an entry point); nor an
+    entry inside described code (a program's `_start`, whose CFI says the return address is
+    undefined) or past the last row (no next row to bound it)."""
+    entry = elf.entry
+    if not entry or not len(pcs) or not (elf.has_interp or not elf.needs_libraries()):
+        return pcs, ids, rules
+    i = int(np.searchsorted(pcs, np.uint64(entry), side="right")) - 1
+    if i + 1 >= len(pcs) or (i >= 0 and rules["kind"][ids[i]] != cfi.KIND_INVALID):
+        return pcs, ids, rules
+    if i >= 0 and int(pcs[i]) == entry:
+        ids = ids.copy()
+        ids[i] = len(rules)
+    else:
+        pcs = np.insert(pcs, i + 1, np.asarray(entry, dtype=pcs.dtype))
+        ids = np.insert(ids, i + 1, len(rules))
+    return pcs, ids, np.concatenate((rules, np.array([(cfi.KIND_STOP, 0, 0, 0, 0)], RULE_DTYPE)))
 
 
 GO_FRAME_POINTER = -1       # a Go row walked by its frame pointer (KIND_FP_GO), not by an SP delta
@@ -264,7 +290,7 @@ class RuleSet:
 class TableCache:
     """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
 
-    VERSION = 3      # 3: Go rows from SP deltas
+    VERSION = 4      # 3: Go rows from SP deltas; 4: a STOP row at an entry point without CFI
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
