@@ -38,6 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from child import run_json_child
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ("python3", "python3-native", "shallow", "deep")
 
@@ -112,12 +114,7 @@ def workload_argv(name: str, build: Path) -> list[str]:
 
 
 def run_child(tree: Path, workload: str, argv: list[str], seconds: float, rate: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    out = subprocess.run([sys.executable, "-c", CHILD, workload, json.dumps(argv), str(seconds), str(rate)],
-                         capture_output=True, text=True, env=env, cwd=tree)
-    if out.returncode != 0:
-        raise SystemExit(f"bpf_cost.py: the run in {tree} failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json_child(CHILD, [workload, json.dumps(argv), str(seconds), str(rate)], tree / "src", tree, "bpf_cost.py")
 
 
 def main() -> int:

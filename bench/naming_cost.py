@@ -16,7 +16,6 @@ collects, the Engine's own way.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+from child import run_json_child  # noqa: E402
 from otel_profiler import start_load  # noqa: E402   (the same mixed load)
 
 COMMS = ("python3", "xz", "hot_ab")
@@ -79,12 +79,7 @@ print(json.dumps({f"{what}:{comm}": totals.get((what, comm), [0, 0.0]) for what 
 
 
 def run_child(src: str, seconds: float, rate: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=src)
-    out = subprocess.run([sys.executable, "-c", CHILD, str(seconds), str(rate), ",".join(COMMS)],
-                         capture_output=True, text=True, env=env, cwd=ROOT)
-    if out.returncode != 0:
-        raise SystemExit(f"naming_cost.py: the run with {src} failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json_child(CHILD, [str(seconds), str(rate), ",".join(COMMS)], src, ROOT, "naming_cost.py")
 
 
 def main() -> int:

@@ -17,9 +17,10 @@ def stop_while_starting(signum, frame) -> None:
 
 
 def interrupted_while_starting() -> bool:
-    """A SIGINT or SIGHUP came before the front door installed its own handlers, and its
-    KeyboardInterrupt was lost (raised where Python could not deliver it): the front door stops
-    as if the signal had come to its own handler."""
+    """A SIGINT or SIGHUP came before the front door installed its own handlers. Its
+    KeyboardInterrupt may have been lost (raised where Python could not deliver it) or turned into
+    another error (an import it cut): a front door stops as if the signal had come to its own
+    handler, and cli.main ends as Ctrl-C ends."""
     return stopped_by_user
 
 

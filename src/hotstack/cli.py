@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from . import __version__, gc_policy, malloc, stop_while_starting
+from . import __version__, gc_policy, interrupted_while_starting, malloc, stop_while_starting
 from .errors import HotstackError
 
 
@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception:
-        from . import stopped_by_user
-        if stopped_by_user:     # an import cut by Ctrl-C that surfaced as another error
+        if interrupted_while_starting():     # an import cut by Ctrl-C that surfaced as another error
             return 130
         raise
     finally:
