@@ -48,7 +48,7 @@ SERIES = {
     "6.1": ("bookworm", "bookworm-security"),
     "6.12": ("trixie", "trixie-security"),
 }
-ITEMS = ("doctor", "programs", "cpu 75/25", "python", "uprobe", "off-cpu", "agent", "kprobes", "fentry")
+ITEMS = ("doctor", "programs", "cpu 75/25", "python", "uprobe", "off-cpu", "agent", "kprobes", "fentry", "remap")
 BOOT_TIMEOUT = int(os.environ.get("HOTSTACK_KERNEL_TIMEOUT", "1500"))   # seconds per kernel
 
 
@@ -157,7 +157,10 @@ def _build_workloads(out: Path, cc: str = "cc") -> None:
             (tests / "probes" / "workloads" / "offcpu_split.c", "offcpu_split", fp),
             (tests / "unwind" / "workloads" / "sleep_leaf.c", "sleep_leaf", ["-O1", "-fno-omit-frame-pointer"]),
             (tests / "probes" / "workloads" / "malloc_ratio.c", "malloc_ratio", fp),
-            (tests / "alloy" / "workloads" / "spin.c", "alloy-spin", ["-O1", "-g", "-fno-omit-frame-pointer"])):
+            (tests / "alloy" / "workloads" / "spin.c", "alloy-spin", ["-O1", "-g", "-fno-omit-frame-pointer"]),
+            (tests / "unwind" / "workloads" / "swap_libs.c", "swap_libs", ["-O1", "-fno-omit-frame-pointer"]),
+            (tests / "unwind" / "workloads" / "swap_a.c", "libswap_a.so", ["-O1", "-shared", "-fPIC"]),
+            (tests / "unwind" / "workloads" / "swap_b.c", "libswap_b.so", ["-O1", "-shared", "-fPIC"])):
         _run([cc, *flags, "-o", str(out / name), str(source)])
     shutil.copy(tests / "python" / "workload_abc.py", out / "workload_abc.py")
 

@@ -129,7 +129,7 @@ enum nu_stat {
 	NU_STAT_SIGNAL,           /* signal frames crossed */
 	NU_STAT_RANGES_BUILT,     /* mapping-cache misses: VMA tree walks */
 	NU_STAT_RANGES_BUSY,      /* ... that found no executable VMA */
-	NU_STAT_RANGES_FULL,      /* (unused) */
+	NU_STAT_REMAPPED,         /* ... that found another file (or offset) where a cached mapping was */
 	NU_STAT_NO_RANGES,        /* walks with no mapping cache for the process */
 	NU_STAT_END_ROOT,
 	NU_STAT_END_ZERO,
@@ -194,7 +194,7 @@ struct nu_range {
 	__s64 to_offset;   /* file offset = pc + to_offset */
 	__u64 ino;         /* 0: anonymous (JIT) */
 	__u32 dev;
-	__u32 pad;
+	__u32 seq;         /* walk layout: the address space's stamp when read (nu_mm_stamp) */
 };
 
 /*
@@ -202,8 +202,11 @@ struct nu_range {
  * - kernels with a VMA tree the program can walk (nu_kernel_vma_walk): a direct-mapped cache,
  *   slot = (pc >> 16) % 64. A miss walks the process's VMA tree (the maple tree of mm->mm_mt)
  *   with plain kernel reads: no lock and no helper that needs one, so it works from the
- *   perf-event interrupt. The cache is emptied when the mm changes (exec) or its mm_lock_seq
- *   moves (any mmap/munmap/mprotect).
+ *   perf-event interrupt. The cache is emptied when the mm changes (exec); a slot holds only
+ *   while the address space's stamp (nu_mm_stamp) is the one it was read under, and a slot read
+ *   again that finds another file, or another offset of it, where it had one (a library unloaded
+ *   and another loaded at its address) queues the process in nu_remap: userspace's copy of its
+ *   mappings, which names its addresses, is stale.
  * - the others: userspace writes the mappings from /proc/PID/maps, sorted by start in
  *   r[0..count), and the program searches them. A direct-mapped cache would not do here: two
  *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of
@@ -213,7 +216,7 @@ struct nu_range {
 #define NU_CACHE_SHIFT 16
 struct nu_ranges {
 	__u64 mm;          /* the mm the cache belongs to; 0: written by userspace (no tree walk) */
-	__u32 seq;         /* mm->mm_lock_seq when the cache was started */
+	__u32 pad;
 	__u32 count;       /* written by userspace: the sorted ranges in r */
 	struct nu_range r[NU_CACHE_SLOTS];
 };
@@ -250,7 +253,7 @@ struct nu_state {
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
 	__u64 xhash;       /* the hash of the frames by (file, file offset) so far (struct nu_stack) */
 	__u32 shared;      /* 1 while every frame is in a file: the stack is keyed by xhash */
-	__u32 pad2;
+	__u32 seq;         /* the address space's stamp at the walk's start (nu_mm_stamp) */
 	/* A leaf pc in [leaf_start, leaf_end) is recorded as leaf_start (an interpreter's walker sets
 	 * them: a leaf in its evaluation loop is replaced by the interpreter's frames, so the exact
 	 * instruction tells nothing, and had made a stack per instruction of the loop); the walk
@@ -276,7 +279,10 @@ struct nu_state {
 /* Kernel structure offsets (from the kernel's BTF, written by userspace before loading). */
 const volatile __u32 nu_kernel_vma_walk = 0;   /* 1: walk the maple tree on a cache miss */
 const volatile __u32 nu_off_mm_root = 0;        /* mm_struct.mm_mt.ma_root */
-const volatile __u32 nu_off_mm_seq = 0;         /* mm_struct.mm_lock_seq (0: none) */
+const volatile __u32 nu_off_mm_seq = 0;         /* mm_struct.mm_lock_seq (0: none, below 6.4) */
+const volatile __u32 nu_off_mm_map_count = 0;   /* mm_struct.map_count, total_vm, exec_vm: where */
+const volatile __u32 nu_off_mm_total_vm = 0;    /* there is no mm_lock_seq, the stamp is made of */
+const volatile __u32 nu_off_mm_exec_vm = 0;     /* them */
 const volatile __u32 nu_off_range_pivot = 8;    /* maple_range_64.pivot (maple_arange_64's too) */
 const volatile __u32 nu_off_range_slot = 128;
 const volatile __u32 nu_off_arange_slot = 80;
@@ -494,23 +500,56 @@ static __always_inline int nu_search_ranges(struct nu_ranges *pr, __u64 pc, stru
 	return 0;
 }
 
+/*
+ * A stamp of mm's address space that moves with any change of its mappings: mm_lock_seq where the
+ * kernel has it (6.4+: bumped by every mmap-lock writer). Before it, a mix of the mapping count and
+ * the total and executable page counts: a mapping added, removed or resized moves one of them. A
+ * library swapped for another of the same page counts at the same address is the change it misses
+ * (a slot would keep the first file's name and rules for the second's code).
+ */
+static __always_inline __u32 nu_mm_stamp(__u64 mm)
+{
+	__u32 seq = 0;
+
+	if (nu_off_mm_seq) {
+		bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(mm + nu_off_mm_seq));
+		return seq;
+	}
+	if (!nu_off_mm_map_count)
+		return 0;
+	seq = (__u32)nu_kread(mm, nu_off_mm_map_count);
+	seq = seq * 0x9e3779b1U ^ (__u32)nu_kread(mm, nu_off_mm_total_vm);
+	return seq * 0x9e3779b1U ^ (__u32)nu_kread(mm, nu_off_mm_exec_vm);
+}
+
 /* The executable mapping holding pc, from the process's cache or the VMA tree. */
-static __always_inline int nu_lookup_range(struct nu_ranges *pr, __u64 mm, __u64 pc, struct nu_range *out)
+static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state *st, __u64 pc, struct nu_range *out)
 {
 	struct nu_range *slot = &pr->r[(pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)];
 
 	if (!nu_kernel_vma_walk)
 		return nu_search_ranges(pr, pc, out);
-	if (slot->start <= pc && pc < slot->end) {
+	if (slot->start <= pc && pc < slot->end && slot->seq == st->seq) {
 		*out = *slot;
 		return 0;
 	}
-	if (!nu_kernel_vma_walk || !pr->mm)
+	if (!pr->mm)
 		return -1;
 	nu_count(NU_STAT_RANGES_BUILT);
-	if (nu_maple_find(mm, pc, out)) {
+	if (nu_maple_find(st->mm, pc, out)) {
 		nu_count(NU_STAT_RANGES_BUSY);
 		return -1;
+	}
+	out->seq = st->seq;
+	/* where the slot had a mapping over these addresses, another file or offset now: the process
+	 * unloaded a library and loaded another there. Its addresses mean other code from now on. */
+	if (slot->start < out->end && out->start < slot->end &&
+	    (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset)) {
+		__u32 one = 1;
+
+		nu_count(NU_STAT_REMAPPED);
+		if (bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST) == 0)
+			NU_WAKE_USERSPACE();
 	}
 	*slot = *out;
 	return 0;
@@ -767,7 +806,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		st->shared = 0;
 		return -1;
 	}
-	if (!pr || nu_lookup_range(pr, st->mm, lookup, range)) {
+	if (!pr || nu_lookup_range(pr, st, lookup, range)) {
 		st->stack.end = NU_END_NO_MAPPING;
 		st->shared = 0;
 		if (!nu_kernel_vma_walk) {
@@ -868,7 +907,7 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 {
 	struct nu_state *st = nu_state();
 	struct nu_ranges *pr, *fresh;
-	__u32 zero = 0, seq = 0;
+	__u32 zero = 0;
 	__u64 mm;
 
 	if (!st)
@@ -893,17 +932,15 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	 * left as it is, for userspace to name the samples the process left (exited_mappings) */
 	if (!nu_kernel_vma_walk || !mm)
 		return st;
-	if (nu_off_mm_seq)
-		bpf_probe_read_kernel(&seq, sizeof(seq), (void *)(mm + nu_off_mm_seq));
+	st->seq = nu_mm_stamp(mm);
 	pr = bpf_map_lookup_elem(&nu_procs, &tgid);
-	if (pr && pr->mm == mm && pr->seq == seq)
+	if (pr && pr->mm == mm)
 		return st;
-	/* a new process, an exec (new mm) or a changed address space: an empty cache */
-	fresh = bpf_map_lookup_elem(&nu_scratch, &zero);   /* never written but for these two fields */
+	/* a new process or an exec (a new mm): an empty cache */
+	fresh = bpf_map_lookup_elem(&nu_scratch, &zero);   /* never written but for this field */
 	if (!fresh)
 		return st;
 	fresh->mm = mm;
-	fresh->seq = seq;
 	bpf_map_update_elem(&nu_procs, &tgid, fresh, BPF_ANY);
 	return st;
 }

@@ -36,6 +36,10 @@ class Process:
 
     image: tuple | None = None   # (dev, inode) of the executable: an exec changes it
     mntns: int = 0               # its mount namespace (the inode of /proc/PID/ns/mnt); 0: unknown
+    # the mappings before the last reread(): the process put another file where one was (a library
+    # unloaded, another loaded at its address); what it had sampled before is named with these
+    before: MappingIndex | None = None
+    remapped_at: float = 0.0     # time.monotonic() of that reread
 
     @property
     def key(self) -> tuple[int, int]:
@@ -239,6 +243,10 @@ def _same_root(pid: int) -> bool:
     return (theirs.st_dev, theirs.st_ino) == _our_root
 
 
+def _spans(mappings: list[Mapping]) -> list[tuple[int, int, int, int]]:
+    return [(m.start, m.end, m.offset, m.inode) for m in mappings]
+
+
 class ProcessTable:
     """Processes seen during a run, by pid, refreshed on exec and pid reuse."""
 
@@ -324,6 +332,25 @@ class ProcessTable:
                     self._remapped.add(info.pid)
             found = info.mappings.find(address)
         return found
+
+    def reread(self, pid: int) -> bool:
+        """The kernel saw `pid` map another file (or offset) where one was: its maps are read again,
+        those before kept in `before` for the addresses sampled before the change. True if read."""
+        with self._lock:
+            info = self._by_pid.get(pid)
+        if info is None or not info.alive:
+            return False
+        fresh = read_maps(pid)
+        self.maps_reads += 1
+        # (the program may tell more than once of one change: the mappings before it are kept)
+        index = MappingIndex(fresh)
+        if not fresh or _spans(index.mappings) == _spans(info.mappings.mappings):
+            return False
+        info.before, info.mappings = info.mappings, index
+        info.maps_read_at = info.remapped_at = time.monotonic()
+        with self._lock:
+            self._remapped.add(pid)
+        return True
 
     def take_remapped(self) -> set[int]:
         """The pids that mapped new files since the last call (find_mapping read their maps again)."""

@@ -51,6 +51,11 @@ class RawStack(NamedTuple):
     # are all in files is stored once for every process of those files (bpf/native_unwind.h, struct
     # nu_stack), with the addresses of the first process that stored it
     user_pid: int = 0
+    # a kernel-unwound user stack's hash and how its walk ended (struct nu_stack); 0: not one. A
+    # stack whose frames are all in files is hashed by (file, file offset) per frame: naming can
+    # check that the mappings it names the addresses with are those the kernel walked them with
+    user_hash: int = 0
+    user_end: int = 0
 
 
 @dataclass
@@ -92,6 +97,7 @@ def parse_native_stack(raw: bytes) -> tuple[int, ...]:
 
 
 _NATIVE_STACK = struct.Struct("<QIII4x")
+_NO_HEADER = (0, 0, 0, 0)
 
 
 class StackReader:
@@ -124,13 +130,14 @@ class StackReader:
             self._cache[key] = parse(raw) if raw is not None else None
         return self._cache[key]
 
-    def user_owner(self, stack_id: int) -> int:
-        """The pid whose addresses a kernel-unwound user stack holds (struct nu_stack's pid); 0 for
-        the kernel's stack maps (--unwind fp), whose stacks are each sample's own."""
+    def user_header(self, stack_id: int) -> tuple[int, int, int, int]:
+        """(hash, frames, end, pid) of a kernel-unwound user stack (struct nu_stack; pid: the process
+        whose addresses it holds); zeros for the kernel's stack maps (--unwind fp), whose stacks are
+        each sample's own."""
         if stack_id < 0 or not self._batched:
-            return 0
+            return _NO_HEADER
         raw = self._user_stacks().get(stack_id)
-        return _NATIVE_STACK.unpack_from(raw)[3] if raw is not None else 0
+        return _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
 
     def _user_stacks(self) -> dict[int, bytes]:
         if self._user_raw is None:
@@ -158,18 +165,20 @@ class StackReader:
 
 def raw_stack(key, comm: bytes, value: int, stacks: StackReader, user: tuple[int, ...] | None = None) -> RawStack:
     """A RawStack from a stack_key record (`user`: the user stack if already known, e.g. unwound)."""
-    owner = 0
+    header = _NO_HEADER
     if user is None:
         ustack = stacks.stack(stacks.user, key.user_stack_id)
         user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
         if ustack:
-            owner = stacks.user_owner(key.user_stack_id)
+            header = stacks.user_header(key.user_stack_id)
     else:
         user_lost = False
     kstack = stacks.stack(stacks.kernel, key.kern_stack_id)
+    owner = header[3]
+    # (a caller put in is not in the kernel's hash: such a stack is not checked)
     return RawStack(key.pid, key.tid, c_string(comm), user, kstack or (), value, user_lost,
                     is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id,
-                    owner if owner != key.pid else 0)
+                    owner if owner != key.pid else 0, header[0] if user is ustack else 0, header[2])
 
 
 class StackBuffers:

@@ -246,6 +246,12 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
+            # another library where one was: the addresses name other code from now on
+            for pid in sampler.native_remapped():
+                if self.processes.reread(pid):
+                    busy = True
+                    info = self.processes.get(pid)
+                    sampler.native_process(pid, info)
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have
         # come with them (the frame sources retry only processes that named a runtime already)
         for pid in self.processes.take_remapped():

@@ -151,6 +151,16 @@ class Sampler:
         except ebpf.EbpfError:      # closing under us
             return False
 
+    def native_remapped(self) -> list[int]:
+        """Processes whose mappings changed under addresses the kernel unwinder had met (another
+        library where one was), where the program walks the VMA tree itself and so can tell."""
+        if self.native is None or not self.native_vma_walk:
+            return []
+        try:
+            return self.native.take_remapped()
+        except ebpf.EbpfError:      # closing under us
+            return []
+
     def native_process(self, pid: int, info=None) -> None:
         """A new process (`info`: its procs.Process, maps read): where its files can be opened
         after it exits; kernels whose VMA tree the program cannot walk get its mappings from here."""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter, is_
 
+from .. import procs
 from ..procs import ProcessTable
 from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
+from ..unwind.kernel_maps import END_EXITED, END_NO_MAPPING, file_stack_hash
 from ..unwind.runtimes import FrameSource
 from .buffers import RawStack
 from .obi import trace_labels
@@ -28,6 +32,12 @@ _RESOLVED = attrgetter("resolved")
 # Named stacks kept for reuse per interval (two intervals are kept): a few hundred bytes each, the
 # frames themselves shared with the symbolizer's caches.
 MAX_NAMED_STACKS = 20_000
+# A process that put another file where one was (ProcessTable.reread) has its stacks checked against
+# the kernel's hash until an interval begins this long after its maps were read again: samples
+# taken before the reread are named with the mappings before it where those are the ones walked.
+REMAP_SETTLED_S = 1.0
+# Walks that end so hash by address and process (struct nu_stack): nothing to check them against.
+_HASHED_BY_ADDRESS = (END_NO_MAPPING, END_EXITED)
 
 
 class SampleMaker:
@@ -46,10 +56,12 @@ class SampleMaker:
         # (one with a `final_merge`)
         self._named: dict[tuple, tuple] = {}
         self._named_before: dict[tuple, tuple] = {}
+        self._began = time.monotonic()      # when the interval being named began
 
     def next_interval(self) -> None:
         """After an interval's samples: what it named is kept one interval more."""
         self._named_before, self._named = self._named, {}
+        self._began = time.monotonic()
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
         """(the sample, whether a runtime stack in it was truncated)."""
@@ -75,6 +87,10 @@ class SampleMaker:
         process of the same files may have stored it), the runtime frames with the sample's."""
         owner = raw.user_pid or raw.pid
         owner_info = info if owner == raw.pid else self.processes.get(owner)
+        if owner_info is not None and owner_info.before is not None and raw.user_hash:
+            if owner_info.remapped_at >= self._began - REMAP_SETTLED_S:
+                return self._user_remapped(raw, info, owner, owner_info)
+            owner_info.before = None
         native_key = (owner, raw.user_stack, 0)
         key = (raw.pid, owner, raw.user_stack, raw.runtime_stack) if raw.runtime_stack else native_key
         named = self._reuse(key, info if raw.runtime_stack else owner_info)
@@ -88,6 +104,31 @@ class SampleMaker:
             user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
             if final:
                 self._keep(native_key, owner_info, user, False, user)
+        return self._merged(raw, info, user, final, key)
+
+    def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
+        """The user frames of a process whose addresses meant other code a moment ago: named with
+        the mappings the kernel walked them in (read now, or those before: the stack's hash tells),
+        or, where neither is and the stack is one of files, left unnamed rather than named as
+        another file's code. Not kept for reuse: the same addresses are two stacks here."""
+        chosen = owner_info
+        if raw.user_end not in _HASHED_BY_ADDRESS:
+            hashes = [file_stack_hash(m, raw.user_stack, raw.user_end)
+                      for m in (owner_info.mappings, owner_info.before)]
+            if raw.user_hash == hashes[1]:
+                chosen = dataclasses.replace(owner_info, mappings=owner_info.before, before=None, alive=False)
+            elif raw.user_hash != hashes[0] and hashes != [None, None]:
+                # (walked in neither: what changed between them is left unnamed)
+                kept = {(m.start, m.end, m.offset, m.inode) for m in owner_info.before.mappings}
+                same = [m for m in owner_info.mappings.mappings if (m.start, m.end, m.offset, m.inode) in kept]
+                chosen = dataclasses.replace(owner_info, mappings=procs.MappingIndex(same), before=None, alive=False)
+        user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack), chosen)
+        return self._merged(raw, info, user, False, None)
+
+    def _merged(self, raw: RawStack, info, user: list[Frame], final: bool, key: tuple | None
+                ) -> tuple[list[Frame], bool]:
+        """The native frames with the runtime frames merged in (kept for reuse under `key` when
+        every frame is named as it will stay)."""
         if not raw.runtime_stack:
             return user, False
         native = user
@@ -102,7 +143,7 @@ class SampleMaker:
             if merged is not native:
                 # (identity, in one C-level pass: `in` would compare frames field by field)
                 truncated = any(map(is_, merged, repeat(TRUNCATED)))
-                if final and named_all:
+                if final and named_all and key is not None:
                     self._keep(key, info, merged, truncated, native)
                 return merged, truncated
         return native, False

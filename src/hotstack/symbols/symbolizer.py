@@ -244,14 +244,17 @@ class Symbolizer:
         with self._lock:
             return self._user_frames(pid, addresses)[0]
 
-    def final_user_frames(self, pid: int, addresses: list[int]) -> tuple[list[Frame], bool]:
+    def final_user_frames(self, pid: int, addresses: list[int], info: Process | None = None
+                          ) -> tuple[list[Frame], bool]:
         """(user_frames, final): final when every frame is named as it will stay, i.e. none is
-        `[unknown]` (no mapping, no file, JIT code whose perf map may name it later)."""
+        `[unknown]` (no mapping, no file, JIT code whose perf map may name it later). `info`: the
+        process as the addresses were sampled in (default: as the process table has it now)."""
         with self._lock:
-            return self._user_frames(pid, addresses)
+            return self._user_frames(pid, addresses, info)
 
-    def _user_frames(self, pid: int, addresses: list[int]) -> tuple[list[Frame], bool]:
-        info = self.processes.get(pid)
+    def _user_frames(self, pid: int, addresses: list[int], info: Process | None = None
+                     ) -> tuple[list[Frame], bool]:
+        info = self.processes.get(pid) if info is None else info
         if info is None:
             self.stats.misses += len(addresses)
             return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses], not addresses
@@ -434,11 +437,16 @@ class Symbolizer:
     def _open(self, info: Process, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
         path = mapping.file_path
         error = "file not found"
-        for candidate in self._candidates(info, mapping):
+        for n, candidate in enumerate(self._candidates(info, mapping)):
             try:
                 st = os.stat(candidate)
             except OSError as e:
                 error = f"{candidate}: {e.strerror}"
+                continue
+            if n == 0 and mapping.inode and st.st_ino != mapping.inode:
+                # map_files opens what is mapped at those addresses now: another file since the
+                # maps were read (a library unloaded, another loaded there); its path is this one
+                error = f"{candidate}: another file is mapped there now"
                 continue
             # ctime too: a file rewritten in place with its mtime put back is still another file.
             identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -56,7 +56,7 @@ BUILD_BUDGET_S = 0.2
 KNOWN_PATHS = 16384              # (ino, dev) -> path entries remembered for files of exited processes
 
 STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
-              "signal", "vma_walks", "vma_walk_misses", "unused", "no_ranges", "end_root", "end_zero",
+              "signal", "vma_walks", "vma_walk_misses", "remapped", "no_ranges", "end_root", "end_zero",
               "end_truncated", "end_no_mapping", "end_bad_fp", "end_read", "end_invalid", "tail_call_failed",
               "end_exited")
 
@@ -70,6 +70,34 @@ def maps_dev(field: str) -> int:
     """/proc/PID/maps' device field ("fd:01", hex major:minor) -> the kernel's internal dev_t."""
     major, minor = (int(x, 16) for x in field.split(":"))
     return (major << 20) | minor
+
+
+# enum nu_end (bpf/native_unwind.h): walks that end so are hashed by address and process
+END_NO_MAPPING = 4
+END_EXITED = 8
+_HASH_BASIS = 0xcbf29ce484222325
+_U64 = (1 << 64) - 1
+
+
+def _mix(h: int, word: int) -> int:
+    """nu_mix (bpf/native_unwind.h): one word more into a running hash."""
+    h = ((h ^ word) * 0x100000001b3) & _U64
+    return h ^ (h >> 29)
+
+
+def file_stack_hash(mappings, pcs: tuple[int, ...], end: int) -> int | None:
+    """The key the kernel gives a stack whose every frame is in a file (nu_hash: by inode, device
+    and file offset per frame), with the file of each address taken from `mappings` (a
+    procs.MappingIndex); None if an address is in none of its file mappings. Equal to the
+    kernel's: the addresses were walked in those files."""
+    h = _HASH_BASIS
+    for i, pc in enumerate(pcs):
+        m = mappings.find(pc - 1 if i else pc)     # (a return address: its call is before it)
+        if m is None or not m.inode:
+            return None
+        h = _mix(_mix(_mix(h, m.inode), maps_dev(m.dev)), (pc - m.start + m.offset) & _U64)
+    h = _mix(_mix(h, len(pcs)), end)
+    return h or 1
 
 
 def has_maple_tree() -> bool:
@@ -111,9 +139,19 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
     try:
         spec.set_constant("nu_off_mm_root", btf.member_offset("mm_struct", "mm_mt")
                           + btf.member_offset("maple_tree", "ma_root"))
-        spec.set_constant("nu_off_mm_seq", btf.member_offset("mm_struct", "mm_lock_seq"))
     except KeyError:
-        pass      # no maple tree (walk is off), or no mm_lock_seq (the cache lives until exec)
+        pass      # no maple tree: the walk is off
+    try:
+        spec.set_constant("nu_off_mm_seq", btf.member_offset("mm_struct", "mm_lock_seq"))
+    except KeyError:   # before 6.4: the mapping cache's stamp is made of the mapping and page counts
+        try:
+            stamp = {name: btf.member_offset("mm_struct", member) for name, member in
+                     (("nu_off_mm_map_count", "map_count"), ("nu_off_mm_total_vm", "total_vm"),
+                      ("nu_off_mm_exec_vm", "exec_vm"))}
+        except KeyError:
+            stamp = {}   # (none of them: a slot lives until exec)
+        for name, offset in stamp.items():
+            spec.set_constant(name, offset)
     try:   # where the kernel has no bpf_task_pt_regs (before 5.15): the top of a task's stack
         spec.set_constant("nu_off_task_stack", btf.member_offset("task_struct", "stack"))
     except KeyError:
@@ -444,6 +482,13 @@ class NativeTables:
         self.procs_map.update(struct.pack("<I", pid), bytes(body))
         self._written[pid] = time.monotonic()
         return True
+
+    def take_remapped(self) -> list[int]:
+        """Kernels that walk the VMA tree: the processes the program found with another file (or
+        offset) where a mapping it had cached was, since the last call."""
+        if self.remap_map is None or not self.remap_map.any_key():
+            return []
+        return [struct.unpack("<I", key)[0] for key, _ in self.remap_map.drain()]
 
     def serve_remaps(self, min_interval: float = 1.0) -> int:
         """The userspace path: write again the mapping lists of processes the program met a PC

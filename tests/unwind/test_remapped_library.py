@@ -1,0 +1,80 @@
+"""A library unloaded and another loaded at its address (a plugin host): from then on the same
+addresses are the other file's code. The kernel unwinder reads a cached mapping again under a new
+address-space stamp and, finding another file there, tells userspace (nu_remap); userspace reads the
+process's maps again and names each stack with the mappings its hash says the kernel walked it in
+(the ones read now or those before). Before, one library's samples were named as the other's
+functions: the maps read first named every address, and /proc/PID/map_files opened whichever file
+was mapped there at naming time."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import compile_c
+from .conftest import profile, user_names
+
+pytestmark = pytest.mark.root
+
+HERE = Path(__file__).resolve().parent
+OURS = {"a_hot": "run_a", "a_pad": "run_a", "b_hot": "run_b", "b_pad": "run_b"}
+
+
+@pytest.fixture(scope="module")
+def swap_libs(build_dir) -> tuple[Path, Path, Path]:
+    libs = [compile_c(HERE / "workloads" / f"swap_{x}.c", build_dir / f"libswap_{x}.so", "-O1", "-shared", "-fPIC")
+            for x in "ab"]
+    host = compile_c(HERE / "workloads" / "swap_libs.c", build_dir / "swap_libs", "-O1", "-fno-omit-frame-pointer")
+    return host, libs[0], libs[1]
+
+
+def test_a_library_loaded_where_another_was_is_named_as_itself(swap_libs, workloads, tmp_path):
+    host, lib_a, lib_b = swap_libs
+    report = tmp_path / "bases"
+    w = workloads([host, lib_a, lib_b, "0.3", report], settle=0.8)
+    bases = report.read_text().split()
+    assert len(bases) == 2 and bases[0] == bases[1], f"the libraries did not share an address: {bases}"
+    result, profiler = profile([w.pid], seconds=5.0)
+    by_fn: dict[str, int] = {}
+    wrong = []
+    total = 0
+    for s in result.samples:
+        names = user_names(s)
+        total += s.value
+        for fn, caller in OURS.items():
+            if fn in names:
+                by_fn[fn] = by_fn.get(fn, 0) + s.value
+                # run_X -> run_lib -> X_hot: the library's function under the other library's caller
+                # is an address named with the other file
+                if caller not in names:
+                    wrong.append((s.value, names[-6:]))
+    assert not wrong, f"named as the other library's code: {wrong[:5]}"
+    assert profiler.kernel_counters["remapped"] > 0
+    # each phase is half the time: both libraries' hot functions are named
+    assert by_fn.get("a_hot", 0) > 0.25 * total and by_fn.get("b_hot", 0) > 0.25 * total, (by_fn, total)
+
+
+def test_userspace_computes_the_kernels_stack_hash(chain, workloads):
+    """file_stack_hash (what naming checks a remapped process's stacks with) is the kernel's own key
+    for a stack of files: equal for every such stack of a process whose mappings did not change."""
+    from hotstack.sampling import Engine, EngineConfig
+    from hotstack.unwind.kernel_maps import END_EXITED, END_NO_MAPPING, file_stack_hash
+
+    w = workloads([chain, "busy"])
+    engine = Engine(EngineConfig(frequency=199, pids=(w.pid,), unwind="kernel", runtime_frames=False))
+    batches = []
+    real = engine.to_profile
+    engine.to_profile = lambda sampler, batch: batches.append(batch) or real(sampler, batch)
+    with engine:
+        time.sleep(1.0)
+        engine.collect()
+        batches.clear()
+        time.sleep(2.0)
+        engine.collect()
+        mappings = engine.processes.get(w.pid).mappings
+    stacks = [r for r in batches[0].stacks if r.pid == w.pid and r.user_hash and r.user_end not in (END_NO_MAPPING, END_EXITED)]
+    assert sum(r.value for r in stacks) > 200
+    same = sum(r.value for r in stacks if file_stack_hash(mappings, r.user_stack, r.user_end) == r.user_hash)
+    assert same == sum(r.value for r in stacks)
