@@ -160,7 +160,8 @@ def _build_workloads(out: Path, cc: str = "cc") -> None:
             (tests / "alloy" / "workloads" / "spin.c", "alloy-spin", ["-O1", "-g", "-fno-omit-frame-pointer"]),
             (tests / "unwind" / "workloads" / "swap_libs.c", "swap_libs", ["-O1", "-fno-omit-frame-pointer"]),
             (tests / "unwind" / "workloads" / "swap_a.c", "libswap_a.so", ["-O1", "-shared", "-fPIC"]),
-            (tests / "unwind" / "workloads" / "swap_b.c", "libswap_b.so", ["-O1", "-shared", "-fPIC"])):
+            (tests / "unwind" / "workloads" / "swap_b.c", "libswap_b.so", ["-O1", "-shared", "-fPIC"]),
+            (tests / "unwind" / "workloads" / "swap_b.c", "libswap_b_pad.so", ["-O1", "-shared", "-fPIC", "-DSWAP_PAD"])):
         _run([cc, *flags, "-o", str(out / name), str(source)])
     shutil.copy(tests / "python" / "workload_abc.py", out / "workload_abc.py")
 

@@ -25,3 +25,11 @@ __attribute__((noinline)) void b_pad(void)
 	for (int i = 0; i < 100; i++)
 		sink += i * 7;
 }
+
+#ifdef SWAP_PAD
+/* Built with -DSWAP_PAD, the library has five pages more before its code (a section the linker puts
+ * in the first, read-only segment), so the loader places it five pages lower and its code lands at
+ * the same addresses as libswap_a.so's, b_hot where a_pad is, with other page counts: kernels
+ * before 6.4 tell a change of mappings by those. */
+__attribute__((section(".note.swap_pad"), used, aligned(4096))) static const char swap_pad[16384] = {1};
+#endif
