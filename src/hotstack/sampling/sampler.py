@@ -66,6 +66,7 @@ class Sampler:
         # a wakeup record was read since new_pids was last drained (the program writes one after each
         # announcement: bpf/pids.h); True at first, for what was announced before anyone read
         self._announced = True
+        self._remap_due = True                      # the same, for native_remapped's queue
         self._kernel_pids: frozenset[int] | None = None  # pids_at_run_time: the filter now (None: open)
 
     def _filters_pids(self) -> int:
@@ -156,6 +157,12 @@ class Sampler:
         library where one was), where the program walks the VMA tree itself and so can tell."""
         if self.native is None or not self.native_vma_walk:
             return []
+        # queued with a wake-up: looked at only after one (a syscall at every pid-watcher round
+        # otherwise, for what nearly never happens)
+        if self._wakeups is not None:
+            if not self._remap_due and not self._wakeups.pending():
+                return []
+            self._remap_due = False
         try:
             return self.native.take_remapped()
         except ebpf.EbpfError:      # closing under us
@@ -289,7 +296,7 @@ class Sampler:
 
     def clear_wakeups(self) -> None:
         if self._wakeups is not None and self._wakeups.read():
-            self._announced = True
+            self._announced = self._remap_due = True
 
     def close(self) -> None:
         self.stop()

@@ -18,6 +18,7 @@ to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_ra
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -66,6 +67,7 @@ def kernel_dev(st_dev: int) -> int:
     return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
+@functools.lru_cache(maxsize=1024)     # (a host has a few devices; each new process's mappings name them)
 def maps_dev(field: str) -> int:
     """/proc/PID/maps' device field ("fd:01", hex major:minor) -> the kernel's internal dev_t."""
     major, minor = (int(x, 16) for x in field.split(":"))
