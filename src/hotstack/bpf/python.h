@@ -119,6 +119,12 @@ struct py_walk {
 	__u32 frame_end, code_end;
 	__u32 frame_code, frame_instr, frame_marker, frame_previous;
 	__u32 co_argcount, co_flags, co_firstlineno;
+	/* the last two code objects read in this walk and their checksums: a recursion (a function
+	 * calling itself, or two calling each other) meets the same code at every level, and a live
+	 * frame holds its code object, so within one walk the address is that code and its checksum
+	 * cannot have changed (bpf_loop path: a read less per repeated frame) */
+	__u64 seen_code[2];
+	__u32 seen_checksum[2];
 };
 
 /* Frame i of the chain into stack->frames[i]; 1 when the chain has ended. */
@@ -142,10 +148,19 @@ static __always_inline long py_walk_frame(__u32 i, struct py_walk *s, struct py_
 	f->marker = s->frame_marker != PY_NONE ? w[s->frame_marker & (PY_WINDOW - 1)] : 0;
 	s->frame = py_win_u64(w, s->frame_previous);
 	f->checksum = 0;        /* a code object that cannot be read: 0, as before */
-	if (!bpf_probe_read_user(w + PY_WINDOW, py_window_len(s->code_end), (void *)code))
+	if (code && code == s->seen_code[0]) {
+		f->checksum = s->seen_checksum[0];
+	} else if (code && code == s->seen_code[1]) {
+		f->checksum = s->seen_checksum[1];
+	} else if (!bpf_probe_read_user(w + PY_WINDOW, py_window_len(s->code_end), (void *)code)) {
 		f->checksum = (py_win_u32(w + PY_WINDOW, s->co_argcount) << 25) +
 			      (py_win_u32(w + PY_WINDOW, s->co_flags) << 10) +
 			      py_win_u32(w + PY_WINDOW, s->co_firstlineno);
+		s->seen_code[1] = s->seen_code[0];
+		s->seen_checksum[1] = s->seen_checksum[0];
+		s->seen_code[0] = code;
+		s->seen_checksum[0] = f->checksum;
+	}
 	/* FNV-style mix of what userspace will need to tell two stacks apart. */
 	s->hash = (s->hash ^ code) * 0x100000001b3ULL;
 	s->hash = (s->hash ^ f->instr ^ ((__u64)f->marker << 56)) * 0x100000001b3ULL;
