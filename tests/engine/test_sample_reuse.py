@@ -112,3 +112,30 @@ def test_a_merged_stack_is_reused_only_when_its_source_named_every_frame(sleeper
     # the native frames are named once either way; the merge is done again when a frame was unnamed
     assert symbolizer.calls == 1
     assert source.merges == (1 if named else 2)
+
+
+def test_a_stack_of_files_is_named_once_for_every_process_of_those_files():
+    """The kernel hashes a stack whose every frame is in a file by (file, file offset) per frame
+    (RawStack.user_hash): the same stack in another process of the same files, at other addresses
+    (a loop of short commands: a new process each run), is named once. A stack hashed otherwise is
+    named per process."""
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        one, two = (p.pid for p in sleepers)
+        processes = ProcessTable()
+        for pid in (one, two):
+            processes.observe(pid)
+        symbolizer = CountingSymbolizer(processes)
+        maker = SampleMaker(symbolizer, processes, [])
+        at_one, at_two = _libc_addresses(processes, one), _libc_addresses(processes, two)
+        assert at_one != at_two          # (ASLR: the same offsets at other addresses)
+        first, _ = maker.sample(RawStack(one, one, "sleep", at_one, (), 1, user_hash=0x5EED), strip_bpf=True)
+        second, _ = maker.sample(RawStack(two, two, "sleep", at_two, (), 1, user_hash=0x5EED), strip_bpf=True)
+        assert symbolizer.calls == 1 and second.stack == first.stack and second.pid == two
+        maker.sample(RawStack(two, two, "sleep", at_two[:3] + (at_two[3] + 64,), (), 1), strip_bpf=True)
+        assert symbolizer.calls == 2     # no file hash: named in its own process
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()

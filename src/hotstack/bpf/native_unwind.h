@@ -239,7 +239,7 @@ struct nu_stack {
 	__u32 n;           /* frames in pcs, leaf first */
 	__u32 end;         /* enum nu_end */
 	__u32 pid;         /* the process whose addresses pcs holds */
-	__u32 pad;
+	__u32 by_file;     /* 1: hashed by (file, file offset) per frame, 0: by address and process */
 	__u64 pcs[NU_MAX_FRAMES];
 };
 
@@ -985,7 +985,8 @@ static __always_inline __u64 nu_hash(struct nu_state *st)
 	__u32 i;
 
 	st->stack.pid = st->tgid;
-	if (st->shared && st->stack.n) {
+	st->stack.by_file = st->shared && st->stack.n;
+	if (st->stack.by_file) {
 		h = nu_mix(nu_mix(st->xhash, st->stack.n), st->stack.end);
 	} else {
 		h = 0xcbf29ce484222325ULL ^ st->stack.n;

@@ -51,9 +51,10 @@ class RawStack(NamedTuple):
     # are all in files is stored once for every process of those files (bpf/native_unwind.h, struct
     # nu_stack), with the addresses of the first process that stored it
     user_pid: int = 0
-    # a kernel-unwound user stack's hash and how its walk ended (struct nu_stack); 0: not one. A
-    # stack whose frames are all in files is hashed by (file, file offset) per frame: naming can
-    # check that the mappings it names the addresses with are those the kernel walked them with
+    # a kernel-unwound user stack's hash where it is by (file, file offset) per frame (struct
+    # nu_stack: every frame in a file), and how its walk ended; 0: not such a stack. Its names
+    # depend on nothing else: naming reuses them across processes, and checks with it that the
+    # mappings it names the addresses with are those the kernel walked them in
     user_hash: int = 0
     user_end: int = 0
 
@@ -92,12 +93,12 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
 
 def parse_native_stack(raw: bytes) -> tuple[int, ...]:
     """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): hash, frames, end, pid, addresses."""
-    _hash, n, _end, _pid = _NATIVE_STACK.unpack_from(raw)
+    _hash, n, _end, _pid, _by_file = _NATIVE_STACK.unpack_from(raw)
     return struct.unpack_from(f"<{min(n, (len(raw) - _NATIVE_STACK.size) // 8)}Q", raw, _NATIVE_STACK.size)
 
 
-_NATIVE_STACK = struct.Struct("<QIII4x")
-_NO_HEADER = (0, 0, 0, 0)
+_NATIVE_STACK = struct.Struct("<QIIII")
+_NO_HEADER = (0, 0, 0, 0, 0)
 
 
 class StackReader:
@@ -130,10 +131,10 @@ class StackReader:
             self._cache[key] = parse(raw) if raw is not None else None
         return self._cache[key]
 
-    def user_header(self, stack_id: int) -> tuple[int, int, int, int]:
-        """(hash, frames, end, pid) of a kernel-unwound user stack (struct nu_stack; pid: the process
-        whose addresses it holds); zeros for the kernel's stack maps (--unwind fp), whose stacks are
-        each sample's own."""
+    def user_header(self, stack_id: int) -> tuple[int, int, int, int, int]:
+        """(hash, frames, end, pid, by file) of a kernel-unwound user stack (struct nu_stack; pid: the
+        process whose addresses it holds); zeros for the kernel's stack maps (--unwind fp), whose
+        stacks are each sample's own."""
         if stack_id < 0 or not self._batched:
             return _NO_HEADER
         raw = self._user_stacks().get(stack_id)
@@ -178,7 +179,7 @@ def raw_stack(key, comm: bytes, value: int, stacks: StackReader, user: tuple[int
     # (a caller put in is not in the kernel's hash: such a stack is not checked)
     return RawStack(key.pid, key.tid, c_string(comm), user, kstack or (), value, user_lost,
                     is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id,
-                    owner if owner != key.pid else 0, header[0] if user is ustack else 0, header[2])
+                    owner if owner != key.pid else 0, header[0] if header[4] and user is ustack else 0, header[2])
 
 
 class StackBuffers:

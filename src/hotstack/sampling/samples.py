@@ -12,7 +12,7 @@ from .. import procs
 from ..procs import ProcessTable
 from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
-from ..unwind.kernel_maps import END_EXITED, END_NO_MAPPING, file_stack_hash
+from ..unwind.kernel_maps import file_stack_hash
 from ..unwind.runtimes import FrameSource
 from .buffers import RawStack
 from .obi import trace_labels
@@ -36,8 +36,6 @@ MAX_NAMED_STACKS = 20_000
 # the kernel's hash until an interval begins this long after its maps were read again: samples
 # taken before the reread are named with the mappings before it where those are the ones walked.
 REMAP_SETTLED_S = 1.0
-# Walks that end so hash by address and process (struct nu_stack): nothing to check them against.
-_HASHED_BY_ADDRESS = (END_NO_MAPPING, END_EXITED)
 
 
 class SampleMaker:
@@ -56,11 +54,18 @@ class SampleMaker:
         # (one with a `final_merge`)
         self._named: dict[tuple, tuple] = {}
         self._named_before: dict[tuple, tuple] = {}
+        # native frames of stacks the kernel hashed by (file, file offset) per frame, by that hash:
+        # (frames, named, not named), this interval's and the last's. Their names depend on nothing
+        # else, so another process's stack of the same files (a loop of short commands: each run a
+        # new process at new addresses) is named once, not once per process
+        self._by_file: dict[int, tuple] = {}
+        self._by_file_before: dict[int, tuple] = {}
         self._began = time.monotonic()      # when the interval being named began
 
     def next_interval(self) -> None:
         """After an interval's samples: what it named is kept one interval more."""
         self._named_before, self._named = self._named, {}
+        self._by_file_before, self._by_file = self._by_file, {}
         self._began = time.monotonic()
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
@@ -101,10 +106,29 @@ class SampleMaker:
         if named is not None:
             user, final = named[0], True
         else:
-            user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
-            if final:
-                self._keep(native_key, owner_info, user, False, user)
+            user, final = self._native(raw, owner, owner_info, native_key)
         return self._merged(raw, info, user, final, key)
+
+    def _native(self, raw: RawStack, owner: int, owner_info, native_key: tuple) -> tuple[list[Frame], bool]:
+        """(native frames, final) of a stack not named in this process before: by the kernel's
+        file-and-offset hash where it has one and another process's stack of it was named."""
+        by_file = raw.user_hash
+        if by_file:
+            named = self._by_file.get(by_file)
+            if named is None:
+                named = self._by_file_before.get(by_file)
+            if named is not None and len(named[0]) == len(raw.user_stack):
+                self._by_file[by_file] = named
+                self.symbolizer.stats.hits += named[1]
+                self.symbolizer.stats.misses += named[2]
+                return named[0], True
+        user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
+        if final:
+            self._keep(native_key, owner_info, user, False, user)
+            if by_file and len(self._by_file) < MAX_NAMED_STACKS:
+                resolved = sum(map(_RESOLVED, user))
+                self._by_file[by_file] = (user, resolved, len(user) - resolved)
+        return user, final
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
@@ -112,12 +136,10 @@ class SampleMaker:
         or, where neither is and the stack is one of files, left unnamed rather than named as
         another file's code. Not kept for reuse: the same addresses are two stacks here."""
         chosen = owner_info
-        if raw.user_end not in _HASHED_BY_ADDRESS:
-            hashes = [file_stack_hash(m, raw.user_stack, raw.user_end)
-                      for m in (owner_info.mappings, owner_info.before)]
-            if raw.user_hash == hashes[1]:
-                chosen = dataclasses.replace(owner_info, mappings=owner_info.before, before=None, alive=False)
-            elif raw.user_hash != hashes[0] and hashes != [None, None]:
+        hashes = [file_stack_hash(m, raw.user_stack, raw.user_end) for m in (owner_info.mappings, owner_info.before)]
+        if raw.user_hash == hashes[1]:
+            chosen = dataclasses.replace(owner_info, mappings=owner_info.before, before=None, alive=False)
+        elif raw.user_hash != hashes[0]:
                 # (walked in neither: what changed between them is left unnamed)
                 kept = {(m.start, m.end, m.offset, m.inode) for m in owner_info.before.mappings}
                 same = [m for m in owner_info.mappings.mappings if (m.start, m.end, m.offset, m.inode) in kept]
