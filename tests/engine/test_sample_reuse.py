@@ -21,9 +21,9 @@ class CountingSymbolizer(Symbolizer):
         super().__init__(processes)
         self.calls = 0
 
-    def final_user_frames(self, pid, addresses):
+    def final_user_frames(self, pid, addresses, info=None):
         self.calls += 1
-        return super().final_user_frames(pid, addresses)
+        return super().final_user_frames(pid, addresses, info)
 
 
 @pytest.fixture
@@ -139,3 +139,26 @@ def test_a_stack_of_files_is_named_once_for_every_process_of_those_files():
         for p in sleepers:
             p.kill()
             p.wait()
+
+
+def test_a_remapped_process_never_names_a_changed_range_with_maps_that_do_not_fit(sleeper):
+    """A process the kernel saw put another file in an address range, whose maps read since show no
+    change (it changed them back before the read): a stack whose file hash fits none of the
+    mappings userspace has keeps the frames of that range unnamed, and names the others."""
+    maker, symbolizer, processes = _maker(sleeper)
+    info = processes.get(sleeper)
+    libc = next(m for m in info.mappings.mappings if "libc.so" in m.path)
+    exe = next(m for m in info.mappings.mappings if "libc.so" not in m.path and "ld-linux" not in m.path)
+    stack = _libc_addresses(processes, sleeper)[:2] + (exe.start + 0x100,)
+    assert processes.reread(sleeper, (libc.start, libc.end))
+    assert info.before is None and info.remapped_at     # (the maps read again are the same)
+    sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_hash=0x5EED, user_end=1),
+                             strip_bpf=True)
+    names = [f.name for f in sample.stack]
+    assert names[:2] == [UNKNOWN, UNKNOWN] and names[2] != UNKNOWN, names
+    # a stack whose hash fits the maps is named in full
+    from hotstack.unwind.kernel_maps import file_stack_hash
+    fits = file_stack_hash(info.mappings, stack, 1)
+    sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_hash=fits, user_end=1),
+                             strip_bpf=True)
+    assert all(f.name != UNKNOWN for f in sample.stack), [f.name for f in sample.stack]

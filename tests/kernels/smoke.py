@@ -249,7 +249,9 @@ def item_remap(w: Path) -> str:
                 if caller not in frames:
                     raise RuntimeError(f"{fn} named under the other library's caller: {';'.join(frames)}")
     total = sum(c for _, c in rows)
-    if by["a_hot"] < 0.2 * total or by["b_hot"] < 0.2 * total:
+    # (each library runs half the time; under emulation userspace may read the maps only after the
+    # process swapped back, and what it cannot tell apart is left unnamed, never named wrong)
+    if by["a_hot"] < 0.05 * total or by["b_hot"] < 0.05 * total:
         raise RuntimeError(f"a_hot {by['a_hot']} b_hot {by['b_hot']} of {total} samples")
     return f"a_hot {by['a_hot']} b_hot {by['b_hot']} of {total} samples, each under its own caller ({note})"
 

@@ -335,12 +335,19 @@ struct {
 	__type(value, struct nu_missing_value);
 } nu_missing SEC(".maps");
 
-/* Processes whose mapping list userspace should write again (a PC in none of them). */
+/* Processes whose mapping list userspace should write again (a PC in none of them), or, where the
+ * program walks the VMA tree, whose addresses [start, end) now hold another file (or offset) than
+ * the one met there before (the first such change since userspace last looked). */
+struct nu_remap_value {
+	__u64 start;
+	__u64 end;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct nu_remap_value);
 } nu_remap SEC(".maps");
 
 struct {
@@ -545,10 +552,13 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state
 	 * unloaded a library and loaded another there. Its addresses mean other code from now on. */
 	if (slot->start < out->end && out->start < slot->end &&
 	    (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset)) {
-		__u32 one = 1;
+		struct nu_remap_value changed = {
+			.start = slot->start < out->start ? slot->start : out->start,
+			.end = slot->end > out->end ? slot->end : out->end,
+		};
 
 		nu_count(NU_STAT_REMAPPED);
-		if (bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST) == 0)
+		if (bpf_map_update_elem(&nu_remap, &st->tgid, &changed, BPF_NOEXIST) == 0)
 			NU_WAKE_USERSPACE();
 	}
 	*slot = *out;
@@ -810,9 +820,9 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		st->stack.end = NU_END_NO_MAPPING;
 		st->shared = 0;
 		if (!nu_kernel_vma_walk) {
-			__u32 one = 1;
+			struct nu_remap_value anywhere = {};
 
-			if (bpf_map_update_elem(&nu_remap, &st->tgid, &one, BPF_NOEXIST) == 0)
+			if (bpf_map_update_elem(&nu_remap, &st->tgid, &anywhere, BPF_NOEXIST) == 0)
 				NU_WAKE_USERSPACE();
 		}
 		return -1;

@@ -39,7 +39,8 @@ class Process:
     # the mappings before the last reread(): the process put another file where one was (a library
     # unloaded, another loaded at its address); what it had sampled before is named with these
     before: MappingIndex | None = None
-    remapped_at: float = 0.0     # time.monotonic() of that reread
+    remapped_at: float = 0.0     # time.monotonic() of the last reread (0: none)
+    changed: tuple = ()          # the address ranges the kernel saw change, (start, end) each
 
     @property
     def key(self) -> tuple[int, int]:
@@ -333,23 +334,26 @@ class ProcessTable:
             found = info.mappings.find(address)
         return found
 
-    def reread(self, pid: int) -> bool:
-        """The kernel saw `pid` map another file (or offset) where one was: its maps are read again,
-        those before kept in `before` for the addresses sampled before the change. True if read."""
+    def reread(self, pid: int, changed: tuple[int, int]) -> bool:
+        """The kernel saw `pid` map another file (or offset) in `changed` (start, end) than it had met
+        there: the process is marked (naming checks its stacks), its maps are read again and those
+        before kept in `before`, for the addresses sampled before the change. The maps read may
+        show no change (the process changed them back before this read): then only the mark.
+        True if the process was known."""
         with self._lock:
             info = self._by_pid.get(pid)
-        if info is None or not info.alive:
+        if info is None:
             return False
-        fresh = read_maps(pid)
+        info.remapped_at = time.monotonic()
+        info.changed = (info.changed + (changed,))[-8:]
+        fresh = read_maps(pid) if info.alive else []
         self.maps_reads += 1
-        # (the program may tell more than once of one change: the mappings before it are kept)
         index = MappingIndex(fresh)
-        if not fresh or _spans(index.mappings) == _spans(info.mappings.mappings):
-            return False
-        info.before, info.mappings = info.mappings, index
-        info.maps_read_at = info.remapped_at = time.monotonic()
-        with self._lock:
-            self._remapped.add(pid)
+        if fresh and _spans(index.mappings) != _spans(info.mappings.mappings):
+            info.before, info.mappings = info.mappings, index
+            info.maps_read_at = info.remapped_at
+            with self._lock:
+                self._remapped.add(pid)
         return True
 
     def take_remapped(self) -> set[int]:

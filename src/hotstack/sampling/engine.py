@@ -247,8 +247,8 @@ class Engine:
                     self._take_on(pid)
                     sampler.native_process(pid, info)
             # another library where one was: the addresses name other code from now on
-            for pid in sampler.native_remapped():
-                if self.processes.reread(pid):
+            for pid, start, end in sampler.native_remapped():
+                if self.processes.reread(pid, (start, end)):
                     busy = True
                     info = self.processes.get(pid)
                     sampler.native_process(pid, info)

@@ -152,9 +152,10 @@ class Sampler:
         except ebpf.EbpfError:      # closing under us
             return False
 
-    def native_remapped(self) -> list[int]:
-        """Processes whose mappings changed under addresses the kernel unwinder had met (another
-        library where one was), where the program walks the VMA tree itself and so can tell."""
+    def native_remapped(self) -> list[tuple[int, int, int]]:
+        """(pid, start, end): processes whose mappings changed in [start, end), under addresses the
+        kernel unwinder had met (another library where one was), where the program walks the VMA
+        tree itself and so can tell."""
         if self.native is None or not self.native_vma_walk:
             return []
         # queued with a wake-up: looked at only after one (a syscall at every pid-watcher round

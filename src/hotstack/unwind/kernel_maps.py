@@ -485,12 +485,13 @@ class NativeTables:
         self._written[pid] = time.monotonic()
         return True
 
-    def take_remapped(self) -> list[int]:
-        """Kernels that walk the VMA tree: the processes the program found with another file (or
-        offset) where a mapping it had cached was, since the last call."""
+    def take_remapped(self) -> list[tuple[int, int, int]]:
+        """Kernels that walk the VMA tree: (pid, start, end) of the processes the program found with
+        another file (or offset) in [start, end) than a mapping it had cached there, since the last
+        call (struct nu_remap_value)."""
         if self.remap_map is None or not self.remap_map.any_key():
             return []
-        return [struct.unpack("<I", key)[0] for key, _ in self.remap_map.drain()]
+        return [(struct.unpack("<I", key)[0], *struct.unpack("<QQ", value)) for key, value in self.remap_map.drain()]
 
     def serve_remaps(self, min_interval: float = 1.0) -> int:
         """The userspace path: write again the mapping lists of processes the program met a PC
