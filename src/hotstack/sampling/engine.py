@@ -246,17 +246,22 @@ class Engine:
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)
-            # another library where one was: the addresses name other code from now on
-            for pid, start, end in sampler.native_remapped():
-                if self.processes.reread(pid, (start, end)):
-                    busy = True
-                    info = self.processes.get(pid)
-                    sampler.native_process(pid, info)
+            busy = self._observe_remaps(sampler) or busy
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have
         # come with them (the frame sources retry only processes that named a runtime already)
         for pid in self.processes.take_remapped():
             if self.wants(pid):
                 self._take_on(pid)
+        return busy
+
+    def _observe_remaps(self, sampler: Sampler) -> bool:
+        """The processes the kernel saw put another file where one was (their addresses name other
+        code from then on): marked and read again; True if any."""
+        busy = False
+        for pid, start, end in sampler.native_remapped():
+            if self.processes.reread(pid, (start, end)):
+                busy = True
+                sampler.native_process(pid, self.processes.get(pid))
         return busy
 
     def _poll_runtimes(self) -> bool:
@@ -332,6 +337,8 @@ class Engine:
                     for source in self.runtimes:
                         source.collect(sampler.buffers.active ^ 1)   # runtime stacks of the buffer drained
                 batches.append((sampler, batch))
+                # (a change the kernel saw in the samples just drained, before they are named)
+                self._observe_remaps(sampler)
             profiles = [self.to_profile(sampler, batch) for sampler, batch in batches]
             self._samples.next_interval()
             self._forget_dead()
