@@ -92,7 +92,7 @@ class SampleMaker:
         process of the same files may have stored it), the runtime frames with the sample's."""
         owner = raw.user_pid or raw.pid
         owner_info = info if owner == raw.pid else self.processes.get(owner)
-        if owner_info is not None and owner_info.remapped_at and raw.user_hash:
+        if owner_info is not None and owner_info.remapped_at:
             if owner_info.remapped_at >= self._began - REMAP_SETTLED_S:
                 return self._user_remapped(raw, info, owner, owner_info)
             owner_info.before, owner_info.changed, owner_info.remapped_at = None, (), 0.0
@@ -133,21 +133,24 @@ class SampleMaker:
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
         the mappings the kernel walked them in (read now, or those before: the stack's hash tells),
-        or, where neither is (the process changed its mappings and back between two reads), with
-        what did not change: the ranges the kernel saw change, and the mappings that differ
-        between the two reads, are left unnamed rather than named as another file's code. Not kept
-        for reuse by address: the same addresses are two stacks here (by the file hash they are one)."""
-        named = self._by_file.get(raw.user_hash) or self._by_file_before.get(raw.user_hash)
+        or, where neither is (the process changed its mappings and back between two reads) or the
+        stack has no file hash to tell (a frame in the vDSO or JIT code), with what did not change:
+        the ranges the kernel saw change, and the mappings that differ between the two reads, are
+        left unnamed rather than named as another file's code. Not kept for reuse by address: the
+        same addresses are two stacks here (by the file hash they are one)."""
+        named = (self._by_file.get(raw.user_hash) or self._by_file_before.get(raw.user_hash)) if raw.user_hash else None
         if named is not None and len(named[0]) == len(raw.user_stack):
             return self._merged(raw, info, named[0], False, None)
         chosen = owner_info
         before = owner_info.before
         walked_in = None
-        if raw.user_hash == file_stack_hash(owner_info.mappings, raw.user_stack, raw.user_end):
+        if not raw.user_hash:
+            pass
+        elif raw.user_hash == file_stack_hash(owner_info.mappings, raw.user_stack, raw.user_end):
             walked_in = owner_info
         elif before is not None and raw.user_hash == file_stack_hash(before, raw.user_stack, raw.user_end):
             chosen = walked_in = dataclasses.replace(owner_info, mappings=before, before=None, alive=False)
-        else:
+        if walked_in is None:
             kept = {(m.start, m.end, m.offset, m.inode) for m in before.mappings} if before is not None else None
             same = [m for m in owner_info.mappings.mappings
                     if (kept is None or (m.start, m.end, m.offset, m.inode) in kept)
