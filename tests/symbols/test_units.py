@@ -56,6 +56,32 @@ def test_symbol_sizes_are_respected(c_binary):
     assert past is None          # past the end of a symbol is not that symbol
 
 
+def test_the_entry_code_of_a_program_or_the_loader_is_named_start(c_binary, tmp_path):
+    """Where no symbol covers a program's or the dynamic loader's entry code (a stripped program;
+    glibc's ld.so, whose `_start`/`_dl_start_user` is in no symbol table: the root frame of every
+    process still in the loader), it is `_start`: the FDE's range where one starts at the entry,
+    else up to the next function the CFI index lists. Not past that, and not in a shared library."""
+    stripped = tmp_path / "prog.stripped"
+    run("strip", "-o", stripped, c_binary)
+    start, size = _nm(c_binary)["_start"]
+    with ElfFile(str(stripped)) as elf:
+        assert elf.entry == start
+        table = SymbolTable(elf)
+        assert table.lookup_many([start, start + size - 1, start + size]) == [("_start", 0), ("_start", size - 1), None]
+    loader = next(p for p in sorted(Path("/usr/lib").glob("*-linux-gnu/ld-linux*.so*")) if p.is_file())
+    with ElfFile(str(loader)) as elf:
+        table = SymbolTable(elf)
+        starts, _fdes = elf.function_index()
+        after = int(starts[starts > elf.entry][0])          # the next function with CFI
+        assert table.lookup_many([elf.entry + 8]) == [("_start", 8)]
+        assert table.lookup_many([after])[0] != ("_start", after - elf.entry)
+    lib = tmp_path / "libentry.so"
+    run(need("gcc"), "-shared", "-fPIC", "-x", "c", "-", "-o", lib, input="int f(int x) { return x + 1; }\n")
+    with ElfFile(str(lib)) as elf:
+        assert elf.entry_code() is None and all(
+            found is None or found[0] != "_start" for found in SymbolTable(elf).lookup_many([elf.entry]))
+
+
 def test_few_addresses_are_looked_up_as_a_batch_would_be():
     """Small batches take the scalar path (SCALAR_BATCH): same answers as the vectorized one on
     libc, at every symbol's first and last byte, one past its end, and between symbols."""

@@ -637,18 +637,10 @@ def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_i
         c3 = Counter(native.kernel_counters())
     wide, narrow = c3 - c0, c2 - c1
     # the process's first frame: the executable's _start, or before that the dynamic loader's entry
-    # (ld.so's _start, an assembly stub that has no symbol in Debian's ld.so: shown as file+offset)
-    interp = Path(subprocess.run(["readelf", "-l", str(exe)], capture_output=True, text=True, check=True)
-                  .stdout.split("interpreter: ")[1].split("]")[0])
-    ld_entry = struct.unpack_from("<Q", interp.read_bytes(), 24)[0]        # ELF64 e_entry
-
+    # (ld.so's _start, an assembly stub that no symbol of Debian's ld.so covers: named from the ELF
+    # entry point, SymbolTable._name_entry_code)
     def rooted(user):
-        if not user:
-            return False
-        if user[0] == "_start":
-            return True
-        m = re.fullmatch(re.escape(interp.name) + r"\+0x([0-9a-f]+)", user[0])
-        return bool(m) and ld_entry <= int(m.group(1), 16) < ld_entry + 0x30
+        return bool(user) and user[0] == "_start"
 
     exiting, in_exec, others = Counter(), Counter(), Counter()
     for s in prof.samples:

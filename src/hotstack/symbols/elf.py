@@ -286,6 +286,13 @@ class ElfFile:
                 return offset - seg.offset + seg.vaddr
         return None
 
+    def vaddr_to_file_offset(self, vaddr: int) -> int | None:
+        """The file offset that an ELF virtual address is loaded from (through PT_LOAD)."""
+        for seg in self.segments:
+            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                return vaddr - seg.vaddr + seg.offset
+        return None
+
     # -- symbols ------------------------------------------------------------------------------
     def function_symbols(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[ElfSection]]:
         """FUNC/IFUNC symbols of .symtab and .dynsym, sorted by address, one per address.
@@ -330,6 +337,44 @@ class ElfFile:
             entries = np.frombuffer(self.read(s.offset, s.size - s.size % 16), dtype="<i8").reshape(-1, 2)
             return bool((entries[:, 0] == DT_NEEDED).any())
         return False
+
+    def function_index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(function start addresses, their FDEs' addresses), by start, from .eh_frame_hdr's search
+        table (its usual layout: a udata4 count, datarel sdata4 pairs); None without one."""
+        hdr = self.section(".eh_frame_hdr")
+        if hdr is None or hdr.size < 12 or hdr.offset + hdr.size > self.size:
+            return None
+        head = self.read(hdr.offset, 12)
+        if head[0] != 1 or head[2] != 0x03 or head[3] != 0x3B:
+            return None
+        count = struct.unpack_from("<I", head, 8)[0]
+        if not count or 12 + 8 * count > hdr.size:
+            return None
+        table = hdr.addr + np.frombuffer(self.read(hdr.offset + 12, 8 * count), "<i4").reshape(-1, 2).astype(np.int64)
+        order = np.argsort(table[:, 0], kind="stable")
+        return table[order, 0], table[order, 1]
+
+    def entry_code(self) -> tuple[int, int] | None:
+        """(address, size) of the code at the entry point of a file the kernel starts (a program, or
+        the dynamic loader: a PT_INTERP, or no DT_NEEDED): its FDE's range where one starts there,
+        else up to the next function the CFI index lists (glibc's ld.so: no FDE for its entry).
+        None for a shared library (whose e_entry some linkers point at any function), or with
+        nothing to bound it."""
+        if not self.entry or not (self.has_interp or not self.needs_libraries()):
+            return None
+        index = self.function_index()
+        if index is None:
+            return None
+        starts, fdes = index
+        i = int(np.searchsorted(starts, self.entry, side="right"))
+        if i > 0 and int(starts[i - 1]) == self.entry:
+            # the FDE: length, CIE pointer, pc_begin (pcrel sdata4: checked), pc_range
+            fde = self.vaddr_to_file_offset(int(fdes[i - 1]))
+            if fde is None or fde + 16 > self.size:
+                return None
+            begin, size = struct.unpack_from("<iI", self.read(fde + 8, 8))
+            return (self.entry, size) if int(fdes[i - 1]) + 8 + begin == self.entry else None
+        return (self.entry, int(starts[i]) - self.entry) if i < len(starts) else None
 
     def symbol_value(self, name: str) -> int | None:
         """The value of the .symtab (else .dynsym) symbol called exactly `name`, of any type; None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elf import ElfFile
+from .elf import ElfError, ElfFile
 
 
 SORTED_BATCH = 4096
@@ -33,7 +33,7 @@ def search_right(values: np.ndarray, q: np.ndarray) -> np.ndarray:
 class SymbolTable:
     """Function symbols of one file; names decoded lazily (only for frames shown) and cached."""
 
-    def __init__(self, elf: ElfFile, debug: ElfFile | None = None, plt: bool = True) -> None:
+    def __init__(self, elf: ElfFile, debug: ElfFile | None = None, plt: bool = True, entry: bool = True) -> None:
         values, sizes, names, tables = [], [], [], []
         # One entry per string table: (file, section) to decode lazily, or a list of ready names.
         self._strtabs: list[tuple] = []
@@ -61,10 +61,36 @@ class SymbolTable:
         else:
             self.values = self.sizes = np.zeros(0, dtype=np.uint64)
             self._names, self._tables = np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.uint16)
+        self._ends_from_sizes()
+        self._decoded: dict[int, str] = {}
+        if entry:
+            self._name_entry_code(elf)
+
+    def _ends_from_sizes(self) -> None:
         # Where a symbol ends: its size, or (size 0, hand-written assembly) the next symbol.
         nxt = np.append(self.values[1:], np.uint64(0xFFFFFFFFFFFFFFFF)) if len(self.values) else self.values
         self._ends = np.where(self.sizes > 0, self.values + self.sizes, nxt)
-        self._decoded: dict[int, str] = {}
+
+    def _name_entry_code(self, elf: ElfFile) -> None:
+        """`_start` for the entry code of a program or of the dynamic loader where no symbol covers
+        it (glibc's ld.so has none for its `_start`/`_dl_start_user`: the root frame of every process
+        still in the loader showed as `ld-linux-x86-64.so.2+0x1ab78`), up to the next function the
+        CFI index lists."""
+        try:
+            code = elf.entry_code()
+        except (ElfError, ValueError):
+            return
+        if code is None or code[1] <= 0 or self._lookup_one(code[0]) is not None:
+            return
+        at = int(self.values.searchsorted(np.uint64(code[0])))
+        if at < len(self.values) and int(self.values[at]) < code[0] + code[1]:
+            return          # (a symbol inside that span: no guess over it)
+        self.values = np.insert(self.values, at, np.uint64(code[0]))
+        self.sizes = np.insert(self.sizes, at, np.uint64(code[1]))
+        self._names = np.insert(self._names, at, np.uint32(0))
+        self._tables = np.insert(self._tables, at, np.uint16(len(self._strtabs)))
+        self._strtabs.append((None, ["_start"]))
+        self._ends_from_sizes()
 
     def __len__(self) -> int:
         return len(self.values)
