@@ -93,20 +93,13 @@ def resolve_uprobe(link: ProbeLink) -> UprobeTarget:
         if address is None:
             raise ConfigError(f"probe link {link.text!r}: no function {link.symbol!r} in {link.path} "
                               f"(searched .symtab and .dynsym)")
-        offset = vaddr_to_offset(elf, address)
+        offset = elf.vaddr_to_file_offset(address)
         if offset is None:
             raise ConfigError(f"probe link {link.text!r}: {link.symbol} at {address:#x} is outside the "
                               f"loadable segments of {link.path}")
         return UprobeTarget(link, os.path.realpath(link.path), offset, address)
     finally:
         elf.close()
-
-
-def vaddr_to_offset(elf: ElfFile, address: int) -> int | None:
-    for seg in elf.segments:
-        if seg.vaddr <= address < seg.vaddr + seg.filesz:
-            return address - seg.vaddr + seg.offset
-    return None
 
 
 def find_function(elf: ElfFile, name: str) -> int | None:

@@ -23,7 +23,7 @@ from ... import procs
 from ...bpf import schema
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, _vaddr_to_offset, inspected_once
+from ..python.detect import _load_base, _symbols, inspected_once
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..ruby.detect import R_X86_64_DTPMOD64, R_X86_64_TLSDESC, R_X86_64_TPOFF64, _dynsym_names, _tls_slots, exe_name
 from .offsets import PerlOffsets, offsets_for
@@ -72,8 +72,8 @@ def inspect_binary(path: str) -> PerlBinary | None:
             syms = _symbols(elf, _WANTED)
             if b"PL_version" not in syms or b"PL_subversion" not in syms:
                 return None
-            minor = elf.read(_vaddr_to_offset(elf, syms[b"PL_version"]), 1)[0]
-            patch = elf.read(_vaddr_to_offset(elf, syms[b"PL_subversion"]), 1)[0]
+            minor = elf.read(elf.vaddr_to_file_offset(syms[b"PL_version"]), 1)[0]
+            patch = elf.read(elf.vaddr_to_file_offset(syms[b"PL_subversion"]), 1)[0]
             version = (5, minor, patch)
             offsets = offsets_for(version[:2])
             if offsets is None:

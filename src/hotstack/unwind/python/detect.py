@@ -91,13 +91,6 @@ def _symbol_spans(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, tuple[i
     return found
 
 
-def _vaddr_to_offset(elf: ElfFile, vaddr: int) -> int | None:
-    for seg in elf.segments:
-        if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
-            return vaddr - seg.vaddr + seg.offset
-    return None
-
-
 def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
     """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`."""
     try:
@@ -108,12 +101,12 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
             if runtime is None or b"_Py_NoneStruct" not in syms:
                 return None
             offsets = None
-            off = _vaddr_to_offset(elf, runtime)
+            off = elf.vaddr_to_file_offset(runtime)
             if off is not None and off + DEBUG_SIZE <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
                 offsets = from_debug_offsets(elf.read(off, DEBUG_SIZE))
             version = offsets.version if offsets else None
             if version is None and b"Py_Version" in syms:
-                voff = _vaddr_to_offset(elf, syms[b"Py_Version"])
+                voff = elf.vaddr_to_file_offset(syms[b"Py_Version"])
                 if voff is not None:
                     hexversion = struct.unpack("<I", elf.read(voff, 4))[0]
                     version = (hexversion >> 24, (hexversion >> 16) & 0xFF)

@@ -24,7 +24,7 @@ from ... import procs
 from ...bpf import schema
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, _vaddr_to_offset, inspected_once
+from ..python.detect import _load_base, _symbols, inspected_once
 from ..python.memory import MemoryReadError, ProcessMemory
 from .jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -103,7 +103,7 @@ def inspect_binary(path: str) -> RubyBinary | None:
             syms = _symbols(elf, _WANTED)
             if b"ruby_version" not in syms:
                 return None
-            off = _vaddr_to_offset(elf, syms[b"ruby_version"])
+            off = elf.vaddr_to_file_offset(syms[b"ruby_version"])
             m = _VERSION.match(elf.read(off, 16)) if off is not None else None
             if not m:
                 return None

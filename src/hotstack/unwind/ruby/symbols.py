@@ -13,7 +13,6 @@ from __future__ import annotations
 import struct
 
 from ...symbols.elf import ElfError, ElfFile
-from ..python.detect import _vaddr_to_offset
 from ..python.memory import MemoryReadError, ProcessMemory
 from .iseq import T_ARRAY, T_MASK, array_items, read_string
 from .offsets import RubyOffsets
@@ -29,7 +28,7 @@ def table_candidates(path: str, function: int) -> tuple[int, ...]:
         return ()
     try:
         with ElfFile(path) as elf:
-            off = _vaddr_to_offset(elf, function)
+            off = elf.vaddr_to_file_offset(function)
             if off is None:
                 return ()
             code = elf.read(off, min(SCAN_BYTES, elf.size - off))
