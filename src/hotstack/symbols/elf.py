@@ -54,6 +54,18 @@ class ElfSection:
     entsize: int
 
 
+def eh_frame_hdr_table(hdr: bytes) -> np.ndarray | None:
+    """.eh_frame_hdr's search table, (count, 2) int32 pairs (a function's start, its FDE's address),
+    each relative to the section's address, in the usual layout (version 1, a udata4 count, datarel
+    sdata4 pairs); None in any other, or with no entry."""
+    if len(hdr) < 12 or hdr[0] != 1 or hdr[2] != 0x03 or hdr[3] != 0x3B:
+        return None
+    count = struct.unpack_from("<I", hdr, 8)[0]
+    if count == 0 or 12 + 8 * count > len(hdr):
+        return None
+    return np.frombuffer(hdr, "<i4", 2 * count, 12).reshape(-1, 2)
+
+
 @dataclass(frozen=True)
 class LoadSegment:
     vaddr: int
@@ -342,15 +354,12 @@ class ElfFile:
         """(function start addresses, their FDEs' addresses), by start, from .eh_frame_hdr's search
         table (its usual layout: a udata4 count, datarel sdata4 pairs); None without one."""
         hdr = self.section(".eh_frame_hdr")
-        if hdr is None or hdr.size < 12 or hdr.offset + hdr.size > self.size:
+        if hdr is None or hdr.offset + hdr.size > self.size:
             return None
-        head = self.read(hdr.offset, 12)
-        if head[0] != 1 or head[2] != 0x03 or head[3] != 0x3B:
+        table = eh_frame_hdr_table(self.read(hdr.offset, hdr.size))
+        if table is None:
             return None
-        count = struct.unpack_from("<I", head, 8)[0]
-        if not count or 12 + 8 * count > hdr.size:
-            return None
-        table = hdr.addr + np.frombuffer(self.read(hdr.offset + 12, 8 * count), "<i4").reshape(-1, 2).astype(np.int64)
+        table = hdr.addr + table.astype(np.int64)
         order = np.argsort(table[:, 0], kind="stable")
         return table[order, 0], table[order, 1]
 

@@ -30,6 +30,7 @@ import struct
 import numpy as np
 
 from .. import malloc
+from ..symbols.elf import eh_frame_hdr_table
 from . import cfi
 
 RA_UNDEFINED = np.int64(-(1 << 40))     # the return address rule is "undefined": outermost frame
@@ -244,12 +245,9 @@ def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int,
                       arch: cfi.Arch = cfi.X86_64) -> _Headers | None:
     """FDE headers through .eh_frame_hdr's table (vectorized); None if the layout is not the usual one
     (then the records are walked instead)."""
-    if len(hdr) < 12 or hdr[0] != 1 or hdr[2] != 0x03 or hdr[3] != 0x3B:
+    table = eh_frame_hdr_table(hdr)
+    if table is None:
         return None
-    count = struct.unpack_from("<I", hdr, 8)[0]
-    if count == 0 or 12 + 8 * count > len(hdr):
-        return None
-    table = np.frombuffer(hdr, "<i4", 2 * count, 12).reshape(-1, 2)
     offset = np.sort(hdr_addr + table[:, 1].astype(np.int64) - section_addr)
     size = len(data)
     if offset[0] < 0 or offset[-1] + 17 > size:
