@@ -346,7 +346,9 @@ class ProcessTable:
             return False
         info.remapped_at = time.monotonic()
         info.changed = (info.changed + (changed,))[-8:]
-        fresh = read_maps(pid) if info.alive else []
+        if not info.alive:
+            return True
+        fresh = read_maps(pid)
         self.maps_reads += 1
         index = MappingIndex(fresh)
         if fresh and _spans(index.mappings) != _spans(info.mappings.mappings):

@@ -112,23 +112,34 @@ class SampleMaker:
     def _native(self, raw: RawStack, owner: int, owner_info, native_key: tuple) -> tuple[list[Frame], bool]:
         """(native frames, final) of a stack not named in this process before: by the kernel's
         file-and-offset hash where it has one and another process's stack of it was named."""
-        by_file = raw.user_hash
-        if by_file:
-            named = self._by_file.get(by_file)
-            if named is None:
-                named = self._by_file_before.get(by_file)
-            if named is not None and len(named[0]) == len(raw.user_stack):
-                self._by_file[by_file] = named
-                self.symbolizer.stats.hits += named[1]
-                self.symbolizer.stats.misses += named[2]
-                return named[0], True
+        named = self._named_by_file(raw)
+        if named is not None:
+            return named, True
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
         if final:
             self._keep(native_key, owner_info, user, False, user)
-            if by_file and len(self._by_file) < MAX_NAMED_STACKS:
-                resolved = sum(map(_RESOLVED, user))
-                self._by_file[by_file] = (user, resolved, len(user) - resolved)
+            self._keep_by_file(raw, user)
         return user, final
+
+    def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
+        """The native frames named for raw's file hash in this interval or the last, if any."""
+        if not raw.user_hash:
+            return None
+        named = self._by_file.get(raw.user_hash)
+        if named is None:
+            named = self._by_file_before.get(raw.user_hash)
+        if named is None or len(named[0]) != len(raw.user_stack):
+            return None
+        self._by_file[raw.user_hash] = named
+        self.symbolizer.stats.hits += named[1]
+        self.symbolizer.stats.misses += named[2]
+        return named[0]
+
+    def _keep_by_file(self, raw: RawStack, user: list[Frame]) -> None:
+        """Remember native frames named as they will stay under raw's file hash (if it has one)."""
+        if raw.user_hash and len(self._by_file) < MAX_NAMED_STACKS:
+            resolved = sum(map(_RESOLVED, user))
+            self._by_file[raw.user_hash] = (user, resolved, len(user) - resolved)
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
@@ -138,29 +149,36 @@ class SampleMaker:
         the ranges the kernel saw change, and the mappings that differ between the two reads, are
         left unnamed rather than named as another file's code. Not kept for reuse by address: the
         same addresses are two stacks here (by the file hash they are one)."""
-        named = (self._by_file.get(raw.user_hash) or self._by_file_before.get(raw.user_hash)) if raw.user_hash else None
-        if named is not None and len(named[0]) == len(raw.user_stack):
-            return self._merged(raw, info, named[0], False, None)
-        chosen = owner_info
-        before = owner_info.before
-        walked_in = None
-        if not raw.user_hash:
-            pass
-        elif raw.user_hash == file_stack_hash(owner_info.mappings, raw.user_stack, raw.user_end):
-            walked_in = owner_info
-        elif before is not None and raw.user_hash == file_stack_hash(before, raw.user_stack, raw.user_end):
-            chosen = walked_in = dataclasses.replace(owner_info, mappings=before, before=None, alive=False)
+        named = self._named_by_file(raw)
+        if named is not None:
+            return self._merged(raw, info, named, False, None)
+        walked_in = self._walked_in(raw, owner_info)
         if walked_in is None:
-            kept = {(m.start, m.end, m.offset, m.inode) for m in before.mappings} if before is not None else None
+            kept = {(m.start, m.end, m.offset, m.inode) for m in owner_info.before.mappings} \
+                if owner_info.before is not None else None
             same = [m for m in owner_info.mappings.mappings
                     if (kept is None or (m.start, m.end, m.offset, m.inode) in kept)
                     and not any(m.start < end and start < m.end for start, end in owner_info.changed)]
             chosen = dataclasses.replace(owner_info, mappings=procs.MappingIndex(same), before=None, alive=False)
+        else:
+            chosen = walked_in
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack), chosen)
-        if walked_in is not None and final and len(self._by_file) < MAX_NAMED_STACKS:
-            resolved = sum(map(_RESOLVED, user))
-            self._by_file[raw.user_hash] = (user, resolved, len(user) - resolved)
+        if walked_in is not None and final:
+            self._keep_by_file(raw, user)
         return self._merged(raw, info, user, False, None)
+
+    @staticmethod
+    def _walked_in(raw: RawStack, owner_info):
+        """The process as its mappings were when the kernel walked raw (now, or before the last
+        reread: the one whose file hash is the stack's), or None if that cannot be told."""
+        if not raw.user_hash:
+            return None
+        if raw.user_hash == file_stack_hash(owner_info.mappings, raw.user_stack, raw.user_end):
+            return owner_info
+        before = owner_info.before
+        if before is not None and raw.user_hash == file_stack_hash(before, raw.user_stack, raw.user_end):
+            return dataclasses.replace(owner_info, mappings=before, before=None, alive=False)
+        return None
 
     def _merged(self, raw: RawStack, info, user: list[Frame], final: bool, key: tuple | None
                 ) -> tuple[list[Frame], bool]:

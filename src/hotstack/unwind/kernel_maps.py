@@ -12,7 +12,7 @@
 Layouts mirrored from native_unwind.h: struct nu_file_key {u64 ino; u32 dev; u32 pad},
 struct nu_file {u32 first, count, index, base, pages, serial; u64 last_use} (a file's arena space
 is its page index, then its rows), struct nu_range {u64 start, end; s64
-to_offset; u64 ino; u32 dev, pad}, struct nu_ranges {u64 mm; u32 seq, pad; nu_range r[64]}
+to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 pad, count; nu_range r[64]}
 (slot = (pc >> 16) % 64), struct nu_missing_value {u32 pid, pad; u64 start, end}.
 """
 
@@ -74,9 +74,6 @@ def maps_dev(field: str) -> int:
     return (major << 20) | minor
 
 
-# enum nu_end (bpf/native_unwind.h): walks that end so are hashed by address and process
-END_NO_MAPPING = 4
-END_EXITED = 8
 _HASH_BASIS = 0xcbf29ce484222325
 _U64 = (1 << 64) - 1
 
