@@ -20,6 +20,11 @@ class Mapping:
     path: str
 
     @property
+    def span(self) -> tuple[int, int, int, int]:
+        """(start, end, file offset, inode): what its addresses hold; another span there is other code."""
+        return (self.start, self.end, self.offset, self.inode)
+
+    @property
     def executable(self) -> bool:
         return "x" in self.perms
 

@@ -244,10 +244,6 @@ def _same_root(pid: int) -> bool:
     return (theirs.st_dev, theirs.st_ino) == _our_root
 
 
-def _spans(mappings: list[Mapping]) -> list[tuple[int, int, int, int]]:
-    return [(m.start, m.end, m.offset, m.inode) for m in mappings]
-
-
 class ProcessTable:
     """Processes seen during a run, by pid, refreshed on exec and pid reuse."""
 
@@ -351,7 +347,7 @@ class ProcessTable:
         fresh = read_maps(pid)
         self.maps_reads += 1
         index = MappingIndex(fresh)
-        if fresh and _spans(index.mappings) != _spans(info.mappings.mappings):
+        if fresh and [m.span for m in index.mappings] != [m.span for m in info.mappings.mappings]:
             info.before, info.mappings = info.mappings, index
             info.maps_read_at = info.remapped_at
             with self._lock:

@@ -154,10 +154,9 @@ class SampleMaker:
             return self._merged(raw, info, named, False, None)
         walked_in = self._walked_in(raw, owner_info)
         if walked_in is None:
-            kept = {(m.start, m.end, m.offset, m.inode) for m in owner_info.before.mappings} \
-                if owner_info.before is not None else None
+            kept = {m.span for m in owner_info.before.mappings} if owner_info.before is not None else None
             same = [m for m in owner_info.mappings.mappings
-                    if (kept is None or (m.start, m.end, m.offset, m.inode) in kept)
+                    if (kept is None or m.span in kept)
                     and not any(m.start < end and start < m.end for start, end in owner_info.changed)]
             chosen = dataclasses.replace(owner_info, mappings=procs.MappingIndex(same), before=None, alive=False)
         else:
