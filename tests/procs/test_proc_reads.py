@@ -51,19 +51,20 @@ def test_exec_maps_parse_as_the_full_parse_on_every_process_here():
     assert compared >= 5
 
 
-def test_stat_gives_the_start_time_and_the_comm_that_comm_gives(tmp_path):
+def test_stat_gives_the_start_time_the_comm_that_comm_gives_and_the_parent(tmp_path):
     # a name with a space and a parenthesis: the comm ends at the last ')' of the stat line
     exe = tmp_path / "odd (name) x"
     exe.symlink_to("/bin/sleep")
     child = subprocess.Popen([str(exe), "5"])
     try:
-        start, comm = process.read_stat(child.pid)
+        start, comm, ppid = process.read_stat(child.pid)
         with open(f"/proc/{child.pid}/comm") as f:
             assert comm == f.read().rstrip("\n") == "odd (name) x"
         with open(f"/proc/{child.pid}/stat") as f:
             assert start == int(f.read().rsplit(")", 1)[1].split()[19])
         info = process.read_process(child.pid)
         assert info is not None and info.comm == comm and info.start_time == start
+        assert ppid == info.ppid == os.getpid() == process.parent_pid(child.pid)
     finally:
         child.kill()
         child.wait()

@@ -25,6 +25,7 @@ class Process:
     pid: int
     start_time: int           # clock ticks since boot (field 22 of /proc/PID/stat)
     comm: str
+    ppid: int = 0             # its parent when it was read (0: unknown)
     exe: str = ""
     container_id: str = ""
     root: str = ""            # /proc/PID/root: the process's view of the filesystem
@@ -59,9 +60,9 @@ class Process:
 ProcessInfo = Process
 
 
-def read_stat(pid: int) -> tuple[int, str] | None:
-    """(start time, comm) of `pid` from /proc/PID/stat; None when it is gone. The comm is the
-    one /proc/PID/comm shows (both print the task's name): one read serves both."""
+def read_stat(pid: int) -> tuple[int, str, int] | None:
+    """(start time, comm, parent pid) of `pid` from /proc/PID/stat; None when it is gone. The comm
+    is the one /proc/PID/comm shows (both print the task's name): one read serves both."""
     try:
         stat = read_bytes(f"/proc/{pid}/stat")
     except OSError:
@@ -70,9 +71,15 @@ def read_stat(pid: int) -> tuple[int, str] | None:
     close = stat.rfind(b")")
     fields = stat[close + 2:].split()
     try:
-        return int(fields[19]), stat[stat.find(b"(") + 1:close].decode(errors="replace")
+        return int(fields[19]), stat[stat.find(b"(") + 1:close].decode(errors="replace"), int(fields[1])
     except (IndexError, ValueError):
         return None
+
+
+def parent_pid(pid: int) -> int | None:
+    """The pid of `pid`'s parent; None when it is gone."""
+    stat = read_stat(pid)
+    return stat[2] if stat is not None else None
 
 
 def read_start_time(pid: int) -> int | None:
@@ -195,13 +202,13 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int, stat: tuple[int, str] | None = None) -> Process | None:
+def read_process(pid: int, stat: tuple[int, str, int] | None = None) -> Process | None:
     """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read."""
     stat = read_stat(pid) if stat is None else stat
     if stat is None:
         return None
     return Process(
-        pid=pid, start_time=stat[0], comm=stat[1], exe=exe_path(pid),
+        pid=pid, start_time=stat[0], comm=stat[1], ppid=stat[2], exe=exe_path(pid),
         container_id=_container_id(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
         mappings=MappingIndex(parse_exec_maps(read_maps_text(pid))),

@@ -307,6 +307,12 @@ class Engine:
         """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid
         watcher: a first parse of a large binary can take a second, and new processes' maps must
         be read before they exit all the same."""
+        for sampler in self._started:
+            try:
+                sampler.preload_native_shared()
+            except Exception:    # (not loaded now, the kernel queues them as it meets them)
+                if sampler.collection is None:   # closing under us
+                    return
         waiting = False
         while not self._stop.is_set():
             # files still waiting for a build go on at once; else the pid watcher's kick after a

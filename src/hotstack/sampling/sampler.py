@@ -135,6 +135,12 @@ class Sampler:
             if not self.native_vma_walk:
                 self.native.write_process(pid)
 
+    def preload_native_shared(self) -> None:
+        """The tables of the files nearly every process maps (the loader, the C library), loaded as
+        sampling begins rather than when the kernel first meets them (NativeTables.preload_shared)."""
+        if self.native is not None:
+            self.native.preload_shared()
+
     def serve_native(self) -> bool:
         """Build the tables of files the kernel unwinder met without one (and, where userspace
         keeps the mapping lists, write those the program found stale). True while files wait."""

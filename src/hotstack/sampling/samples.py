@@ -115,11 +115,32 @@ class SampleMaker:
         named = self._named_by_file(raw)
         if named is not None:
             return named, True
+        parent = self._forked_from(raw, owner_info)
+        if parent is not None:
+            # (kept by its file hash only: the process's own maps do not name these addresses)
+            user, final = self.symbolizer.final_user_frames(parent.pid, list(raw.user_stack), parent)
+            if final:
+                self._keep_by_file(raw, user)
+            return user, final
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
         if final:
             self._keep(native_key, owner_info, user, False, user)
             self._keep_by_file(raw, user)
         return user, final
+
+    def _forked_from(self, raw: RawStack, info):
+        """The parent of a process sampled between its fork and its exec (a shell's child running
+        the shell's code), when that is where raw was walked: the process was read after its exec,
+        its maps name none of those addresses, and its parent's do (the kernel's file hash says
+        so). Else None. Looked for only under another comm than the process's now, by file hash."""
+        if info is None or not info.ppid or not raw.user_hash or raw.comm == info.comm:
+            return None
+        if file_stack_hash(info.mappings, raw.user_stack, raw.user_end) == raw.user_hash:
+            return None       # (its own: a thread's name)
+        parent = self.processes.get(info.ppid)
+        if parent is None or file_stack_hash(parent.mappings, raw.user_stack, raw.user_end) != raw.user_hash:
+            return None
+        return parent
 
     def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
         """The native frames named for raw's file hash in this interval or the last, if any."""

@@ -19,9 +19,11 @@ to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 pad, count; nu_
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import mmap
 import os
+import re
 import struct
 import threading
 import time
@@ -32,6 +34,7 @@ import numpy as np
 from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
+from ..procs import parent_pid
 from ..procs.maps import Mapping
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
@@ -190,6 +193,11 @@ class Counters:
     rules_full: int = 0
     build_seconds: float = 0.0
     kernel: dict = field(default_factory=dict)
+
+
+# File names of the dynamic loader and the C library (glibc's, musl's, whose loader it is).
+SHARED_FILES = re.compile(r"(ld-linux[\w.-]*\.so(\.\d+)*|ld-musl-[\w.-]*\.so(\.\d+)*|ld-[\d.]+\.so"
+                          r"|libc\.so(\.\d+)*|libc-[\d.]+\.so)$")
 
 
 class NativeTables:
@@ -422,23 +430,31 @@ class NativeTables:
 
     def _open(self, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending | None":
         """The file behind the kernel's (ino, dev), held open: through the process's mapping while
-        it runs, else through a path a process that mapped it showed (checked to be that file)."""
-        candidates = [(f"/proc/{pid}/map_files/{start:x}-{end:x}", None)]
+        it runs, else through a path a process that mapped it showed (checked to be that file),
+        else through the process's parent's mapping of it. The last is a shell's child, sampled in
+        the shell's code between its fork and its exec (each run of a loop of commands): by the
+        time this runs it has exec'd, and the shell that forked it, which maps that code, is
+        rarely sampled (it waits), so no path of it was known; the file had gone without a table
+        until a child was caught before its exec."""
         known = self._known_paths.get(key)     # (the pid watcher's thread adds to it)
+        candidates = [(f"/proc/{pid}/map_files/{start:x}-{end:x}", False, None)]
         if known is not None:
-            candidates.append((known, key))
-        for path, must_be in candidates:
+            candidates.append((known, True, known))
+        # (the parent's maps are read only if the others fail)
+        for path, exact, display in itertools.chain(candidates, _parent_candidates(pid, key)):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
             st = os.fstat(fd)
-            # the process's own mapping is the file the kernel saw even where an overlay reports
-            # other numbers; a remembered path must be that very file
-            if must_be is not None and (st.st_ino, kernel_dev(st.st_dev)) != must_be:
+            # a mapping's file is the file the kernel saw even where an overlay reports another
+            # device: its inode is checked (an exec since the sample may have put another file at
+            # those addresses); a remembered path must be that very file
+            if st.st_ino != key[0] or (exact and kernel_dev(st.st_dev) != key[1]):
                 os.close(fd)
                 continue
-            display = _mapped_path(pid, start) or known or path
+            if display is None:
+                display = _mapped_path(pid, start) or known or path
             return _Pending(fd, st.st_size, display)
         return None
 
@@ -456,13 +472,23 @@ class NativeTables:
             os.close(pending.fd)
         self._pending.clear()
 
-    def preload_process(self, pid: int) -> int:
-        """Load the tables of every executable file mapping of `pid` (e.g. a process found at start)."""
+    def preload_process(self, pid: int, only: re.Pattern | None = None) -> int:
+        """Load the tables of every executable file mapping of `pid` (e.g. a process found at start),
+        or of those whose file name `only` matches."""
         done = 0
         for start, end, _off, ino, dev, path in _exec_mappings(pid):
+            if only is not None and not only.match(os.path.basename(path)):
+                continue
             if ino and self.add_path(f"/proc/{pid}/map_files/{start:x}-{end:x}", ino, dev, path):
                 done += 1
         return done
+
+    def preload_shared(self) -> int:
+        """Load the tables of the dynamic loader and the C library this process maps: the host's,
+        which nearly every process of the host maps. The loader runs only in a process's first
+        milliseconds, so the kernel met it late (13 s into a loop of short commands, sampled at
+        99 Hz), and until then each new process's samples in it had ended short."""
+        return self.preload_process(os.getpid(), only=SHARED_FILES)
 
     def write_process(self, pid: int) -> bool:
         """The userspace path (kernels without a VMA tree to walk): pid's executable mappings, sorted
@@ -604,6 +630,18 @@ def _eh_frame_fdes(elf: ElfFile, limit: int) -> int:
         if count >= limit:
             break
     return count
+
+
+def _parent_candidates(pid: int, key: tuple[int, int]):
+    """(path, exact, path shown) of key's file where pid's parent maps it (a generator: nothing is
+    read until asked)."""
+    parent = parent_pid(pid)
+    if not parent:
+        return
+    for start, end, _off, ino, dev, path in _exec_mappings(parent):
+        if (ino, dev) == key:
+            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", False, path
+            return
 
 
 def _mapped_path(pid: int, start: int) -> str | None:
