@@ -97,9 +97,19 @@ class RuntimeMaps:
         self._walker_ready: bool | None = None if self._slot else True
         self._walker_lock = threading.Lock()
         self._tracked = False       # a process was listed once
+        self._tunable_value: int | None = None     # set when the step program is in place (configure)
         self._batch = max(1, BATCH_BYTES // self._stacks(0).buffer_value_size)
 
     def configure(self, value: int) -> None:
+        """Set the runtime's tunable. A runtime hooked into the kernel unwinder's steps (V8,
+        HotSpot) has it set only once its step program is in place, at its first process: the
+        tunable turns on its look-up of the sampled process in profile_cpu (v8_begin, hs_begin:
+        five map lookups between them, two in hash maps, on every sample of every process), on
+        hosts that never run it too."""
+        with self._walker_lock:
+            if self._slot is not None and self._slot[1] == "nu_progs" and not self._walker_ready:
+                self._tunable_value = value
+                return
         self._collection.variable(self._roles["tunable"]).set(value)
 
     def _walker(self) -> bool:
@@ -115,6 +125,8 @@ class RuntimeMaps:
                     self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
                     if table == "rt_progs":      # the sampler looks its processes up from now on
                         self._collection.maps["rt_listed"].update(_U32.pack(slot), _U32.pack(1))
+                    elif self._tunable_value is not None:     # (configure: from now on)
+                        self._collection.variable(self._roles["tunable"]).set(self._tunable_value)
                     self._walker_ready = True
                 except (ebpf.EbpfError, OSError, ValueError, KeyError) as e:
                     logging.getLogger(__name__).warning("%s frames off: %s", name, e)
