@@ -441,16 +441,16 @@ class NativeTables:
         if known is not None:
             candidates.append((known, True, known))
         # (the parent's maps are read only if the others fail)
-        for path, exact, display in itertools.chain(candidates, _parent_candidates(pid, key)):
+        for path, checked, display in itertools.chain(candidates, _parent_candidates(pid, key)):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
             st = os.fstat(fd)
-            # a mapping's file is the file the kernel saw even where an overlay reports another
-            # device: its inode is checked (an exec since the sample may have put another file at
-            # those addresses); a remembered path must be that very file
-            if st.st_ino != key[0] or (exact and kernel_dev(st.st_dev) != key[1]):
+            # the process's own mapping is the file the kernel saw even where an overlay reports
+            # other numbers (its device, and with layers on several filesystems its inode: so it is
+            # not checked); a path found elsewhere must be that very file
+            if checked and (st.st_ino, kernel_dev(st.st_dev)) != key:
                 os.close(fd)
                 continue
             if display is None:
@@ -633,14 +633,15 @@ def _eh_frame_fdes(elf: ElfFile, limit: int) -> int:
 
 
 def _parent_candidates(pid: int, key: tuple[int, int]):
-    """(path, exact, path shown) of key's file where pid's parent maps it (a generator: nothing is
-    read until asked)."""
+    """(path, checked, path shown) of key's file where pid's parent maps it (a generator: nothing
+    is read until asked). Found by the numbers /proc/PID/maps shows, which are the kernel's but for
+    a file on an overlay: those are not found so."""
     parent = parent_pid(pid)
     if not parent:
         return
     for start, end, _off, ino, dev, path in _exec_mappings(parent):
         if (ino, dev) == key:
-            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", False, path
+            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", True, path
             return
 
 

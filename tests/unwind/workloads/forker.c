@@ -2,33 +2,26 @@
  * exec. Between forks the parent sleeps, as a shell waits. The parent is named forker-parent, each
  * child forker until its exec: a profiler told to sample `forker` never samples the parent.
  *
- *   forker [SPIN_MS [CHILD_SECONDS]]   each child spins SPIN_MS (default 2) in before_exec, then
- *                                      becomes `sleep CHILD_SECONDS` (default 0.5)
+ *   forker [SPIN_K [CHILD_SECONDS]]   each child spins SPIN_K thousand times (default 1000: ~1 ms) in
+ *                                     before_exec, then becomes `sleep CHILD_SECONDS` (default 0.5)
+ *
+ * The spin reads no clock: clock_gettime runs in the vDSO, which is no file, and a stack with a
+ * frame in no file has no file hash for its samples to be named by after the exec.
  */
 #include <signal.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now(void)
+__attribute__((noinline)) void before_exec(unsigned long spins)
 {
-	struct timespec t;
+	volatile unsigned long done;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
+	for (done = 0; done < spins; done++)
+		;
 }
 
-__attribute__((noinline)) void before_exec(double seconds)
-{
-	double end = now() + seconds;
-	volatile unsigned spins = 0;
-
-	while (now() < end)
-		spins++;
-}
-
-__attribute__((noinline)) void run_one(char *const argv[], double spin)
+__attribute__((noinline)) void run_one(char *const argv[], unsigned long spin)
 {
 	if (fork() == 0) {
 		prctl(PR_SET_NAME, "forker");
@@ -40,7 +33,7 @@ __attribute__((noinline)) void run_one(char *const argv[], double spin)
 
 int main(int argc, char **argv)
 {
-	double spin = (argc > 1 ? atof(argv[1]) : 2.0) / 1000;
+	unsigned long spin = (argc > 1 ? strtoul(argv[1], 0, 10) : 1000) * 1000;
 	char *child[] = {"/bin/sleep", argc > 2 ? argv[2] : "0.5", NULL};
 
 	prctl(PR_SET_NAME, "forker-parent");
