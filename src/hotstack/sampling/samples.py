@@ -38,6 +38,12 @@ MAX_NAMED_STACKS = 20_000
 REMAP_SETTLED_S = 1.0
 
 
+def _walked_with(raw: RawStack, mappings) -> bool:
+    """Whether the kernel walked raw's stack of files with these mappings (procs.MappingIndex): its
+    file hash is the one they give its addresses."""
+    return raw.user_hash == file_stack_hash(mappings, raw.user_stack, raw.user_end)
+
+
 class SampleMaker:
     """Samples from raw stacks. A process's user stack (with its runtime frames) that recurs in
     this interval or the last is named once: the symbolizer's per-address pass and a runtime's
@@ -135,12 +141,10 @@ class SampleMaker:
         so). Else None. Looked for only under another comm than the process's now, by file hash."""
         if info is None or not info.ppid or not raw.user_hash or raw.comm == info.comm:
             return None
-        if file_stack_hash(info.mappings, raw.user_stack, raw.user_end) == raw.user_hash:
+        if _walked_with(raw, info.mappings):
             return None       # (its own: a thread's name)
         parent = self.processes.get(info.ppid)
-        if parent is None or file_stack_hash(parent.mappings, raw.user_stack, raw.user_end) != raw.user_hash:
-            return None
-        return parent
+        return parent if parent is not None and _walked_with(raw, parent.mappings) else None
 
     def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
         """The native frames named for raw's file hash in this interval or the last, if any."""
@@ -193,10 +197,10 @@ class SampleMaker:
         reread: the one whose file hash is the stack's), or None if that cannot be told."""
         if not raw.user_hash:
             return None
-        if raw.user_hash == file_stack_hash(owner_info.mappings, raw.user_stack, raw.user_end):
+        if _walked_with(raw, owner_info.mappings):
             return owner_info
         before = owner_info.before
-        if before is not None and raw.user_hash == file_stack_hash(before, raw.user_stack, raw.user_end):
+        if before is not None and _walked_with(raw, before):
             return dataclasses.replace(owner_info, mappings=before, before=None, alive=False)
         return None
 
