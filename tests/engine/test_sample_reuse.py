@@ -1,6 +1,6 @@
-"""A process's user stack met again (this interval or the last) is named once: the sample maker
-reuses the frames while the process and its mappings are the ones they were named with, and never
-reuses a stack that holds a frame that may be named later ([unknown])."""
+"""A process's user stack met again (within KEEP_INTERVALS intervals) is named once: the sample
+maker reuses the frames while the process and its mappings are the ones they were named with, and
+never reuses a stack that holds a frame that may be named later ([unknown])."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hotstack.procs import ProcessTable
 from hotstack.profile.model import UNKNOWN, Frame, FrameKind
 from hotstack.sampling.buffers import RawStack
-from hotstack.sampling.samples import SampleMaker
+from hotstack.sampling.samples import KEEP_INTERVALS, RecentlyUsed, SampleMaker
 from hotstack.symbols.symbolizer import Symbolizer
 
 
@@ -48,21 +48,36 @@ def _libc_addresses(processes, pid):
     return tuple(libc.start + 0x1000 + 64 * i for i in range(4))
 
 
-def test_a_stack_met_again_is_named_once_across_one_interval(sleeper):
+def test_a_stack_met_again_is_named_once_across_intervals(sleeper):
     maker, symbolizer, processes = _maker(sleeper)
     raw = RawStack(sleeper, sleeper, "sleep", _libc_addresses(processes, sleeper), (), 1)
     first, _ = maker.sample(raw, strip_bpf=True)
     assert symbolizer.calls == 1 and first.stack and all(f.name != UNKNOWN for f in first.stack)
     again, _ = maker.sample(raw._replace(tid=sleeper + 1, value=3), strip_bpf=True)
     assert symbolizer.calls == 1 and again.stack == first.stack and again.value == 3
-    maker.next_interval()
-    maker.sample(raw, strip_bpf=True)       # the last interval's: still reused
+    for _ in range(KEEP_INTERVALS):
+        maker.next_interval()
+    maker.sample(raw, strip_bpf=True)       # last met KEEP_INTERVALS intervals ago: still reused
     assert symbolizer.calls == 1
-    maker.next_interval()
-    maker.next_interval()                   # two intervals without it: named again
+    for _ in range(KEEP_INTERVALS + 1):
+        maker.next_interval()               # KEEP_INTERVALS intervals without it: named again
     maker.sample(raw, strip_bpf=True)
     assert symbolizer.calls == 2
     assert symbolizer.stats.hits + symbolizer.stats.misses == 4 * len(raw.user_stack)
+
+
+def test_recently_used_keeps_what_is_used_and_drops_the_least_recent():
+    kept = RecentlyUsed(size=3, intervals=2)
+    for key in "abc":
+        kept.put(key, key.upper())
+    assert kept.get("a") == "A"             # a is now the most recent
+    kept.put("d", "D")                      # full: b, the least recently used, goes
+    assert kept.get("b") is None and [kept.get(k) for k in "acd"] == ["A", "C", "D"]
+    kept.next_interval()
+    assert kept.get("c") == "C"             # used in the second interval
+    kept.next_interval()
+    kept.next_interval()                    # a and d: unused for two intervals
+    assert kept.get("a") is None and kept.get("d") is None and kept.get("c") == "C" and len(kept) == 1
 
 
 def test_a_process_read_again_has_its_stacks_named_again(sleeper):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from itertools import repeat
 from operator import attrgetter, is_
 
@@ -29,13 +30,60 @@ def without_bpf_frames(frames: list[Frame]) -> list[Frame]:
 
 
 _RESOLVED = attrgetter("resolved")
-# Named stacks kept for reuse per interval (two intervals are kept): a few hundred bytes each, the
-# frames themselves shared with the symbolizer's caches.
+# Named stacks kept for reuse: a few hundred bytes each, the frames themselves shared with the
+# symbolizer's caches; at most this many of each kind, the least recently used going first.
 MAX_NAMED_STACKS = 20_000
+# ... and until this many intervals have passed without them. A busy process's stacks recur over
+# more than two intervals: under the mixed load of bench/otel_profiler.py a Python recursion's
+# stacks named again because they were last met 2-12 intervals before were as many as those met in
+# the last one (65-78 against 70 a 5 s interval, with 41-46 truly new), and each was a symbolizer
+# pass or a runtime merge again (30-70 us).
+KEEP_INTERVALS = 12
 # A process that put another file where one was (ProcessTable.reread) has its stacks checked against
 # the kernel's hash until an interval begins this long after its maps were read again: samples
 # taken before the reread are named with the mappings before it where those are the ones walked.
 REMAP_SETTLED_S = 1.0
+
+
+class RecentlyUsed:
+    """A map of what was used in the last `intervals` intervals, at most `size` entries: the least
+    recently used goes first when full, and what was not used for `intervals` intervals goes at the
+    next one. An OrderedDict keeps the order of use (an entry moves to the end at each use), so both
+    evictions take the oldest entries from its front, O(1) each."""
+
+    def __init__(self, size: int = MAX_NAMED_STACKS, intervals: int = KEEP_INTERVALS) -> None:
+        self._items: OrderedDict[Hashable, list] = OrderedDict()     # key -> [interval of last use, value]
+        self._size = size
+        self._intervals = intervals
+        self._now = 0
+
+    def get(self, key: Hashable):
+        item = self._items.get(key)
+        if item is None:
+            return None
+        item[0] = self._now
+        self._items.move_to_end(key)
+        return item[1]
+
+    def put(self, key: Hashable, value) -> None:
+        items = self._items
+        if key in items:
+            items.move_to_end(key)
+        elif len(items) >= self._size:
+            items.popitem(last=False)
+        items[key] = [self._now, value]
+
+    def next_interval(self) -> None:
+        self._now += 1
+        items, oldest = self._items, self._now - self._intervals
+        while items:
+            first = next(iter(items))
+            if items[first][0] >= oldest:
+                break
+            del items[first]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def _walked_with(raw: RawStack, mappings) -> bool:
@@ -45,8 +93,8 @@ def _walked_with(raw: RawStack, mappings) -> bool:
 
 
 class SampleMaker:
-    """Samples from raw stacks. A process's user stack (with its runtime frames) that recurs in
-    this interval or the last is named once: the symbolizer's per-address pass and a runtime's
+    """Samples from raw stacks. A process's user stack (with its runtime frames) that recurs within
+    KEEP_INTERVALS intervals is named once: the symbolizer's per-address pass and a runtime's
     merge had been ~20-50 us a repeated key under load (a Python process's stacks recur, each
     under a key per thread and kernel stack)."""
 
@@ -54,24 +102,22 @@ class SampleMaker:
         self.symbolizer = symbolizer
         self.processes = processes
         self.runtimes = list(runtimes)
-        # (pid, user addresses, runtime key) -> (process entry, its mappings' id, frames, truncated,
-        # native frames named, not named): this interval's and the last's; only stacks whose every
-        # frame is named as it will stay, merged by a source whose merge depends on nothing else
-        # (one with a `final_merge`)
-        self._named: dict[tuple, tuple] = {}
-        self._named_before: dict[tuple, tuple] = {}
+        # (pid, user addresses, runtime key) -> (process entry, its mappings (held: the id of a freed
+        # index could be a new one's), frames, truncated, native frames named, not named); only
+        # stacks whose every frame is named as it will stay, merged by a source whose merge
+        # depends on nothing else (one with a `final_merge`)
+        self._named = RecentlyUsed()
         # native frames of stacks the kernel hashed by (file, file offset) per frame, by that hash:
-        # (frames, named, not named), this interval's and the last's. Their names depend on nothing
-        # else, so another process's stack of the same files (a loop of short commands: each run a
-        # new process at new addresses) is named once, not once per process
-        self._by_file: dict[int, tuple] = {}
-        self._by_file_before: dict[int, tuple] = {}
+        # (frames, named, not named). Their names depend on nothing else, so another process's
+        # stack of the same files (a loop of short commands: each run a new process at new
+        # addresses) is named once, not once per process
+        self._by_file = RecentlyUsed()
         self._began = time.monotonic()      # when the interval being named began
 
     def next_interval(self) -> None:
-        """After an interval's samples: what it named is kept one interval more."""
-        self._named_before, self._named = self._named, {}
-        self._by_file_before, self._by_file = self._by_file, {}
+        """After an interval's samples: what was not used for KEEP_INTERVALS intervals goes."""
+        self._named.next_interval()
+        self._by_file.next_interval()
         self._began = time.monotonic()
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
@@ -151,20 +197,17 @@ class SampleMaker:
         if not raw.user_hash:
             return None
         named = self._by_file.get(raw.user_hash)
-        if named is None:
-            named = self._by_file_before.get(raw.user_hash)
         if named is None or len(named[0]) != len(raw.user_stack):
             return None
-        self._by_file[raw.user_hash] = named
         self.symbolizer.stats.hits += named[1]
         self.symbolizer.stats.misses += named[2]
         return named[0]
 
     def _keep_by_file(self, raw: RawStack, user: list[Frame]) -> None:
         """Remember native frames named as they will stay under raw's file hash (if it has one)."""
-        if raw.user_hash and len(self._by_file) < MAX_NAMED_STACKS:
+        if raw.user_hash:
             resolved = sum(map(_RESOLVED, user))
-            self._by_file[raw.user_hash] = (user, resolved, len(user) - resolved)
+            self._by_file.put(raw.user_hash, (user, resolved, len(user) - resolved))
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
@@ -228,14 +271,11 @@ class SampleMaker:
         return native, False
 
     def _reuse(self, key: tuple, info) -> tuple[list[Frame], bool] | None:
-        """(frames, truncated) named for `key` in this interval or the last, if its process and
+        """(frames, truncated) named for `key` within KEEP_INTERVALS intervals, if its process and
         mappings are still those they were named with."""
         named = self._named.get(key)
-        if named is None:
-            named = self._named_before.get(key)
-        if named is None or info is None or named[0] is not info or named[1] != id(info.mappings):
+        if named is None or info is None or named[0] is not info or named[1] is not info.mappings:
             return None
-        self._named[key] = named
         self.symbolizer.stats.hits += named[4]
         self.symbolizer.stats.misses += named[5]
         return named[2], named[3]
@@ -244,7 +284,7 @@ class SampleMaker:
         """Remember a stack for `_reuse` whose every frame is named as it will stay (the symbolizer
         and the source told: no `[unknown]`, no JIT frame, whose map the runtime may rewrite for
         other code, no unreadable runtime frame)."""
-        if info is None or len(self._named) >= MAX_NAMED_STACKS:
+        if info is None:
             return
         named_native = sum(map(_RESOLVED, native))
-        self._named[key] = (info, id(info.mappings), frames, truncated, named_native, len(native) - named_native)
+        self._named.put(key, (info, info.mappings, frames, truncated, named_native, len(native) - named_native))
