@@ -14,7 +14,10 @@ Per run: steady-state CPU as % of one core (process CPU from /proc/PID/stat, eve
 run time of its BPF programs from /proc/PID/fdinfo with kernel.bpf_stats_enabled=1, set for the
 bench and restored) over --seconds, from --settle seconds after sampling is on (the first poll
 where its perf-event programs have run); start-up: CPU-s (process + BPF) and wall seconds until
-sampling is on; BPF time per sample (run time / run count of its sampling
+sampling is on; warm-up: what the first --settle seconds after that cost above the steady rate
+(CPU-s); the window of --early (5 s) to --early + --seconds after sampling is on, as % of a core (the
+steady window of the bench before session 23: it holds part of the warm-up, see --settle);
+BPF time per sample (run time / run count of its sampling
 programs); max RSS (VmHWM); completeness: the share of samples of xz, python3 and hot_ab whose
 outermost user frame is the process root (`_start`, `__libc_start_main*`, `clone`/`clone3`,
 `start_thread`; the unnamed entry of a stripped executable just below `__libc_start_main`), strict:
@@ -36,7 +39,7 @@ after mounting tracefs at /sys/kernel/tracing (the host's mounts are untouched).
 
 The trees' bytecode is written first (as `pip install` does; --no-compile to measure compiling too).
 
-Usage: sudo .venv/bin/python bench/otel_profiler.py [--runs 2] [--seconds 20] [--settle 5] [--rates 19,99] [--keep]
+Usage: sudo .venv/bin/python bench/otel_profiler.py [--runs 2] [--seconds 20] [--settle 15] [--early 5] [--rates 19,99] [--keep]
        sudo .venv/bin/python bench/otel_profiler.py --tree old=../old/src --only 'hotstack kernel'   # old vs new
        sudo .venv/bin/python bench/otel_profiler.py --build-only
 """
@@ -171,11 +174,12 @@ def vm_hwm_mb(pid: int) -> float:
 
 
 def run_measured(argv: list[str], seconds: float, settle: float, stop_signal: int, log: Path,
-                 bpf: bool = True) -> dict:
+                 bpf: bool = True, early: float = 5.0) -> dict:
     """Runs argv, polling its CPU, BPF run time and VmHWM every 0.5 s. Sampling is on at the first poll
     where its perf-event programs have run (at once for perf). Start-up = CPU + BPF time by then;
-    steady rate = CPU + BPF time over [on + settle, on + settle + seconds]; then it is stopped with
-    `stop_signal`."""
+    steady rate = CPU + BPF time over [on + settle, on + settle + seconds]; warm-up = CPU + BPF time
+    over [on, on + settle] less the steady rate's; early rate = over [on + early, on + early +
+    seconds]; then it is stopped with `stop_signal`."""
     with open(log, "wb") as out:
         started = time.monotonic()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -190,7 +194,7 @@ def run_measured(argv: list[str], seconds: float, settle: float, stop_signal: in
                 polls.append((time.monotonic() - started, cpu, *bpf_stats(proc.pid), vm_hwm_mb(proc.pid)))
                 if on is None and (polls[-1][4] > 0 or not bpf):
                     on = len(polls) - 1
-                if on is not None and polls[-1][0] >= polls[on][0] + settle + seconds:
+                if on is not None and polls[-1][0] >= polls[on][0] + max(settle, early) + seconds:
                     break
         except BaseException:
             proc.kill()      # a profiler left running would skew every later measurement
@@ -204,10 +208,20 @@ def run_measured(argv: list[str], seconds: float, settle: float, stop_signal: in
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = status
     first = polls[on]
-    at_settled = next(p for p in polls if p[0] >= first[0] + settle)
-    last = polls[-1]
-    steady = ((last[1] - at_settled[1]) + (last[2] - at_settled[2]) / 1e9) / (last[0] - at_settled[0])
+
+    def at(t: float):
+        return next(p for p in polls if p[0] >= first[0] + t)
+
+    def used(a, b) -> float:     # CPU + BPF seconds between two polls
+        return (b[1] - a[1]) + (b[2] - a[2]) / 1e9
+
+    at_settled, at_early = at(settle), at(early)
+    last = at(settle + seconds)
+    steady = used(at_settled, last) / (last[0] - at_settled[0])
+    early_end = at(early + seconds)
     return {"steady": steady, "startup": first[1] + first[2] / 1e9, "startup_wall": first[0],
+            "warmup": used(first, at_settled) - steady * (at_settled[0] - first[0]),
+            "early": used(at_early, early_end) / (early_end[0] - at_early[0]),
             "bpf_per_sample_us": last[3] / last[4] / 1e3 if last[4] else 0.0,
             "sampling_runs": last[4], "bpf_s": last[2] / 1e9,
             "rss_mb": max(max(p[5] for p in polls), usage.ru_maxrss / 1024),
@@ -476,7 +490,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=2, help="runs per profiler and rate")
     ap.add_argument("--seconds", type=float, default=20, help="steady-state window of one run")
-    ap.add_argument("--settle", type=float, default=5, help="seconds after sampling is on before the window")
+    # 15 s: hotstack's first collects name every stack for the first time (cold symbol tables, a
+    # first interpreter walker verified): its first 5 s interval had cost 0.035 CPU-s where a settled
+    # one costs 0.013 and its first collect 0.03-0.04 CPU-s against ~0.01, and a window from 5 s
+    # after sampling began with, or beside, that first collect at 5.0-5.5 s (the figure moved
+    # 0.92-1.24% a core run to run at 99 Hz). The warm-up is reported on its own.
+    ap.add_argument("--settle", type=float, default=15,
+                    help="seconds after sampling is on before the steady window (the warm-up before)")
+    ap.add_argument("--early", type=float, default=5,
+                    help="also the window of --seconds from this many seconds after sampling is on")
     ap.add_argument("--keep", action="store_true", help="keep the run logs (printed directory)")
     ap.add_argument("--rates", default="19,99")
     ap.add_argument("--version", default=VERSION, help=f"{MODULE} version")
@@ -561,7 +583,8 @@ def main() -> int:
                     with receiver._lock:
                         receiver.requests.clear()
                     load_before = os.getloadavg()[0]
-                    r = run_measured(argv, args.seconds, args.settle, stop, log, bpf=not name.startswith("perf"))
+                    r = run_measured(argv, args.seconds, args.settle, stop, log, bpf=not name.startswith("perf"),
+                                     early=args.early)
                     if name.startswith("hotstack"):
                         text = log.read_text(errors="replace")
                         samples, r["built"] = hotstack_samples(text), tables_built(text)
@@ -624,7 +647,8 @@ def print_run(name: str, hz: int, run: int, r: dict, is_perf: bool) -> None:
                          for comm, (share, n, exiting) in r["complete"].items())
     bpf = "" if is_perf else f"BPF {r['bpf_per_sample_us']:5.1f} µs/sample ({r['sampling_runs']} runs)  "
     print(f"{name:18s} {hz:3d} Hz run {run + 1}: steady {r['steady'] * 100:5.2f}% of a core  start-up "
-          f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
+          f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  warm-up {r['warmup']:5.2f} CPU-s  "
+          f"early {r['early'] * 100:5.2f}%  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
           f"samples read back {r['host_samples']}  complete: {complete}  "
           f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}{_built(r)}", flush=True)
 
@@ -646,16 +670,17 @@ def median(values: list[float]) -> float:
 
 def summary(rows, names, rates) -> None:
     print("\nmedians of the runs; completeness pooled over the runs (samples of xz / python3 / hot_ab)")
-    print("| profiler | Hz | steady % of a core | start-up CPU-s | BPF µs/sample | max RSS MB | "
-          "complete xz | complete python3 | complete hot_ab |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| profiler | Hz | steady % of a core | start-up CPU-s | warm-up CPU-s | early window % of a core | "
+          "BPF µs/sample | max RSS MB | complete xz | complete python3 | complete hot_ab |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     figures = {}
     for hz in rates:
         for name in names:
             mine = [r for n, h, _, r in rows if n == name and h == hz]
             if not mine:
                 continue
-            f = {k: median([r[k] for r in mine]) for k in ("steady", "startup", "bpf_per_sample_us", "rss_mb")}
+            f = {k: median([r[k] for r in mine])
+                 for k in ("steady", "startup", "warmup", "early", "bpf_per_sample_us", "rss_mb")}
             pooled = []
             for comm in TARGETS:
                 n = sum(r["complete"][comm][1] for r in mine)
@@ -665,19 +690,20 @@ def summary(rows, names, rates) -> None:
                               if n else "-")
             figures[(name, hz)] = f
             bpf = "-" if name.startswith("perf") else f"{f['bpf_per_sample_us']:.1f}"
-            print(f"| {name} | {hz} | {f['steady'] * 100:.2f} | {f['startup']:.2f} | {bpf} | {f['rss_mb']:.0f} | "
+            print(f"| {name} | {hz} | {f['steady'] * 100:.2f} | {f['startup']:.2f} | {f['warmup']:.2f} | "
+                  f"{f['early'] * 100:.2f} | {bpf} | {f['rss_mb']:.0f} | "
                   + " | ".join(pooled) + " |")
     print("\nratios hotstack / otel ebpf-profiler (medians)")
-    print("| hotstack mode | Hz | steady CPU | start-up CPU | BPF per sample | max RSS |")
-    print("|---|---|---|---|---|---|")
+    print("| hotstack mode | Hz | steady CPU | start-up CPU | warm-up CPU | early window CPU | BPF per sample | max RSS |")
+    print("|---|---|---|---|---|---|---|---|")
     for hz in rates:
         peer = figures.get(("otel ebpf-profiler", hz))
         for name in [n for n in names if n.startswith("hotstack")]:
             ours = figures.get((name, hz))
             if not peer or not ours:
                 continue
-            ratio = [f"{ours[k] / peer[k]:.2f}x" if peer[k] else "-"
-                     for k in ("steady", "startup", "bpf_per_sample_us", "rss_mb")]
+            ratio = [f"{ours[k] / peer[k]:.2f}x" if peer[k] > 0 else "-"
+                     for k in ("steady", "startup", "warmup", "early", "bpf_per_sample_us", "rss_mb")]
             print(f"| {name} | {hz} | " + " | ".join(ratio) + " |")
 
 
