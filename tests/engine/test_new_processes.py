@@ -298,3 +298,54 @@ def test_threads_with_names_of_their_own_announce_their_process_once():
     names = {s.comm for s in samples if s.pid == proc.pid}
     assert len({n for n in names if n.startswith("worker-")}) >= 3, names
     assert 1 <= announced.get(proc.pid, 0) <= 3, announced.get(proc.pid)
+
+
+def test_pids_the_ring_had_no_room_for_are_announced_all_the_same(monkeypatch, tmp_path):
+    """A process is announced by a record in the wakeups ring (bpf/pids.h); where the ring is full
+    the program puts the pid in the new_pids map instead, which the pid watcher drains when it finds
+    the ring full. Here the ring is one page (256 records) and is not read while 400 short processes
+    run: every process sampled is announced all the same, the pids past the ring's room through
+    the map."""
+    from hotstack.sampling import cpu as cpu_module
+    from hotstack.sampling import sampler as sampler_module
+
+    exe = tmp_path / "short_children"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(Path(__file__).parent / "workloads/short_children.c")],
+                   check=True)
+    real_spec = cpu_module.CpuSampler.spec
+
+    def one_page_ring(self):
+        spec = real_spec(self)
+        spec.maps["wakeups"].max_entries = 4096
+        return spec
+    monkeypatch.setattr(cpu_module.CpuSampler, "spec", one_page_ring)
+    monkeypatch.setattr(sampler_module, "NEW_PIDS_DRAIN_S", 3600.0)   # no drain but the full ring's
+    announced: set[int] = set()
+    drained: list[int] = []
+    with Engine(EngineConfig(frequency=999, comms=("short_children",), runtime_frames=False)) as prof:
+        sampler = prof.cpu
+        real_new_pids, real_clear = sampler.new_pids, sampler.clear_wakeups
+        new_pids_map = sampler.collection.maps["new_pids"]
+        real_drain = new_pids_map.drain
+
+        def new_pids():
+            pids = real_new_pids()
+            announced.update(pid for pid, _ in pids)
+            return pids
+
+        def drain(*args):
+            items = real_drain(*args)
+            drained.append(len(items))
+            return items
+        sampler.new_pids, new_pids_map.drain = new_pids, drain
+        time.sleep(0.5)                             # the first round's drain, before the load
+        drained.clear()
+        sampler.clear_wakeups = lambda: None        # the ring is not read: it fills
+        subprocess.run([str(exe), "400"], check=True)
+        sampler.clear_wakeups = real_clear
+        time.sleep(1.0)                             # a round reads the full ring, drains the map
+        samples = prof.collect()[0].samples
+    sampled = {s.pid for s in samples if s.comm == "short_children"}
+    assert len(sampled) > 300, f"only {len(sampled)} of the 400 children sampled"
+    assert sum(drained) > 0, f"the map held no pid: {drained}"
+    assert sampled <= announced, f"{len(sampled - announced)} sampled processes never announced"

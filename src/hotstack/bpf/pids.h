@@ -3,8 +3,12 @@
  * New processes, announced to userspace: every program that counts stacks calls
  * announce_pid() so that userspace reads a process's maps while it still runs.
  *
- * `new_pids` is drained by userspace at most every 100 ms, when a record in `wakeups` wakes
- * it (wake_userspace: an idle host costs no polling). `seen_pids` keeps the comm each
+ * An announcement is a record in the `wakeups` ring (struct announcement), which wakes
+ * userspace (an idle host costs no polling); it reads the ring at most every 100 ms, with no
+ * syscall. Only where the ring is full does the pid go to `new_pids`, a hash userspace then
+ * drains (it finds the ring full); draining that hash at each round had been a scan of its
+ * 4,096 buckets, ~90 us a round, once for each process of a loop of short commands (bench/
+ * RESULTS.md, session 23). `seen_pids` keeps the comm each
  * pid was announced with: a changed comm of its main thread announces it again. An exec
  * keeps the pid and the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
@@ -22,13 +26,20 @@
 HS_PIDS_VARIABLES
 HS_PIDS_MAPS
 
-/* Wake the userspace thread that waits on `wakeups` (without BPF_RB_NO_WAKEUP the kernel
- * notifies only when userspace has read everything before: one wakeup per batch). */
+/* A record in `wakeups`, which wakes the userspace thread that waits on it (without
+ * BPF_RB_NO_WAKEUP the kernel notifies only when userspace has read everything before: one
+ * wakeup per batch); non-zero if the ring is full. */
+static __always_inline long announce(__u32 pid, __u32 kind)
+{
+	struct announcement record = {.pid = pid, .kind = kind};
+
+	return bpf_ringbuf_output(&wakeups, &record, sizeof(record), 0);
+}
+
+/* Work queued for userspace's unwind thread (a file without a table, a changed mapping). */
 static __always_inline void wake_userspace(void)
 {
-	__u32 why = 0;
-
-	bpf_ringbuf_output(&wakeups, &why, sizeof(why), 0);
+	announce(0, ANNOUNCE_NONE);
 }
 
 #define NU_WAKE_USERSPACE() wake_userspace()
@@ -79,9 +90,11 @@ static __always_inline void announce_pid(__u32 pid, __u32 tid, const char *comm)
 			return;
 	}
 	bpf_map_update_elem(&seen_pids, &pid, comm_words, BPF_ANY);
-	/* an exec replaces a NEW not drained yet; a NEW leaves an exec not drained yet */
+	if (announce(pid, kind) == 0)
+		return;
+	/* the ring is full: the pid waits in new_pids (an exec replaces a NEW not drained yet; a NEW
+	 * leaves an exec not drained yet), which userspace drains when it finds the ring full */
 	bpf_map_update_elem(&new_pids, &pid, &kind, kind == ANNOUNCE_EXEC ? BPF_ANY : BPF_NOEXIST);
-	wake_userspace();
 }
 
 /* After an exec, in the new image: the pid's next sample announces it (ANNOUNCE_EXEC). Loaded

@@ -47,6 +47,12 @@ struct stack_count {
 };
 _Static_assert(sizeof(struct stack_count) == 24, "struct stack_count: schema layout");
 
+struct announcement {
+	__u32 pid;
+	__u32 kind;
+};
+_Static_assert(sizeof(struct announcement) == 8, "struct announcement: schema layout");
+
 struct off_cpu {
 	__u64 since;
 	__s32 user_stack_id;
@@ -445,7 +451,7 @@ enum hs_stat {
 	} gone_pids SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_RINGBUF); \
-		__uint(max_entries, 4096); \
+		__uint(max_entries, 16384); \
 	} wakeups SEC(".maps"); \
 	/* end */
 

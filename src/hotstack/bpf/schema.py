@@ -26,6 +26,7 @@ EEXIST = 17
 TRACE_CONTEXT = Record('trace_context', '<16s8s', ('trace_id', 'span_id'), 24)
 STACK_KEY = Record('stack_key', '<IIiiQQ16s8s', ('pid', 'tid', 'user_stack_id', 'kern_stack_id', 'runtime_stack', 'caller', 'trace_id', 'span_id'), 56)
 STACK_COUNT = Record('stack_count', '<Q16s', ('value', 'comm'), 24)
+ANNOUNCEMENT = Record('announcement', '<II', ('pid', 'kind'), 8)
 OFF_CPU = Record('off_cpu', '<QiiII16s16s8s', ('since', 'user_stack_id', 'kern_stack_id', 'pid', 'buffer', 'comm', 'trace_id', 'span_id'), 64)
 PY_PROC = Record('py_proc', '<QQHHHHHHHHHHH2xQQ', ('threads_head', 'code_tag_mask', 'thread_id', 'tstate_next', 'tstate_frame', 'cframe_current', 'frame_code', 'frame_previous', 'frame_instr', 'frame_marker', 'co_argcount', 'co_flags', 'co_firstlineno', 'eval_start', 'eval_end'), 56)
 PY_FRAME = Record('py_frame', '<QQIB3x', ('code', 'instr', 'checksum', 'marker'), 24)

@@ -204,10 +204,11 @@ class Engine:
                 self._observe_pids()
                 self._poll_runtimes()
                 # the unwind thread is kicked only when a program queued work for it (a file
-                # without a table, a stale mapping list), one syscall a map to tell: most wake-ups
-                # announce new pids, and waking that thread to find nothing had cost a thread
-                # switch and its two map reads at every round (it waits IDLE_WAIT_S at most)
-                if woken and any(sampler.native_queued() for sampler in self._started):
+                # without a table, a stale mapping list): its record in the ring tells, with no
+                # syscall. Most wake-ups announce new pids, and waking that thread to find nothing
+                # had cost a thread switch and its two map reads at every round (it waits
+                # IDLE_WAIT_S at most, and looks at the queues then)
+                if woken and any(sampler.native_work_announced() for sampler in self._started):
                     self._native_kick.set()
                 # The next round when a source wants it (a naming pass, a retry), at most IDLE_WAIT_S
                 # and at least two WATCH_INTERVAL_S away unless a program wakes us; after a wake-up,

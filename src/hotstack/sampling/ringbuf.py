@@ -29,12 +29,14 @@ class RingBuffer:
         self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._producer = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self._data = memoryview(self._producer)[page:]
+        self.backlog = 0      # bytes written and not read when the last read() began
 
     def read(self, limit: int = 1 << 30) -> list[bytes]:
         """Every committed record (copied out), oldest first; frees their space in the ring."""
         out: list[bytes] = []
         consumer = _U64.unpack_from(self._consumer, 0)[0]
         producer = _U64.unpack_from(self._producer, 0)[0]
+        self.backlog = producer - consumer
         data, mask = self._data, self._mask
         while consumer < producer and len(out) < limit:
             start = consumer & mask

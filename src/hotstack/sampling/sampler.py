@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
+import time
 
 from .. import ebpf, procs
 from ..bpf import object_path, schema
@@ -24,6 +26,10 @@ from .ringbuf import RingBuffer
 from .runtime_maps import deferred_programs
 
 _PID = struct.Struct("<I")
+_ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: pid, kind
+# new_pids drains the new_pids map at least this often (seconds): a pid whose record the kernel could
+# not write (the ring full) waits there, and a ring found half full drains it at once
+NEW_PIDS_DRAIN_S = 5.0
 _U64 = struct.Struct("<Q")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
@@ -62,11 +68,18 @@ class Sampler:
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
         self._exits_known = False                   # its exit program is attached (gone_pids fills)
-        self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring, read to re-arm it
-        # a wakeup record was read since new_pids was last drained (the program writes one after each
-        # announcement: bpf/pids.h); True at first, for what was announced before anyone read
+        self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring (bpf/pids.h)
+        # the pids its records announced, not taken yet (pid -> exec'ed), under _announce_lock
+        self._ring_pids: dict[int, bool] = {}
+        self._announce_lock = threading.Lock()
+        # new_pids drains the new_pids map: the ring was found (half) full, where the program puts
+        # the pids it cannot write there; True at first, for what was announced before anyone read
         self._announced = True
-        self._remap_due = True                      # the same, for native_remapped's queue
+        self._drained_at = 0.0                      # when new_pids last drained that map
+        # a record of work queued was read (or the ring found full) since the last look: for
+        # native_remapped's queue, and for the pid watcher's kick of the unwind thread
+        self._remap_due = True
+        self._work_due = True
         self._kernel_pids: frozenset[int] | None = None  # pids_at_run_time: the filter now (None: open)
 
     def _filters_pids(self) -> int:
@@ -150,6 +163,16 @@ class Sampler:
         if not self.native_vma_walk:
             self.native.serve_remaps()
         return waiting
+
+    def native_work_announced(self) -> bool:
+        """Whether the program announced work for serve_native (a file without a table, a stale
+        mapping list) since the last call: its record in the ring, read by clear_wakeups, no syscall.
+        Where there is no ring, native_queued()."""
+        if self._wakeups is None:
+            return self.native_queued()
+        with self._announce_lock:
+            due, self._work_due = self._work_due, False
+        return due and self.native is not None
 
     def native_queued(self) -> bool:
         """Whether serve_native has work now (the kernel queued a file or a stale mapping list)."""
@@ -251,17 +274,22 @@ class Sampler:
 
     def new_pids(self) -> list[tuple[int, bool]]:
         """(pid, exec'ed) of processes the program saw for the first time, with a new comm, or
-        after an exec (a new image under the same pid), since the last call."""
+        after an exec (a new image under the same pid), since the last call: those the ring's
+        records announced (clear_wakeups read them), and those in the new_pids map where the ring
+        was found full (or every NEW_PIDS_DRAIN_S, for a record the kernel could not write)."""
         if self.collection is None:
             return []
-        if self._wakeups is not None:
-            # Nothing announced since the last drain: no syscall (it was a tenth of the agent's CPU,
-            # drained at every round of the pid watcher while runtime processes keep it polling).
-            if not self._announced and not self._wakeups.pending():
-                return []
+        now = time.monotonic()
+        with self._announce_lock:
+            announced, self._ring_pids = self._ring_pids, {}
+            drain = self._wakeups is None or self._announced or now - self._drained_at >= NEW_PIDS_DRAIN_S
             self._announced = False
-        return [(_PID.unpack_from(key)[0], value[0] == schema.ANNOUNCE_EXEC)
-                for key, value in self.collection.maps["new_pids"].drain()]
+        if drain:
+            self._drained_at = now
+            for key, value in self.collection.maps["new_pids"].drain():
+                pid = _PID.unpack_from(key)[0]
+                announced[pid] = announced.get(pid, False) or value[0] == schema.ANNOUNCE_EXEC
+        return list(announced.items())
 
     def collect(self) -> RawBatch:
         """Everything counted since the previous collect (a delta)."""
@@ -302,8 +330,26 @@ class Sampler:
         return self.collection.maps["wakeups"].fd if self.collection is not None and self._wakeups else None
 
     def clear_wakeups(self) -> None:
-        if self._wakeups is not None and self._wakeups.read():
-            self._announced = self._remap_due = True
+        """Read the ring (it polls readable again only once read): the pids it announces, kept for
+        new_pids, and whether work was queued. A ring found half full or more may have refused
+        records: then the new_pids map is drained and the queues looked at, as after a record."""
+        if self._wakeups is None:
+            return
+        records = self._wakeups.read()
+        if not records:
+            return
+        full = 2 * self._wakeups.backlog >= self._wakeups.size
+        unpack = _ANNOUNCEMENT.unpack_from
+        with self._announce_lock:
+            pids = self._ring_pids
+            for record in records:
+                pid, kind = unpack(record)
+                if pid:
+                    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
+                else:
+                    self._remap_due = self._work_due = True
+            if full:
+                self._announced = self._remap_due = self._work_due = True
 
     def close(self) -> None:
         self.stop()

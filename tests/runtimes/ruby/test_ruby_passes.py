@@ -67,8 +67,9 @@ def test_steady_process_is_taken_out_of_the_kernel_every_name_every_not_every_ro
 
 
 def test_new_pids_are_read_only_when_announced():
-    """The map of announced pids is read when the program announced one (its wakeup record), not at
-    every round of the pid watcher; a process started later is still listed at once."""
+    """The map of announced pids is not read at every round of the pid watcher (announcements come
+    as records in the wakeups ring; the map holds only those the ring had no room for); a process
+    started later is still listed at once."""
     ruby = require_tool("ruby")
     processes = ProcessTable()
     first = RubyTarget(ruby, WORKLOAD, "30")
