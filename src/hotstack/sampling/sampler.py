@@ -279,6 +279,8 @@ class Sampler:
         was found full (or every NEW_PIDS_DRAIN_S, for a record the kernel could not write)."""
         if self.collection is None:
             return []
+        # (records the pid watcher has not read yet: a collect names its samples after this)
+        self.clear_wakeups()
         now = time.monotonic()
         with self._announce_lock:
             announced, self._ring_pids = self._ring_pids, {}
@@ -333,14 +335,15 @@ class Sampler:
         """Read the ring (it polls readable again only once read): the pids it announces, kept for
         new_pids, and whether work was queued. A ring found half full or more may have refused
         records: then the new_pids map is drained and the queues looked at, as after a record."""
-        if self._wakeups is None:
+        ring = self._wakeups     # (closed under us: its read raises ValueError, which callers expect)
+        if ring is None:
             return
-        records = self._wakeups.read()
-        if not records:
-            return
-        full = 2 * self._wakeups.backlog >= self._wakeups.size
         unpack = _ANNOUNCEMENT.unpack_from
-        with self._announce_lock:
+        with self._announce_lock:     # (the pid watcher's thread and a collect's read it)
+            records = ring.read()
+            if not records:
+                return
+            full = 2 * ring.backlog >= ring.size
             pids = self._ring_pids
             for record in records:
                 pid, kind = unpack(record)
