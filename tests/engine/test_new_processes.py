@@ -349,3 +349,29 @@ def test_pids_the_ring_had_no_room_for_are_announced_all_the_same(monkeypatch, t
     assert len(sampled) > 300, f"only {len(sampled)} of the 400 children sampled"
     assert sum(drained) > 0, f"the map held no pid: {drained}"
     assert sampled <= announced, f"{len(sampled - announced)} sampled processes never announced"
+
+
+def test_a_collect_takes_on_a_process_the_pid_watcher_has_not_read_yet():
+    """A collect reads the wakeups ring itself before it names what it drained: a process whose
+    record the pid watcher has not read yet (its round comes up to 0.1 s after the record) is read
+    and looked at by the frame sources first, so its first interval keeps its runtime frames. Here
+    the watcher never reads the ring."""
+    with Engine(EngineConfig(frequency=499, comms=("python3",))) as prof:
+        source = next(s for s in prof.runtimes if s.name == "python")
+        sampler = prof.cpu
+        real_clear = sampler.clear_wakeups
+
+        def clear_but_in_the_watcher():
+            if threading.current_thread().name != "hotstack-pids":
+                real_clear()
+        sampler.clear_wakeups = clear_but_in_the_watcher
+        time.sleep(0.3)
+        busy = subprocess.Popen(["/usr/bin/python3", "-c", "while True: sum(range(1000))"])
+        try:
+            time.sleep(1.0)
+            assert busy.pid not in source._procs         # (the watcher read nothing)
+            prof.collect()
+            assert busy.pid in source._procs, "the collect did not take the process on"
+        finally:
+            busy.kill()
+            busy.wait()
