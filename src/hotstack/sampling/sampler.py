@@ -30,6 +30,11 @@ _ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: p
 # new_pids drains the new_pids map at least this often (seconds): a pid whose record the kernel could
 # not write (the ring full) waits there, and a ring found half full drains it at once
 NEW_PIDS_DRAIN_S = 5.0
+
+
+def _note_announced(pids: dict[int, bool], pid: int, kind: int) -> None:
+    """pid -> exec'ed: an exec announced since the last take stays one (its image is read anew)."""
+    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
 _U64 = struct.Struct("<Q")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
@@ -190,9 +195,10 @@ class Sampler:
         # queued with a wake-up: looked at only after one (a syscall at every pid-watcher round
         # otherwise, for what nearly never happens)
         if self._wakeups is not None:
-            if not self._remap_due and not self._wakeups.pending():
+            with self._announce_lock:
+                due, self._remap_due = self._remap_due, False
+            if not due and not self._wakeups.pending():
                 return []
-            self._remap_due = False
         try:
             return self.native.take_remapped()
         except ebpf.EbpfError:      # closing under us
@@ -289,8 +295,7 @@ class Sampler:
         if drain:
             self._drained_at = now
             for key, value in self.collection.maps["new_pids"].drain():
-                pid = _PID.unpack_from(key)[0]
-                announced[pid] = announced.get(pid, False) or value[0] == schema.ANNOUNCE_EXEC
+                _note_announced(announced, _PID.unpack_from(key)[0], value[0])
         return list(announced.items())
 
     def collect(self) -> RawBatch:
@@ -348,7 +353,7 @@ class Sampler:
             for record in records:
                 pid, kind = unpack(record)
                 if pid:
-                    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
+                    _note_announced(pids, pid, kind)
                 else:
                     self._remap_due = self._work_due = True
             if full:

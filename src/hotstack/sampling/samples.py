@@ -193,7 +193,7 @@ class SampleMaker:
         return parent if parent is not None and _walked_with(raw, parent.mappings) else None
 
     def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
-        """The native frames named for raw's file hash in this interval or the last, if any."""
+        """The native frames named for raw's file hash within KEEP_INTERVALS intervals, if any."""
         if not raw.user_hash:
             return None
         named = self._by_file.get(raw.user_hash)
