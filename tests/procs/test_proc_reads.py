@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
-from hotstack.procs import process
+from hotstack.procs import maps, process
 from hotstack.procs.maps import parse_exec_maps, parse_maps
 
 # Lines of the shapes /proc/PID/maps has: no path, a pseudo path, a path with spaces, a deleted file,
@@ -81,3 +82,68 @@ def test_a_pid_gone_before_it_is_read_is_counted_gone_after_one_read(monkeypatch
     assert table.observe(child.pid) is None
     assert (table.maps_reads, table.maps_gone) == (1, 1)
     assert reads == [child.pid]
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
+def _text_exec_maps(pid: int):
+    with open(f"/proc/{pid}/maps") as f:
+        return [m for m in parse_exec_maps(f.read()) if m.path != "[vsyscall]"]
+
+
+def test_the_query_gives_the_executable_mappings_the_text_gives(tmp_path):
+    # the shapes that matter: a deleted file, a path with a space, anonymous executable memory
+    # (JIT), shared memory, the vDSO; then every process of this host
+    lib = tmp_path / "my lib.so"
+    lib.write_bytes(b"\0" * 8192)
+    code = ("import mmap, os, sys, time\n"
+            f"f = open({str(lib)!r}, 'rb')\n"
+            "m = mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ | mmap.PROT_EXEC, flags=mmap.MAP_PRIVATE)\n"
+            "j = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,\n"
+            "              prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+            "s = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC)\n"
+            f"os.unlink({str(lib)!r})\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        queried = maps.query_exec_maps(child.pid)
+        if not _kernel_at_least(6, 11):
+            assert queried is None     # (the text is read: every other test covers that)
+            return
+        assert queried == _text_exec_maps(child.pid)
+        paths = [m.path for m in queried]
+        assert f"{lib} (deleted)" in paths and "[vdso]" in paths
+        assert any(m.path == "" and m.perms == "rwxp" for m in queried)
+        assert any(m.path == "/dev/zero (deleted)" and m.perms == "r-xs" for m in queried)
+        assert process.exec_paths(child.pid) == "\n".join(paths)
+    finally:
+        child.kill()
+        child.wait()
+    assert maps.query_exec_maps(child.pid) == [] and maps.read_maps(child.pid) == []
+    compared = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            text = _text_exec_maps(int(pid))
+            queried = maps.query_exec_maps(int(pid))
+        except OSError:
+            continue
+        if queried and text:     # (one read a moment after the other: a process may have exited)
+            assert queried == text, pid
+            compared += 1
+    assert compared >= 5
+
+
+def test_without_the_query_the_text_is_read(monkeypatch):
+    monkeypatch.setattr(maps, "_query_works", False)
+    assert maps.query_exec_maps(os.getpid()) is None
+    with open("/proc/self/maps") as f:
+        text = parse_exec_maps(f.read())
+    assert maps.read_maps(os.getpid()) == text != []
+    assert process.read_process(os.getpid()).mappings.mappings == sorted(text, key=lambda m: m.start)

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import bisect
+import ctypes
+import errno
+import fcntl
+import os
 import re
-from dataclasses import dataclass
+import struct
+import threading
+from typing import NamedTuple
 
 from .proc_files import read_text
 
 
-@dataclass(frozen=True, slots=True)
-class Mapping:
+class Mapping(NamedTuple):
+    """One line of /proc/PID/maps. (A NamedTuple: the pid watcher makes several for every new
+    process of the host, and a frozen dataclass's __init__ sets each field through
+    object.__setattr__, ~3x the time of tuple.__new__.)"""
+
     start: int
     end: int
     offset: int
@@ -71,8 +80,72 @@ def parse_exec_maps(text: str) -> list[Mapping]:
             for lo, hi, perms, offset, dev, inode, path in _EXEC_LINE.findall(text)]
 
 
+# The PROCMAP_QUERY ioctl on /proc/PID/maps (Linux 6.11+, include/uapi/linux/fs.h) gives one
+# mapping a call, the executable ones only when asked (the next at or after an address), as binary
+# fields and a path: no text generated for the data, heap, stack and guard mappings, which are three
+# to five times as many, and none parsed. For xz's 6 of 44 mappings: ~17 us, where reading the text
+# took ~40 us and parsing its executable lines ~40 us more on this project's test machine; the pid
+# watcher pays this for every new process of the host.
+_PROCMAP_QUERY = 0xC0686611      # _IOWR('f', 17, struct procmap_query)
+_QUERY = struct.Struct("<QQQQQQQQQIIIIQQ")    # struct procmap_query, 104 bytes
+_QUERY_EXECUTABLE_FROM = 0x04 | 0x10           # VMA_EXECUTABLE | COVERING_OR_NEXT_VMA
+# the permissions as the text writes them, by the low four vma_flags bits (readable 1, writable 2,
+# executable 4 (always, here), shared 8)
+_PERMS = tuple(("r" if f & 1 else "-") + ("w" if f & 2 else "-") + "x" + ("s" if f & 8 else "p") for f in range(16))
+_NAME_SIZE = 4096                             # PATH_MAX, its terminating 0 included
+_query_name = ctypes.create_string_buffer(_NAME_SIZE)
+_query_lock = threading.Lock()                # (one name buffer)
+_query_works: bool | None = None              # None: not tried yet
+
+
+def query_exec_maps(pid: int) -> list[Mapping] | None:
+    """The executable mappings of `pid` by PROCMAP_QUERY, or None where that cannot tell: a kernel
+    without it (before 6.11), a path longer than the buffer (the caller reads the text). Empty when
+    the process is gone. (The gate page, x86-64's [vsyscall], is no VMA of the process: the text
+    lists it, this does not; no sampled stack runs there.)"""
+    global _query_works
+    if _query_works is False:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    out = []
+    try:
+        buf = bytearray(_QUERY.size)
+        address = 0
+        with _query_lock:
+            name = ctypes.addressof(_query_name)
+            while True:
+                _QUERY.pack_into(buf, 0, _QUERY.size, _QUERY_EXECUTABLE_FROM, address, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 _NAME_SIZE, 0, name, 0)
+                try:
+                    fcntl.ioctl(fd, _PROCMAP_QUERY, buf, True)
+                except OSError as e:
+                    if e.errno == errno.ENOENT:       # no executable mapping past `address`
+                        break
+                    if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+                        _query_works = False
+                        return None
+                    if e.errno == errno.ENAMETOOLONG:
+                        return None
+                    return []      # (ESRCH and the like: gone)
+                (_size, _flags, _addr, start, end, flags, _page, offset, inode, major, minor,
+                 name_size, _build_id_size, _name_addr, _build_id_addr) = _QUERY.unpack(buf)
+                path = ctypes.string_at(name, name_size - 1).decode("utf-8", "replace") if name_size > 1 else ""
+                out.append(Mapping(start, end, offset, _PERMS[flags & 0xF], f"{major:02x}:{minor:02x}", inode, path))
+                address = end
+    finally:
+        os.close(fd)
+    _query_works = True
+    return out
+
+
 def read_maps(pid: int) -> list[Mapping]:
     """Executable mappings of `pid`; empty when the process is gone."""
+    queried = query_exec_maps(pid)
+    if queried is not None:
+        return queried
     try:
         return parse_exec_maps(read_text(f"/proc/{pid}/maps"))
     except (FileNotFoundError, ProcessLookupError, PermissionError):

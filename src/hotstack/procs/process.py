@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
-from .maps import Mapping, MappingIndex, parse_exec_maps, parse_maps, read_maps
+from .maps import Mapping, MappingIndex, parse_exec_maps, parse_maps, query_exec_maps, read_maps
 from .proc_files import read_bytes, read_text
 
 
@@ -138,10 +138,10 @@ def all_pids() -> list[int]:
 # the same pid-watcher round: with `recent=True` they share one read of its maps and of its
 # executable's path made less than RECENT_S ago, instead of one read each.
 RECENT_S = 0.05
-_recent: dict[tuple[str, int], tuple[float, str]] = {}
+_recent: dict[tuple[str, int], tuple[float, object]] = {}
 
 
-def _remembered(kind: str, pid: int, recent: bool, read) -> str:
+def _remembered(kind: str, pid: int, recent: bool, read):
     now = time.monotonic()
     if recent:
         hit = _recent.get((kind, pid))
@@ -160,6 +160,22 @@ def read_maps_text(pid: int, recent: bool = False) -> str:
     """/proc/PID/maps as text ('' when the process is gone); `recent`: a read of the last
     RECENT_S will do."""
     return _remembered("maps", pid, recent, lambda: _read_text(f"/proc/{pid}/maps"))
+
+
+def read_exec_maps(pid: int, recent: bool = False) -> list[Mapping]:
+    """The executable mappings of `pid` (empty when it is gone): by PROCMAP_QUERY where the kernel
+    has it, else from the text; `recent` as read_maps_text."""
+    def read() -> list[Mapping]:
+        queried = query_exec_maps(pid)
+        return queried if queried is not None else parse_exec_maps(read_maps_text(pid, recent))
+    return _remembered("exec", pid, recent, read)
+
+
+def exec_paths(pid: int, recent: bool = False) -> str:
+    """The paths of `pid`'s executable mappings, one a line: what a frame source's first test looks
+    for (an interpreter's library or executable is mapped executable), with no read of the whole
+    maps text where the kernel answers PROCMAP_QUERY; `recent` as read_maps_text."""
+    return "\n".join(m.path for m in read_exec_maps(pid, recent))
 
 
 def exe_path(pid: int, recent: bool = False) -> str:
@@ -211,7 +227,7 @@ def read_process(pid: int, stat: tuple[int, str, int] | None = None) -> Process 
         pid=pid, start_time=stat[0], comm=stat[1], ppid=stat[2], exe=exe_path(pid),
         container_id=_container_id(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
-        mappings=MappingIndex(parse_exec_maps(read_maps_text(pid))),
+        mappings=MappingIndex(read_exec_maps(pid)),
         image=exe_identity(pid), mntns=mount_namespace(pid))
 
 
@@ -305,8 +321,8 @@ class ProcessTable:
             return pid in self._by_pid
 
     def get(self, pid: int) -> Process | None:
-        with self._lock:
-            known = self._by_pid.get(pid)
+        # (no lock: a dict read is atomic, and naming asks once or twice a sample)
+        known = self._by_pid.get(pid)
         return known if known is not None else self.observe(pid)
 
     # A process maps new code (dlopen, JIT) now and then; reread its maps for an unknown address,

@@ -56,8 +56,8 @@ class HotSpotSource(V8Source):
     def _may_run(self, pid: int) -> bool:
         """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
         launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
-        text = procs.read_maps_text(pid, recent=True)
-        return "/libjvm.so" in text or "/libjli.so" in text
+        paths = procs.exec_paths(pid, recent=True)
+        return "/libjvm.so" in paths or "/libjli.so" in paths
 
     def _record(self, layout: JvmLayout) -> bytes:
         return layout.record

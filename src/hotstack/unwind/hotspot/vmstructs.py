@@ -42,9 +42,10 @@ class VMStructs:
 def libjvm(pid: int) -> tuple[str, int] | None:
     """(path under /proc/PID/root, load bias) of the process's libjvm.so, or None."""
     first: dict[str, tuple[int, int]] = {}
-    text = procs.read_maps_text(pid, recent=True)    # the pid watcher's read of this round
-    if "/libjvm.so" not in text:      # most processes of a host: one substring test
+    # most processes of a host: one substring test (of the pid watcher's read of this round)
+    if "/libjvm.so" not in procs.exec_paths(pid, recent=True):
         return None
+    text = procs.read_maps_text(pid, recent=True)
     for line in text.splitlines():
         parts = line.split(maxsplit=5)
         if len(parts) == 6 and parts[5].strip().endswith("/libjvm.so"):

@@ -197,9 +197,11 @@ def inspected_once(cache: dict, path: str, inspect):
 
 def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
-    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if "python" not in text:    # cheap test first: most processes of a host are not Python
+    # cheap test first: most processes of a host are not Python (the pid watcher's read of this
+    # round; the whole text is read only for a process that maps a file so named)
+    if "python" not in procs.exec_paths(pid, recent=True):
         return None
+    text = procs.read_maps_text(pid, recent=True)
     mappings = parse_maps(text)
     root = procs.root_path(pid)
     for cand in _candidates(mappings):

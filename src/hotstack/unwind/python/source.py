@@ -73,7 +73,7 @@ class CPythonSource(InterpreterSource):
         return detect(pid)
 
     def _may_run(self, pid: int) -> bool:
-        return "python" in procs.read_maps_text(pid, recent=True)   # as detect's first test
+        return "python" in procs.exec_paths(pid, recent=True)   # as detect's first test
 
     def _record(self, proc: PythonProcess) -> bytes:
         return proc_record(proc)
