@@ -23,8 +23,9 @@ def test_folded_keys_read_as_the_per_frame_rule_says():
     pieces = ["a", "b", ";", "\n", " ", "x;y", "", "[k]", "_[k]"]
     kinds = [FrameKind.KERNEL, FrameKind.NATIVE, FrameKind.PYTHON]
     for _ in range(5000):
-        stack = tuple(Frame("".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))), rng.choice(kinds))
-                      for _ in range(rng.randint(0, 8)))
+        # (leaf first: kernel frames, then user frames, as model.Sample has them)
+        stack = tuple(sorted((Frame("".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))), rng.choice(kinds))
+                              for _ in range(rng.randint(0, 8))), key=lambda f: f.kind is not FrameKind.KERNEL))
         sample = Sample(stack, 1, 1, 1, rng.choice(["", "sh", "a;b", "x\ny"]), ())
         for args in ((True, "_[k]", ""), (False, "", "-"), (True, "", ""), (False, "_[k]", "[none]")):
             assert folded_key(sample, *args) == plain_key(sample, *args), (sample, args)

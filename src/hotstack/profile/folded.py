@@ -7,8 +7,8 @@ frames (they are nearer the leaf) and carry the `_[k]` suffix.
 from __future__ import annotations
 
 from collections import Counter
-from itertools import compress, repeat
-from operator import attrgetter, is_
+from itertools import takewhile
+from operator import attrgetter
 from typing import Iterable
 
 from .model import FrameKind, Profile, Sample
@@ -27,8 +27,11 @@ def folded_key(sample: Sample, comm: bool = True, kernel_suffix: str = "_[k]", e
     `-o folded` every few seconds about a tenth of the profiler's own CPU."""
     stack = sample.stack
     names = list(map(_NAME, reversed(stack)))       # root first
-    if kernel_suffix:
-        for i in compress(range(len(names)), map(is_, map(_KIND, reversed(stack)), repeat(_KERNEL))):
+    if kernel_suffix and stack and stack[0].kind is _KERNEL:
+        # a sample's kernel frames are its first (model.Sample: leaf first, kernel then user): most
+        # samples have none, told by their leaf, with no pass over every frame's kind
+        kernel = len(list(takewhile(_KERNEL.__eq__, map(_KIND, stack))))
+        for i in range(len(names) - kernel, len(names)):
             names[i] += kernel_suffix
     if comm:
         names.insert(0, sample.comm or "?")

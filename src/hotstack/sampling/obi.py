@@ -70,8 +70,14 @@ def attach_trace_context(spec: ebpf.CollectionSpec, config: ObiConfig | None) ->
     return {MAP_NAME: found}
 
 
+_NO_TRACE, _NO_SPAN = bytes(16), bytes(8)
+
+
 def trace_labels(trace_id: bytes, span_id: bytes) -> tuple[tuple[str, str], ...]:
     """Sample labels for a trace context; none when the thread had no span (all zero)."""
-    if not any(trace_id) and not any(span_id):
+    # (two comparisons of bytes: any() over them had made an int of each byte, at every sample)
+    if trace_id == _NO_TRACE and span_id == _NO_SPAN:
+        return ()
+    if not any(trace_id) and not any(span_id):     # (zero, of another length)
         return ()
     return (("trace_id", trace_id.hex()), ("span_id", span_id.hex()))
