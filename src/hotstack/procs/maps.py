@@ -92,6 +92,11 @@ _QUERY_EXECUTABLE_FROM = 0x04 | 0x10           # VMA_EXECUTABLE | COVERING_OR_NE
 # the permissions as the text writes them, by the low four vma_flags bits (readable 1, writable 2,
 # executable 4 (always, here), shared 8)
 _PERMS = tuple(("r" if f & 1 else "-") + ("w" if f & 2 else "-") + "x" + ("s" if f & 8 else "p") for f in range(16))
+_ADDR_AT, _NAME_SIZE_AT = 16, 80                # query_addr, vma_name_size
+_ANSWER_AT = 24                               # vma_start, vma_end, vma_flags, (page size), vma_offset,
+_ANSWER = struct.Struct("<QQQ8xQQIII")        # inode, dev_major, dev_minor, vma_name_size
+_U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
+_devs: dict[tuple[int, int], str] = {}        # (major, minor) -> "fe:00", as the text writes it
 _NAME_SIZE = 4096                             # PATH_MAX, its terminating 0 included
 _query_name = ctypes.create_string_buffer(_NAME_SIZE)
 _query_lock = threading.Lock()                # (one name buffer)
@@ -116,9 +121,12 @@ def query_exec_maps(pid: int) -> list[Mapping] | None:
         address = 0
         with _query_lock:
             name = ctypes.addressof(_query_name)
+            _QUERY.pack_into(buf, 0, _QUERY.size, _QUERY_EXECUTABLE_FROM, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             _NAME_SIZE, 0, name, 0)
             while True:
-                _QUERY.pack_into(buf, 0, _QUERY.size, _QUERY_EXECUTABLE_FROM, address, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 _NAME_SIZE, 0, name, 0)
+                # (per call only what the kernel reads and wrote over: the address, the name's room)
+                _U64.pack_into(buf, _ADDR_AT, address)
+                _U32.pack_into(buf, _NAME_SIZE_AT, _NAME_SIZE)
                 try:
                     fcntl.ioctl(fd, _PROCMAP_QUERY, buf, True)
                 except OSError as e:
@@ -130,10 +138,12 @@ def query_exec_maps(pid: int) -> list[Mapping] | None:
                     if e.errno == errno.ENAMETOOLONG:
                         return None
                     return []      # (ESRCH and the like: gone)
-                (_size, _flags, _addr, start, end, flags, _page, offset, inode, major, minor,
-                 name_size, _build_id_size, _name_addr, _build_id_addr) = _QUERY.unpack(buf)
+                start, end, flags, offset, inode, major, minor, name_size = _ANSWER.unpack_from(buf, _ANSWER_AT)
                 path = ctypes.string_at(name, name_size - 1).decode("utf-8", "replace") if name_size > 1 else ""
-                out.append(Mapping(start, end, offset, _PERMS[flags & 0xF], f"{major:02x}:{minor:02x}", inode, path))
+                dev = _devs.get((major, minor))
+                if dev is None:
+                    dev = _devs[(major, minor)] = f"{major:02x}:{minor:02x}"
+                out.append(Mapping(start, end, offset, _PERMS[flags & 0xF], dev, inode, path))
                 address = end
     finally:
         os.close(fd)

@@ -27,7 +27,7 @@ from ..errors import HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
-from ..unwind.runtimes import frame_sources
+from ..unwind.runtimes import frame_sources, runtime_words
 from .buffers import RawBatch
 from .config import EngineConfig
 from .cpu import CpuSampler
@@ -67,6 +67,7 @@ class Engine:
         # Runtime frames come with the CPU sampler's walker (bpf/python.h ...).
         self.runtimes = frame_sources(config.runtime_frames, config.runtimes_off) if self.cpu is not None else []
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
+        self._runtime_words = runtime_words(self.runtimes)
         # hotstack itself: the programs walk no user stack of it, so no frame source follows it
         self._unwalked = unwalked_pid(config)
         self._wants: TargetFilter | None = None
@@ -304,8 +305,16 @@ class Engine:
             source.forget(pid)
 
     def _take_on(self, pid: int) -> None:
-        """A wanted process: runtime frames if it runs one."""
-        if pid == self._unwalked:
+        """A wanted process: runtime frames if it runs one. The sources' first tests are made here
+        at once, on the paths of its executable and of its executable mappings (the reads of this
+        round): a process that names no runtime (most of a host's) is looked at by none of them,
+        where each source's own tests (and retry decision) had been a dozen calls for every new
+        process, a quarter of the pid watcher's time for one under a loop of short commands."""
+        if pid == self._unwalked or not self.runtimes:
+            return
+        words = self._runtime_words
+        if words is not None and words.search(procs.exe_path(pid, recent=True)) is None \
+                and words.search(procs.exec_paths(pid, recent=True)) is None:
             return
         for source in self.runtimes:
             if source.observe(pid):

@@ -27,6 +27,8 @@ Sources are listed in FRAME_SOURCES: a new runtime is one module and one line th
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from typing import Iterable, Protocol
 
@@ -76,6 +78,10 @@ class RuntimeKernel(Protocol):
 
 class FrameSource(Protocol):
     name: str      # its group in bpf/schema.yaml
+    # (optional) words one of which is in the path of the executable, or of a file mapped
+    # executable, of every process the source could follow (its first test, made by the engine
+    # once for every source: a new process that names none is not looked at by the source)
+    looks_for: tuple[str, ...]
 
     def prepare(self) -> bool: ...
     def detect(self, pid: int) -> bool: ...
@@ -150,3 +156,15 @@ def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[Frame
         if source.prepare():
             out.append(source)
     return out
+
+
+def runtime_words(sources: list[FrameSource]) -> "re.Pattern[str] | None":
+    """One pattern of every source's `looks_for` words (a path that holds none is followed by no
+    source); None where a source has none (it looks at every process itself)."""
+    words: list[str] = []
+    for source in sources:
+        looks_for = getattr(source, "looks_for", None)
+        if not looks_for:
+            return None
+        words.extend(looks_for)
+    return re.compile("|".join(map(re.escape, words))) if words else None

@@ -74,6 +74,7 @@ class V8Source(RetryLadder):
     (a fork that has not exec'ed yet) is looked at again on the retry ladder (unwind/retries.py)."""
 
     name = "v8"
+    looks_for = ("node",)         # (_v8_files: a node* executable)
     stat_max = schema.V8_STAT_MAX
     stat_frames = schema.V8_STAT_FRAMES
 
