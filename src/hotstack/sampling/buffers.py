@@ -114,31 +114,38 @@ class StackReader:
         self.user = collection.maps[schema.buffered(user_stacks, buffer)]
         self.kernel = collection.maps[schema.buffered("kern_stacks", buffer)]
         self._parse_user = parse_user
-        self._cache: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        # id -> (stack or None: not stored, its struct nu_stack header); id -> stack or None
+        self._users: dict[int, tuple[tuple[int, ...] | None, tuple]] = {}
+        self._kernels: dict[int, tuple[int, ...] | None] = {}
         self._batched = self.user.spec.type == ebpf.MAP_TYPE_HASH
         self._user_raw: dict[int, bytes] | None = None
 
-    def stack(self, m: ebpf.Map, stack_id: int) -> tuple[int, ...] | None:
+    def user_stack(self, stack_id: int) -> tuple[tuple[int, ...] | None, tuple[int, int, int, int, int]]:
+        """(the user stack of an id (None: asked for and not stored; empty: not asked for), its
+        header: (hash, frames, end, pid, by file) of a kernel-unwound stack (struct nu_stack; pid:
+        the process whose addresses it holds), zeros for the kernel's stack maps (--unwind fp),
+        whose stacks are each sample's own). Each id is parsed once, its header with it."""
+        found = self._users.get(stack_id)
+        if found is None:
+            if stack_id < 0:
+                return (), _NO_HEADER
+            if self._batched:
+                raw = self._user_stacks().get(stack_id)
+                header = _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
+            else:
+                raw, header = self.user.lookup(_U32.pack(stack_id)), _NO_HEADER
+            found = self._users[stack_id] = (self._parse_user(raw) if raw is not None else None, header)
+        return found
+
+    def kernel_stack(self, stack_id: int) -> tuple[int, ...] | None:
         if stack_id < 0:
             return ()
-        key = (id(m), stack_id)
-        if key not in self._cache:
-            if m is self.user and self._batched:
-                raw = self._user_stacks().get(stack_id)
-            else:
-                raw = m.lookup(_U32.pack(stack_id))
-            parse = self._parse_user if m is self.user else parse_stack
-            self._cache[key] = parse(raw) if raw is not None else None
-        return self._cache[key]
-
-    def user_header(self, stack_id: int) -> tuple[int, int, int, int, int]:
-        """(hash, frames, end, pid, by file) of a kernel-unwound user stack (struct nu_stack; pid: the
-        process whose addresses it holds); zeros for the kernel's stack maps (--unwind fp), whose
-        stacks are each sample's own."""
-        if stack_id < 0 or not self._batched:
-            return _NO_HEADER
-        raw = self._user_stacks().get(stack_id)
-        return _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
+        try:
+            return self._kernels[stack_id]
+        except KeyError:
+            raw = self.kernel.lookup(_U32.pack(stack_id))
+            found = self._kernels[stack_id] = parse_stack(raw) if raw is not None else None
+            return found
 
     def _user_stacks(self) -> dict[int, bytes]:
         if self._user_raw is None:
@@ -154,7 +161,13 @@ class StackReader:
         for m, kept in ((self.user, {u for u, _ in keep if u >= 0}), (self.kernel, {k for _, k in keep if k >= 0})):
             # Every stack not still referenced goes, including those whose count could not be stored.
             if m is self.user and self._batched:
-                if not kept:
+                if self._user_raw is not None:
+                    # every stack of the buffer was read (no program writes to a buffer drained):
+                    # deleted by key, their values not copied out again
+                    gone = [_U32.pack(i) for i in self._user_raw if i not in kept]
+                    if gone:
+                        m.delete_batch(gone)
+                elif not kept:
                     m.drain(self._batch_size())
                 else:
                     m.delete_batch([k for k, _ in m.items(self._batch_size()) if _U32.unpack(k)[0] not in kept])
@@ -164,20 +177,16 @@ class StackReader:
                     m.delete(raw_id)
 
 
-def raw_stack(key, comm: bytes, value: int, stacks: StackReader, user: tuple[int, ...] | None = None) -> RawStack:
-    """A RawStack from a stack_key record (`user`: the user stack if already known, e.g. unwound)."""
-    header = _NO_HEADER
-    if user is None:
-        ustack = stacks.stack(stacks.user, key.user_stack_id)
-        user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
-        if ustack:
-            header = stacks.user_header(key.user_stack_id)
-    else:
-        user_lost = False
-    kstack = stacks.stack(stacks.kernel, key.kern_stack_id)
+def raw_stack(key, comm: str, value: int, stacks: StackReader) -> RawStack:
+    """A RawStack from a stack_key record and its stack_count's comm (decoded) and value."""
+    ustack, header = stacks.user_stack(key.user_stack_id)
+    user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
+    if not ustack:
+        header = _NO_HEADER
+    kstack = stacks.kernel_stack(key.kern_stack_id)
     owner = header[3]
     # (a caller put in is not in the kernel's hash: such a stack is not checked)
-    return RawStack(key.pid, key.tid, c_string(comm), user, kstack or (), value, user_lost,
+    return RawStack(key.pid, key.tid, comm, user, kstack or (), value, user_lost,
                     is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id,
                     owner if owner != key.pid else 0, header[0] if header[4] and user is ustack else 0, header[2])
 
@@ -208,9 +217,13 @@ class StackBuffers:
         stacks = StackReader(self._collection, buffer, self.user_stacks, self.parse_user)
         unpack_key, unpack_count = schema.STACK_KEY.unpack, schema.STACK_COUNT.unpack
         out = []
+        comms: dict[bytes, str] = {}     # (a buffer's keys share a few comms: each decoded once)
         for key, value in self._collection.maps[schema.buffered("counts", buffer)].drain():
             count = unpack_count(value)
-            out.append(raw_stack(unpack_key(key), count.comm, count.value, stacks))
+            comm = comms.get(count.comm)
+            if comm is None:
+                comm = comms[count.comm] = c_string(count.comm)
+            out.append(raw_stack(unpack_key(key), comm, count.value, stacks))
         return out, stacks
 
     def interval(self) -> tuple[int, int]:
