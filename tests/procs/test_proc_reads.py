@@ -152,3 +152,10 @@ def test_without_the_query_the_text_is_read(monkeypatch):
         text = parse_exec_maps(f.read())
     assert maps.read_maps(os.getpid()) == text != []
     assert process.read_process(os.getpid()).mappings.mappings == sorted(text, key=lambda m: m.start)
+
+
+def test_a_process_without_an_address_space_has_no_mappings_either_way():
+    # kthreadd (pid 2) is a kernel thread: its maps text is empty, and the query finds no address space
+    assert _text_exec_maps(2) == []
+    assert maps.query_exec_maps(2) == ([] if _kernel_at_least(6, 11) else None)
+    assert maps.read_maps(2) == []

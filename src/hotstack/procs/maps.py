@@ -135,9 +135,9 @@ def query_exec_maps(pid: int) -> list[Mapping] | None:
                     if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
                         _query_works = False
                         return None
-                    if e.errno == errno.ENAMETOOLONG:
-                        return None
-                    return []      # (ESRCH and the like: gone)
+                    if e.errno == errno.ESRCH:       # it exited (its address space is gone)
+                        return []
+                    return None    # (a path longer than the buffer, anything else: the text tells)
                 start, end, flags, offset, inode, major, minor, name_size = _ANSWER.unpack_from(buf, _ANSWER_AT)
                 path = ctypes.string_at(name, name_size - 1).decode("utf-8", "replace") if name_size > 1 else ""
                 dev = _devs.get((major, minor))
