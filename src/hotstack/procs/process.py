@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from .containers import container_id_from_cgroup
-from .maps import Mapping, MappingIndex, parse_exec_maps, parse_maps, query_exec_maps, read_maps
+from .maps import Mapping, MappingIndex, parse_maps, read_maps
 from .proc_files import read_bytes, read_text
 
 
@@ -163,12 +163,9 @@ def read_maps_text(pid: int, recent: bool = False) -> str:
 
 
 def read_exec_maps(pid: int, recent: bool = False) -> list[Mapping]:
-    """The executable mappings of `pid` (empty when it is gone): by PROCMAP_QUERY where the kernel
-    has it, else from the text; `recent` as read_maps_text."""
-    def read() -> list[Mapping]:
-        queried = query_exec_maps(pid)
-        return queried if queried is not None else parse_exec_maps(read_maps_text(pid, recent))
-    return _remembered("exec", pid, recent, read)
+    """read_maps (by PROCMAP_QUERY where the kernel has it, else from the text); `recent` as
+    read_maps_text."""
+    return _remembered("exec", pid, recent, lambda: read_maps(pid))
 
 
 def exec_paths(pid: int, recent: bool = False) -> str:

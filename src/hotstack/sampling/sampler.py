@@ -30,11 +30,6 @@ _ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: p
 # new_pids drains the new_pids map at least this often (seconds): a pid whose record the kernel could
 # not write (the ring full) waits there, and a ring found half full drains it at once
 NEW_PIDS_DRAIN_S = 5.0
-
-
-def _note_announced(pids: dict[int, bool], pid: int, kind: int) -> None:
-    """pid -> exec'ed: an exec announced since the last take stays one (its image is read anew)."""
-    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
 _U64 = struct.Struct("<Q")
 # maps only unwind mode "kernel" uses (bpf/native_unwind.h, native_count.h): one entry each otherwise
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
@@ -46,6 +41,11 @@ EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "gone_pids", "wakeup
 RUN_TIME_PIDS_MAX = 8192
 _EVERY_PID = _PID.pack(0)
 log = logging.getLogger("hotstack.sampling")
+
+
+def _note_announced(pids: dict[int, bool], pid: int, kind: int) -> None:
+    """pid -> exec'ed: an exec announced since the last take stays one (its image is read anew)."""
+    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
 
 
 def unwalked_pid(config: EngineConfig) -> int:

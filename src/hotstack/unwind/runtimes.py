@@ -28,7 +28,6 @@ Sources are listed in FRAME_SOURCES: a new runtime is one module and one line th
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable
 from typing import Iterable, Protocol
 
@@ -158,7 +157,7 @@ def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[Frame
     return out
 
 
-def runtime_words(sources: list[FrameSource]) -> "re.Pattern[str] | None":
+def runtime_words(sources: list[FrameSource]) -> re.Pattern[str] | None:
     """One pattern of every source's `looks_for` words (a path that holds none is followed by no
     source); None where a source has none (it looks at every process itself)."""
     words: list[str] = []
