@@ -284,7 +284,7 @@ def test_threads_with_names_of_their_own_announce_their_process_once():
         for sampler in prof._started:
             def counted(new_pids=sampler.new_pids):
                 pids = new_pids()
-                for pid, _exec in pids:
+                for pid, _exec, _told in pids:
                     announced[pid] = announced.get(pid, 0) + 1
                 return pids
             sampler.new_pids = counted
@@ -303,7 +303,7 @@ def test_threads_with_names_of_their_own_announce_their_process_once():
 def test_pids_the_ring_had_no_room_for_are_announced_all_the_same(monkeypatch, tmp_path):
     """A process is announced by a record in the wakeups ring (bpf/pids.h); where the ring is full
     the program puts the pid in the new_pids map instead, which the pid watcher drains when it finds
-    the ring full. Here the ring is one page (256 records) and is not read while 400 short processes
+    the ring full. Here the ring is one page (85 records) and is not read while 400 short processes
     run: every process sampled is announced all the same, the pids past the ring's room through
     the map."""
     from hotstack.sampling import cpu as cpu_module
@@ -330,7 +330,7 @@ def test_pids_the_ring_had_no_room_for_are_announced_all_the_same(monkeypatch, t
 
         def new_pids():
             pids = real_new_pids()
-            announced.update(pid for pid, _ in pids)
+            announced.update(pid for pid, _exec, _told in pids)
             return pids
 
         def drain(*args):

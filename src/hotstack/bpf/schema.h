@@ -50,8 +50,12 @@ _Static_assert(sizeof(struct stack_count) == 24, "struct stack_count: schema lay
 struct announcement {
 	__u32 pid;
 	__u32 kind;
+	__u64 start_ns;
+	__u32 ppid;
+	__u32 mntns;
+	char comm[COMM_LEN];
 };
-_Static_assert(sizeof(struct announcement) == 8, "struct announcement: schema layout");
+_Static_assert(sizeof(struct announcement) == 40, "struct announcement: schema layout");
 
 struct off_cpu {
 	__u64 since;
@@ -423,6 +427,14 @@ enum hs_stat {
 #define HS_PIDS_VARIABLES \
 	const volatile __u32 filter_by_pid = 0; \
 	const volatile __u32 self_tgid = 0; \
+	const volatile __u32 task_off_group_leader = 0; \
+	const volatile __u32 task_off_start_boottime = 0; \
+	const volatile __u32 task_off_real_parent = 0; \
+	const volatile __u32 task_off_tgid = 0; \
+	const volatile __u32 task_off_comm = 0; \
+	const volatile __u32 task_off_nsproxy = 0; \
+	const volatile __u32 nsproxy_off_mnt_ns = 0; \
+	const volatile __u32 mnt_ns_off_inum = 0; \
 	/* end */
 #define HS_PIDS_MAPS \
 	struct { \
@@ -451,7 +463,7 @@ enum hs_stat {
 	} gone_pids SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_RINGBUF); \
-		__uint(max_entries, 16384); \
+		__uint(max_entries, 32768); \
 	} wakeups SEC(".maps"); \
 	/* end */
 

@@ -10,10 +10,12 @@ read still has its frames resolved.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .containers import container_id_from_cgroup
 from .maps import Mapping, MappingIndex, parse_maps, read_maps
@@ -58,6 +60,28 @@ class Process:
 
 # The name the native unwinder (unwind/, another owner) still imports.
 ProcessInfo = Process
+log = logging.getLogger("hotstack.procs")
+
+
+class Announced(NamedTuple):
+    """What a program's announcement of a new process told of it (bpf/pids.h), from its main
+    thread's task_struct at the sample: what /proc/PID/stat and /proc/PID/ns/mnt would say."""
+
+    start_time: int      # clock ticks since boot, as /proc/PID/stat's
+    comm: str
+    ppid: int
+    mntns: int           # 0: not told
+
+
+# nanoseconds a clock tick of /proc/PID/stat's start time (the kernel's nsec_to_clock_t)
+NS_PER_TICK = 10**9 // os.sysconf("SC_CLK_TCK")
+
+
+def announced(start_ns: int, comm: bytes, ppid: int, mntns: int) -> Announced | None:
+    """The facts of an announcement record (None where it carries none: a start time of 0)."""
+    if not start_ns:
+        return None
+    return Announced(start_ns // NS_PER_TICK, comm.split(b"\0", 1)[0].decode(errors="replace"), ppid, mntns)
 
 
 def read_stat(pid: int) -> tuple[int, str, int] | None:
@@ -215,17 +239,27 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_process(pid: int, stat: tuple[int, str, int] | None = None) -> Process | None:
-    """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read."""
-    stat = read_stat(pid) if stat is None else stat
+def read_process(pid: int, stat: tuple[int, str, int] | None = None, told: Announced | None = None
+                 ) -> Process | None:
+    """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read, or
+    `told`: what its announcement said instead (then a process with neither an executable nor an
+    executable mapping is gone: a zombie, or exited since)."""
+    if told is not None:
+        stat = (told.start_time, told.comm, told.ppid)
+    elif stat is None:
+        stat = read_stat(pid)
     if stat is None:
         return None
+    exe = exe_path(pid)
+    mappings = read_exec_maps(pid)
+    if told is not None and not exe and not mappings:
+        return None
     return Process(
-        pid=pid, start_time=stat[0], comm=stat[1], ppid=stat[2], exe=exe_path(pid),
+        pid=pid, start_time=stat[0], comm=stat[1], ppid=stat[2], exe=exe,
         container_id=_container_id(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
-        mappings=MappingIndex(read_exec_maps(pid)),
-        image=exe_identity(pid), mntns=mount_namespace(pid))
+        mappings=MappingIndex(mappings),
+        image=exe_identity(pid), mntns=told.mntns if told is not None and told.mntns else mount_namespace(pid))
 
 
 _container_ids: dict[str, str] = {}
@@ -277,13 +311,21 @@ class ProcessTable:
         # pids whose maps, read again, hold files they did not map before (dlopen): the frame
         # sources look at them again (a library that embeds a runtime, loaded late)
         self._remapped: set[int] = set()
+        # whether announcements tell what /proc says (checked on the first one: a start time in
+        # another clock, a mount namespace the reads would not show, and they are not used); None:
+        # not checked yet
+        self._told_agrees: bool | None = None
 
-    def observe(self, pid: int) -> Process | None:
-        """Record a pid as soon as it is seen (cheap when already known and unchanged)."""
+    def observe(self, pid: int, told: Announced | None = None) -> Process | None:
+        """Record a pid as soon as it is seen (cheap when already known and unchanged); `told`:
+        what a program's announcement of it said, which spares the reads of its stat and mount
+        namespace once an announcement was found to agree with them."""
         with self._lock:
             known = self._by_pid.get(pid)
         read_at = time.monotonic()     # before the reads: an exit after this is this process's
-        stat = read_stat(pid)
+        if told is not None and not self._trust(pid, told):
+            told = None
+        stat = read_stat(pid) if told is None else (told.start_time, told.comm, told.ppid)
         if known is not None and stat is None:
             known.alive = False
             return known
@@ -291,7 +333,7 @@ class ProcessTable:
             return known
         self.maps_reads += 1
         # gone before it could be read: an attempt that found it gone (its stat is not read twice)
-        info = read_process(pid, stat) if stat is not None else None
+        info = read_process(pid, stat, told) if stat is not None else None
         if info is None:
             self.maps_gone += 1
             return known
@@ -299,6 +341,22 @@ class ProcessTable:
         with self._lock:
             self._by_pid[pid] = info
         return info
+
+    def _trust(self, pid: int, told: Announced) -> bool:
+        """Whether announcements can stand for /proc's reads: decided on the first one whose process
+        /proc still shows (its start time and mount namespace compared; the parent is not, which
+        may change at any time)."""
+        if self._told_agrees is None:
+            stat = read_stat(pid)
+            if stat is None:
+                return False
+            mntns = mount_namespace(pid)
+            self._told_agrees = stat[0] == told.start_time and (mntns == told.mntns or not told.mntns)
+            if not self._told_agrees:
+                log.info("announcements disagree with /proc (start time %d against %d, mount namespace "
+                         "%d against %d): read from /proc", told.start_time, stat[0], told.mntns, mntns)
+            return False     # (this one's read was made)
+        return self._told_agrees
 
     def adopt(self, info: Process) -> bool:
         """Take a process known from elsewhere (it exited before its maps were read) unless its pid

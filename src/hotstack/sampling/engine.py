@@ -206,8 +206,7 @@ class Engine:
                     waiter.register(fd, select.EPOLLIN)
             woken = True        # the first round serves what was queued before this thread ran
             while not self._stop.is_set():
-                for sampler in self._started:
-                    sampler.clear_wakeups()
+                # (each sampler's new_pids reads its ring, which epoll reports readable until read)
                 self._observe_pids()
                 self._poll_runtimes()
                 # the unwind thread is kicked only when a program queued work for it (a file
@@ -248,10 +247,10 @@ class Engine:
             except Exception:   # the sampler is closing under us
                 continue
             busy = busy or bool(pids)
-            for pid, exec_ed in pids:
+            for pid, exec_ed, told in pids:
                 if exec_ed:
                     self._forget_image(pid)
-                info = self.processes.observe(pid)
+                info = self.processes.observe(pid, told)
                 if self.wants(pid):
                     self._take_on(pid)
                     sampler.native_process(pid, info)

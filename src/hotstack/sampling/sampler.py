@@ -26,7 +26,7 @@ from .ringbuf import RingBuffer
 from .runtime_maps import deferred_programs
 
 _PID = struct.Struct("<I")
-_ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: pid, kind
+_ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: pid, kind, what it tells
 # new_pids drains the new_pids map at least this often (seconds): a pid whose record the kernel could
 # not write (the ring full) waits there, and a ring found half full drains it at once
 NEW_PIDS_DRAIN_S = 5.0
@@ -43,9 +43,46 @@ _EVERY_PID = _PID.pack(0)
 log = logging.getLogger("hotstack.sampling")
 
 
-def _note_announced(pids: dict[int, bool], pid: int, kind: int) -> None:
-    """pid -> exec'ed: an exec announced since the last take stays one (its image is read anew)."""
-    pids[pid] = pids.get(pid, False) or kind == schema.ANNOUNCE_EXEC
+def _note_announced(pids: dict[int, tuple[bool, procs.Announced | None]], pid: int, kind: int,
+                    told: procs.Announced | None = None) -> None:
+    """pid -> (exec'ed, what its last record told): an exec announced since the last take stays
+    one (its image is read anew)."""
+    before = pids.get(pid)
+    exec_ed = kind == schema.ANNOUNCE_EXEC or (before is not None and before[0])
+    pids[pid] = (exec_ed, told if told is not None or before is None else before[1])
+
+
+# What an announcement carries (bpf/pids.h announcement_facts): the constants for the offsets it
+# reads, and the kernel's BTF names of them. All or none: without one, the record carries none.
+_ANNOUNCED_OFFSETS = {
+    "task_off_group_leader": ("task_struct", "group_leader"),
+    "task_off_start_boottime": ("task_struct", "start_boottime"),
+    "task_off_real_parent": ("task_struct", "real_parent"),
+    "task_off_tgid": ("task_struct", "tgid"),
+    "task_off_comm": ("task_struct", "comm"),
+    "task_off_nsproxy": ("task_struct", "nsproxy"),
+}
+_MOUNT_NAMESPACE_OFFSETS = {
+    "nsproxy_off_mnt_ns": ("nsproxy", "mnt_ns"),
+    "mnt_ns_off_inum": ("mnt_namespace", "ns.inum"),
+}
+
+
+def announcement_offsets(spec: ebpf.CollectionSpec) -> bool:
+    """Set the offsets the programs' announcements read (bpf/pids.h) from the kernel's BTF; False
+    where it has none of them (the records then carry a pid and a kind only)."""
+    try:
+        btf = ebpf.kernel_btf()
+        offsets = {name: btf.member_offset(*where) for name, where in _ANNOUNCED_OFFSETS.items()}
+    except (KeyError, OSError, ValueError):
+        return False
+    try:
+        offsets.update({name: btf.member_offset(*where) for name, where in _MOUNT_NAMESPACE_OFFSETS.items()})
+    except KeyError:
+        pass     # (the records then carry no mount namespace: it is read from /proc)
+    for name, offset in offsets.items():
+        spec.set_constant(name, offset)
+    return True
 
 
 def unwalked_pid(config: EngineConfig) -> int:
@@ -75,7 +112,7 @@ class Sampler:
         self._exits_known = False                   # its exit program is attached (gone_pids fills)
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring (bpf/pids.h)
         # the pids its records announced, not taken yet (pid -> exec'ed), under _announce_lock
-        self._ring_pids: dict[int, bool] = {}
+        self._ring_pids: dict[int, tuple[bool, procs.Announced | None]] = {}
         self._announce_lock = threading.Lock()
         # new_pids drains the new_pids map: the ring was found (half) full, where the program puts
         # the pids it cannot write there; True at first, for what was announced before anyone read
@@ -95,6 +132,7 @@ class Sampler:
         spec = ebpf.load_spec(object_path(self.object_name), map_prefix=self.map_prefix)
         spec.set_constant("filter_by_pid", self._filters_pids())
         spec.set_constant("self_tgid", unwalked_pid(self.config))
+        announcement_offsets(spec)
         if self.config.pids_at_run_time:
             spec.maps["filter_pids"].max_entries = RUN_TIME_PIDS_MAX + 1   # and key 0
         return spec
@@ -278,11 +316,12 @@ class Sampler:
     def start(self) -> None:   # pragma: no cover - each sampler loads and attaches its own way
         raise NotImplementedError
 
-    def new_pids(self) -> list[tuple[int, bool]]:
-        """(pid, exec'ed) of processes the program saw for the first time, with a new comm, or
-        after an exec (a new image under the same pid), since the last call: those the ring's
-        records announced (clear_wakeups read them), and those in the new_pids map where the ring
-        was found full (or every NEW_PIDS_DRAIN_S, for a record the kernel could not write)."""
+    def new_pids(self) -> list[tuple[int, bool, procs.Announced | None]]:
+        """(pid, exec'ed, what its record told) of processes the program saw for the first time,
+        with a new comm, or after an exec (a new image under the same pid), since the last call:
+        those the ring's records announced (clear_wakeups read them), and those in the new_pids map
+        where the ring was found full (or every NEW_PIDS_DRAIN_S, for a record the kernel could
+        not write; they tell nothing)."""
         if self.collection is None:
             return []
         # (records the pid watcher has not read yet: a collect names its samples after this)
@@ -296,7 +335,7 @@ class Sampler:
             self._drained_at = now
             for key, value in self.collection.maps["new_pids"].drain():
                 _note_announced(announced, _PID.unpack_from(key)[0], value[0])
-        return list(announced.items())
+        return [(pid, exec_ed, told) for pid, (exec_ed, told) in announced.items()]
 
     def collect(self) -> RawBatch:
         """Everything counted since the previous collect (a delta)."""
@@ -351,9 +390,9 @@ class Sampler:
             full = 2 * ring.backlog >= ring.size
             pids = self._ring_pids
             for record in records:
-                pid, kind = unpack(record)
+                pid, kind, start_ns, ppid, mntns, comm = unpack(record)
                 if pid:
-                    _note_announced(pids, pid, kind)
+                    _note_announced(pids, pid, kind, procs.announced(start_ns, comm, ppid, mntns))
                 else:
                     self._remap_due = self._work_due = True
             if full:

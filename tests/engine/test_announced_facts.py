@@ -1,0 +1,157 @@
+"""What a program's announcement of a new process tells (bpf/pids.h announcement_facts): its start
+time, parent, main thread's name and mount namespace, as /proc would say them, so that the pid
+watcher reads neither /proc/PID/stat nor /proc/PID/ns/mnt for it once the first announcement was
+found to agree with /proc; and where one disagrees, /proc is read as before."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hotstack import procs
+from hotstack.procs import process as process_module
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+# a process that names its main thread, then spins on the CPU until killed (its children the same)
+_SPIN = "import ctypes, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode()); exec('while True: pass')"
+
+
+def _spinner(name: str, *wrapper: str) -> subprocess.Popen:
+    return subprocess.Popen([*wrapper, sys.executable, "-c", _SPIN, name])
+
+
+def _announced(engine: Engine, pids: dict[int, list]) -> None:
+    """Record what each announcement of the wanted pids told (the engine still gets them)."""
+    sampler = engine.cpu
+    real = sampler.new_pids
+
+    def new_pids():
+        taken = real()
+        for pid, _exec, told in taken:
+            if pid in pids:
+                pids[pid].append(told)
+        return taken
+    sampler.new_pids = new_pids
+
+
+def _host_pid(child: subprocess.Popen, name: str) -> int:
+    """The pid of the process named `name` under `child` (itself, or a descendant: a wrapper's)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for pid in [child.pid, *_descendants(child.pid)]:
+            stat = process_module.read_stat(pid)
+            if stat is not None and stat[1] == name:
+                return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no process named {name} under {child.pid}")
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for other in procs.all_pids():
+        parent = procs.parent_pid(other)
+        if parent == pid:
+            found += [other, *_descendants(other)]
+    return found
+
+
+def test_an_announcement_tells_what_proc_says():
+    """A process in the host's mount namespace and one in a mount namespace of its own (unshare -m):
+    each announcement tells the start time, parent, name and mount namespace /proc shows."""
+    children = [_spinner("told-here")]
+    if shutil.which("unshare"):
+        children.append(_spinner("told-apart", "unshare", "-m", "--propagation", "private"))
+    try:
+        pids = {_host_pid(child, name): [] for child, name in zip(children, ("told-here", "told-apart"))}
+        with Engine(EngineConfig(frequency=199, runtime_frames=False)) as engine:
+            _announced(engine, pids)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not all(pids.values()):
+                time.sleep(0.2)
+            for pid, told in pids.items():
+                assert told, f"pid {pid} was not announced"
+                stat = process_module.read_stat(pid)
+                assert told[0] == procs.Announced(stat[0], stat[1], stat[2], procs.mount_namespace(pid)), (pid, stat)
+                known = engine.processes.get(pid)
+                assert (known.start_time, known.comm, known.ppid, known.mntns) == tuple(told[0])
+            assert engine.processes._told_agrees is True
+        if len(pids) == 2:
+            here, apart = (told[0].mntns for told in pids.values())
+            assert here != apart and here == os.stat("/proc/self/ns/mnt").st_ino
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_reads_spared_once_an_announcement_agreed(monkeypatch):
+    """After the first announcement agreed with /proc, a new process's stat and mount namespace
+    are not read: the process table takes the announcement's."""
+    reads: list[int] = []
+    real_read_stat = process_module.read_stat
+
+    def counted(pid):
+        reads.append(pid)
+        return real_read_stat(pid)
+    with Engine(EngineConfig(frequency=199, runtime_frames=False)) as engine:
+        first = _spinner("told-first")
+        try:
+            deadline = time.monotonic() + 10
+            while engine.processes._told_agrees is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert engine.processes._told_agrees is True
+            monkeypatch.setattr(process_module, "read_stat", counted)
+            later = _spinner("told-later")
+            try:
+                deadline = time.monotonic() + 10
+                while not engine.processes.known(later.pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                known = engine.processes.get(later.pid)
+                assert known is not None and known.comm == "told-later" and known.ppid == os.getpid()
+                assert known.mappings.mappings and known.exe
+                assert later.pid not in reads
+            finally:
+                later.kill()
+                later.wait()
+        finally:
+            first.kill()
+            first.wait()
+
+
+def test_an_announcement_that_disagrees_leaves_proc_read(monkeypatch):
+    """Where the first announcement's start time is not /proc's (another clock, a time namespace),
+    no announcement stands for /proc: the process table reads it as before."""
+    table = procs.ProcessTable()
+    child = _spinner("told-wrong")
+    try:
+        time.sleep(0.2)
+        stat = process_module.read_stat(child.pid)
+        wrong = procs.Announced(stat[0] + 100, "wrong-name", 1, procs.mount_namespace(child.pid))
+        info = table.observe(child.pid, wrong)
+        assert table._told_agrees is False
+        assert (info.start_time, info.comm, info.ppid) == stat
+        other = procs.ProcessTable()
+        other._told_agrees = False
+        assert other.observe(child.pid, wrong).start_time == stat[0]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_gone_before_its_read_is_not_taken_for_a_live_one():
+    """An announced process that exited before the pid watcher read it: the announcement's start
+    time does not make it a process with no mappings (its samples are then named from what the
+    kernel unwinder cached for it, engine._adopt_exited)."""
+    table = procs.ProcessTable()
+    table._told_agrees = True
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    info = table.observe(child.pid, procs.Announced(12345, "gone", os.getpid(), 0))
+    assert info is None and not table.known(child.pid) and table.maps_gone == 1
