@@ -587,8 +587,8 @@ def test_a_process_gone_before_its_maps_were_read_keeps_its_names(build_dir, wor
     real_read = procs_process.read_process
     w = None
 
-    def read_process(pid, stat=None):
-        return None if w is not None and pid == w.pid else real_read(pid, stat)
+    def read_process(pid, stat=None, told=None):
+        return None if w is not None and pid == w.pid else real_read(pid, stat, told)
 
     monkeypatch.setattr(procs_process, "read_process", read_process)
     engine = Engine(EngineConfig(frequency=199, comms=("cb_gone",), runtime_frames=False))

@@ -36,7 +36,9 @@ static __always_inline __u64 pids_kread(__u64 addr, __u32 off)
 }
 
 /* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
- * parent, main thread's name, mount namespace), from the current task's main thread: one look at
+ * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
+ * is: an exec before userspace reads the process changes both), from the current task's main
+ * thread: one look at
  * a few kernel words, where those reads had been ~110 us of the pid watcher's CPU a new process
  * under load (stat's ~90: the kernel sums the threads' times for it). Nothing where the kernel's
  * BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as it checks the
@@ -63,6 +65,11 @@ static __always_inline void announcement_facts(struct announcement *record)
 			bpf_probe_read_kernel(&inum, sizeof(inum), (void *)(mnt_ns + mnt_ns_off_inum));
 	}
 	record->mntns = inum;
+	if (inode_off_ino) {
+		__u64 exe = pids_kread(pids_kread(leader, task_off_mm), mm_off_exe_file);   /* 0: a kernel thread */
+
+		record->exe_ino = pids_kread(pids_kread(exe, file_off_inode), inode_off_ino);
+	}
 }
 
 /* A record in `wakeups`, which wakes the userspace thread that waits on it (without

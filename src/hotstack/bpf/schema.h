@@ -54,8 +54,9 @@ struct announcement {
 	__u32 ppid;
 	__u32 mntns;
 	char comm[COMM_LEN];
+	__u64 exe_ino;
 };
-_Static_assert(sizeof(struct announcement) == 40, "struct announcement: schema layout");
+_Static_assert(sizeof(struct announcement) == 48, "struct announcement: schema layout");
 
 struct off_cpu {
 	__u64 since;
@@ -435,6 +436,10 @@ enum hs_stat {
 	const volatile __u32 task_off_nsproxy = 0; \
 	const volatile __u32 nsproxy_off_mnt_ns = 0; \
 	const volatile __u32 mnt_ns_off_inum = 0; \
+	const volatile __u32 task_off_mm = 0; \
+	const volatile __u32 mm_off_exe_file = 0; \
+	const volatile __u32 file_off_inode = 0; \
+	const volatile __u32 inode_off_ino = 0; \
 	/* end */
 #define HS_PIDS_MAPS \
 	struct { \

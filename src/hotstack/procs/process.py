@@ -68,20 +68,22 @@ class Announced(NamedTuple):
     thread's task_struct at the sample: what /proc/PID/stat and /proc/PID/ns/mnt would say."""
 
     start_time: int      # clock ticks since boot, as /proc/PID/stat's
-    comm: str
+    comm: str            # the name of the image whose executable is exe_ino
     ppid: int
     mntns: int           # 0: not told
+    exe_ino: int = 0     # 0: not told
 
 
 # nanoseconds a clock tick of /proc/PID/stat's start time (the kernel's nsec_to_clock_t)
 NS_PER_TICK = 10**9 // os.sysconf("SC_CLK_TCK")
 
 
-def announced(start_ns: int, comm: bytes, ppid: int, mntns: int) -> Announced | None:
+def announced(start_ns: int, comm: bytes, ppid: int, mntns: int, exe_ino: int = 0) -> Announced | None:
     """The facts of an announcement record (None where it carries none: a start time of 0)."""
     if not start_ns:
         return None
-    return Announced(start_ns // NS_PER_TICK, comm.split(b"\0", 1)[0].decode(errors="replace"), ppid, mntns)
+    return Announced(start_ns // NS_PER_TICK, comm.split(b"\0", 1)[0].decode(errors="replace"), ppid, mntns,
+                     exe_ino)
 
 
 def read_stat(pid: int) -> tuple[int, str, int] | None:
@@ -243,7 +245,8 @@ def read_process(pid: int, stat: tuple[int, str, int] | None = None, told: Annou
                  ) -> Process | None:
     """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read, or
     `told`: what its announcement said instead (then a process with neither an executable nor an
-    executable mapping is gone: a zombie, or exited since)."""
+    executable mapping is gone: a zombie, or exited since; and one whose executable is not the
+    announced one exec'ed since: its name is read, the announced one was its last image's)."""
     if told is not None:
         stat = (told.start_time, told.comm, told.ppid)
     elif stat is None:
@@ -252,14 +255,20 @@ def read_process(pid: int, stat: tuple[int, str, int] | None = None, told: Annou
         return None
     exe = exe_path(pid)
     mappings = read_exec_maps(pid)
-    if told is not None and not exe and not mappings:
-        return None
+    image = exe_identity(pid)
+    if told is not None:
+        if not exe and not mappings:
+            return None
+        if image is None or image[1] != told.exe_ino:
+            stat = read_stat(pid)
+            if stat is None:
+                return None
     return Process(
         pid=pid, start_time=stat[0], comm=stat[1], ppid=stat[2], exe=exe,
         container_id=_container_id(_read_text(f"/proc/{pid}/cgroup")),
         root=root_path(pid), root_is_host=_same_root(pid),
         mappings=MappingIndex(mappings),
-        image=exe_identity(pid), mntns=told.mntns if told is not None and told.mntns else mount_namespace(pid))
+        image=image, mntns=told.mntns if told is not None and told.mntns else mount_namespace(pid))
 
 
 _container_ids: dict[str, str] = {}

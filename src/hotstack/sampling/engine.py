@@ -41,6 +41,11 @@ WATCH_INTERVAL_S = 0.1
 # With nothing queued by the programs (they wake us: bpf/pids.h wake_userspace) and no runtime
 # process to name frames of, the watcher sleeps this long: an idle host costs no polling.
 IDLE_WAIT_S = 1.0
+# The unwind thread's look at the kernel's queues without a kick, this often: work queued comes with
+# a record that wakes the pid watcher, which kicks it (a ring found full counts as one), so the look
+# is a fallback. Once a second it had been ~20 wake-ups and queue reads a 20 s, ~2.5 ms of CPU under
+# load (bench/RESULTS.md, session 25).
+UNWIND_IDLE_WAIT_S = 10.0
 # Exits are reported by the programs; /proc is still read for every known process this often.
 FULL_CHECK_S = 60.0
 TargetFilter = Callable[[int], bool]
@@ -213,7 +218,7 @@ class Engine:
                 # without a table, a stale mapping list): its record in the ring tells, with no
                 # syscall. Most wake-ups announce new pids, and waking that thread to find nothing
                 # had cost a thread switch and its two map reads at every round (it waits
-                # IDLE_WAIT_S at most, and looks at the queues then)
+                # UNWIND_IDLE_WAIT_S at most, and looks at the queues then)
                 if woken and any(sampler.native_work_announced() for sampler in self._started):
                     self._native_kick.set()
                 # The next round when a source wants it (a naming pass, a retry), at most IDLE_WAIT_S
@@ -332,8 +337,8 @@ class Engine:
         waiting = False
         while not self._stop.is_set():
             # files still waiting for a build go on at once; else the pid watcher's kick after a
-            # round, or IDLE_WAIT_S
-            kicked = waiting or self._native_kick.wait(IDLE_WAIT_S)
+            # round, or UNWIND_IDLE_WAIT_S
+            kicked = waiting or self._native_kick.wait(UNWIND_IDLE_WAIT_S)
             if waiting:
                 self._native_kick.clear()
             waiting = False

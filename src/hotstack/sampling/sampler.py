@@ -66,6 +66,12 @@ _MOUNT_NAMESPACE_OFFSETS = {
     "nsproxy_off_mnt_ns": ("nsproxy", "mnt_ns"),
     "mnt_ns_off_inum": ("mnt_namespace", "ns.inum"),
 }
+_EXECUTABLE_OFFSETS = {
+    "task_off_mm": ("task_struct", "mm"),
+    "mm_off_exe_file": ("mm_struct", "exe_file"),
+    "file_off_inode": ("file", "f_inode"),
+    "inode_off_ino": ("inode", "i_ino"),
+}
 
 
 def announcement_offsets(spec: ebpf.CollectionSpec) -> bool:
@@ -76,10 +82,11 @@ def announcement_offsets(spec: ebpf.CollectionSpec) -> bool:
         offsets = {name: btf.member_offset(*where) for name, where in _ANNOUNCED_OFFSETS.items()}
     except (KeyError, OSError, ValueError):
         return False
-    try:
-        offsets.update({name: btf.member_offset(*where) for name, where in _MOUNT_NAMESPACE_OFFSETS.items()})
-    except KeyError:
-        pass     # (the records then carry no mount namespace: it is read from /proc)
+    for optional in (_MOUNT_NAMESPACE_OFFSETS, _EXECUTABLE_OFFSETS):
+        try:
+            offsets.update({name: btf.member_offset(*where) for name, where in optional.items()})
+        except KeyError:
+            pass     # (the records then carry no mount namespace, or no executable: /proc is read)
     for name, offset in offsets.items():
         spec.set_constant(name, offset)
     return True
@@ -390,9 +397,9 @@ class Sampler:
             full = 2 * ring.backlog >= ring.size
             pids = self._ring_pids
             for record in records:
-                pid, kind, start_ns, ppid, mntns, comm = unpack(record)
+                pid, kind, start_ns, ppid, mntns, comm, exe_ino = unpack(record)
                 if pid:
-                    _note_announced(pids, pid, kind, procs.announced(start_ns, comm, ppid, mntns))
+                    _note_announced(pids, pid, kind, procs.announced(start_ns, comm, ppid, mntns, exe_ino))
                 else:
                     self._remap_due = self._work_due = True
             if full:
