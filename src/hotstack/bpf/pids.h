@@ -38,11 +38,10 @@ static __always_inline __u64 pids_kread(__u64 addr, __u32 off)
 /* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
  * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
  * is: an exec before userspace reads the process changes both), from the current task's main
- * thread: one look at
- * a few kernel words, where those reads had been ~110 us of the pid watcher's CPU a new process
- * under load (stat's ~90: the kernel sums the threads' times for it). Nothing where the kernel's
- * BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as it checks the
- * first record against /proc in any case (sampling/sampler.py). */
+ * thread: one look at a few kernel words, where those reads had been ~110 us of the pid watcher's
+ * CPU a new process under load (stat's ~90: the kernel sums the threads' times for it). Nothing
+ * where the kernel's BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as
+ * it checks the first record against /proc in any case (procs/process.py ProcessTable._trust). */
 static __always_inline void announcement_facts(struct announcement *record)
 {
 	__u64 leader, nsproxy;

@@ -118,7 +118,8 @@ class Sampler:
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
         self._exits_known = False                   # its exit program is attached (gone_pids fills)
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring (bpf/pids.h)
-        # the pids its records announced, not taken yet (pid -> exec'ed), under _announce_lock
+        # the pids its records announced, not taken yet (pid -> (exec'ed, what its last record
+        # told)), under _announce_lock
         self._ring_pids: dict[int, tuple[bool, procs.Announced | None]] = {}
         self._announce_lock = threading.Lock()
         # new_pids drains the new_pids map: the ring was found (half) full, where the program puts
