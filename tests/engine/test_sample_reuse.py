@@ -166,7 +166,7 @@ def test_a_remapped_process_never_names_a_changed_range_with_maps_that_do_not_fi
     exe = next(m for m in info.mappings.mappings if "libc.so" not in m.path and "ld-linux" not in m.path)
     stack = _libc_addresses(processes, sleeper)[:2] + (exe.start + 0x100,)
     assert processes.reread(sleeper, (libc.start, libc.end))
-    assert info.before is None and info.remapped_at     # (the maps read again are the same)
+    assert not info.earlier and info.remapped_at     # (the maps read again are the same)
     sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_hash=0x5EED, user_end=1),
                              strip_bpf=True)
     names = [f.name for f in sample.stack]

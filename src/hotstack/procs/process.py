@@ -39,9 +39,10 @@ class Process:
 
     image: tuple | None = None   # (dev, inode) of the executable: an exec changes it
     mntns: int = 0               # its mount namespace (the inode of /proc/PID/ns/mnt); 0: unknown
-    # the mappings before the last reread(): the process put another file where one was (a library
-    # unloaded, another loaded at its address); what it had sampled before is named with these
-    before: MappingIndex | None = None
+    # the mappings before the last rereads, the latest first (EARLIER_MAPPINGS at most): the process
+    # put another file where one was (a library unloaded, another loaded at its address); what it
+    # had sampled before is named with the ones the kernel walked it in
+    earlier: tuple = ()
     remapped_at: float = 0.0     # time.monotonic() of the last reread (0: none)
     changed: tuple = ()          # the address ranges the kernel saw change, (start, end) each
 
@@ -60,6 +61,11 @@ class Process:
 
 # The name the native unwinder (unwind/, another owner) still imports.
 ProcessInfo = Process
+# Mappings kept from before a process's rereads. A process that swaps libraries back and forth (a
+# plugin host) is read again at each change the kernel reports, and a read can fall between an
+# unload and the next load: with the one read before the last kept, a library seen two reads ago
+# had all of its samples of an interval left unnamed (tests/kernels smoke: remap, under emulation).
+EARLIER_MAPPINGS = 8
 log = logging.getLogger("hotstack.procs")
 
 
@@ -435,7 +441,7 @@ class ProcessTable:
         self.maps_reads += 1
         index = MappingIndex(fresh)
         if fresh and [m.span for m in index.mappings] != [m.span for m in info.mappings.mappings]:
-            info.before, info.mappings = info.mappings, index
+            info.earlier, info.mappings = (info.mappings, *info.earlier)[:EARLIER_MAPPINGS], index
             info.maps_read_at = info.remapped_at
             with self._lock:
                 self._remapped.add(pid)

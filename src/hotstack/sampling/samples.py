@@ -147,7 +147,7 @@ class SampleMaker:
         if owner_info is not None and owner_info.remapped_at:
             if owner_info.remapped_at >= self._began - REMAP_SETTLED_S:
                 return self._user_remapped(raw, info, owner, owner_info)
-            owner_info.before, owner_info.changed, owner_info.remapped_at = None, (), 0.0
+            owner_info.earlier, owner_info.changed, owner_info.remapped_at = (), (), 0.0
         native_key = (owner, raw.user_stack, 0)
         key = (raw.pid, owner, raw.user_stack, raw.runtime_stack) if raw.runtime_stack else native_key
         named = self._reuse(key, info if raw.runtime_stack else owner_info)
@@ -211,7 +211,7 @@ class SampleMaker:
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
-        the mappings the kernel walked them in (read now, or those before: the stack's hash tells),
+        the mappings the kernel walked them in (read now, or earlier: the stack's hash tells),
         or, where neither is (the process changed its mappings and back between two reads) or the
         stack has no file hash to tell (a frame in the vDSO or JIT code), with what did not change:
         the ranges the kernel saw change, and the mappings that differ between the two reads, are
@@ -222,11 +222,11 @@ class SampleMaker:
             return self._merged(raw, info, named, False, None)
         walked_in = self._walked_in(raw, owner_info)
         if walked_in is None:
-            kept = {m.span for m in owner_info.before.mappings} if owner_info.before is not None else None
+            kept = {m.span for m in owner_info.earlier[0].mappings} if owner_info.earlier else None
             same = [m for m in owner_info.mappings.mappings
                     if (kept is None or m.span in kept)
                     and not any(m.start < end and start < m.end for start, end in owner_info.changed)]
-            chosen = dataclasses.replace(owner_info, mappings=procs.MappingIndex(same), before=None, alive=False)
+            chosen = dataclasses.replace(owner_info, mappings=procs.MappingIndex(same), earlier=(), alive=False)
         else:
             chosen = walked_in
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack), chosen)
@@ -236,15 +236,15 @@ class SampleMaker:
 
     @staticmethod
     def _walked_in(raw: RawStack, owner_info):
-        """The process as its mappings were when the kernel walked raw (now, or before the last
-        reread: the one whose file hash is the stack's), or None if that cannot be told."""
+        """The process as its mappings were when the kernel walked raw (now, or before one of the
+        last rereads: the latest whose file hash is the stack's), or None if that cannot be told."""
         if not raw.user_hash:
             return None
         if _walked_with(raw, owner_info.mappings):
             return owner_info
-        before = owner_info.before
-        if before is not None and _walked_with(raw, before):
-            return dataclasses.replace(owner_info, mappings=before, before=None, alive=False)
+        for earlier in owner_info.earlier:
+            if _walked_with(raw, earlier):
+                return dataclasses.replace(owner_info, mappings=earlier, earlier=(), alive=False)
         return None
 
     def _merged(self, raw: RawStack, info, user: list[Frame], final: bool, key: tuple | None
