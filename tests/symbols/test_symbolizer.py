@@ -122,7 +122,7 @@ def test_pid_reuse_is_a_new_process(c_programs, workloads):
 
     info.mappings = MappingIndex(read_maps(w.pid))
     sym.user_frames(w.pid, [addr])
-    assert sym.pid_cache.peek(key).mappings_id == id(info.mappings)
+    assert sym.pid_cache.peek(key).mappings is info.mappings
 
 
 def test_zero_and_top_addresses_do_not_break_lookups(c_programs, workloads):

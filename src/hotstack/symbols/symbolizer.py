@@ -150,7 +150,10 @@ class ProcessSymbols:
 
     pid: int
     start_time: int
-    mappings_id: int
+    # the procs.MappingIndex these frames were named with, held: an id() compared instead could be a
+    # freed index's, reused by another one (a remapped process's mappings, read again or chosen per
+    # stack), whose addresses then got the frames of the other's code
+    mappings: object
     modules: dict[tuple, tuple] = field(default_factory=dict)   # mapping -> elf_cache key
     perf_map: PerfMap | None = None
     frames: dict[int, Frame] = field(default_factory=dict)   # address*2 + is_leaf -> file frame
@@ -388,9 +391,9 @@ class Symbolizer:
                 if fresh:
                     info.mappings = MappingIndex(fresh)
                     info.image = exe
-        if proc is None or proc.mappings_id != id(info.mappings):
+        if proc is None or proc.mappings is not info.mappings:
             # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
-            proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, id(info.mappings)))
+            proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, info.mappings))
             # the image the process table read with these maps (a stat less; adopted: gone)
             proc.exe = info.image if info.image is not None else exe_identity(info.pid)
             proc.exe_checked_at = now
