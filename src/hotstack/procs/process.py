@@ -250,13 +250,12 @@ def _read_text(path: str) -> str:
 def read_process(pid: int, stat: tuple[int, str, int] | None = None, told: Announced | None = None
                  ) -> Process | None:
     """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read, or
-    `told`: what its announcement said instead (then a process with neither an executable nor an
-    executable mapping is gone: a zombie, or exited since; and one whose executable is not the
-    announced one exec'ed since: its name is read, the announced one was its last image's)."""
-    if told is not None:
-        stat = (told.start_time, told.comm, told.ppid)
-    elif stat is None:
-        stat = read_stat(pid)
+    `told`: what its announcement said, standing for the stat where none is given (then a process
+    with neither an executable nor an executable mapping is gone: a zombie, or exited since; and
+    one whose executable is not the announced one exec'ed since: its name is read, the announced
+    one was its last image's)."""
+    if stat is None:
+        stat = read_stat(pid) if told is None else (told.start_time, told.comm, told.ppid)
     if stat is None:
         return None
     exe = exe_path(pid)
@@ -370,7 +369,6 @@ class ProcessTable:
             if not self._told_agrees:
                 log.info("announcements disagree with /proc (start time %d against %d, mount namespace "
                          "%d against %d): read from /proc", told.start_time, stat[0], told.mntns, mntns)
-            return False     # (this one's read was made)
         return self._told_agrees
 
     def adopt(self, info: Process) -> bool:

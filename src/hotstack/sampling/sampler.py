@@ -74,14 +74,14 @@ _EXECUTABLE_OFFSETS = {
 }
 
 
-def announcement_offsets(spec: ebpf.CollectionSpec) -> bool:
-    """Set the offsets the programs' announcements read (bpf/pids.h) from the kernel's BTF; False
-    where it has none of them (the records then carry a pid and a kind only)."""
+def announcement_offsets(spec: ebpf.CollectionSpec) -> None:
+    """Set the offsets the programs' announcements read (bpf/pids.h) from the kernel's BTF; none
+    where it lacks one of the task's (the records then carry a pid and a kind only)."""
     try:
         btf = ebpf.kernel_btf()
         offsets = {name: btf.member_offset(*where) for name, where in _ANNOUNCED_OFFSETS.items()}
     except (KeyError, OSError, ValueError):
-        return False
+        return
     for optional in (_MOUNT_NAMESPACE_OFFSETS, _EXECUTABLE_OFFSETS):
         try:
             offsets.update({name: btf.member_offset(*where) for name, where in optional.items()})
@@ -89,7 +89,6 @@ def announcement_offsets(spec: ebpf.CollectionSpec) -> bool:
             pass     # (the records then carry no mount namespace, or no executable: /proc is read)
     for name, offset in offsets.items():
         spec.set_constant(name, offset)
-    return True
 
 
 def unwalked_pid(config: EngineConfig) -> int:
