@@ -101,16 +101,41 @@ _NATIVE_STACK = struct.Struct("<QIIII")
 _NO_HEADER = (0, 0, 0, 0, 0)
 
 
+# The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next
+# interval (KeptStacks); every this many clears of a buffer, the map's keys are listed and every
+# stack no count named is deleted (one the kernel stored for a count it could not store: a full
+# counts map, an off-CPU switch never counted).
+FULL_CLEAR_EVERY = 12
+
+
+class KeptStacks:
+    """The stacks a buffer's stack-trace map still holds from its last interval: id -> stack.
+
+    The kernel's stack-trace maps have no batch operations: each stack an interval counts had cost
+    a lookup and a delete, and the clear a next-key per stack, each ~5-18 us of CPU here. A stack
+    stored without BPF_F_REUSE_STACKID (every program here) keeps its id, and the id its stack,
+    until it is deleted: the kernel answers the same id for the same stack, and another stack of
+    that bucket is refused (a counted collision), never put in its place. So the stacks an interval
+    counted are kept in the map, and known here, for the buffer's next interval, which counts most
+    of them again (a process's system calls, its page faults); only those it did not count go."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[int, tuple[int, ...]] = {}
+        self.held: set[int] = set()     # ids left in the map for events in flight, not read
+        self.clears = 0
+
+
 class StackReader:
     """Looks stack ids of one buffer up, once each.
 
     The kernel unwinder's stacks (a hash map) are read in batches, ~100 a call, and deleted in one
     call: one lookup, one next-key and one delete a stack had been ~3 syscalls per distinct stack
     and interval (bench/RESULTS.md, session 9). The kernel's stack-trace maps have no batch
-    operations: their stacks are read and deleted one by one."""
+    operations: their stacks are read one by one, those of the buffer's last interval known
+    (`kept`: role -> KeptStacks, role "user" or "kernel")."""
 
     def __init__(self, collection: ebpf.Collection, buffer: int, user_stacks: str = "user_stacks",
-                 parse_user=parse_stack) -> None:
+                 parse_user=parse_stack, kept: dict[str, KeptStacks] | None = None) -> None:
         self.user = collection.maps[schema.buffered(user_stacks, buffer)]
         self.kernel = collection.maps[schema.buffered("kern_stacks", buffer)]
         self._parse_user = parse_user
@@ -119,6 +144,8 @@ class StackReader:
         self._kernels: dict[int, tuple[int, ...] | None] = {}
         self._batched = self.user.spec.type == ebpf.MAP_TYPE_HASH
         self._user_raw: dict[int, bytes] | None = None
+        kept = kept if kept is not None else {"user": KeptStacks(), "kernel": KeptStacks()}
+        self._kept_user, self._kept_kernel = kept["user"], kept["kernel"]
 
     def user_stack(self, stack_id: int) -> tuple[tuple[int, ...] | None, tuple[int, int, int, int, int]]:
         """(the user stack of an id (None: asked for and not stored; empty: not asked for), its
@@ -133,7 +160,9 @@ class StackReader:
                 raw = self._user_stacks().get(stack_id)
                 header = _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
             else:
-                raw, header = self.user.lookup(_U32.pack(stack_id)), _NO_HEADER
+                stack = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user)
+                found = self._users[stack_id] = (stack, _NO_HEADER)
+                return found
             found = self._users[stack_id] = (self._parse_user(raw) if raw is not None else None, header)
         return found
 
@@ -143,8 +172,7 @@ class StackReader:
         try:
             return self._kernels[stack_id]
         except KeyError:
-            raw = self.kernel.lookup(_U32.pack(stack_id))
-            found = self._kernels[stack_id] = parse_stack(raw) if raw is not None else None
+            found = self._kernels[stack_id] = _kept_or_read(self._kept_kernel, self.kernel, stack_id, parse_stack)
             return found
 
     def _user_stacks(self) -> dict[int, bytes]:
@@ -172,9 +200,33 @@ class StackReader:
                 else:
                     m.delete_batch([k for k, _ in m.items(self._batch_size()) if _U32.unpack(k)[0] not in kept])
                 continue
-            for raw_id in list(m.keys()):
-                if _U32.unpack(raw_id)[0] not in kept:
-                    m.delete(raw_id)
+            self._clear_kept(m, kept, self._kept_user if m is self.user else self._kept_kernel,
+                             {i: s for i, (s, _h) in self._users.items()} if m is self.user else self._kernels)
+
+    @staticmethod
+    def _clear_kept(m: ebpf.Map, kept: set[int], known: KeptStacks, counted: dict) -> None:
+        """Clear a stack-trace map but for the stacks this interval counted (kept, and known, for
+        the buffer's next interval) and those in `kept`; the map's keys listed every
+        FULL_CLEAR_EVERY clears (see KeptStacks)."""
+        now = {i: stack for i, stack in counted.items() if i >= 0 and stack is not None}
+        known.clears += 1
+        if known.clears % FULL_CLEAR_EVERY == 0:
+            gone = [raw_id for raw_id in list(m.keys()) if _U32.unpack(raw_id)[0] not in now
+                    and _U32.unpack(raw_id)[0] not in kept]
+        else:
+            gone = [_U32.pack(i) for i in known.stacks.keys() | known.held if i not in now and i not in kept]
+        for raw_id in gone:
+            m.delete(raw_id)
+        known.stacks, known.held = now, kept - now.keys()
+
+
+def _kept_or_read(kept: KeptStacks, m: ebpf.Map, stack_id: int, parse) -> tuple[int, ...] | None:
+    """The stack under `stack_id`: known from the buffer's last interval, or read from the map."""
+    found = kept.stacks.get(stack_id)
+    if found is None:
+        raw = m.lookup(_U32.pack(stack_id))
+        found = parse(raw) if raw is not None else None
+    return found
 
 
 def raw_stack(key, comm: str, value: int, stacks: StackReader) -> RawStack:
@@ -203,6 +255,8 @@ class StackBuffers:
         # where user stack ids point: the kernel's stack maps, or the kernel unwinder's (cpu.py)
         self.user_stacks = "user_stacks"
         self.parse_user = parse_stack
+        # per buffer: the stacks its stack-trace maps hold from its last interval
+        self._kept = [{"user": KeptStacks(), "kernel": KeptStacks()} for _ in range(2)]
 
     def flip(self) -> int:
         """Send the programs to the other buffer; returns the one to drain (call under `lock`)."""
@@ -214,7 +268,7 @@ class StackBuffers:
 
     def read(self, buffer: int) -> tuple[list[RawStack], StackReader]:
         """Drain a buffer's counts; the reader resolves (and later clears) its stacks."""
-        stacks = StackReader(self._collection, buffer, self.user_stacks, self.parse_user)
+        stacks = StackReader(self._collection, buffer, self.user_stacks, self.parse_user, self._kept[buffer])
         unpack_key, unpack_count = schema.STACK_KEY.unpack, schema.STACK_COUNT.unpack
         out = []
         comms: dict[bytes, str] = {}     # (a buffer's keys share a few comms: each decoded once)
