@@ -41,6 +41,7 @@ The trees' bytecode is written first (as `pip install` does; --no-compile to mea
 
 Usage: sudo .venv/bin/python bench/otel_profiler.py [--runs 2] [--seconds 20] [--settle 15] [--early 5] [--rates 19,99] [--keep]
        sudo .venv/bin/python bench/otel_profiler.py --tree old=../old/src --only 'hotstack kernel'   # old vs new
+       sudo .venv/bin/python bench/otel_profiler.py --python distro=/usr/bin/python3 --only 'hotstack kernel'
        sudo .venv/bin/python bench/otel_profiler.py --build-only
 """
 
@@ -507,6 +508,10 @@ def main() -> int:
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=SRC",
                     help="also `hotstack kernel NAME`: hotstack run from the src directory SRC (repeat for more "
                          "trees: an old and a new tree measured in one run, under the same load)")
+    ap.add_argument("--python", action="append", default=[], metavar="NAME=INTERPRETER",
+                    help="also `hotstack kernel NAME`: this tree run by another CPython of the same minor version "
+                         "(e.g. the distribution's /usr/bin/python3), with this interpreter's site-packages on "
+                         "its path: what the interpreter's own speed makes of hotstack's cost")
     ap.add_argument("--only", default="", help="comma list of the profilers to run, by name prefix "
                                                "(e.g. 'hotstack kernel'); default all")
     ap.add_argument("--load-only", action="store_true",
@@ -563,6 +568,13 @@ def main() -> int:
             tools[f"hotstack kernel {tree_name}"] = (
                 lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", *hotstack, *verbose_flag(src),
                                                        "--sample-rate", str(hz), "--unwind", "kernel"], 2))
+        for other in args.python:
+            py_name, interpreter = other.split("=", 1)
+            site = next(p for p in sys.path if p.endswith("site-packages"))
+            tools[f"hotstack kernel {py_name}"] = (
+                lambda hz, interpreter=interpreter, site=site: (
+                    ["env", f"PYTHONPATH={ROOT / 'src'}{os.pathsep}{site}", interpreter,
+                     *hotstack[1:], *verbose_flag(str(ROOT / "src")), "--sample-rate", str(hz), "--unwind", "kernel"], 2))
         if not args.no_compile:
             compile_bytecode([str(ROOT / "src")] + [t.split("=", 1)[1] for t in args.tree])
         warm_up(hotstack, tools.get("otel ebpf-profiler") if want_peer else None)
