@@ -229,18 +229,47 @@ def _kept_or_read(kept: KeptStacks, m: ebpf.Map, stack_id: int, parse) -> tuple[
     return found
 
 
-def raw_stack(key, comm: str, value: int, stacks: StackReader) -> RawStack:
-    """A RawStack from a stack_key record and its stack_count's comm (decoded) and value."""
-    ustack, header = stacks.user_stack(key.user_stack_id)
-    user, user_lost = with_caller(ustack or (), key.caller), is_lost(key.user_stack_id, ustack)
-    if not ustack:
-        header = _NO_HEADER
-    kstack = stacks.kernel_stack(key.kern_stack_id)
-    owner = header[3]
-    # (a caller put in is not in the kernel's hash: such a stack is not checked)
-    return RawStack(key.pid, key.tid, comm, user, kstack or (), value, user_lost,
-                    is_lost(key.kern_stack_id, kstack), key.runtime_stack, key.trace_id, key.span_id,
-                    owner if owner != key.pid else 0, header[0] if header[4] and user is ustack else 0, header[2])
+# stack_key and stack_count fields by position (the records' own order, looked up by name once):
+# the drain unpacks each record into a plain tuple, where a named tuple a record had cost a
+# Python-level call
+_KEY_FIELD = {name: i for i, name in enumerate(schema.STACK_KEY.fields)}
+_K_PID, _K_TID, _K_USER, _K_KERN, _K_RUNTIME, _K_CALLER, _K_TRACE, _K_SPAN = (
+    _KEY_FIELD[name] for name in ("pid", "tid", "user_stack_id", "kern_stack_id", "runtime_stack", "caller",
+                                  "trace_id", "span_id"))
+_C_VALUE, _C_COMM = (schema.STACK_COUNT.fields.index(name) for name in ("value", "comm"))
+_new_raw_stack = tuple.__new__
+
+
+def raw_stacks(drained: list[tuple[bytes, bytes]], stacks: StackReader) -> list[RawStack]:
+    """RawStacks from a buffer's drained (stack_key, stack_count) records, their stacks from
+    `stacks`. Records unpacked into plain tuples and RawStacks made by tuple.__new__ at C level: a
+    drain is ~400 records a 5 s interval per sampler at 99 Hz on two CPUs, and two named tuples and
+    RawStack's Python-level constructor a record had been most of its time (bench/RESULTS.md,
+    session 26)."""
+    unpack_key, unpack_count = schema.STACK_KEY.struct.unpack_from, schema.STACK_COUNT.struct.unpack_from
+    user_stack, kernel_stack = stacks.user_stack, stacks.kernel_stack
+    out = []
+    append = out.append
+    comms: dict[bytes, str] = {}     # (a buffer's keys share a few comms: each decoded once)
+    for key, value in drained:
+        k, count = unpack_key(key), unpack_count(value)
+        comm = comms.get(count[_C_COMM])
+        if comm is None:
+            comm = comms[count[_C_COMM]] = c_string(count[_C_COMM])
+        pid, user_id, kern_id = k[_K_PID], k[_K_USER], k[_K_KERN]
+        ustack, header = user_stack(user_id)
+        caller = k[_K_CALLER]
+        user = with_caller(ustack, caller) if caller and ustack else (ustack or ())
+        if not ustack:
+            header = _NO_HEADER
+        kstack = kernel_stack(kern_id)
+        owner = header[3]
+        # (a caller put in is not in the kernel's hash: such a stack is not checked)
+        append(_new_raw_stack(RawStack, (
+            pid, k[_K_TID], comm, user, kstack or (), count[_C_VALUE], is_lost(user_id, ustack),
+            is_lost(kern_id, kstack), k[_K_RUNTIME], k[_K_TRACE], k[_K_SPAN], owner if owner != pid else 0,
+            header[0] if header[4] and user is ustack else 0, header[2])))
+    return out
 
 
 class StackBuffers:
@@ -269,16 +298,7 @@ class StackBuffers:
     def read(self, buffer: int) -> tuple[list[RawStack], StackReader]:
         """Drain a buffer's counts; the reader resolves (and later clears) its stacks."""
         stacks = StackReader(self._collection, buffer, self.user_stacks, self.parse_user, self._kept[buffer])
-        unpack_key, unpack_count = schema.STACK_KEY.unpack, schema.STACK_COUNT.unpack
-        out = []
-        comms: dict[bytes, str] = {}     # (a buffer's keys share a few comms: each decoded once)
-        for key, value in self._collection.maps[schema.buffered("counts", buffer)].drain():
-            count = unpack_count(value)
-            comm = comms.get(count.comm)
-            if comm is None:
-                comm = comms[count.comm] = c_string(count.comm)
-            out.append(raw_stack(unpack_key(key), comm, count.value, stacks))
-        return out, stacks
+        return raw_stacks(self._collection.maps[schema.buffered("counts", buffer)].drain(), stacks), stacks
 
     def interval(self) -> tuple[int, int]:
         """(start, end) of the interval drained now, in ns since the epoch."""
