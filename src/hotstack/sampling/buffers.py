@@ -159,11 +159,10 @@ class StackReader:
             if self._batched:
                 raw = self._user_stacks().get(stack_id)
                 header = _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
+                stack = self._parse_user(raw) if raw is not None else None
             else:
-                stack = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user)
-                found = self._users[stack_id] = (stack, _NO_HEADER)
-                return found
-            found = self._users[stack_id] = (self._parse_user(raw) if raw is not None else None, header)
+                stack, header = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user), _NO_HEADER
+            found = self._users[stack_id] = (stack, header)
         return found
 
     def kernel_stack(self, stack_id: int) -> tuple[int, ...] | None:
@@ -211,12 +210,12 @@ class StackReader:
         now = {i: stack for i, stack in counted.items() if i >= 0 and stack is not None}
         known.clears += 1
         if known.clears % FULL_CLEAR_EVERY == 0:
-            gone = [raw_id for raw_id in list(m.keys()) if _U32.unpack(raw_id)[0] not in now
-                    and _U32.unpack(raw_id)[0] not in kept]
+            in_map = [_U32.unpack(raw_id)[0] for raw_id in list(m.keys())]
         else:
-            gone = [_U32.pack(i) for i in known.stacks.keys() | known.held if i not in now and i not in kept]
-        for raw_id in gone:
-            m.delete(raw_id)
+            in_map = known.stacks.keys() | known.held
+        for stack_id in in_map:
+            if stack_id not in now and stack_id not in kept:
+                m.delete(_U32.pack(stack_id))
         known.stacks, known.held = now, kept - now.keys()
 
 
