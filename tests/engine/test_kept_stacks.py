@@ -41,7 +41,7 @@ def syscalls():
 
 
 def test_counted_kernel_stacks_are_read_once_and_stay_right(syscalls, monkeypatch):
-    lookups: list[str] = []
+    lookups: list[bytes] = []
     real_lookup = ebpf.Map.lookup
 
     def counted_lookup(self, key):
