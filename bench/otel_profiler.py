@@ -7,7 +7,7 @@ At each rate the profilers take turns (same number of runs each, every run print
   hotstack kernel   `hotstack run profile_cpu --unwind kernel` (the default mode)
   hotstack fp       `hotstack run profile_cpu --unwind fp` (frame pointers in the kernel)
   otel              the OpenTelemetry eBPF profiler, exporting OTLP to a real OpenTelemetry Collector
-                    (the 0.165 that CI builds, .ci/install.d/export.sh), which forwards to a loopback
+                    (the 0.165 that CI builds, .ci/install.d/collectors.sh), which forwards to a loopback
                     receiver here (tests/export/otlp_receiver.py) so that its stacks can be read back
   perf              `perf record -a -g` (frame pointers; its stacks read with `perf script`)
 Per run: steady-state CPU as % of one core (process CPU from /proc/PID/stat, every thread, plus the
@@ -432,7 +432,7 @@ def start_collector(workdir: Path, forward: str) -> tuple[subprocess.Popen, str]
     binary = cache_dir() / f"otelcol-{COLLECTOR_VERSION}" / "otelcol"
     if not binary.is_file():
         raise SystemExit(f"OpenTelemetry Collector {COLLECTOR_VERSION} not found at $HOTSTACK_CACHE/otelcol-"
-                         f"{COLLECTOR_VERSION}/otelcol (built by .ci/install.d/export.sh)")
+                         f"{COLLECTOR_VERSION}/otelcol (built by .ci/install.d/collectors.sh)")
     listing = subprocess.run([str(binary), "components"], capture_output=True, text=True, timeout=60).stdout
     otlp = "otlp_grpc" if "name: otlp_grpc" in listing else "otlp"
     port = free_port() if _port_busy(4317) else 4317

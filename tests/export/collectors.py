@@ -1,4 +1,4 @@
-"""The OpenTelemetry Collectors that .ci/install.d/export.sh builds, one per OTLP profiles layout."""
+"""The OpenTelemetry Collectors that .ci/install.d/collectors.sh builds, one per OTLP profiles layout."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.peers import require_file
 
-# layout -> collector version (the same table as .ci/install.d/export.sh)
+# layout -> collector version (the same table as .ci/install.d/collectors.sh)
 COLLECTORS = {"v1.8": "0.139.0", "v1.9": "0.146.1", "v1.10": "0.165.0"}
 
 
