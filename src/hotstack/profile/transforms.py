@@ -33,18 +33,18 @@ def stub_unsymbolized(profile: Profile) -> Profile:
         if frame.resolved or not frame.module:
             return frame
         return replace(frame, name=f"$ {frame.module} + 0x{frame.address:x}")
-    return map_samples(profile, lambda s: replace(s, stack=tuple(stub(f) for f in s.stack)))
+    return map_samples(profile, lambda s: s._replace(stack=tuple(stub(f) for f in s.stack)))
 
 
 def comm_as_frame(profile: Profile) -> Profile:
     """The thread's command name as the root frame of each stack."""
-    return map_samples(profile, lambda s: replace(s, stack=s.stack + (Frame(s.comm, module="comm"),)))
+    return map_samples(profile, lambda s: s._replace(stack=s.stack + (Frame(s.comm, module="comm"),)))
 
 
 def keep_labels(profile: Profile, keys: Iterable[str]) -> Profile:
     """Samples keep only the labels named (e.g. trace_id/span_id once a split has used the rest)."""
     wanted = frozenset(keys)
-    return map_samples(profile, lambda s: replace(s, labels=tuple(kv for kv in s.labels if kv[0] in wanted)))
+    return map_samples(profile, lambda s: s._replace(labels=tuple(kv for kv in s.labels if kv[0] in wanted)))
 
 
 def split(profile: Profile, key: Callable[[Sample], Hashable | None]) -> dict[Hashable, Profile]:
@@ -71,7 +71,7 @@ def merge(profiles: Iterable[Profile]) -> Profile | None:
         for s in p.samples:
             k = (s.stack, s.pid, s.tid, s.comm, s.labels)
             found = merged.get(k)
-            merged[k] = s if found is None else replace(found, value=found.value + s.value)
+            merged[k] = s if found is None else found._replace(value=found.value + s.value)
     start = min(p.start_ns for p in profiles)
     end = max(p.start_ns + p.duration_ns for p in profiles)
     return replace(first, samples=list(merged.values()), start_ns=start, duration_ns=end - start, stats=stats)
@@ -88,4 +88,4 @@ def fold_own(profile: Profile, own_pids: Collection[int]) -> Profile:
     thread and process kept, so totals and per-process counts stay exact."""
     if not own_pids:
         return profile
-    return map_samples(profile, lambda s: replace(s, stack=(OWN_FRAME,)) if s.pid in own_pids else s)
+    return map_samples(profile, lambda s: s._replace(stack=(OWN_FRAME,)) if s.pid in own_pids else s)
