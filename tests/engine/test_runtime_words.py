@@ -8,7 +8,7 @@ import sys
 import time
 
 from hotstack.procs import process
-from hotstack.unwind.runtimes import FRAME_SOURCES, runtime_words
+from hotstack.unwind.runtimes import FRAME_SOURCES, DeferredSource, runtime_words
 
 
 class _Source:
@@ -42,5 +42,35 @@ def test_every_source_has_words_and_its_runtimes_processes_name_them(tmp_path):
         assert "libc" in seen and words.search(seen) is None, seen
     finally:
         for p in (py, other):
+            p.kill()
+            p.wait()
+
+
+def test_sources_but_cpythons_are_imported_and_built_at_their_first_process():
+    """Importing and building the five sources other than CPython's had been ~50 ms of every
+    start: they wait for a process that names one of their words (the classes' own)."""
+    for make in FRAME_SOURCES.values():
+        source = make()
+        if isinstance(source, DeferredSource):
+            assert source.built is None
+            assert source.looks_for == type(source.build()).looks_for, source.name
+    # a fresh interpreter: the engine's list of sources imports none of their modules
+    code = ("import sys; from hotstack.unwind.runtimes import frame_sources; frame_sources(); "
+            "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('hotstack.unwind.') "
+            "and m.count('.') >= 3}))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "['python']", shown
+    perl = FRAME_SOURCES["perl"]()
+    other = subprocess.Popen(["sleep", "20"])
+    script = subprocess.Popen(["perl", "-e", "sleep 20"])
+    try:
+        time.sleep(0.3)
+        assert not perl.detect(other.pid) and not perl.observe(other.pid)
+        assert perl.built is None and perl.merge(other.pid, 1, []) == [] and perl.poll_in() is None
+        perl.observe(script.pid)
+        assert type(perl.built).__name__ == "PerlSource"
+        assert perl.stats() == perl.built.stats()      # (the rest of its interface: the source's own)
+    finally:
+        for p in (other, script):
             p.kill()
             p.wait()

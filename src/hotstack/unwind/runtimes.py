@@ -28,9 +28,11 @@ Sources are listed in FRAME_SOURCES: a new runtime is one module and one line th
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from typing import Iterable, Protocol
 
+from .. import procs
 from ..profile.model import Frame
 
 
@@ -105,17 +107,9 @@ def _v8() -> FrameSource:
     return V8Source()
 
 
-# name -> factory. The engine builds each listed source when runtime frames are on.
-FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {"python": _cpython}
-FRAME_SOURCES["v8"] = _v8      # Node.js (unwind/v8/)
-
-
 def _ruby() -> FrameSource:
     from .ruby.source import RubySource
     return RubySource()
-
-
-FRAME_SOURCES["ruby"] = _ruby
 
 
 def _php() -> FrameSource:
@@ -123,15 +117,9 @@ def _php() -> FrameSource:
     return PhpSource()
 
 
-FRAME_SOURCES["php"] = _php
-
-
 def _hotspot() -> FrameSource:
     from .hotspot.source import HotSpotSource
     return HotSpotSource()
-
-
-FRAME_SOURCES["hotspot"] = _hotspot      # Java (unwind/hotspot/)
 
 
 def _perl() -> FrameSource:
@@ -139,7 +127,121 @@ def _perl() -> FrameSource:
     return PerlSource()
 
 
-FRAME_SOURCES["perl"] = _perl
+class DeferredSource:
+    """A frame source whose module is imported, and which is built, prepared and attached, at the
+    first process whose executable or executable mappings name one of its words (the source's
+    own `looks_for`, given here so that nothing is imported before). Importing and building the
+    five sources other than CPython's had been ~50 ms of CPU at every start (a tenth of
+    `hotstack run`'s), on hosts that run none of those runtimes as on those that do. Until
+    then it follows no process, and its merge leaves stacks as they are; what the engine's
+    lifecycle does not name (stats(), counters() ...) builds it at once."""
+
+    def __init__(self, name: str, make: Callable[[], FrameSource], looks_for: tuple[str, ...]) -> None:
+        self.name = name
+        self.looks_for = looks_for
+        self._make = make
+        self._words = re.compile("|".join(map(re.escape, looks_for)))
+        self._kernel: RuntimeKernel | None = None
+        self._source: FrameSource | None | bool = None     # built; False: it cannot work on this host
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> FrameSource | None:
+        return self._source or None
+
+    def build(self) -> FrameSource | None:
+        """The source, built now if it was not (None if it cannot work on this host)."""
+        with self._lock:
+            if self._source is None:
+                source = self._make()
+                if source.prepare():
+                    if self._kernel is not None:
+                        source.attach(self._kernel)
+                    self._source = source
+                else:
+                    self._source = False
+        return self._source or None
+
+    def _names_a_word(self, pid: int) -> bool:
+        return bool(self._words.search(procs.exe_path(pid, recent=True))
+                    or self._words.search(procs.exec_paths(pid, recent=True)))
+
+    def _for(self, pid: int) -> FrameSource | None:
+        """The source, built if pid is the first process that names one of its words; else None."""
+        if self._source is None and not self._names_a_word(pid):
+            return None
+        return self.build()
+
+    def prepare(self) -> bool:
+        return True       # (the source's own, when it is built: False then turns it off)
+
+    def attach(self, kernel: RuntimeKernel) -> None:
+        self._kernel = kernel
+        if self._source:
+            self._source.attach(kernel)
+
+    def detect(self, pid: int) -> bool:
+        source = self._for(pid)
+        return source is not None and source.detect(pid)
+
+    def observe(self, pid: int) -> bool:
+        source = self._for(pid)
+        return source is not None and source.observe(pid)
+
+    def poll(self, active_buffer: int) -> None:
+        if self._source:
+            self._source.poll(active_buffer)
+
+    def poll_in(self) -> float | None:
+        return self._source.poll_in() if self._source else None
+
+    def tracking(self) -> bool:
+        return bool(self._source) and self._source.tracking()
+
+    def collect(self, buffer: int) -> None:
+        if self._source:
+            self._source.collect(buffer)
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        return self._source.merge(pid, key, native) if self._source else native
+
+    @property
+    def final_merge(self):
+        return getattr(self._source, "final_merge", None) if self._source else None
+
+    def forget(self, pid: int) -> None:
+        if self._source:
+            self._source.forget(pid)
+
+    def forget_dead(self) -> None:
+        if self._source:
+            self._source.forget_dead()
+
+    def __getattr__(self, name: str):
+        # (only for names not found on the wrapper: never its own fields, which __init__ sets first,
+        # nor Python's protocol names, which copy and pickle look up on any object)
+        if name.startswith("__") or name in _DEFERRED_FIELDS:
+            raise AttributeError(name)
+        source = self.build()
+        if source is None:
+            raise AttributeError(f"{name}: the {self.name} frame source cannot work on this host")
+        return getattr(source, name)
+
+
+_DEFERRED_FIELDS = frozenset({"name", "looks_for", "_make", "_words", "_kernel", "_source", "_lock"})
+
+
+# name -> factory. The engine builds each listed source when runtime frames are on; all but
+# CPython's deferred (DeferredSource) with their classes' own `looks_for` (a test checks them).
+FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {
+    "python": _cpython,
+    "v8": lambda: DeferredSource("v8", _v8, ("node",)),                                  # Node.js (unwind/v8/)
+    "ruby": lambda: DeferredSource("ruby", _ruby, ("ruby",)),
+    "php": lambda: DeferredSource("php", _php, ("php",)),
+    "hotspot": lambda: DeferredSource("hotspot", _hotspot, ("/libjvm.so", "/libjli.so")),  # Java (unwind/hotspot/)
+    "perl": lambda: DeferredSource("perl", _perl, ("perl",)),
+}
+
 
 
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
