@@ -243,7 +243,6 @@ FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {
 }
 
 
-
 def frame_sources(enabled: bool = True, off: tuple[str, ...] = ()) -> list[FrameSource]:
     """The sources that can work on this host (prepare() succeeded), but those named in `off`."""
     if not enabled:
