@@ -20,6 +20,7 @@ it keeps per process), `_tunable()` (the value its kernel half is configured wit
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import time
@@ -27,6 +28,22 @@ from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from .retries import RetryLadder
+
+
+@functools.cache
+def fsbase_offset() -> int | None:
+    """task_struct's thread pointer offset (see InterpreterSource._prepare_fsbase), read from the
+    kernel's BTF once: CPython's source reads it at start, while the BTF is loaded; the sources
+    built later (unwind/runtimes.py DeferredSource) would otherwise load the BTF again (~5 MB)."""
+    import os
+
+    from ..ebpf import kernel_btf
+    member = "thread.uw.tp_value" if os.uname().machine == "aarch64" else "thread.fsbase"
+    try:
+        return kernel_btf().member_offset("task_struct", member)
+    except (KeyError, OSError, ValueError):
+        return None
+
 
 if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
     from .runtimes import RuntimeKernel
@@ -103,15 +120,12 @@ class InterpreterSource(RetryLadder):
     # -- the shared lifecycle (unwind/runtimes.py) ---------------------------------------------
     def _prepare_fsbase(self) -> bool:
         """The walkers find a thread's TLS through its thread pointer in the task_struct (kernel
-        BTF): thread.fsbase on x86-64, thread.uw.tp_value (TPIDR_EL0) on arm64."""
-        import os
-
-        from ..ebpf import kernel_btf
-        member = "thread.uw.tp_value" if os.uname().machine == "aarch64" else "thread.fsbase"
-        try:
-            self._fsbase_offset = kernel_btf().member_offset("task_struct", member)
-        except (KeyError, OSError, ValueError):
-            return False        # no BTF: no frames of this runtime; native profiling goes on
+        BTF): thread.fsbase on x86-64, thread.uw.tp_value (TPIDR_EL0) on arm64. False without BTF:
+        no frames of this runtime; native profiling goes on."""
+        offset = fsbase_offset()
+        if offset is None:
+            return False
+        self._fsbase_offset = offset
         return True
 
     def detect(self, pid: int) -> bool:
