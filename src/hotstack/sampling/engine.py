@@ -27,7 +27,7 @@ from ..errors import HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
-from ..unwind.runtimes import frame_sources, runtime_words
+from ..unwind.runtimes import frame_sources, names_a_word, runtime_words
 from .buffers import RawBatch
 from .config import EngineConfig
 from .cpu import CpuSampler
@@ -317,8 +317,7 @@ class Engine:
         if pid == self._unwalked or not self.runtimes:
             return
         words = self._runtime_words
-        if words is not None and words.search(procs.exe_path(pid, recent=True)) is None \
-                and words.search(procs.exec_paths(pid, recent=True)) is None:
+        if words is not None and not names_a_word(words, pid):
             return
         for source in self.runtimes:
             if source.observe(pid):

@@ -140,7 +140,7 @@ class DeferredSource:
         self.name = name
         self.looks_for = looks_for
         self._make = make
-        self._words = re.compile("|".join(map(re.escape, looks_for)))
+        self._words = runtime_words([self])
         self._kernel: RuntimeKernel | None = None
         self._source: FrameSource | None | bool = None     # built; False: it cannot work on this host
         self._lock = threading.Lock()
@@ -162,13 +162,9 @@ class DeferredSource:
                     self._source = False
         return self._source or None
 
-    def _names_a_word(self, pid: int) -> bool:
-        return bool(self._words.search(procs.exe_path(pid, recent=True))
-                    or self._words.search(procs.exec_paths(pid, recent=True)))
-
     def _for(self, pid: int) -> FrameSource | None:
         """The source, built if pid is the first process that names one of its words; else None."""
-        if self._source is None and not self._names_a_word(pid):
+        if self._source is None and not names_a_word(self._words, pid):
             return None
         return self.build()
 
@@ -268,3 +264,10 @@ def runtime_words(sources: list[FrameSource]) -> re.Pattern[str] | None:
             return None
         words.extend(looks_for)
     return re.compile("|".join(map(re.escape, words))) if words else None
+
+
+def names_a_word(words: re.Pattern[str], pid: int) -> bool:
+    """Whether the process's executable or one of its executable mappings holds one of `words`
+    (runtime_words): the first test of a process for the frame sources (the paths as read this
+    round, shared with the sources' own reads)."""
+    return bool(words.search(procs.exe_path(pid, recent=True)) or words.search(procs.exec_paths(pid, recent=True)))
