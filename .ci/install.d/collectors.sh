@@ -3,9 +3,10 @@
 # the Go module proxy, one per OTLP profiles wire layout we speak (v1.8, v1.9, v1.10), with the OTLP
 # receiver, the debug exporter (prints what it decoded) and the OTLP exporter (re-encodes it for a
 # test receiver); cached by version under $HOTSTACK_CACHE/otelcol-<version>/otelcol.
-# Build time on the 2-core machine: ~5.5 min per collector with a cold Go build cache (measured for
-# 0.165.0, modules already downloaded), so ~15 min for all three on a fresh machine; 0 s once cached
-# (the cache is keyed by version and component list). That is the slowest step of a fresh machine's
+# Build time on the 2-core machine: 2-5.5 min per collector with a cold Go build cache (0.165.0, its
+# modules already downloaded: ~5.5 min on an earlier machine, 113 s on session 27's), so up to ~15 min
+# for all three on a fresh machine, module downloads aside; 0 s once cached (the cache is keyed by
+# version and component list). That is the slowest step of a fresh machine's
 # set-up, and it needs nothing the package installs bring (Go is the machine's own, >= 1.24): .ci/run
 # starts this script first, in the background, beside the other scripts' apt-get installs, and
 # install-test-peers runs it last. Each version is built under a lock of its own, so the second run
