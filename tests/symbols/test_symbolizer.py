@@ -295,3 +295,34 @@ def test_only_files_looked_up_since_the_last_release_are_released(c_programs, wo
     assert released == [1, 1]
     [frame] = sym.user_frames(proc.pid, [addr + 7])
     assert frame.name == "stripped_hot_loop"     # read again after its pages went
+
+
+def test_a_stack_new_only_by_its_leaf_is_named_as_a_new_stack_is(c_programs, workloads):
+    """A stack whose frames but the leaf were named in the process before takes the leaf-only path:
+    its frames, final flag and counts are those a symbolizer that met none of it gives, and its leaf
+    is remembered for the process; a leaf with no symbol or no file is named as the full pass does."""
+    plain, stripped = c_programs["plain"], c_programs["stripped"]
+    proc, bare = workloads([plain]), workloads([stripped])
+    sym = Symbolizer(ProcessTable())
+    hot = _address_of(sym, proc.pid, plain, "stripped_hot_loop")
+    main = _address_of(sym, proc.pid, plain, "main")
+    libc = _libc_address(sym, proc.pid)
+    callers = [main + 0x10, libc + 0x40]
+    sym.final_user_frames(proc.pid, [hot + 1] + callers)          # the callers become known
+    for leaf, name in ((hot + 6, "stripped_hot_loop"), (main + 3, "main"), (0x10, "[unknown]")):
+        fresh = Symbolizer(ProcessTable())
+        want = fresh.final_user_frames(proc.pid, [leaf] + callers)
+        hits, misses = sym.stats.hits, sym.stats.misses
+        got = sym.final_user_frames(proc.pid, [leaf] + callers)
+        assert got == want and got[0][0].name == name
+        assert (sym.stats.hits - hits, sym.stats.misses - misses) == (fresh.stats.hits, fresh.stats.misses)
+    assert want[1] is False       # (no file there: the full pass's answer, not final)
+    proc_symbols = sym.pid_cache.get((proc.pid, sym.processes.get(proc.pid).start_time))
+    assert proc_symbols.frames[(hot + 6) * 2 + 1].name == "stripped_hot_loop"
+    # a file without symbols: module+0xOFF, final (it will not be named later either)
+    bare_hot = hot - _base(sym, proc.pid, plain) + _base(sym, bare.pid, stripped)
+    bare_callers = [bare_hot - hot + main + 0x10]
+    sym.final_user_frames(bare.pid, [bare_hot + 1] + bare_callers)
+    frames, final = sym.final_user_frames(bare.pid, [bare_hot + 6] + bare_callers)
+    assert frames[0].name.startswith("hot_c_stripped+0x") and not frames[0].resolved and final
+    assert (frames, final) == Symbolizer(ProcessTable()).final_user_frames(bare.pid, [bare_hot + 6] + bare_callers)

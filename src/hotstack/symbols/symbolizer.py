@@ -167,6 +167,15 @@ class ProcessSymbols:
                 + (self.perf_map.nbytes if self.perf_map is not None else 0))
 
 
+def _file_frame(module: ModuleSymbols, path: str, address: int, found: tuple | None) -> Frame:
+    """The frame of `address` (an ELF virtual address of the file at `path`) from what the
+    module's lookup found there: its function, or `file+0xADDRESS` without a symbol."""
+    if found is None:
+        return Frame(f"{posixpath.basename(path)}+0x{address:x}", FrameKind.NATIVE, path, address,
+                     module.build_id, resolved=False)
+    return Frame(found[0], FrameKind.NATIVE, path, address, module.build_id, found[2], found[3])
+
+
 @dataclass
 class SymbolizerStats:
     hits: int = 0            # frames named
@@ -274,6 +283,11 @@ class Symbolizer:
         # (only final frames are remembered in `known`: a stack made of them is final)
         if all(frames):     # (a Frame is always true: `None not in` would call Frame.__eq__ per frame)
             return self._counted(frames), True
+        if frames[0] is None and all(frames[1:]):
+            leaf = self._leaf_frame(info, proc, addresses[0])
+            if leaf is not None:
+                frames[0] = leaf
+                return self._counted(frames), True
         final = True
         # Group by module so that each file answers one batch lookup.
         per_module: dict[tuple[int, str], tuple[ModuleSymbols, list[int], list[int]]] = {}
@@ -322,19 +336,10 @@ class Symbolizer:
             entry[3].append(fkey)
         for (_, path), (module, indexes, vaddrs, fkeys) in per_module.items():
             results = module.resolve(vaddrs, self.demangler)
-            if len(module._results) - module._accounted >= 1024:
-                module._accounted = len(module._results)
-                self.elf_cache.resize(module.key)
-            base = posixpath.basename(path)
+            self._weigh(module)
             for i, vaddr, found, fkey in zip(indexes, vaddrs, results, fkeys):
                 # Report the frame's own address (undo the -1 applied for the lookup).
-                address = vaddr + (1 if i else 0)
-                if found is None:
-                    frames[i] = Frame(f"{base}+0x{address:x}", FrameKind.NATIVE, path, address,
-                                      module.build_id, resolved=False)
-                else:
-                    frames[i] = Frame(found[0], FrameKind.NATIVE, path, address,
-                                      module.build_id, found[2], found[3])
+                frames[i] = _file_frame(module, path, vaddr + (1 if i else 0), found)
                 if len(known) < MAX_FRAMES_PER_PROCESS:
                     known[keys[i]] = frames[i]
                 if fkey is not None:
@@ -345,6 +350,48 @@ class Symbolizer:
         if jit:
             self._jit_frames(info, proc, jit, addresses, frames)
         return self._counted([f for f in frames if f is not None]), final
+
+    def _weigh(self, module: ModuleSymbols) -> None:
+        """The elf_cache weighs a file again after every 1024 addresses it remembered."""
+        if len(module._results) - module._accounted >= 1024:
+            module._accounted = len(module._results)
+            self.elf_cache.resize(module.key)
+
+    def _leaf_frame(self, info: Process, proc: ProcessSymbols, address: int) -> Frame | None:
+        """The leaf's frame where it is the one address of a stack not named in this process
+        before (a hot function's every instruction is a leaf in turn, each a new stack above frames
+        named long ago), named as the general pass would and remembered as it does; None where that
+        pass is needed (no file, no symbols, JIT code)."""
+        mapping = self.processes.find_mapping(info, address)
+        if mapping is None or not mapping.is_file:
+            return None
+        file_offset = address - mapping.start + mapping.offset
+        path = mapping.file_path
+        file_frames = self._file_frames
+        ekey = proc.modules.get((mapping.start, mapping.end, mapping.offset, mapping.inode))
+        frame = file_frames.get((ekey, path, file_offset, True)) if ekey else None
+        if frame is None:
+            module = self._module(info, proc, mapping)
+            if module.elf is None or not module.key:
+                return None
+            fkey = (module.key, path, file_offset, True)
+            frame = file_frames.get(fkey)
+            if frame is None:
+                vaddr = module.elf.file_offset_to_vaddr(file_offset)
+                if vaddr is None:
+                    return None
+                frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
+                self._weigh(module)
+                if len(file_frames) >= MAX_FILE_FRAMES:
+                    file_frames.clear()
+                file_frames[fkey] = frame
+        known = proc.frames
+        if len(known) < MAX_FRAMES_PER_PROCESS:
+            known[address * 2 + 1] = frame
+            if len(known) - proc.accounted >= 1024:
+                proc.accounted = len(known)
+                self.pid_cache.resize((info.pid, info.start_time))
+        return frame
 
     def _counted(self, frames: list[Frame]) -> list[Frame]:
         """`frames`, counted in the stats as named or not."""
