@@ -226,6 +226,8 @@ def run_measured(argv: list[str], seconds: float, settle: float, stop_signal: in
             "bpf_per_sample_us": last[3] / last[4] / 1e3 if last[4] else 0.0,
             "sampling_runs": last[4], "bpf_s": last[2] / 1e9,
             "rss_mb": max(max(p[5] for p in polls), usage.ru_maxrss / 1024),
+            # when VmHWM first reached its last value, seconds from sampling on (None: at the stop)
+            "rss_at": next((p[0] - first[0] for p in polls if p[5] >= usage.ru_maxrss / 1024), None),
             "cpu_total_s": usage.ru_utime + usage.ru_stime, "status": status, "wall": time.monotonic() - started}
 
 
@@ -660,9 +662,16 @@ def print_run(name: str, hz: int, run: int, r: dict, is_perf: bool) -> None:
     bpf = "" if is_perf else f"BPF {r['bpf_per_sample_us']:5.1f} µs/sample ({r['sampling_runs']} runs)  "
     print(f"{name:18s} {hz:3d} Hz run {run + 1}: steady {r['steady'] * 100:5.2f}% of a core  start-up "
           f"{r['startup']:5.2f} CPU-s ({r['startup_wall']:.0f} s)  warm-up {r['warmup']:5.2f} CPU-s  "
-          f"early {r['early'] * 100:5.2f}%  {bpf}max RSS {r['rss_mb']:5.0f} MB  "
+          f"early {r['early'] * 100:5.2f}%  {bpf}max RSS {r['rss_mb']:5.0f} MB{_rss_at(r)}  "
           f"samples read back {r['host_samples']}  complete: {complete}  "
           f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}{_built(r)}", flush=True)
+
+
+def _rss_at(r: dict) -> str:
+    """When the peak was reached: at start-up (imports, first tables), later (a file met then), or
+    at the stop (the last collect and output)."""
+    at = r.get("rss_at")
+    return " (at the stop)" if at is None else f" (at {max(0.0, at):.0f} s)"
 
 
 def _built(r: dict) -> str:
