@@ -409,6 +409,47 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
         sampler.close()
 
 
+def test_a_table_is_written_to_the_arena_the_same_through_a_mapping_and_batch_updates(native_object):
+    """nu_rows holds a file's page index then its rows (file offset << 32 | global rule id), written
+    through a mapping of the map's pages or, where the map cannot be mapped, by batch updates: the same
+    words either way, at the place its nu_files entry names."""
+    import glob
+    import os
+    import struct
+
+    import numpy as np
+
+    from hotstack.unwind.kernel_maps import FILE_KEY, FILE_VALUE, kernel_dev
+
+    libc = sorted(glob.glob("/usr/lib/*-linux-gnu/libc.so.6"))
+    if not libc:
+        pytest.skip("libc is needed")
+    st = os.stat(libc[0])
+    key = (st.st_ino, kernel_dev(st.st_dev))
+    arenas = []
+    for mappable in (True, False):
+        sampler = NativeSampler(native_object, rows=60_000)
+        try:
+            tables = sampler.tables
+            assert tables._rows_mappable      # (this kernel maps the arena; the fallback is forced)
+            tables._rows_mappable = mappable
+            assert tables.add_path(libc[0], *key)
+            first_row, count, first, base, pages = FILE_VALUE.unpack(
+                sampler.collection.maps["nu_files"].lookup(FILE_KEY.pack(*key, 0)))[:5]
+            assert first_row == first + pages and count > 20_000
+            rows_map = sampler.collection.maps["nu_rows"]
+            words = np.array([struct.unpack("<Q", rows_map.lookup(struct.pack("<I", i)))[0]
+                              for i in range(first, first_row + count)], np.uint64)
+            table = tables.cache._tables[tables.loaded[key].key]      # (the table loaded, by its content key)
+            ids, _ = tables.rules.ids_for(table.rules)
+            assert (base, list(words[:pages])) == (table.page_index()[0], list(table.page_index()[1]))
+            assert np.array_equal(words[pages:], table.rows_u64(ids))
+            arenas.append(words)
+        finally:
+            sampler.close()
+    assert np.array_equal(arenas[0], arenas[1])
+
+
 def test_a_table_loaded_again_replaces_every_rule_the_kernel_cached(native_object, chain, workloads):
     """The kernel caches looked-up rules per CPU, keyed by the table's load (its serial). A file's
     table evicted and loaded again (here: a wrong one first, then the right one, under the same

@@ -284,7 +284,9 @@ class NativeTables:
                 self.rules_map.update(struct.pack("<I", gid), raw)
             rows = table.rows_u64(ids) if len(table) else np.zeros(1, np.uint64)
             # (an empty table gets one invalid row, so that the file is known: frame pointers)
-            self._write_rows(first, np.concatenate((index, rows)))
+            # the page index, then the rows after it: two writes, no joined copy of the rows
+            self._write_rows(first, index)
+            self._write_rows(first + len(index), rows)
             # each load its own serial: the kernel's per-CPU rule cache keys on it, so that no entry
             # of an evicted table can match the table loaded in its place
             self._serial += 1
@@ -308,6 +310,8 @@ class NativeTables:
         """rows into nu_rows[first:]: through a mapping of just their pages where the map allows it
         (mapped for the copy only: the kernel maps every page of a mapping at once, and pages kept
         mapped would count in our RSS), else as a batch update."""
+        if not len(rows):
+            return
         if not self._rows_mappable:
             keys = np.arange(first, first + len(rows), dtype=np.uint32)
             self.rows_map.update_batch(keys.tobytes(), rows.astype("<u8").tobytes(), len(rows))

@@ -72,16 +72,25 @@ class FileTable:
     def rows_u64(self, global_ids: np.ndarray) -> np.ndarray:
         """The kernel's row words: file offset << 32 | global rule id (sorted, so one u64 compare
         per binary-search step)."""
-        return (self.offsets.astype(np.uint64) << np.uint64(32)) | global_ids[self.rule_ids].astype(np.uint64)
+        # (in place: one array of the rows' size, not four; a large library's table is millions of
+        # rows, and its load was a peak of our RSS)
+        rows = self.offsets.astype(np.uint64)
+        rows <<= np.uint64(32)
+        rows |= global_ids[self.rule_ids]
+        return rows
 
     def page_index(self, shift: int = INDEX_SHIFT) -> tuple[int, np.ndarray]:
         """(the first row's page, one word per page from it to the last row's): the rows of page p
         are [word & 0xffffffff, word >> 32) (bpf/native_unwind.h, nu_find_rule)."""
         if not len(self.offsets):
             return 0, np.zeros(0, np.uint64)
-        offsets = self.offsets.astype(np.uint64)
+        offsets = self.offsets
         base = int(offsets[0]) >> shift
-        starts = (np.arange(base, (int(offsets[-1]) >> shift) + 2, dtype=np.uint64) << np.uint64(shift))
+        starts = np.arange(base, (int(offsets[-1]) >> shift) + 2, dtype=np.int64) << shift
+        # (searched in the offsets' own type where the pages' starts fit it: a search in a wider type
+        # converts the whole column first)
+        if int(starts[-1]) <= np.iinfo(offsets.dtype).max:
+            starts = starts.astype(offsets.dtype)
         bounds = np.searchsorted(offsets, starts, side="left").astype(np.uint64)
         return base, bounds[:-1] | (bounds[1:] << np.uint64(32))
 
