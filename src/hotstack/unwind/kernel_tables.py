@@ -76,7 +76,8 @@ class FileTable:
         # rows, and its load was a peak of our RSS)
         rows = self.offsets.astype(np.uint64)
         rows <<= np.uint64(32)
-        rows |= global_ids[self.rule_ids]
+        ids = global_ids[self.rule_ids]
+        rows |= ids if ids.dtype.kind == "u" else ids.astype(np.uint64)    # (numpy ORs no signed into unsigned)
         return rows
 
     def page_index(self, shift: int = INDEX_SHIFT) -> tuple[int, np.ndarray]:
