@@ -310,15 +310,7 @@ class Symbolizer:
                 continue
             file_offset = lookup - mapping.start + mapping.offset
             path = mapping.file_path
-            # A frame any process met is named from file_frames: through the file's key this
-            # process met before, without its module; else through the module's key.
-            ekey = proc.modules.get((mapping.start, mapping.end, mapping.offset, mapping.inode))
-            shared = file_frames.get((ekey, path, file_offset, i == 0)) if ekey else None
-            if shared is None:
-                module = self._module(info, proc, mapping)
-                fkey = (module.key, path, file_offset, i == 0) if module.key else None
-                if fkey is not None and fkey[0] != ekey:
-                    shared = file_frames.get(fkey)
+            shared, module, fkey = self._met_before(info, proc, mapping, path, file_offset, i == 0)
             if shared is not None:
                 frames[i] = shared
                 if len(known) < MAX_FRAMES_PER_PROCESS:
@@ -357,6 +349,22 @@ class Symbolizer:
             module._accounted = len(module._results)
             self.elf_cache.resize(module.key)
 
+    def _met_before(self, info: Process, proc: ProcessSymbols, mapping: Mapping, path: str, file_offset: int,
+                    leaf: bool) -> tuple[Frame | None, ModuleSymbols | None, tuple | None]:
+        """(the frame any process met at this offset of the mapping's file, or None; the module,
+        where it had to be opened to look (None where the process's own key found the frame); the
+        key a frame named now is remembered under, None for a file without one). Through the file's
+        key this process met before, without its module; else through the module's key."""
+        ekey = proc.modules.get((mapping.start, mapping.end, mapping.offset, mapping.inode))
+        shared = self._file_frames.get((ekey, path, file_offset, leaf)) if ekey else None
+        if shared is not None:
+            return shared, None, None
+        module = self._module(info, proc, mapping)
+        fkey = (module.key, path, file_offset, leaf) if module.key else None
+        if fkey is not None and fkey[0] != ekey:
+            shared = self._file_frames.get(fkey)
+        return shared, module, fkey
+
     def _leaf_frame(self, info: Process, proc: ProcessSymbols, address: int) -> Frame | None:
         """The leaf's frame where it is the one address of a stack not named in this process
         before (a hot function's every instruction is a leaf in turn, each a new stack above frames
@@ -367,24 +375,18 @@ class Symbolizer:
             return None
         file_offset = address - mapping.start + mapping.offset
         path = mapping.file_path
-        file_frames = self._file_frames
-        ekey = proc.modules.get((mapping.start, mapping.end, mapping.offset, mapping.inode))
-        frame = file_frames.get((ekey, path, file_offset, True)) if ekey else None
+        frame, module, fkey = self._met_before(info, proc, mapping, path, file_offset, True)
         if frame is None:
-            module = self._module(info, proc, mapping)
-            if module.elf is None or not module.key:
+            if module.elf is None or fkey is None:
                 return None
-            fkey = (module.key, path, file_offset, True)
-            frame = file_frames.get(fkey)
-            if frame is None:
-                vaddr = module.elf.file_offset_to_vaddr(file_offset)
-                if vaddr is None:
-                    return None
-                frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
-                self._weigh(module)
-                if len(file_frames) >= MAX_FILE_FRAMES:
-                    file_frames.clear()
-                file_frames[fkey] = frame
+            vaddr = module.elf.file_offset_to_vaddr(file_offset)
+            if vaddr is None:
+                return None
+            frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
+            self._weigh(module)
+            if len(self._file_frames) >= MAX_FILE_FRAMES:
+                self._file_frames.clear()
+            self._file_frames[fkey] = frame
         known = proc.frames
         if len(known) < MAX_FRAMES_PER_PROCESS:
             known[address * 2 + 1] = frame
