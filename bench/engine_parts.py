@@ -16,6 +16,8 @@ watcher's rounds, the collects, and its own samples.
     sudo .venv/bin/python bench/engine_parts.py --runs 3 --rate 99 --no-load    (an idle host)
     sudo .venv/bin/python bench/engine_parts.py --runs 4 --rate 99 --tree old=OLD/src --tree new=NEW/src
         (trees side by side on one load: each run a fresh process, the trees' order alternating)
+    sudo .venv/bin/python bench/engine_parts.py --runs 4 --rate 99 --tree venv=src --tree deb=src \
+        --python deb=VENV_OF_ANOTHER_PYTHON/bin/python     (one tree under two interpreters)
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC",
                         help="measure these trees side by side (repeat): each run a child process of one "
                              "tree, on one load started here, the trees' order alternating from run to run")
+    parser.add_argument("--python", action="append", default=[], metavar="NAME=INTERPRETER",
+                        help="run the --tree NAME with this Python (default: the one running this script); "
+                             "the interpreter needs hotstack's dependencies")
     parser.add_argument("--no-load", action="store_true", help="an idle host: no load is started")
     parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)   # (a --tree child)
     args = parser.parse_args()
@@ -120,6 +125,11 @@ def main() -> None:
         print(json.dumps(one_run(args)))
         return
     trees = [t.split("=", 1) for t in args.tree]
+    pythons = dict(p.split("=", 1) for p in args.python)
+    for name, python in pythons.items():
+        version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        print(f"{name}: Python {version} ({python})")
     print(f"{', '.join(f'{n}={s}' for n, s in trees) if trees else 'tree ' + args.src}, {args.rate} Hz, "
           f"{'idle host' if args.no_load else 'mixed load'}", flush=True)
     runs: dict[str, list[dict]] = {name: [] for name, _ in trees} if trees else {"": []}
@@ -133,7 +143,7 @@ def main() -> None:
                     continue
                 for name, src in (trees if i % 2 == 0 else trees[::-1]):
                     child = subprocess.run(
-                        [sys.executable, __file__, "--one-run", "--src", src, "--rate", str(args.rate),
+                        [pythons.get(name, sys.executable), __file__, "--one-run", "--src", src, "--rate", str(args.rate),
                          "--interval", str(args.interval), "--intervals", str(args.intervals)],
                         capture_output=True, text=True, check=True)
                     runs[name].append(json.loads(child.stdout.strip().splitlines()[-1]))
