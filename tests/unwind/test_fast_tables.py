@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hotstack.symbols.elf import ElfFile
-from hotstack.unwind import cfi
+from hotstack.unwind import cfi, fastcfi, kernel_tables
 from hotstack.unwind.builder import build_table_fast
 from hotstack.unwind.kernel_tables import KIND_FP_GO, TableCache, build_file_table, content_key
 from hotstack.unwind.table import build_table
@@ -80,7 +80,7 @@ def test_kernel_rows_are_file_offsets_with_a_stop_at_start(built_binaries):
     assert (kinds == cfi.KIND_STOP).any(), "_start's undefined return address must be a stop row"
 
 
-def test_go_functions_get_frame_pointer_rows(build_dir):
+def test_go_functions_get_frame_pointer_rows(build_dir, monkeypatch):
     if shutil.which("go") is None:
         pytest.skip("no Go toolchain")
     src = build_dir / "gofp"
@@ -107,6 +107,24 @@ def test_go_functions_get_frame_pointer_rows(build_dir):
     kinds_of_rows = table.rules["kind"][table.rule_ids]
     assert 1 <= (kinds_of_rows == KIND_FP_GO).sum() < 0.02 * len(kinds_of_rows)
     assert len({int(r["cfa"]) for r in table.rules if r["kind"] == cfi.KIND_CFA_SP}) > 10   # many frame sizes
+    # the file's pages dropped from the resident set after every function read: the same rows
+    monkeypatch.setattr(kernel_tables, "GO_RELEASE_EVERY", 1)
+    again = build_file_table(ElfFile(str(src / "gofp")))
+    assert np.array_equal(again.offsets, table.offsets) and np.array_equal(again.rule_ids, table.rule_ids)
+    assert np.array_equal(again.rules, table.rules)
+
+
+def test_rows_name_their_rules_when_the_rules_mixed_keys_collide(monkeypatch):
+    """A part's rows are told apart by one 64-bit mix of their rules' two keys (fastcfi.RuleIds),
+    checked row by row: with a mix that ignores the first key (most rules then share a mix with
+    another), the check sends every part to the two-key sort, and the table is the same."""
+    elf = ElfFile(system_libraries()[0])
+    mixed = build_table_fast(elf)
+    monkeypatch.setattr(fastcfi, "_MIX", np.int64(0))
+    sorted_keys = build_table_fast(elf)
+    assert len(mixed) > 100 and np.array_equal(mixed.pcs, sorted_keys.pcs)
+    assert np.array_equal(expanded(mixed)[1], expanded(sorted_keys)[1])
+    assert mixed.rules == sorted_keys.rules and np.array_equal(mixed.rule_ids, sorted_keys.rule_ids)
 
 
 def test_cache_is_keyed_by_content_not_build_id(tmp_path, built_binaries):

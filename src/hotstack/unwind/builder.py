@@ -13,7 +13,7 @@ import numpy as np
 from .. import malloc
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
-from .fastcfi import join_columns, parse_fast
+from .fastcfi import RuleIds, join_columns, parse_fast, rule_keys
 from .table import Rule, UnwindTable, _decompressed
 
 
@@ -21,6 +21,7 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
     """`debug_frame` False: .eh_frame only (Go binaries: their .debug_frame gives no RBP rule, the
     frame-pointer rows from .gopclntab describe Go functions better)."""
     parts: list[dict] = []
+    rules = RuleIds()        # (every section's rows name their rules by one numbering)
     fdes = fp_fdes = 0
     sources: list[str] = []
     arch = cfi.arch_of(elf.machine)         # x86-64 or arm64 registers, by the ELF's e_machine
@@ -48,7 +49,7 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
                 except ElfError:
                     hdr = None
         rows, n, fp = parse_fast(data, section.addr, debug_frame=debug, hdr=hdr, hdr_addr=hdr_addr or 0,
-                                 arch=arch)
+                                 arch=arch, rules=rules)
         fp_fdes += fp
         if len(rows["pc"]):
             # .debug_frame rows go first so that .eh_frame rows win at equal pcs (as table.py)
@@ -57,23 +58,30 @@ def build_table_fast(elf: ElfFile, debug_elf: ElfFile | None = None, debug_frame
             fdes += n
             sources.append(name if source_elf is elf else f"debug:{name}")
         del rows    # parts holds them: rows_to_table frees each column as it goes
-    table = rows_to_table(parts, fdes, fp_fdes, "+".join(sources))
+    data = hdr = None       # (the last section's bytes: not held through rows_to_table, the build's peak)
+    table = rows_to_table(parts, rules, fdes, fp_fdes, "+".join(sources))
     malloc.trim()       # the build's columns were freed: their pages go back (hotstack/malloc.py)
     table.go = elf.section(".gopclntab") is not None or elf.section(".go.buildinfo") is not None
     return table
 
 
-def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> UnwindTable:
-    """UnwindTable.from_rows, vectorized (`parts` is consumed): at one pc a real row wins over an FDE end, among real
-    rows the last in parse order; consecutive equal rules merge; rules are deduplicated."""
+def rows_to_table(parts: list[dict], rules: RuleIds, fdes: int, fp_fdes: int, source: str) -> UnwindTable:
+    """UnwindTable.from_rows, vectorized (`parts` is consumed; their rows name rules in `rules`): at one pc
+    a real row wins over an FDE end, among real rows the last in parse order; consecutive equal rules
+    merge; rules are deduplicated."""
     if not parts:
         return UnwindTable(np.zeros(0, np.uint64), np.zeros(0, np.uint16), [], fdes, 0, source)
-    names = ("pc", "kind", "cfa", "rbp", "ra", "order", "source")
+    names = ("pc", "rule", "order", "source")
     col = dict(zip(names, join_columns(parts, names)))
-    pc, kind = col["pc"], col["kind"]
-    is_real = (kind != cfi.KIND_END).astype(np.int8)
-    # (views, not copies, and each temporary dropped when done: these columns are 8 MB per million rows)
-    order = np.lexsort((col["order"], col["source"], is_real, pc.view(np.uint64)))
+    pc, rule = col.pop("pc"), col.pop("rule")
+    invalid = rules.id_of((cfi.KIND_INVALID, 0, 0, 0))      # what an FDE's end row says (no rule)
+    table = np.array(rules.rules, np.int64).reshape(-1, 4)     # id -> (kind, cfa, rbp, ra)
+    is_end = table[:, 0] == cfi.KIND_END
+    is_real = (~is_end[rule]).astype(np.int8)
+    # (views, not copies, and each column and temporary dropped when done: these columns are 8 MB per
+    # million rows; a large library's build peaked here)
+    order = np.lexsort((col.pop("order"), col.pop("source"), is_real, pc.view(np.uint64)))
+    del col, is_real
     pc_s = pc[order]
     keep = np.ones(len(order), bool)
     keep[:-1] = pc_s[1:] != pc_s[:-1]
@@ -81,34 +89,21 @@ def rows_to_table(parts: list[dict], fdes: int, fp_fdes: int, source: str) -> Un
     sel = order[keep]
     del order, keep
     pc_k = pc[sel].view(np.uint64)
-    kind_k = kind[sel]
-    end = kind_k == cfi.KIND_END
-    kind_k = np.where(end, cfi.KIND_INVALID, kind_k)
-    cfa_k = np.where(end, 0, col["cfa"][sel])
-    rbp_k = np.where(end, 0, col["rbp"][sel])
-    ra_k = np.where(end, 0, col["ra"][sel])
-    del col, pc, kind, is_real, sel, end     # a large library has millions of rows
+    del pc
+    to_rule = np.arange(len(table), dtype=np.int32)
+    to_rule[is_end] = invalid
+    rule_k = to_rule[rule[sel]]
+    del rule, sel
     change = np.ones(len(pc_k), bool)
-    change[1:] = (kind_k[1:] != kind_k[:-1]) | (cfa_k[1:] != cfa_k[:-1]) | (rbp_k[1:] != rbp_k[:-1]) \
-        | (ra_k[1:] != ra_k[:-1])
-    pc_k, kind_k, cfa_k, rbp_k, ra_k = pc_k[change], kind_k[change], cfa_k[change], rbp_k[change], ra_k[change]
-    # rule ids: rules numbered in the order of two packed 64-bit keys, each rule's first row naming it.
-    # One stable sort of both keys instead of np.unique on each and on their pair: the same ids,
-    # and the three uniques' sorted copies and inverses were the builder's peak (libLLVM-15).
-    key1 = (kind_k.astype(np.int64) << 40) ^ (cfa_k.astype(np.int64) & 0xFFFFFFFFFF)
-    key2 = (rbp_k.astype(np.int64) << 32) ^ (ra_k.astype(np.int64) & 0xFFFFFFFF)
-    order = np.lexsort((key2, key1))
-    new = np.ones(len(order), bool)
-    k = key1[order]
-    new[1:] = k[1:] != k[:-1]
-    k = key2[order]
-    new[1:] |= k[1:] != k[:-1]
-    del k, key1, key2
-    first = order[new]          # lexsort is stable: the first row of each rule
-    count = len(first)
-    ids = np.empty(len(order), np.uint16 if count < 1 << 16 else np.uint32)
-    ids[order] = np.cumsum(new, dtype=np.uint32) - 1
-    del order, new
-    rules = [Rule(int(a), int(b), int(c), int(d)) for a, b, c, d in
-             zip(kind_k[first].tolist(), cfa_k[first].tolist(), rbp_k[first].tolist(), ra_k[first].tolist())]
-    return UnwindTable(pc_k, ids, rules, fdes, fp_fdes, source)
+    change[1:] = rule_k[1:] != rule_k[:-1]          # (one id per distinct rule: equal ids, equal rules)
+    pc_k, rule_k = pc_k[change], rule_k[change]
+    del change
+    # the rules present, numbered in the order of their two 64-bit keys (as np.unique of the pairs would)
+    present = np.unique(rule_k)
+    key1, key2 = rule_keys(table[present, 0], table[present, 1], table[present, 2], table[present, 3])
+    ranked = present[np.lexsort((key2, key1))]
+    number = np.zeros(len(table), np.uint32)
+    number[ranked] = np.arange(len(ranked), dtype=np.uint32)
+    ids = number[rule_k].astype(np.uint16 if len(ranked) < 1 << 16 else np.uint32)
+    out_rules = [Rule(*r) for r in table[ranked].tolist()]
+    return UnwindTable(pc_k, ids, out_rules, fdes, fp_fdes, source)

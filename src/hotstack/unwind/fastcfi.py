@@ -279,11 +279,13 @@ def _headers_from_hdr(data: bytes, section_addr: int, hdr: bytes, hdr_addr: int,
 
 
 def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: bytes | None = None,
-               hdr_addr: int = 0, arch: cfi.Arch = cfi.X86_64) -> tuple[dict, int, int]:
+               hdr_addr: int = 0, arch: cfi.Arch = cfi.X86_64, rules: RuleIds | None = None
+               ) -> tuple[dict, int, int]:
     """Rows of every FDE of a .eh_frame/.debug_frame section, as arrays.
 
-    Returns ({pc, kind, cfa, rbp, ra, order}, FDEs, FDEs with a CFA=RBP row). `order` ranks the
-    rows as cfi.parse would have listed them (it matters only where two rows share a pc).
+    Returns ({pc, rule, order}, FDEs, FDEs with a CFA=RBP row): `rule` the row's id in `rules` (its
+    kind, CFA, RBP and return-address rules; one RuleIds for every section of a file), `order` ranks
+    the rows as cfi.parse would have listed them (it matters only where two rows share a pc).
     `hdr`: the .eh_frame_hdr bytes, if any (its table locates the FDEs without a walk).
     `arch`: the registers of the ELF's machine (cfi.arch_of(e_machine)).
     """
@@ -292,7 +294,8 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         h = _headers_arrays(data, section_addr, debug_frame, arch)
     nf = len(h.offset)
     if nf == 0:
-        return {k: np.zeros(0, np.int64) for k in ("pc", "kind", "cfa", "rbp", "ra", "order")}, 0, 0
+        return {k: np.zeros(0, np.int64) for k in ("pc", "rule", "order")}, 0, 0
+    rules = RuleIds() if rules is None else rules
     # the CIEs' initial states (few): evaluated by cfi.py
     init = []
     for c in h.cies:
@@ -304,14 +307,15 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
             ok = False
         init.append((st.cfa_reg, st.cfa_off, st.rbp_off, RA_UNDEFINED if st.ra_off is None else st.ra_off,
                      ok, c.code_align, c.data_align, c.ra_reg, c.signal))
-    ci = np.array(init, np.int64)[h.cie]
-    i_reg, i_off, i_rbp, i_ra = ci[:, 0], ci[:, 1], ci[:, 2], ci[:, 3]
-    cie_ok, code_align, data_align, ra_reg, signal = ci[:, 4] != 0, ci[:, 5], ci[:, 6], ci[:, 7], ci[:, 8] != 0
+    ci = np.array(init, np.int64)
+    i_reg, i_off, i_rbp, i_ra, code_align, data_align, ra_reg = (_ByCie(ci[:, k], h.cie) for k in (0, 1, 2, 3, 5, 6, 7))
+    cie_ok, signal = ci[h.cie, 4] != 0, ci[h.cie, 8] != 0
     pc_begin, pc_range, ins_start, ins_end = h.pc_begin, h.pc_range, h.ins_start, h.ins_end
 
     valid = (pc_begin != 0) & (pc_range != 0) & (ins_end >= ins_start)
     slow = valid & ~signal & ~cie_ok
     evaluate = valid & ~signal & cie_ok
+    del cie_ok
 
     def evaluate_chunk(ev: np.ndarray) -> tuple[np.ndarray, ...]:
         """Rows of the FDEs `ev` (indexes, by section order) whose instructions lie together in one
@@ -530,7 +534,7 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
         kind = np.where(ra == RA_UNDEFINED, cfi.KIND_STOP, kind)
         keep = ~slow[row_fde]
         row_fde, kind = row_fde[keep], kind[keep]
-        parts.append(_part(loc[keep], kind, cfa_off[keep], rbp[keep], ra[keep], h.offset[row_fde], seq[keep]))
+        parts.append(_part(rules, loc[keep], kind, cfa_off[keep], rbp[keep], ra[keep], h.offset[row_fde], seq[keep]))
         fp.update(np.unique(row_fde[kind == cfi.KIND_CFA_FP]).tolist())
 
     no_ops = []
@@ -545,10 +549,10 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
 
     sig = np.flatnonzero(valid & signal)
     zero = np.zeros(len(sig), np.int64)
-    parts.append(_part(pc_begin[sig], np.full(len(sig), cfi.KIND_SIGNAL), zero, zero, zero, h.offset[sig], zero))
+    parts.append(_part(rules, pc_begin[sig], np.full(len(sig), cfi.KIND_SIGNAL), zero, zero, zero, h.offset[sig], zero))
     ends = np.flatnonzero(valid & ~slow)
     zero = np.zeros(len(ends), np.int64)
-    parts.append(_part(pc_begin[ends] + pc_range[ends], np.full(len(ends), cfi.KIND_END), zero, zero, zero,
+    parts.append(_part(rules, pc_begin[ends] + pc_range[ends], np.full(len(ends), cfi.KIND_END), zero, zero, zero,
                        h.offset[ends], np.full(len(ends), SEQ_LAST + 1)))
     # the FDEs left to cfi.py's evaluator, one by one
     slow_rows: list[tuple] = []
@@ -569,17 +573,23 @@ def parse_fast(data: bytes, section_addr: int, debug_frame: bool = False, hdr: b
     if slow_rows:
         arr = np.array(slow_rows, np.int64)
         keys = np.array(slow_keys, np.int64)
-        parts.append(_part(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
+        parts.append(_part(rules, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], keys[:, 0], keys[:, 1]))
+        del arr, keys
+    # the FDEs' own arrays (a dozen per FDE; ~4 MB for a library of 30k FDEs) go before the rows
+    # are joined and sorted, the build's peak
+    del h, ci, i_reg, i_off, i_rbp, i_ra, code_align, data_align, ra_reg, signal
+    del pc_begin, pc_range, ins_start, ins_end, valid, slow, evaluate, ev_all, bare, sig, ends, zero
+    del slow_rows, slow_keys, states
     columns = [list(p) for p in parts]
     del parts
-    pc, kind, cfa, rbp, ra, fkey, seq = join_columns(columns, range(7))
+    pc, rule, fkey, seq = join_columns(columns, range(4))
     del columns
     order = np.lexsort((seq, fkey))
     del seq, fkey
     rank = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)
     rank[order] = np.arange(len(order), dtype=rank.dtype)
     del order
-    return {"pc": pc, "kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra, "order": rank}, nf, len(fp)
+    return {"pc": pc, "rule": rule, "order": rank}, nf, len(fp)
 
 
 def join_columns(parts: list, keys) -> list[np.ndarray]:
@@ -611,19 +621,92 @@ _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SEQ_LAST = 1 << 30
 
 
-def _part(pc, kind, cfa, rbp, ra, fkey, seq) -> tuple[np.ndarray, ...]:
-    """Rows in compact columns (a large library has millions): pc int64, kind int8, offsets, FDE
+def _part(rules: RuleIds, pc, kind, cfa, rbp, ra, fkey, seq) -> tuple[np.ndarray, ...]:
+    """Rows in compact columns (a large library has millions): pc int64, rule id (RuleIds) int32, FDE
     offset (in a section of at most 256 MB) and place in the FDE int32. Non-rule rows carry zeros
     (as cfi.py's row tuples do). An offset beyond int32 is clipped, still out of the range the
     kernel rules accept (kernel_tables.kernel_rules), and never onto RBP_SAME."""
     kind = np.asarray(kind, np.int8)
     plain = (kind == cfi.KIND_CFA_SP) | (kind == cfi.KIND_CFA_FP) | (kind == cfi.KIND_PLT)
     rbp = np.where(rbp == cfi.RBP_SAME, cfi.RBP_SAME, np.clip(rbp, _I32_MIN, _I32_MAX - 1))
-    return (np.asarray(pc, np.int64), kind,
-            np.where(plain, np.clip(cfa, _I32_MIN, _I32_MAX), 0).astype(np.int32),
-            np.where(plain, rbp, 0).astype(np.int32),
-            np.where(plain, np.clip(ra, _I32_MIN, _I32_MAX), 0).astype(np.int32),
-            np.asarray(fkey, np.int32), np.asarray(seq, np.int32))
+    rule = rules.ids(kind, np.where(plain, np.clip(cfa, _I32_MIN, _I32_MAX), 0).astype(np.int32),
+                     np.where(plain, rbp, 0).astype(np.int32),
+                     np.where(plain, np.clip(ra, _I32_MIN, _I32_MAX), 0).astype(np.int32))
+    return np.asarray(pc, np.int64), rule, np.asarray(fkey, np.int32), np.asarray(seq, np.int32)
+
+
+_MIX = np.int64(-7046029254386353131)      # (2**64 / golden ratio, as int64: spreads key1's bits)
+
+
+class RuleIds:
+    """Ids of rules (kind, CFA offset, RBP rule, return-address rule), numbered as they are met; one
+    for all the sections of a file's build. A row carries its rule's id (int32) where it had carried
+    the four values (13 bytes): a large library's rows, all held until they are joined and sorted,
+    are the builder's peak (libLLVM-14: 956k rows)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, int, int, int], int] = {}
+        self.rules: list[tuple[int, int, int, int]] = []
+
+    def ids(self, kind: np.ndarray, cfa: np.ndarray, rbp: np.ndarray, ra: np.ndarray) -> np.ndarray:
+        """The id of each row's rule (int32 arrays of the offsets, kind int8), new rules numbered."""
+        if not len(kind):
+            return np.zeros(0, np.int32)
+        key1, key2 = rule_keys(kind, cfa, rbp, ra)
+        # the rows' distinct rules by one sort of a 64-bit mix of both keys (a part has a few hundred
+        # rules in thousands of rows), each row then checked against its rule's keys: a mix shared by
+        # two rules (never seen) falls back to sorting both keys
+        mixed = key1 * _MIX ^ key2
+        uniq, inverse = np.unique(mixed, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        first = np.empty(len(uniq), np.int64)        # a row of each (any: their keys are checked)
+        first[inverse] = np.arange(len(inverse))
+        if not ((key1[first][inverse] == key1) & (key2[first][inverse] == key2)).all():
+            order = np.lexsort((key2, key1))
+            new = np.ones(len(order), bool)
+            new[1:] = (key1[order][1:] != key1[order][:-1]) | (key2[order][1:] != key2[order][:-1])
+            first = order[new]
+            inverse = np.empty(len(order), np.int64)
+            inverse[order] = np.cumsum(new) - 1
+        found = np.empty(len(first), np.int32)
+        ids, rules = self._ids, self.rules
+        for j, rule in enumerate(zip(kind[first].tolist(), cfa[first].tolist(), rbp[first].tolist(),
+                                     ra[first].tolist())):
+            at = ids.get(rule)
+            if at is None:
+                at = ids[rule] = len(rules)
+                rules.append(rule)
+            found[j] = at
+        return found[inverse.reshape(-1)]
+
+    def id_of(self, rule: tuple[int, int, int, int]) -> int:
+        at = self._ids.get(rule)
+        if at is None:
+            at = self._ids[rule] = len(self.rules)
+            self.rules.append(rule)
+        return at
+
+
+def rule_keys(kind: np.ndarray, cfa: np.ndarray, rbp: np.ndarray, ra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two int64 keys that together tell rules apart (the offsets are int32): (kind, CFA) and
+    (RBP, return address)."""
+    key1 = (kind.astype(np.int64) << 40) ^ (cfa.astype(np.int64) & 0xFFFFFFFFFF)
+    key2 = (rbp.astype(np.int64) << 32) ^ (ra.astype(np.int64) & 0xFFFFFFFF)
+    return key1, key2
+
+
+class _ByCie:
+    """A CIE's value for FDEs, indexed like a per-FDE column (FDE indexes -> their CIE's values)
+    without a per-FDE copy: nine int64 columns for every FDE of a library (libLLVM-14: 95k FDEs,
+    ~7 MB) had been held through the whole build."""
+
+    __slots__ = ("values", "cie")
+
+    def __init__(self, values: np.ndarray, cie: np.ndarray) -> None:
+        self.values, self.cie = values, cie
+
+    def __getitem__(self, fdes):
+        return self.values[self.cie[fdes]]
 
 
 def _chunks(fdes: np.ndarray, ins_start: np.ndarray, size: int) -> list[np.ndarray]:
