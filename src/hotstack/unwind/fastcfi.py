@@ -668,18 +668,12 @@ class RuleIds:
             first = order[new]
             inverse = np.empty(len(order), np.int64)
             inverse[order] = np.cumsum(new) - 1
-        found = np.empty(len(first), np.int32)
-        ids, rules = self._ids, self.rules
-        for j, rule in enumerate(zip(kind[first].tolist(), cfa[first].tolist(), rbp[first].tolist(),
-                                     ra[first].tolist())):
-            at = ids.get(rule)
-            if at is None:
-                at = ids[rule] = len(rules)
-                rules.append(rule)
-            found[j] = at
+        found = np.array(list(map(self.id_of, zip(kind[first].tolist(), cfa[first].tolist(), rbp[first].tolist(),
+                                                  ra[first].tolist()))), np.int32)
         return found[inverse.reshape(-1)]
 
     def id_of(self, rule: tuple[int, int, int, int]) -> int:
+        """The rule's id (numbered now if it is new)."""
         at = self._ids.get(rule)
         if at is None:
             at = self._ids[rule] = len(self.rules)
