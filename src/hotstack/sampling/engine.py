@@ -127,9 +127,6 @@ class Engine:
             raise e if isinstance(e, HotstackError) else explain(e) from None
 
     def _start(self) -> None:
-        # Parse kallsyms while the kernel verifies the programs (the bpf() call releases the GIL).
-        kallsyms = threading.Thread(target=lambda: self.symbolizer.kernel, name="hotstack-kallsyms", daemon=True)
-        kallsyms.start()
         if self.cpu is not None:
             # Running processes are looked at by the frame sources before sampling starts.
             for pid in self.config.pids:
@@ -149,12 +146,19 @@ class Engine:
             if sampler is not self.cpu:
                 sampler.start()
                 self._started.append(sampler)
-        kallsyms.join()
         release_kernel_btf()    # 5.5 MB that sampling does not need; read again if a program later does
-        malloc.trim()           # and the start's transients (kallsyms' chunks, BTF, ELF reads) go back
+        malloc.trim()           # and the start's transients (BTF, ELF reads) go back
+        # The kernel's symbols once sampling is on: the first collect names kernel frames (and waits
+        # for them if it comes first), nothing before it does. Parsed beside the programs' loads, they
+        # had been ~0.1 CPU-s of the ~0.5 CPU-s a start cost before the first sample (bench/startup.py).
+        self._spawn(self._load_kernel_symbols, "hotstack-kallsyms")
         self._spawn(self._watch_new_pids, "hotstack-pids")
         if any(s.native is not None for s in self._started):
             self._spawn(self._serve_native_loop, "hotstack-unwind")
+
+    def _load_kernel_symbols(self) -> None:
+        self.symbolizer.kernel        # (loaded under the symbolizer's lock: a collect waits for it)
+        malloc.trim()                 # the parse's chunks go back
 
     def _spawn(self, target, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
