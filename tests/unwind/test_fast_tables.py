@@ -170,6 +170,17 @@ def test_cache_rejects_a_tampered_file(tmp_path, built_binaries):
     path.write_bytes(b"not a table")
     third = TableCache(directory=str(cache_dir))
     assert len(third.get(elf)) == len(table) and third.rejected == 1
+    # the file as written is read back whole; cut short, or one byte of its rules changed (which
+    # only the header's checksum tells), it is rejected and built again
+    whole = path.read_bytes()
+    fourth = TableCache(directory=str(cache_dir))
+    kept = fourth.get(elf)
+    assert fourth.loaded == 1 and fourth.built == 0 and np.array_equal(kept.offsets, table.offsets)
+    assert np.array_equal(kept.rule_ids, table.rule_ids) and np.array_equal(kept.rules, table.rules)
+    for damaged in (whole[:-3], whole[:-1] + bytes([whole[-1] ^ 1])):
+        path.write_bytes(damaged)
+        again = TableCache(directory=str(cache_dir))
+        assert len(again.get(elf)) == len(table) and again.rejected == 1 and again.built == 1
 
 
 def test_cache_memory_is_bounded(built_binaries):

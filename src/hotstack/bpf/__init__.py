@@ -1,7 +1,11 @@
 """The BPF programs' C sources and their committed objects (built by `make bpf`)."""
 
 import os
-from importlib import resources
+
+# The objects lie beside this module in the installed package (a wheel installs files; a program is
+# loaded from a path). importlib.resources, which also serves zipped packages, cost ~9 ms of a
+# ~0.33 CPU-s start (its import, its readers and zipfile's).
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Objects per machine (`uname -m`): the register layout of the programs' contexts differs (bpf/arch.h).
 # x86-64's keep the plain name; another architecture's carry its name: profile.arm64.bpf.o.
@@ -23,4 +27,4 @@ def object_suffix(machine: str | None = None) -> str:
 def object_path(name: str, machine: str | None = None) -> str:
     """Path of the committed object of program `name` for this machine (or `machine`) inside the
     installed package: <name>.bpf.o on x86-64, <name>.arm64.bpf.o on arm64."""
-    return str(resources.files(__name__).joinpath(f"{name}{object_suffix(machine)}.bpf.o"))
+    return os.path.join(_HERE, f"{name}{object_suffix(machine)}.bpf.o")
