@@ -208,7 +208,7 @@ class PhpSource(InterpreterSource):
             jit = self._jit[pid] = JitWatch(pid, entry[0].jit)
         regions = jit.regions_for(native)
         if regions:
-            merged = merge_jit(native, groups, raw[1], _is_vm_entry, regions, JIT_MARKER)
+            merged = merge_jit(native, groups, raw[1], regions, JIT_MARKER)
             if merged is not None:
                 self.jit_stacks += 1
                 return merged

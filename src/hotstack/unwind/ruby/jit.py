@@ -16,7 +16,6 @@ JIT code lives in anonymous executable memory: YJIT's code region (private), opc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from ... import procs
 from ...procs.maps import Mapping, parse_maps
@@ -47,14 +46,21 @@ def in_regions(frame: Frame, regions: tuple[Mapping, ...]) -> bool:
     return False
 
 
-def merge_jit(native: list[Frame], groups: list[list[Frame]], truncated: bool, is_anchor: Callable[[Frame], bool],
+def merge_jit(native: list[Frame], groups: list[list[Frame]], truncated: bool,
               regions: tuple[tuple[int, int], ...], marker: Frame) -> list[Frame] | None:
     """The merged stack of a sample whose native frames run through JIT code; None if none of them
-    does (the caller merges as usual)."""
+    does (the caller merges as usual). The native frames kept (those before the JIT code) are never
+    anchors, even an interpreter entry among them (JIT code that called into the interpreter): which
+    of the walker's frames that entry ran cannot be told (under YJIT they had all been put there,
+    <main> included, below the JIT marker), so every interpreter frame goes above the marker."""
     cut = next((i for i, f in enumerate(native) if in_regions(f, regions)), None)
     if cut is None:
         return None
-    return merge(native[:cut] + [marker], groups, truncated, is_anchor=is_anchor)
+    return merge(native[:cut] + [marker], groups, truncated, is_anchor=_no_anchor)
+
+
+def _no_anchor(frame: Frame) -> bool:
+    return False
 
 
 class JitWatch:

@@ -214,7 +214,7 @@ class RubySource(InterpreterSource):
         entry = self._procs.get(pid)
         regions = entry.jit.regions_for(native) if entry is not None else ()
         if regions:
-            merged = merge_jit(native, groups, truncated, is_vm_entry, regions, JIT_MARKER)
+            merged = merge_jit(native, groups, truncated, regions, JIT_MARKER)
             if merged is not None:
                 self.jit_stacks += 1
                 return merged
