@@ -183,6 +183,20 @@ def test_cache_rejects_a_tampered_file(tmp_path, built_binaries):
         assert len(again.get(elf)) == len(table) and again.rejected == 1 and again.built == 1
 
 
+def test_tables_of_older_versions_are_removed_at_the_first_save(tmp_path, built_binaries):
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    old = [cache_dir / "k4-1a2b-3c4d.npz", cache_dir / "k3-1a2b.npz", cache_dir / "k4-ffff.table"]
+    kept = [cache_dir / "notes.txt", cache_dir / "k9x-1.npz"]
+    for path in old + kept:
+        path.write_bytes(b"x")
+    cache = TableCache(directory=str(cache_dir))
+    cache.get(ElfFile(str(built_binaries[0])))
+    assert not any(p.exists() for p in old) and all(p.exists() for p in kept)
+    (table,) = [p for p in cache_dir.iterdir() if p.name.startswith(f"k{TableCache.VERSION}-")]
+    assert table.suffix == ".table"
+
+
 def test_cache_memory_is_bounded(built_binaries):
     files = [ElfFile(f) for f in system_libraries()[:3]]
     cache = TableCache(max_bytes=300_000, directory="")

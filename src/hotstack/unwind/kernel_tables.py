@@ -331,6 +331,7 @@ class TableCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self.built = self.loaded = self.rejected = self.evicted = 0
+        self._swept = False      # the tables of older versions removed (at this cache's first save)
         self.build_seconds = 0.0
 
     @property
@@ -408,18 +409,40 @@ class TableCache:
         self.loaded += 1
         return table
 
+    def _sweep_old_versions(self) -> None:
+        """Remove the tables an earlier version wrote here: none is read again, and a host's files
+        had left megabytes of them behind at each format change."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in filter(_older_version, names):
+            try:
+                os.unlink(os.path.join(self.directory, name))
+            except OSError:
+                pass
+
     def _save(self, table: FileTable) -> None:
         path = self._path(table.key)
         if path is None:
             return
         try:
             os.makedirs(self.directory, exist_ok=True)
+            if not self._swept:
+                self._swept = True
+                self._sweep_old_versions()
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(_table_bytes(table))
             os.replace(tmp, path)
         except OSError:
             pass
+
+
+def _older_version(name: str) -> bool:
+    """A table file of an earlier TableCache.VERSION (k<N>-<key>.npz or .table), which no version reads."""
+    number = name[1:name.find("-")] if name.startswith("k") and "-" in name else ""
+    return number.isdigit() and int(number) < TableCache.VERSION and name.endswith((".npz", ".table"))
 
 
 def _table_bytes(table: FileTable) -> bytes:
