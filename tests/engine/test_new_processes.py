@@ -45,32 +45,48 @@ def _watch(pid: int) -> str:
     return path
 
 
-def test_a_process_that_runs_no_runtime_has_its_maps_read_once():
+def _busy_shell(prof: Engine) -> tuple[subprocess.Popen, int]:
+    """A busy shell, once the engine knows it; (it, the pid watcher's reads of its maps 4 s later)."""
+    busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    path = _watch(busy.pid)
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not prof.processes.known(busy.pid):
+            time.sleep(0.1)
+        assert prof.processes.known(busy.pid), "the busy shell was never announced"
+        time.sleep(4)               # past every retry age but the last (6.4 s, JVMs only)
+        return busy, _WATCHED[path]
+    finally:
+        _WATCHED.pop(path, None)
+
+
+def test_a_process_that_runs_no_runtime_has_its_maps_read_once_and_the_next_of_its_image_none():
     """Six frame sources look at every new process of the host; with no runtime named in its maps
     or executable, they share the process table's read and none of them looks again later (the
     retries at 0.1-6.4 s are for interpreters still starting). Before: 17 reads for a busy shell.
-    A first shell has the unwind tables of sh and libc built, so that the second one's files are
-    mostly known (the unwind thread's reads are not counted in any case: _count_maps_opens)."""
+    The next process of that image (a loop's commands) is noted from its announcement with no read
+    at all where the kernel unwinder keeps the mappings it walks (Engine._noted); its stacks are
+    still named, with its mappings read when naming needs them."""
     with Engine(EngineConfig(frequency=499)) as prof:
         assert len(prof.runtimes) >= 2, [s.name for s in prof.runtimes]
-        warm = subprocess.Popen(["sh", "-c", "while :; do :; done"])
-        time.sleep(1.5)
-        warm.kill()
-        warm.wait()
-        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
-        path = _watch(busy.pid)
+        first, first_reads = _busy_shell(prof)
+        first.kill()
+        first.wait()
+        busy, reads = _busy_shell(prof)
         try:
-            deadline = time.monotonic() + 8
-            while time.monotonic() < deadline and not prof.processes.known(busy.pid):
-                time.sleep(0.1)
-            assert prof.processes.known(busy.pid), "the busy shell was never announced"
-            time.sleep(4)               # past every retry age but the last (6.4 s, JVMs only)
-            reads = _WATCHED[path]
+            noted = prof.processes.peek(busy.pid).lazy
+            lazy_possible = all(s.native is not None and s.native_vma_walk for s in prof._started)
+            prof.collect()
+            time.sleep(1)
+            samples = [s for s in prof.collect()[0].samples if s.pid == busy.pid]
         finally:
-            _WATCHED.pop(path, None)
             busy.kill()
             busy.wait()
-    assert reads == 1, f"/proc/PID/maps of a busy shell read {reads} times"
+    assert first_reads == 1, f"/proc/PID/maps of a busy shell read {first_reads} times"
+    assert (reads, noted) == ((0, True) if lazy_possible else (1, False)), (reads, noted, lazy_possible)
+    shell = Path("/bin/sh").resolve()
+    assert samples and all(any(Path(f.module).name == shell.name for f in s.stack) for s in samples), \
+        [[(f.name, f.module) for f in s.stack] for s in samples[:3]]
 
 
 EMBED_C = r"""
@@ -375,3 +391,49 @@ def test_a_collect_takes_on_a_process_the_pid_watcher_has_not_read_yet():
         finally:
             busy.kill()
             busy.wait()
+
+
+SHORT_C = r"""
+#include <stdlib.h>
+static volatile unsigned long sink;
+#define HOT(n) __attribute__((noinline)) void short_hot##n(void) \
+    { for (unsigned long i = 0; i < 40000000UL; i++) sink += i * n; }
+HOT(0) HOT(1) HOT(2) HOT(3) HOT(4) HOT(5) HOT(6) HOT(7) HOT(8) HOT(9) HOT(10) HOT(11)
+static void (*hot[])(void) = {short_hot0, short_hot1, short_hot2, short_hot3, short_hot4, short_hot5,
+                              short_hot6, short_hot7, short_hot8, short_hot9, short_hot10, short_hot11};
+int main(int argc, char **argv) { hot[atoi(argv[1])](); return 0; }
+"""
+
+
+def test_short_processes_of_a_known_image_are_noted_and_named_after_they_exit(tmp_path):
+    """A loop of short runs of one program, each in a function of its own (so that no run's stacks
+    are named by another's through the kernel's file hash): the first runs are read, the next ones
+    noted from their announcement alone (where the kernel unwinder keeps the mappings it walks);
+    every run has exited when its samples are named, the noted ones with the mappings the kernel
+    kept: their samples are named as the read ones' are."""
+    source = tmp_path / "short.c"
+    source.write_text(SHORT_C)
+    prog = tmp_path / "shortprog"
+    subprocess.run(["cc", "-O1", "-g", str(source), "-o", str(prog)], check=True)
+    with Engine(EngineConfig(frequency=499)) as prof:
+        noted: list[int] = []
+        note = prof.processes.note
+        prof.processes.note = lambda pid, told, parent: noted.append(pid) or note(pid, told, parent)
+        lazy_possible = all(s.native is not None and s.native_vma_walk for s in prof._started)
+        prof.collect()
+        subprocess.run(["sh", "-c", f"for i in 0 1 2 3 4 5 6 7 8 9 10 11; do {prog} $i; done"], check=True)
+        time.sleep(0.2)
+        samples = [s for s in prof.collect()[0].samples if s.comm == prog.name]
+    runs = {s.pid for s in samples}
+    named = sum(s.value for s in samples if any(f.name.startswith("short_hot") for f in s.stack))
+    total = sum(s.value for s in samples)
+    assert len(runs) >= 8, runs
+    assert named >= 0.95 * total, (named, total, [[f.name for f in s.stack] for s in samples[:5]])
+    if lazy_possible:
+        noted_runs = runs & set(noted)
+        assert len(noted_runs) >= 3, (noted, runs)
+        assert sum(s.value for s in samples if s.pid in noted_runs
+                   and any(f.name.startswith("short_hot") for f in s.stack)) >= 0.95 * sum(
+                       s.value for s in samples if s.pid in noted_runs)
+        assert len({f.name for s in samples if s.pid in noted_runs for f in s.stack
+                    if f.name.startswith("short_hot")}) >= 3

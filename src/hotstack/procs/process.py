@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .containers import container_id_from_cgroup
 from .maps import Mapping, MappingIndex, parse_maps, read_maps
@@ -45,6 +45,10 @@ class Process:
     earlier: tuple = ()
     remapped_at: float = 0.0     # time.monotonic() of the last reread (0: none)
     changed: tuple = ()          # the address ranges the kernel saw change, (start, end) each
+    # noted from its announcement alone (ProcessTable.note): nothing read from /proc yet; its
+    # mappings are read when naming first needs them (ProcessTable.settle)
+    lazy: bool = False
+    told: Announced | None = None   # the announcement it was noted from
 
     @property
     def key(self) -> tuple[int, int]:
@@ -318,6 +322,10 @@ class ProcessTable:
     def __init__(self) -> None:
         self._by_pid: dict[int, Process] = {}
         self._lock = threading.Lock()
+        # the executable mappings another layer kept of a process that exited before its maps were
+        # read (the kernel unwinder's, sampling/engine.py): what a noted process gone before naming
+        # needed its mappings is named with
+        self.gone_mappings: Callable[[int], list[Mapping]] | None = None
         # For metrics: reads of /proc/PID (its maps), and those that found the process gone.
         self.maps_reads = 0
         self.maps_gone = 0
@@ -356,6 +364,41 @@ class ProcessTable:
             self._by_pid[pid] = info
         return info
 
+    def note(self, pid: int, told: Announced, parent: Process) -> Process:
+        """Record a new process from its announcement alone, with no read of /proc: one of an image
+        whose processes name no language runtime (a shell loop's commands, a compiler's passes),
+        whose samples are mostly named by the kernel's file hash, with no mappings. Its container
+        and root are its parent's (a child shares its parent's cgroup and mount namespace unless it
+        moves: the caller notes only a child in its parent's mount namespace); its mappings are read
+        when naming first needs them (settle)."""
+        info = Process(pid=pid, start_time=told.start_time, comm=told.comm, ppid=told.ppid,
+                       container_id=parent.container_id, root=root_path(pid), root_is_host=parent.root_is_host,
+                       mntns=told.mntns, lazy=True, told=told)
+        with self._lock:
+            self._by_pid[pid] = info
+        return info
+
+    def settle(self, info: Process) -> None:
+        """The mappings of a noted process (see note), read now: from /proc while it runs (with its
+        executable and container, as a first read has them; then it is taken as remapped, so that
+        the frame sources look at what it maps), else the ones the kernel kept (gone_mappings)."""
+        if not info.lazy:
+            return
+        fresh = read_process(info.pid, told=info.told) if read_start_time(info.pid) == info.start_time else None
+        if fresh is not None and fresh.start_time == info.start_time:
+            info.exe, info.container_id, info.root_is_host = fresh.exe, fresh.container_id, fresh.root_is_host
+            info.image, info.mappings = fresh.image, fresh.mappings
+            with self._lock:
+                self._remapped.add(info.pid)
+        else:
+            # gone: the kernel's mappings are named with host paths checked to open the very file
+            mappings = self.gone_mappings(info.pid) if self.gone_mappings is not None else []
+            info.root, info.root_is_host, info.alive = "", True, False
+            info.mappings = MappingIndex(mappings)
+        self.maps_reads += 1
+        info.maps_read_at = time.monotonic()
+        info.lazy = False
+
     def _trust(self, pid: int, told: Announced) -> bool:
         """Whether announcements can stand for /proc's reads: decided on the first one whose process
         /proc still shows (its start time and mount namespace compared; the parent is not, which
@@ -384,6 +427,10 @@ class ProcessTable:
             self._by_pid[info.pid] = info
             return True
 
+    def peek(self, pid: int) -> Process | None:
+        """What is known of `pid`, with no read (None if nothing is)."""
+        return self._by_pid.get(pid)
+
     def known(self, pid: int) -> bool:
         with self._lock:
             return pid in self._by_pid
@@ -400,6 +447,8 @@ class ProcessTable:
 
     def find_mapping(self, info: Process, address: int) -> Mapping | None:
         """The mapping of `address`; rereads the maps if the process may have mapped new code."""
+        if info.lazy:
+            self.settle(info)
         found = info.mappings.find(address)
         if found is not None or not info.alive:
             return found
@@ -431,6 +480,7 @@ class ProcessTable:
             info = self._by_pid.get(pid)
         if info is None:
             return False
+        self.settle(info)
         info.remapped_at = time.monotonic()
         info.changed = (info.changed + (changed,))[-8:]
         if not info.alive:

@@ -16,6 +16,8 @@ unwinder met without one (a first parse of a large binary can take a second).
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import select
 import threading
 import time
@@ -50,6 +52,17 @@ UNWIND_IDLE_WAIT_S = 10.0
 FULL_CHECK_S = 60.0
 TargetFilter = Callable[[int], bool]
 
+# Images whose processes are noted, not read (Engine._noted): at most this many remembered.
+MAX_PLAIN_IMAGES = 4096
+# the C library's file names (glibc, musl): mapped once the dynamic loader has loaded a program's
+# libraries (Engine._learn_plain)
+_LIBC = re.compile(r"^(libc\.so|libc-[0-9]|ld-musl-)")
+
+
+def _image_key(told) -> tuple[int, str, int]:
+    """An image as announcements tell it: its executable's inode, its name, the mount namespace."""
+    return (told.exe_ino, told.comm, told.mntns)
+
 
 class Engine:
     def __init__(self, config: EngineConfig, *, processes: ProcessTable | None = None,
@@ -73,6 +86,8 @@ class Engine:
         self.runtimes = frame_sources(config.runtime_frames, config.runtimes_off) if self.cpu is not None else []
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._runtime_words = runtime_words(self.runtimes)
+        self._plain_images: set[tuple[int, str, int]] = set()   # (_noted, _learn_plain)
+        self.processes.gone_mappings = self._gone_mappings
         # hotstack itself: the programs walk no user stack of it, so no frame source follows it
         self._unwalked = unwalked_pid(config)
         self._wants: TargetFilter | None = None
@@ -259,17 +274,66 @@ class Engine:
             for pid, exec_ed, told in pids:
                 if exec_ed:
                     self._forget_image(pid)
+                if self._noted(pid, told):
+                    self.wants(pid)
+                    continue
                 info = self.processes.observe(pid, told)
                 if self.wants(pid):
-                    self._take_on(pid)
+                    if self._take_on(pid):
+                        self._learn_plain(told, info)
                     sampler.native_process(pid, info)
             busy = self._observe_remaps(sampler) or busy
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have
         # come with them (the frame sources retry only processes that named a runtime already)
         for pid in self.processes.take_remapped():
-            if self.wants(pid):
-                self._take_on(pid)
+            if self.wants(pid) and not self._take_on(pid):
+                info = self.processes.peek(pid)
+                if info is not None and info.told is not None:
+                    self._plain_images.discard(_image_key(info.told))   # (it maps a runtime now)
         return busy
+
+    def _noted(self, pid: int, told) -> bool:
+        """Whether a new process was noted from its announcement alone (ProcessTable.note), with no
+        read of /proc: a process of an image met before naming no runtime (_learn_plain), in its
+        parent's mount namespace, where every sampler's kernel unwinder keeps the mappings it walks
+        (what names its stacks if it exits before naming needs them). A loop of short commands had
+        cost ~0.3 ms of the pid watcher a command, most of it reads of /proc that the kernel's file
+        hash makes unneeded: the stacks of files other processes of the image had are named by it."""
+        if told is None or not told.exe_ino or not told.mntns or _image_key(told) not in self._plain_images:
+            return False
+        if not self._started or not all(s.native is not None and s.native_vma_walk for s in self._started):
+            return False
+        if self.processes.peek(pid) is not None:
+            return False
+        # (the parent is read once if it was not: a loop's shell, a build's make)
+        parent = self.processes.get(told.ppid) if told.ppid > 1 else None
+        if parent is None or parent.mntns != told.mntns:
+            return False
+        self.processes.note(pid, told, parent)
+        return True
+
+    def _learn_plain(self, told, info) -> None:
+        """Remember the image of a process that names no runtime, read once its libraries were
+        loaded (libc mapped, or its executable alone: a static program), so that the next processes
+        of that image are noted (_noted). A read made before the dynamic loader mapped them (a
+        process read at once after its exec) tells nothing of the libraries it links."""
+        if told is None or info is None or not told.exe_ino or not told.mntns:
+            return
+        files = {m.path for m in info.mappings.mappings if m.is_file}
+        if not files or not (files <= {info.exe} or any(_LIBC.match(posixpath.basename(f)) for f in files)):
+            return
+        if len(self._plain_images) >= MAX_PLAIN_IMAGES:
+            self._plain_images.clear()
+        self._plain_images.add(_image_key(told))
+
+    def _gone_mappings(self, pid: int) -> list:
+        """The mappings a sampler's kernel unwinder kept for `pid` (ProcessTable.gone_mappings)."""
+        for sampler in self._started:
+            if sampler.native is not None:
+                found = sampler.native.exited_mappings(pid)
+                if found:
+                    return found
+        return []
 
     def _observe_remaps(self, sampler: Sampler) -> bool:
         """The processes the kernel saw put another file where one was (their addresses name other
@@ -312,20 +376,24 @@ class Engine:
         for source in self.runtimes:
             source.forget(pid)
 
-    def _take_on(self, pid: int) -> None:
+    def _take_on(self, pid: int) -> bool:
         """A wanted process: runtime frames if it runs one. The sources' first tests are made here
         at once, on the paths of its executable and of its executable mappings (the reads of this
         round): a process that names no runtime (most of a host's) is looked at by none of them,
         where each source's own tests (and retry decision) had been a dozen calls for every new
-        process, a quarter of the pid watcher's time for one under a loop of short commands."""
-        if pid == self._unwalked or not self.runtimes:
-            return
+        process, a quarter of the pid watcher's time for one under a loop of short commands.
+        True if it names no runtime (a plain process)."""
+        if pid == self._unwalked:
+            return False
+        if not self.runtimes:
+            return True
         words = self._runtime_words
         if words is not None and not names_a_word(words, pid):
-            return
+            return True
         for source in self.runtimes:
             if source.observe(pid):
                 break
+        return False
 
     def _serve_native_loop(self) -> None:
         """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid

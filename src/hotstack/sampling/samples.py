@@ -122,21 +122,27 @@ class SampleMaker:
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
         """(the sample, whether a runtime stack in it was truncated)."""
-        stack: list[Frame] = []
-        if raw.kernel_stack:
-            kernel = self.symbolizer.kernel_frames(list(raw.kernel_stack))
-            stack.extend(without_bpf_frames(kernel) if strip_bpf else kernel)
-        elif raw.kernel_stack_lost:
-            stack.append(LOST_KERNEL)
         info = self.processes.get(raw.pid) if raw.pid else None
-        user, truncated = self._user(raw, info) if raw.user_stack else ([], False)
-        if user:
-            stack.extend(user)
-        elif raw.user_stack_lost:
-            stack.append(LOST_USER)
+        user, truncated = self._user(raw, info) if raw.user_stack else ((), False)
+        if user and not raw.kernel_stack and not raw.kernel_stack_lost:
+            # a user stack alone (most samples): the named stack as kept (a tuple), shared by every
+            # sample of it, which encoders can tell by identity (profile/folded.py)
+            stack = user if type(user) is tuple else tuple(user)
+        else:
+            parts: list[Frame] = []
+            if raw.kernel_stack:
+                kernel = self.symbolizer.kernel_frames(list(raw.kernel_stack))
+                parts.extend(without_bpf_frames(kernel) if strip_bpf else kernel)
+            elif raw.kernel_stack_lost:
+                parts.append(LOST_KERNEL)
+            if user:
+                parts.extend(user)
+            elif raw.user_stack_lost:
+                parts.append(LOST_USER)
+            stack = tuple(parts)
         labels = (("container_id", info.container_id),) if info is not None and info.container_id else ()
         labels += trace_labels(raw.trace_id, raw.span_id)
-        return Sample(tuple(stack), raw.value, raw.pid, raw.tid, raw.comm, labels), truncated
+        return Sample(stack, raw.value, raw.pid, raw.tid, raw.comm, labels), truncated
 
     def _user(self, raw: RawStack, info) -> tuple[list[Frame], bool]:
         """The user frames of a sample, runtime frames merged in; (frames, truncated). The native
@@ -172,10 +178,12 @@ class SampleMaker:
             # (kept by its file hash only: the process's own maps do not name these addresses)
             user, final = self.symbolizer.final_user_frames(parent.pid, list(raw.user_stack), parent)
             if final:
+                user = tuple(user)
                 self._keep_by_file(raw, user)
             return user, final
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
         if final:
+            user = tuple(user)      # (kept as a tuple: see _keep)
             self._keep(native_key, owner_info, user, False, user)
             self._keep_by_file(raw, user)
         return user, final
@@ -187,9 +195,13 @@ class SampleMaker:
         so). Else None. Looked for only under another comm than the process's now, by file hash."""
         if info is None or not info.ppid or not raw.user_hash or raw.comm == info.comm:
             return None
+        if info.lazy:
+            self.processes.settle(info)
         if _walked_with(raw, info.mappings):
             return None       # (its own: a thread's name)
         parent = self.processes.get(info.ppid)
+        if parent is not None and parent.lazy:
+            self.processes.settle(parent)
         return parent if parent is not None and _walked_with(raw, parent.mappings) else None
 
     def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
@@ -203,7 +215,7 @@ class SampleMaker:
         self.symbolizer.stats.misses += named[2]
         return named[0]
 
-    def _keep_by_file(self, raw: RawStack, user: list[Frame]) -> None:
+    def _keep_by_file(self, raw: RawStack, user: tuple[Frame, ...]) -> None:
         """Remember native frames named as they will stay under raw's file hash (if it has one)."""
         if raw.user_hash:
             resolved = sum(map(_RESOLVED, user))
@@ -231,6 +243,7 @@ class SampleMaker:
             chosen = walked_in
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack), chosen)
         if walked_in is not None and final:
+            user = tuple(user)
             self._keep_by_file(raw, user)
         return self._merged(raw, info, user, False, None)
 
@@ -266,6 +279,7 @@ class SampleMaker:
                 # (identity, in one C-level pass: `in` would compare frames field by field)
                 truncated = any(map(is_, merged, repeat(TRUNCATED)))
                 if final and named_all and key is not None:
+                    merged = tuple(merged)
                     self._keep(key, info, merged, truncated, native)
                 return merged, truncated
         return native, False
@@ -280,10 +294,11 @@ class SampleMaker:
         self.symbolizer.stats.misses += named[5]
         return named[2], named[3]
 
-    def _keep(self, key: tuple, info, frames: list[Frame], truncated: bool, native: list[Frame]) -> None:
+    def _keep(self, key: tuple, info, frames: tuple[Frame, ...], truncated: bool, native: Sequence[Frame]) -> None:
         """Remember a stack for `_reuse` whose every frame is named as it will stay (the symbolizer
         and the source told: no `[unknown]`, no JIT frame, whose map the runtime may rewrite for
-        other code, no unreadable runtime frame)."""
+        other code, no unreadable runtime frame). Kept stacks are tuples: a sample of a user stack
+        alone takes the kept tuple itself as its stack, one object for every sample of it."""
         if info is None:
             return
         named_native = sum(map(_RESOLVED, native))

@@ -270,6 +270,8 @@ class Symbolizer:
         if info is None:
             self.stats.misses += len(addresses)
             return [Frame(UNKNOWN, address=a, resolved=False) for a in addresses], not addresses
+        if info.lazy:
+            self.processes.settle(info)     # (noted, not read: its mappings now, before its cache entry)
         proc = self._process(info)
         # Profiles repeat the same return addresses: a process remembers the frames of its files.
         # Most stacks of a running process are made of frames met before: one C-level pass over

@@ -56,7 +56,7 @@ def merge_jit(native: list[Frame], groups: list[list[Frame]], truncated: bool,
     cut = next((i for i, f in enumerate(native) if in_regions(f, regions)), None)
     if cut is None:
         return None
-    return merge(native[:cut] + [marker], groups, truncated, is_anchor=_no_anchor)
+    return merge([*native[:cut], marker], groups, truncated, is_anchor=_no_anchor)
 
 
 def _no_anchor(frame: Frame) -> bool:
