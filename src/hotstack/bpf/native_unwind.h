@@ -240,6 +240,17 @@ struct nu_stack {
 	__u32 end;         /* enum nu_end */
 	__u32 pid;         /* the process whose addresses pcs holds */
 	__u32 by_file;     /* 1: hashed by (file, file offset) per frame, 0: by address and process */
+	/* A stack hashed by file: the hash of its callers (every frame but the leaf, by file and file
+	 * offset, with the frame count and the end), and its leaf's file and file offset. A hot
+	 * function's every instruction is a leaf in turn, each a new stack above the same callers: in
+	 * any process of those files, userspace names such a stack from its callers' names and its
+	 * leaf's file offset, with no mappings (a short command's process may be gone by then). 0
+	 * where by_file is 0. */
+	__u64 callers;
+	__u64 leaf_offset;
+	__u64 leaf_ino;
+	__u32 leaf_dev;
+	__u32 pad;
 	__u64 pcs[NU_MAX_FRAMES];
 };
 
@@ -252,6 +263,7 @@ struct nu_state {
 	__u32 tgid;
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
 	__u64 xhash;       /* the hash of the frames by (file, file offset) so far (struct nu_stack) */
+	__u64 chash;       /* the same, of the frames after the leaf (struct nu_stack.callers) */
 	__u32 shared;      /* 1 while every frame is in a file: the stack is keyed by xhash */
 	__u32 seq;         /* the address space's stamp at the walk's start (nu_mm_stamp) */
 	/* A leaf pc in [leaf_start, leaf_end) is recorded as leaf_start (an interpreter's walker sets
@@ -530,26 +542,10 @@ static __always_inline __u32 nu_mm_stamp(__u64 mm)
 }
 
 /* The executable mapping holding pc, from the process's cache or the VMA tree. */
-static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state *st, __u64 pc, struct nu_range *out)
+/* Where `slot` had a mapping over out's addresses, another file or offset now: the process unloaded
+ * a library and loaded another there. Its addresses mean other code from now on. */
+static __always_inline void nu_check_remap(struct nu_state *st, const struct nu_range *slot, const struct nu_range *out)
 {
-	struct nu_range *slot = &pr->r[(pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)];
-
-	if (!nu_kernel_vma_walk)
-		return nu_search_ranges(pr, pc, out);
-	if (slot->start <= pc && pc < slot->end && slot->seq == st->seq) {
-		*out = *slot;
-		return 0;
-	}
-	if (!pr->mm)
-		return -1;
-	nu_count(NU_STAT_RANGES_BUILT);
-	if (nu_maple_find(st->mm, pc, out)) {
-		nu_count(NU_STAT_RANGES_BUSY);
-		return -1;
-	}
-	out->seq = st->seq;
-	/* where the slot had a mapping over these addresses, another file or offset now: the process
-	 * unloaded a library and loaded another there. Its addresses mean other code from now on. */
 	if (slot->start < out->end && out->start < slot->end &&
 	    (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset)) {
 		struct nu_remap_value changed = {
@@ -561,6 +557,43 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state
 		if (bpf_map_update_elem(&nu_remap, &st->tgid, &changed, BPF_NOEXIST) == 0)
 			NU_WAKE_USERSPACE();
 	}
+}
+
+/* Two slots a pc may be cached in: its own, (pc >> NU_CACHE_SHIFT) % NU_CACHE_SLOTS, and that one's
+ * other half (slot ^ NU_CACHE_SLOTS / 2). A mapping read from the tree goes in its own slot, unless
+ * that holds another current mapping and the other slot does not: two mappings whose code falls in
+ * one slot (a program's _start and libc's __libc_start_call_main, ~1 process in 64) had pushed each
+ * other out at every walk, so the cache a process leaves at its exit (what names the stacks of a
+ * process gone before userspace read its maps: unwind/kernel_maps.py exited_mappings) lacked one. */
+static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state *st, __u64 pc, struct nu_range *out)
+{
+	__u32 index = (pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1);
+	struct nu_range *slot = &pr->r[index];
+	struct nu_range *other = &pr->r[index ^ (NU_CACHE_SLOTS / 2)];
+
+	if (!nu_kernel_vma_walk)
+		return nu_search_ranges(pr, pc, out);
+	if (slot->start <= pc && pc < slot->end && slot->seq == st->seq) {
+		*out = *slot;
+		return 0;
+	}
+	if (other->start <= pc && pc < other->end && other->seq == st->seq) {
+		*out = *other;
+		return 0;
+	}
+	if (!pr->mm)
+		return -1;
+	nu_count(NU_STAT_RANGES_BUILT);
+	if (nu_maple_find(st->mm, pc, out)) {
+		nu_count(NU_STAT_RANGES_BUSY);
+		return -1;
+	}
+	out->seq = st->seq;
+	nu_check_remap(st, slot, out);
+	nu_check_remap(st, other, out);
+	if (slot->end > slot->start && slot->seq == st->seq && (slot->end <= out->start || out->end <= slot->start) &&
+	    (other->end <= other->start || other->seq != st->seq))
+		slot = other;
 	*slot = *out;
 	return 0;
 }
@@ -790,6 +823,23 @@ static __always_inline __u64 nu_mix(__u64 h, __u64 word)
 	return h ^ (h >> 29);
 }
 
+/* The leaf's file and file offset (the first frame), and the callers' hash (struct nu_stack.callers)
+ * of the frames after it. Without a branch on n: one had cost the verifier ~40% more instructions in
+ * each step program (every unrolled step checked both ways); `keep` is all ones from the second
+ * frame on, made by arithmetic the compiler cannot turn back into a compare. */
+static __always_inline void nu_leaf_and_callers(struct nu_state *st, const struct nu_range *range, __u64 off, __u32 n)
+{
+	__u64 later = ((__u64)n + 0xffffffffULL) >> 32;     /* 0 at the leaf, 1 after (n < 2^32) */
+	__u64 keep;
+
+	asm volatile("" : "+r"(later));
+	keep = -later;
+	st->chash = (nu_mix(nu_mix(nu_mix(st->chash, range->ino), range->dev), off) & keep) | (st->chash & ~keep);
+	st->stack.leaf_offset = (st->stack.leaf_offset & keep) | (off & ~keep);
+	st->stack.leaf_ino = (st->stack.leaf_ino & keep) | (range->ino & ~keep);
+	st->stack.leaf_dev = (__u32)(((__u64)st->stack.leaf_dev & keep) | ((__u64)range->dev & ~keep));
+}
+
 /* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
  * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
 static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
@@ -838,6 +888,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
 	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), shown + range->to_offset);
+	nu_leaf_and_callers(st, range, shown + range->to_offset, n);
 	rule = nu_find_rule(st, range, lookup);
 	if (!rule)
 		return nu_fp_frame(st, pc, n, runtimes);
@@ -931,6 +982,7 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->stack.end = NU_END_NONE;
 	st->signal = 0;
 	st->xhash = 0xcbf29ce484222325ULL;
+	st->chash = 0xcbf29ce484222325ULL;
 	st->shared = 1;
 	st->leaf_start = 0;
 	st->leaf_end = 0;
@@ -996,8 +1048,10 @@ static __always_inline __u64 nu_hash(struct nu_state *st)
 
 	st->stack.pid = st->tgid;
 	st->stack.by_file = st->shared && st->stack.n;
+	st->stack.callers = 0;
 	if (st->stack.by_file) {
 		h = nu_mix(nu_mix(st->xhash, st->stack.n), st->stack.end);
+		st->stack.callers = nu_mix(nu_mix(st->chash, st->stack.n), st->stack.end);
 	} else {
 		h = 0xcbf29ce484222325ULL ^ st->stack.n;
 		for (i = 0; i < NU_MAX_FRAMES; i++) {

@@ -20,7 +20,7 @@
 #define RT_PHP 2
 #define RT_PERL 3
 #define RT_WALKERS 4
-#define NATIVE_STACK_WORDS 131
+#define NATIVE_STACK_WORDS 135
 #define EFAULT 14
 #define EEXIST 17
 

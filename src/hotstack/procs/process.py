@@ -49,6 +49,7 @@ class Process:
     # mappings are read when naming first needs them (ProcessTable.settle)
     lazy: bool = False
     told: Announced | None = None   # the announcement it was noted from
+    settled_gone: bool = False      # noted, and gone when its mappings were needed (settle)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -326,6 +327,9 @@ class ProcessTable:
         # read (the kernel unwinder's, sampling/engine.py): what a noted process gone before naming
         # needed its mappings is named with
         self.gone_mappings: Callable[[int], list[Mapping]] | None = None
+        # the announcements of noted processes whose kept mappings lacked an address naming needed
+        # (take_holes: the engine reads the next processes of such an image)
+        self._holes: set[Announced] = set()
         # For metrics: reads of /proc/PID (its maps), and those that found the process gone.
         self.maps_reads = 0
         self.maps_gone = 0
@@ -393,7 +397,7 @@ class ProcessTable:
         else:
             # gone: the kernel's mappings are named with host paths checked to open the very file
             mappings = self.gone_mappings(info.pid) if self.gone_mappings is not None else []
-            info.root, info.root_is_host, info.alive = "", True, False
+            info.root, info.root_is_host, info.alive, info.settled_gone = "", True, False, True
             info.mappings = MappingIndex(mappings)
         self.maps_reads += 1
         info.maps_read_at = time.monotonic()
@@ -450,6 +454,9 @@ class ProcessTable:
         if info.lazy:
             self.settle(info)
         found = info.mappings.find(address)
+        if found is None and info.settled_gone and info.told is not None:
+            with self._lock:
+                self._holes.add(info.told)
         if found is not None or not info.alive:
             return found
         now = time.monotonic()
@@ -494,6 +501,13 @@ class ProcessTable:
             with self._lock:
                 self._remapped.add(pid)
         return True
+
+    def take_holes(self) -> set[Announced]:
+        """The announcements of noted processes named with mappings that lacked an address (the
+        kernel keeps the mappings it walked in a small cache, where one can push another out)."""
+        with self._lock:
+            taken, self._holes = self._holes, set()
+        return taken
 
     def take_remapped(self) -> set[int]:
         """The pids that mapped new files since the last call (find_mapping read their maps again)."""

@@ -57,6 +57,13 @@ class RawStack(NamedTuple):
     # mappings it names the addresses with are those the kernel walked them in
     user_hash: int = 0
     user_end: int = 0
+    # such a stack's callers' hash (every frame but the leaf, struct nu_stack.callers) and its
+    # leaf's file (inode, the kernel's device number) and file offset: named from another stack's
+    # callers and the leaf's file offset, with no mappings; 0: not such a stack
+    user_callers: int = 0
+    leaf_ino: int = 0
+    leaf_dev: int = 0
+    leaf_offset: int = 0
 
 
 @dataclass
@@ -92,13 +99,14 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
 
 
 def parse_native_stack(raw: bytes) -> tuple[int, ...]:
-    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): hash, frames, end, pid, addresses."""
-    _hash, n, _end, _pid, _by_file = _NATIVE_STACK.unpack_from(raw)
+    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): its header, then addresses."""
+    n = _NATIVE_STACK.unpack_from(raw)[1]
     return struct.unpack_from(f"<{min(n, (len(raw) - _NATIVE_STACK.size) // 8)}Q", raw, _NATIVE_STACK.size)
 
 
-_NATIVE_STACK = struct.Struct("<QIIII")
-_NO_HEADER = (0, 0, 0, 0, 0)
+# struct nu_stack's header: hash, frames, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev, pad
+_NATIVE_STACK = struct.Struct("<QIIIIQQQII")
+_NO_HEADER = (0,) * 10
 
 
 # The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next
@@ -149,7 +157,8 @@ class StackReader:
 
     def user_stack(self, stack_id: int) -> tuple[tuple[int, ...] | None, tuple[int, int, int, int, int]]:
         """(the user stack of an id (None: asked for and not stored; empty: not asked for), its
-        header: (hash, frames, end, pid, by file) of a kernel-unwound stack (struct nu_stack; pid:
+        header: (hash, frames, end, pid, by file, callers, leaf offset, leaf inode, leaf device, pad) of a
+        kernel-unwound stack (struct nu_stack; pid:
         the process whose addresses it holds), zeros for the kernel's stack maps (--unwind fp),
         whose stacks are each sample's own). Each id is parsed once, its header with it."""
         found = self._users.get(stack_id)
@@ -264,10 +273,11 @@ def raw_stacks(drained: list[tuple[bytes, bytes]], stacks: StackReader) -> list[
         kstack = kernel_stack(kern_id)
         owner = header[3]
         # (a caller put in is not in the kernel's hash: such a stack is not checked)
+        by_file = header[4] and user is ustack
         append(_new_raw_stack(RawStack, (
             pid, k[_K_TID], comm, user, kstack or (), count[_C_VALUE], is_lost(user_id, ustack),
             is_lost(kern_id, kstack), k[_K_RUNTIME], k[_K_TRACE], k[_K_SPAN], owner if owner != pid else 0,
-            header[0] if header[4] and user is ustack else 0, header[2])))
+            header[0] if by_file else 0, header[2], header[5] if by_file else 0, header[7], header[8], header[6])))
     return out
 
 

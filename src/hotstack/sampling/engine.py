@@ -87,6 +87,8 @@ class Engine:
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._runtime_words = runtime_words(self.runtimes)
         self._plain_images: set[tuple[int, str, int]] = set()   # (_noted, _learn_plain)
+        # images whose noted processes' stacks needed mappings the kernel no longer had: read always
+        self._read_images: set[tuple[int, str, int]] = set()
         self.processes.gone_mappings = self._gone_mappings
         # hotstack itself: the programs walk no user stack of it, so no frame source follows it
         self._unwalked = unwalked_pid(config)
@@ -290,6 +292,12 @@ class Engine:
                 info = self.processes.peek(pid)
                 if info is not None and info.told is not None:
                     self._plain_images.discard(_image_key(info.told))   # (it maps a runtime now)
+        # images whose noted processes exited with mappings the kernel's cache had lost: read
+        for told in self.processes.take_holes():
+            self._plain_images.discard(_image_key(told))
+            if len(self._read_images) >= MAX_PLAIN_IMAGES:
+                self._read_images.clear()
+            self._read_images.add(_image_key(told))
         return busy
 
     def _noted(self, pid: int, told) -> bool:
@@ -317,7 +325,7 @@ class Engine:
         loaded (libc mapped, or its executable alone: a static program), so that the next processes
         of that image are noted (_noted). A read made before the dynamic loader mapped them (a
         process read at once after its exec) tells nothing of the libraries it links."""
-        if told is None or info is None or not told.exe_ino or not told.mntns:
+        if told is None or info is None or not told.exe_ino or not told.mntns or _image_key(told) in self._read_images:
             return
         files = {m.path for m in info.mappings.mappings if m.is_file}
         if not files or not (files <= {info.exe} or any(_LIBC.match(posixpath.basename(f)) for f in files)):

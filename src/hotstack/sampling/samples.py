@@ -112,12 +112,19 @@ class SampleMaker:
         # stack of the same files (a loop of short commands: each run a new process at new
         # addresses) is named once, not once per process
         self._by_file = RecentlyUsed()
+        # the same for a stack's callers (every frame but the leaf), by the kernel's hash of them:
+        # (frames, named, not named). A stack new only by its leaf (a hot function's every
+        # instruction is a leaf in turn), in any process of those files, is named from its callers'
+        # frames and its leaf's file offset (Symbolizer.file_leaf_frame): no mappings of its process
+        # read (a short command's, gone by then) and no pass over its frames
+        self._by_callers = RecentlyUsed()
         self._began = time.monotonic()      # when the interval being named began
 
     def next_interval(self) -> None:
         """After an interval's samples: what was not used for KEEP_INTERVALS intervals goes."""
         self._named.next_interval()
         self._by_file.next_interval()
+        self._by_callers.next_interval()
         self._began = time.monotonic()
 
     def sample(self, raw: RawStack, strip_bpf: bool) -> tuple[Sample, bool]:
@@ -173,6 +180,10 @@ class SampleMaker:
         named = self._named_by_file(raw)
         if named is not None:
             return named, True
+        named = self._named_by_callers(raw)
+        if named is not None:
+            self._keep_by_file(raw, named)
+            return named, True
         parent = self._forked_from(raw, owner_info)
         if parent is not None:
             # (kept by its file hash only: the process's own maps do not name these addresses)
@@ -215,11 +226,30 @@ class SampleMaker:
         self.symbolizer.stats.misses += named[2]
         return named[0]
 
+    def _named_by_callers(self, raw: RawStack) -> tuple[Frame, ...] | None:
+        """The native frames of a stack whose callers (by the kernel's hash of them) were named within
+        KEEP_INTERVALS intervals, its leaf named from its file offset; None if either is not."""
+        if not raw.user_callers:
+            return None
+        callers = self._by_callers.get(raw.user_callers)
+        if callers is None or len(callers[0]) != len(raw.user_stack) - 1:
+            return None
+        leaf = self.symbolizer.file_leaf_frame(raw.leaf_ino, raw.leaf_dev, raw.leaf_offset)
+        if leaf is None:
+            return None
+        self.symbolizer.stats.hits += callers[1]
+        self.symbolizer.stats.misses += callers[2]
+        return (leaf, *callers[0])
+
     def _keep_by_file(self, raw: RawStack, user: tuple[Frame, ...]) -> None:
-        """Remember native frames named as they will stay under raw's file hash (if it has one)."""
+        """Remember native frames named as they will stay under raw's file hash (if it has one), and
+        its callers' under their hash."""
         if raw.user_hash:
             resolved = sum(map(_RESOLVED, user))
             self._by_file.put(raw.user_hash, (user, resolved, len(user) - resolved))
+            if raw.user_callers and len(user) > 1:
+                leaf = 1 if user[0].resolved else 0
+                self._by_callers.put(raw.user_callers, (user[1:], resolved - leaf, len(user) - resolved - 1 + leaf))
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with

@@ -206,8 +206,8 @@ class Symbolizer:
         self.pid_cache: ByteLRU[ProcessSymbols] = ByteLRU(pid_cache_bytes, lambda p: p.nbytes)
         # file identity (stat) -> elf_cache key: a file mapped by many processes is opened once.
         self._keys_by_identity: dict[tuple, tuple] = {}
-        # (device, inode) of a mapping -> (elf_cache key, when a stat last tied them)
-        self._recent_files: dict[tuple, tuple[tuple, float]] = {}
+        # (device, inode) of a mapping -> (elf_cache key, when a stat last tied them, the path shown)
+        self._recent_files: dict[tuple, tuple[tuple, float, str]] = {}
         # (file's elf_cache key, path shown, file offset looked up, leaf) -> Frame, for every process:
         # a new process of a known program (a shell loop's commands) names its frames from here,
         # without the per-file lookup (~12-25 us a frame, a new process's every frame)
@@ -397,6 +397,49 @@ class Symbolizer:
                 self.pid_cache.resize((info.pid, info.start_time))
         return frame
 
+    def file_leaf_frame(self, inode: int, dev: int, file_offset: int) -> Frame | None:
+        """The frame of a leaf at `file_offset` of the file the kernel knows as (inode, device: its
+        dev_t, major << 20 | minor), with no process's mappings: named as a process's leaf there
+        would be (the same frame, shared), where a process's mapping of that very file was opened
+        before (its path still holds that file: checked by a stat once IDENTITY_RECHECK_S passed);
+        else None (a process's mappings name it)."""
+        with self._lock:
+            files_key = (f"{dev >> 20:02x}:{dev & 0xFFFFF:02x}", inode)
+            seen = self._recent_files.get(files_key)
+            now = time.monotonic()
+            if seen is None or not seen[0]:
+                return None
+            if now - seen[1] >= IDENTITY_RECHECK_S:
+                # the file at the path shown is still the one opened (a stat, as _open makes)
+                try:
+                    st = os.stat(seen[2])
+                except OSError:
+                    return None
+                identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                if ((st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev)) != (inode, dev)
+                        or self._keys_by_identity.get(identity) != seen[0]):
+                    return None
+                seen = self._recent_files[files_key] = (seen[0], now, seen[2])
+            fkey = (seen[0], seen[2], file_offset, True)
+            frame = self._file_frames.get(fkey)
+            if frame is None:
+                module = self.elf_cache.get(seen[0])
+                if module is None or module.elf is None or not module.intact(now):
+                    return None
+                vaddr = module.elf.file_offset_to_vaddr(file_offset)
+                if vaddr is None:
+                    return None
+                frame = _file_frame(module, seen[2], vaddr, module.resolve([vaddr], self.demangler)[0])
+                self._weigh(module)
+                if len(self._file_frames) >= MAX_FILE_FRAMES:
+                    self._file_frames.clear()
+                self._file_frames[fkey] = frame
+            if frame.resolved:
+                self.stats.hits += 1
+            else:
+                self.stats.misses += 1
+            return frame
+
     def _counted(self, frames: list[Frame]) -> list[Frame]:
         """`frames`, counted in the stats as named or not."""
         named = sum(map(_RESOLVED, frames))     # (one C-level pass, not a generator per frame)
@@ -474,7 +517,7 @@ class Symbolizer:
         if module.elf is not None:
             if len(self._recent_files) >= self._max_files * 8:
                 self._recent_files.clear()
-            self._recent_files[(mapping.dev, mapping.inode)] = (ekey, time.monotonic())
+            self._recent_files[(mapping.dev, mapping.inode)] = (ekey, time.monotonic(), mapping.file_path)
         if proc.modules.get(mkey) != ekey:
             proc.modules[mkey] = ekey
             self.pid_cache.resize((info.pid, info.start_time))
