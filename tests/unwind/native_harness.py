@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
+from hotstack.sampling.buffers import NATIVE_STACK_HEADER
 from hotstack.unwind.kernel_maps import NativeTables, configure
 from hotstack.unwind.kernel_tables import TableCache
 
 HERE = Path(__file__).resolve().parent
 BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"
 MAX_FRAMES = 128
-STACK = struct.Struct("<QIII4x")            # struct nu_stack: hash, n, end, pid (whose addresses), then the pcs
+STACK = NATIVE_STACK_HEADER       # struct nu_stack: hash, n, end, pid (whose addresses), ..., then the pcs
 
 
 def build_object(out_dir: Path) -> Path:
@@ -79,7 +80,7 @@ class NativeSampler:
         stacks = {}
         for key, value in self.collection.maps["stacks"].items():
             (h,) = struct.unpack("<Q", key)
-            _hash, n, end, owner = STACK.unpack_from(value)
+            _hash, n, end, owner = STACK.unpack_from(value)[:4]
             pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STACK.size))[:n]
             stacks[h] = (pcs, end, owner)
         out = []

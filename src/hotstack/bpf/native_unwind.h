@@ -542,21 +542,12 @@ static __always_inline __u32 nu_mm_stamp(__u64 mm)
 }
 
 /* The executable mapping holding pc, from the process's cache or the VMA tree. */
-/* Where `slot` had a mapping over out's addresses, another file or offset now: the process unloaded
- * a library and loaded another there. Its addresses mean other code from now on. */
-static __always_inline void nu_check_remap(struct nu_state *st, const struct nu_range *slot, const struct nu_range *out)
+/* Whether `slot` had a mapping over out's addresses, another file or offset now: the process
+ * unloaded a library and loaded another there. Its addresses mean other code from now on. */
+static __always_inline int nu_replaced(const struct nu_range *slot, const struct nu_range *out)
 {
-	if (slot->start < out->end && out->start < slot->end &&
-	    (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset)) {
-		struct nu_remap_value changed = {
-			.start = slot->start < out->start ? slot->start : out->start,
-			.end = slot->end > out->end ? slot->end : out->end,
-		};
-
-		nu_count(NU_STAT_REMAPPED);
-		if (bpf_map_update_elem(&nu_remap, &st->tgid, &changed, BPF_NOEXIST) == 0)
-			NU_WAKE_USERSPACE();
-	}
+	return slot->start < out->end && out->start < slot->end &&
+	       (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset);
 }
 
 /* Two slots a pc may be cached in: its own, (pc >> NU_CACHE_SHIFT) % NU_CACHE_SLOTS, and that one's
@@ -564,12 +555,16 @@ static __always_inline void nu_check_remap(struct nu_state *st, const struct nu_
  * that holds another current mapping and the other slot does not: two mappings whose code falls in
  * one slot (a program's _start and libc's __libc_start_call_main, ~1 process in 64) had pushed each
  * other out at every walk, so the cache a process leaves at its exit (what names the stacks of a
- * process gone before userspace read its maps: unwind/kernel_maps.py exited_mappings) lacked one. */
-static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state *st, __u64 pc, struct nu_range *out)
+ * process gone before userspace read its maps: unwind/kernel_maps.py exited_mappings) lacked one.
+ * `two_way` (a constant): the step program with the runtime hooks uses its own slot only, as before:
+ * its BPF stack (512 bytes for itself and hs_step) has no room for the second slot's pointers; where
+ * it runs (a host with a JVM or Node.js), a noted process whose mapping was pushed out has its image
+ * read again (sampling/engine.py). */
+static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state *st, __u64 pc, struct nu_range *out,
+					   int two_way)
 {
-	__u32 index = (pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1);
-	struct nu_range *slot = &pr->r[index];
-	struct nu_range *other = &pr->r[index ^ (NU_CACHE_SLOTS / 2)];
+	struct nu_range *slot = &pr->r[(pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)];
+	struct nu_range *other = &pr->r[((pc >> NU_CACHE_SHIFT) & (NU_CACHE_SLOTS - 1)) ^ (NU_CACHE_SLOTS / 2)];
 
 	if (!nu_kernel_vma_walk)
 		return nu_search_ranges(pr, pc, out);
@@ -577,7 +572,7 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state
 		*out = *slot;
 		return 0;
 	}
-	if (other->start <= pc && pc < other->end && other->seq == st->seq) {
+	if (two_way && other->start <= pc && pc < other->end && other->seq == st->seq) {
 		*out = *other;
 		return 0;
 	}
@@ -589,10 +584,21 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state
 		return -1;
 	}
 	out->seq = st->seq;
-	nu_check_remap(st, slot, out);
-	nu_check_remap(st, other, out);
-	if (slot->end > slot->start && slot->seq == st->seq && (slot->end <= out->start || out->end <= slot->start) &&
-	    (other->end <= other->start || other->seq != st->seq))
+	/* where a slot had a mapping over these addresses, another file or offset now: the process
+	 * unloaded a library and loaded another there. Its addresses mean other code from now on. */
+	if (nu_replaced(slot, out) || (two_way && nu_replaced(other, out))) {
+		struct nu_range *stale = two_way && !nu_replaced(slot, out) ? other : slot;
+		struct nu_remap_value changed = {
+			.start = stale->start < out->start ? stale->start : out->start,
+			.end = stale->end > out->end ? stale->end : out->end,
+		};
+
+		nu_count(NU_STAT_REMAPPED);
+		if (bpf_map_update_elem(&nu_remap, &st->tgid, &changed, BPF_NOEXIST) == 0)
+			NU_WAKE_USERSPACE();
+	}
+	if (two_way && slot->end > slot->start && slot->seq == st->seq &&
+	    (slot->end <= out->start || out->end <= slot->start) && (other->end <= other->start || other->seq != st->seq))
 		slot = other;
 	*slot = *out;
 	return 0;
@@ -866,7 +872,7 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		st->shared = 0;
 		return -1;
 	}
-	if (!pr || nu_lookup_range(pr, st, lookup, range)) {
+	if (!pr || nu_lookup_range(pr, st, lookup, range, !runtimes)) {
 		st->stack.end = NU_END_NO_MAPPING;
 		st->shared = 0;
 		if (!nu_kernel_vma_walk) {

@@ -105,7 +105,7 @@ def parse_native_stack(raw: bytes) -> tuple[int, ...]:
 
 
 # struct nu_stack's header: hash, frames, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev, pad
-_NATIVE_STACK = struct.Struct("<QIIIIQQQII")
+NATIVE_STACK_HEADER = _NATIVE_STACK = struct.Struct("<QIIIIQQQII")
 _NO_HEADER = (0,) * 10
 
 
