@@ -129,11 +129,10 @@ def test_a_merged_stack_is_reused_only_when_its_source_named_every_frame(sleeper
     assert source.merges == (1 if named else 2)
 
 
-def test_a_stack_of_files_is_named_once_for_every_process_of_those_files():
-    """The kernel hashes a stack whose every frame is in a file by (file, file offset) per frame
-    (RawStack.user_hash): the same stack in another process of the same files, at other addresses
-    (a loop of short commands: a new process each run), is named once. A stack hashed otherwise is
-    named per process."""
+@pytest.fixture
+def two_sleepers():
+    """Two processes of the same files at other addresses, and a sample maker that counts its
+    symbolizer's passes: (maker, symbolizer, processes, (pid, libc addresses) of each)."""
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
         time.sleep(0.2)
@@ -143,68 +142,64 @@ def test_a_stack_of_files_is_named_once_for_every_process_of_those_files():
             processes.observe(pid)
         symbolizer = CountingSymbolizer(processes)
         maker = SampleMaker(symbolizer, processes, [])
-        at_one, at_two = _libc_addresses(processes, one), _libc_addresses(processes, two)
-        assert at_one != at_two          # (ASLR: the same offsets at other addresses)
-        first, _ = maker.sample(RawStack(one, one, "sleep", at_one, (), 1, user_hash=0x5EED), strip_bpf=True)
-        second, _ = maker.sample(RawStack(two, two, "sleep", at_two, (), 1, user_hash=0x5EED), strip_bpf=True)
-        assert symbolizer.calls == 1 and second.stack == first.stack and second.pid == two
-        maker.sample(RawStack(two, two, "sleep", at_two[:3] + (at_two[3] + 64,), (), 1), strip_bpf=True)
-        assert symbolizer.calls == 2     # no file hash: named in its own process
+        yield (maker, symbolizer, processes, (one, _libc_addresses(processes, one)),
+               (two, _libc_addresses(processes, two)))
     finally:
         for p in sleepers:
             p.kill()
             p.wait()
 
 
-def test_a_stack_new_only_by_its_leaf_is_named_from_its_callers_and_its_leaf_offset():
+def test_a_stack_of_files_is_named_once_for_every_process_of_those_files(two_sleepers):
+    """The kernel hashes a stack whose every frame is in a file by (file, file offset) per frame
+    (RawStack.user_hash): the same stack in another process of the same files, at other addresses
+    (a loop of short commands: a new process each run), is named once. A stack hashed otherwise is
+    named per process."""
+    maker, symbolizer, processes, (one, at_one), (two, at_two) = two_sleepers
+    assert at_one != at_two          # (ASLR: the same offsets at other addresses)
+    first, _ = maker.sample(RawStack(one, one, "sleep", at_one, (), 1, user_hash=0x5EED), strip_bpf=True)
+    second, _ = maker.sample(RawStack(two, two, "sleep", at_two, (), 1, user_hash=0x5EED), strip_bpf=True)
+    assert symbolizer.calls == 1 and second.stack == first.stack and second.pid == two
+    maker.sample(RawStack(two, two, "sleep", at_two[:3] + (at_two[3] + 64,), (), 1), strip_bpf=True)
+    assert symbolizer.calls == 2     # no file hash: named in its own process
+
+
+def test_a_stack_new_only_by_its_leaf_is_named_from_its_callers_and_its_leaf_offset(two_sleepers):
     """A stack whose callers (every frame but the leaf, by the kernel's hash of them:
     RawStack.user_callers) were named before, in any process of those files, is named with no pass
     over its frames and no mappings of its process: its callers' frames, and its leaf from its file
     and file offset (a hot function's every instruction is a leaf in turn, in a short command's
     process that may be gone by then). Its frames are those its own process's mappings give; a leaf
-    in a file no process opened lately, or callers of another depth, take the pass."""
+    in a file no process's mapping named before, or callers of another depth, take the pass."""
     from hotstack.unwind.kernel_maps import maps_dev
 
-    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-    try:
-        time.sleep(0.2)
-        one, two = (p.pid for p in sleepers)
-        processes = ProcessTable()
-        for pid in (one, two):
-            processes.observe(pid)
-        symbolizer = CountingSymbolizer(processes)
-        maker = SampleMaker(symbolizer, processes, [])
-        at_one, at_two = _libc_addresses(processes, one), _libc_addresses(processes, two)
-        libc = processes.get(two).mappings.find(at_two[0])
+    maker, symbolizer, processes, (one, at_one), (two, at_two) = two_sleepers
+    libc = processes.get(two).mappings.find(at_two[0])
 
-        def leaf_of(address):
-            return {"leaf_ino": libc.inode, "leaf_dev": maps_dev(libc.dev),
-                    "leaf_offset": address - libc.start + libc.offset}
+    def leaf_of(address):
+        return {"leaf_ino": libc.inode, "leaf_dev": maps_dev(libc.dev),
+                "leaf_offset": address - libc.start + libc.offset}
 
-        maker.sample(RawStack(one, one, "sleep", at_one, (), 1, user_hash=0x5EED, user_callers=0xCA11), strip_bpf=True)
-        assert symbolizer.calls == 1
-        moved = (at_two[0] + 16,) + at_two[1:]      # the same callers, another leaf, another process
-        named, _ = maker.sample(RawStack(two, two, "sleep", moved, (), 1, user_hash=0x5EED + 1, user_callers=0xCA11,
-                                         **leaf_of(moved[0])), strip_bpf=True)
-        assert symbolizer.calls == 1
-        reference = symbolizer.user_frames(two, list(moved))
-        assert list(named.stack) == reference and named.stack[0].address == reference[0].address
-        # (remembered by its own file hash too: met again, no leaf lookup)
-        again, _ = maker.sample(RawStack(two, two, "sleep", moved, (), 1, user_hash=0x5EED + 1), strip_bpf=True)
-        assert again.stack is named.stack
-        shorter = moved[:3]
-        maker.sample(RawStack(two, two, "sleep", shorter, (), 1, user_hash=0x5EED + 2, user_callers=0xCA11,
-                              **leaf_of(shorter[0])), strip_bpf=True)
-        assert symbolizer.calls == 2      # (callers of another depth: the pass)
-        symbolizer._recent_files.clear()  # (no file opened lately: the pass)
-        other = (at_two[0] + 32,) + at_two[1:]
-        maker.sample(RawStack(two, two, "sleep", other, (), 1, user_hash=0x5EED + 3, user_callers=0xCA11,
-                              **leaf_of(other[0])), strip_bpf=True)
-        assert symbolizer.calls == 3
-    finally:
-        for p in sleepers:
-            p.kill()
-            p.wait()
+    maker.sample(RawStack(one, one, "sleep", at_one, (), 1, user_hash=0x5EED, user_callers=0xCA11), strip_bpf=True)
+    assert symbolizer.calls == 1
+    moved = (at_two[0] + 16,) + at_two[1:]      # the same callers, another leaf, another process
+    named, _ = maker.sample(RawStack(two, two, "sleep", moved, (), 1, user_hash=0x5EED + 1, user_callers=0xCA11,
+                                     **leaf_of(moved[0])), strip_bpf=True)
+    assert symbolizer.calls == 1
+    reference = symbolizer.user_frames(two, list(moved))
+    assert list(named.stack) == reference and named.stack[0].address == reference[0].address
+    # (remembered by its own file hash too: met again, no leaf lookup)
+    again, _ = maker.sample(RawStack(two, two, "sleep", moved, (), 1, user_hash=0x5EED + 1), strip_bpf=True)
+    assert again.stack is named.stack
+    shorter = moved[:3]
+    maker.sample(RawStack(two, two, "sleep", shorter, (), 1, user_hash=0x5EED + 2, user_callers=0xCA11,
+                          **leaf_of(shorter[0])), strip_bpf=True)
+    assert symbolizer.calls == 2      # (callers of another depth: the pass)
+    symbolizer._recent_files.clear()  # (no file named before: the pass)
+    other = (at_two[0] + 32,) + at_two[1:]
+    maker.sample(RawStack(two, two, "sleep", other, (), 1, user_hash=0x5EED + 3, user_callers=0xCA11,
+                          **leaf_of(other[0])), strip_bpf=True)
+    assert symbolizer.calls == 3
 
 
 def test_a_remapped_process_never_names_a_changed_range_with_maps_that_do_not_fit(sleeper):
