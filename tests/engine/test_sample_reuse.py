@@ -223,3 +223,32 @@ def test_a_remapped_process_never_names_a_changed_range_with_maps_that_do_not_fi
     sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_hash=fits, user_end=1),
                              strip_bpf=True)
     assert all(f.name != UNKNOWN for f in sample.stack), [f.name for f in sample.stack]
+
+
+def test_a_noted_process_named_with_kept_mappings_that_lost_one_is_told(sleeper):
+    """A noted process (ProcessTable.note) gone before naming needed its mappings is named with the
+    ones the kernel kept for it; where those lack a mapping a stack of files needed (every frame was
+    in a file: it has a file hash), the table tells (take_holes), so that the engine reads that
+    image's next processes. A stack with no file hash (a vDSO frame) tells nothing."""
+    from hotstack.procs.process import Announced
+
+    processes = ProcessTable()
+    parent = processes.observe(sleeper)
+    libc = next(m for m in parent.mappings.mappings if "libc.so" in m.path)
+    others = [m for m in parent.mappings.mappings if m is not libc]
+    gone_pid = 4_000_000        # (above any pid_max: no such process)
+    told = Announced(start_time=1, comm="sleep", ppid=sleeper, mntns=parent.mntns, exe_ino=parent.image[1])
+    processes.gone_mappings = lambda pid: others if pid == gone_pid else []
+    maker = SampleMaker(Symbolizer(processes), processes, [])
+    stack = _libc_addresses(processes, sleeper)
+    for user_hash, told_hole in ((0, False), (0x5EED, True)):
+        processes.note(gone_pid, told, parent)
+        raw = RawStack(gone_pid, gone_pid, "sleep", stack, (), 1, user_hash=user_hash)
+        sample, _ = maker.sample(raw, strip_bpf=True)
+        assert sample.stack and all(f.name == UNKNOWN for f in sample.stack)
+        assert processes.take_holes() == ({told} if told_hole else set()), user_hash
+        processes.forget(gone_pid)
+    processes.gone_mappings = lambda pid: [libc, *others] if pid == gone_pid else []
+    processes.note(gone_pid, told, parent)
+    sample, _ = maker.sample(RawStack(gone_pid, gone_pid, "sleep", stack, (), 1, user_hash=0x5EED + 1), strip_bpf=True)
+    assert all(f.name != UNKNOWN for f in sample.stack) and not processes.take_holes()

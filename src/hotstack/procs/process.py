@@ -454,9 +454,6 @@ class ProcessTable:
         if info.lazy:
             self.settle(info)
         found = info.mappings.find(address)
-        if found is None and info.settled_gone and info.told is not None:
-            with self._lock:
-                self._holes.add(info.told)
         if found is not None or not info.alive:
             return found
         now = time.monotonic()
@@ -501,6 +498,13 @@ class ProcessTable:
             with self._lock:
                 self._remapped.add(pid)
         return True
+
+    def note_hole(self, info: Process) -> None:
+        """A stack of a noted process, gone when its mappings were needed, walked by the kernel in
+        files (every frame) but not named with the mappings the kernel kept for it: one was lost."""
+        if info.settled_gone and info.told is not None:
+            with self._lock:
+                self._holes.add(info.told)
 
     def take_holes(self) -> set[Announced]:
         """The announcements of noted processes named with mappings that lacked an address (the

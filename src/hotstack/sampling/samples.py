@@ -193,6 +193,9 @@ class SampleMaker:
                 self._keep_by_file(raw, user)
             return user, final
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
+        if not final and raw.user_hash and owner_info is not None and owner_info.settled_gone:
+            # (every frame was in a file when the kernel walked it: a mapping it kept was lost)
+            self.processes.note_hole(owner_info)
         if final:
             user = tuple(user)      # (kept as a tuple: see _keep)
             self._keep(native_key, owner_info, user, False, user)
