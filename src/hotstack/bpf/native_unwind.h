@@ -541,7 +541,6 @@ static __always_inline __u32 nu_mm_stamp(__u64 mm)
 	return seq * 0x9e3779b1U ^ (__u32)nu_kread(mm, nu_off_mm_exec_vm);
 }
 
-/* The executable mapping holding pc, from the process's cache or the VMA tree. */
 /* Whether `slot` had a mapping over out's addresses, another file or offset now: the process
  * unloaded a library and loaded another there. Its addresses mean other code from now on. */
 static __always_inline int nu_replaced(const struct nu_range *slot, const struct nu_range *out)
@@ -550,7 +549,8 @@ static __always_inline int nu_replaced(const struct nu_range *slot, const struct
 	       (slot->ino != out->ino || slot->dev != out->dev || slot->to_offset != out->to_offset);
 }
 
-/* Two slots a pc may be cached in: its own, (pc >> NU_CACHE_SHIFT) % NU_CACHE_SLOTS, and that one's
+/* The executable mapping holding pc, from the process's cache or the VMA tree.
+ * Two slots a pc may be cached in: its own, (pc >> NU_CACHE_SHIFT) % NU_CACHE_SLOTS, and that one's
  * other half (slot ^ NU_CACHE_SLOTS / 2). A mapping read from the tree goes in its own slot, unless
  * that holds another current mapping and the other slot does not: two mappings whose code falls in
  * one slot (a program's _start and libc's __libc_start_call_main, ~1 process in 64) had pushed each

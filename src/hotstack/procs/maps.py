@@ -103,6 +103,19 @@ _query_lock = threading.Lock()                # (one name buffer)
 _query_works: bool | None = None              # None: not tried yet
 
 
+def dev_field(major: int, minor: int) -> str:
+    """A device as /proc/PID/maps writes it ("fe:00"), remembered: a host has a few."""
+    dev = _devs.get((major, minor))
+    if dev is None:
+        dev = _devs[(major, minor)] = f"{major:02x}:{minor:02x}"
+    return dev
+
+
+def kernel_dev_field(dev: int) -> str:
+    """The kernel's internal dev_t (major << 20 | minor, what a BPF program reads) as maps writes it."""
+    return dev_field(dev >> 20, dev & 0xFFFFF)
+
+
 def query_exec_maps(pid: int) -> list[Mapping] | None:
     """The executable mappings of `pid` by PROCMAP_QUERY, or None where that cannot tell: a kernel
     without it (before 6.11), a path longer than the buffer (the caller reads the text). Empty when
@@ -140,10 +153,7 @@ def query_exec_maps(pid: int) -> list[Mapping] | None:
                     return None    # (a path longer than the buffer, anything else: the text tells)
                 start, end, flags, offset, inode, major, minor, name_size = _ANSWER.unpack_from(buf, _ANSWER_AT)
                 path = ctypes.string_at(name, name_size - 1).decode("utf-8", "replace") if name_size > 1 else ""
-                dev = _devs.get((major, minor))
-                if dev is None:
-                    dev = _devs[(major, minor)] = f"{major:02x}:{minor:02x}"
-                out.append(Mapping(start, end, offset, _PERMS[flags & 0xF], dev, inode, path))
+                out.append(Mapping(start, end, offset, _PERMS[flags & 0xF], dev_field(major, minor), inode, path))
                 address = end
     finally:
         os.close(fd)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..procs import Mapping, Process, ProcessTable, exe_identity, map_file_path, namespace_pid
-from ..procs.maps import MappingIndex, read_maps
+from ..procs.maps import MappingIndex, dev_field, kernel_dev_field, read_maps
 from ..profile.model import UNKNOWN, Frame, FrameKind
 from .cache import ByteLRU
 from .debugfile import DEFAULT_DEBUG_DIRS, find_debug_file
@@ -165,6 +165,12 @@ class ProcessSymbols:
     def nbytes(self) -> int:
         return (256 + 200 * len(self.modules) + FRAME_BYTES * len(self.frames)
                 + (self.perf_map.nbytes if self.perf_map is not None else 0))
+
+
+def _identity(st: os.stat_result) -> tuple:
+    """A file's identity: which file (device, inode) and which content of it. ctime too: a file
+    rewritten in place with its mtime put back is still another file."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _file_frame(module: ModuleSymbols, path: str, address: int, found: tuple | None) -> Frame:
@@ -379,16 +385,11 @@ class Symbolizer:
         path = mapping.file_path
         frame, module, fkey = self._met_before(info, proc, mapping, path, file_offset, True)
         if frame is None:
-            if module.elf is None or fkey is None:
+            if fkey is None:
                 return None
-            vaddr = module.elf.file_offset_to_vaddr(file_offset)
-            if vaddr is None:
+            frame = self._named_leaf(module, path, file_offset, fkey)
+            if frame is None:
                 return None
-            frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
-            self._weigh(module)
-            if len(self._file_frames) >= MAX_FILE_FRAMES:
-                self._file_frames.clear()
-            self._file_frames[fkey] = frame
         known = proc.frames
         if len(known) < MAX_FRAMES_PER_PROCESS:
             known[address * 2 + 1] = frame
@@ -404,41 +405,47 @@ class Symbolizer:
         before (its path still holds that file: checked by a stat once IDENTITY_RECHECK_S passed);
         else None (a process's mappings name it)."""
         with self._lock:
-            files_key = (f"{dev >> 20:02x}:{dev & 0xFFFFF:02x}", inode)
+            files_key = (kernel_dev_field(dev), inode)
             seen = self._recent_files.get(files_key)
             now = time.monotonic()
             if seen is None or not seen[0]:
                 return None
-            if now - seen[1] >= IDENTITY_RECHECK_S:
+            ekey, checked_at, path = seen
+            if now - checked_at >= IDENTITY_RECHECK_S:
                 # the file at the path shown is still the one opened (a stat, as _open makes)
                 try:
-                    st = os.stat(seen[2])
+                    st = os.stat(path)
                 except OSError:
                     return None
-                identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                if ((st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev)) != (inode, dev)
-                        or self._keys_by_identity.get(identity) != seen[0]):
+                if ((dev_field(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino) != files_key
+                        or self._keys_by_identity.get(_identity(st)) != ekey):
                     return None
-                seen = self._recent_files[files_key] = (seen[0], now, seen[2])
-            fkey = (seen[0], seen[2], file_offset, True)
+                self._recent_files[files_key] = (ekey, now, path)
+            fkey = (ekey, path, file_offset, True)
             frame = self._file_frames.get(fkey)
             if frame is None:
-                module = self.elf_cache.get(seen[0])
-                if module is None or module.elf is None or not module.intact(now):
+                module = self.elf_cache.get(ekey)
+                if module is None or not module.intact(now):
                     return None
-                vaddr = module.elf.file_offset_to_vaddr(file_offset)
-                if vaddr is None:
+                frame = self._named_leaf(module, path, file_offset, fkey)
+                if frame is None:
                     return None
-                frame = _file_frame(module, seen[2], vaddr, module.resolve([vaddr], self.demangler)[0])
-                self._weigh(module)
-                if len(self._file_frames) >= MAX_FILE_FRAMES:
-                    self._file_frames.clear()
-                self._file_frames[fkey] = frame
-            if frame.resolved:
-                self.stats.hits += 1
-            else:
-                self.stats.misses += 1
-            return frame
+            return self._counted([frame])[0]
+
+    def _named_leaf(self, module: ModuleSymbols, path: str, file_offset: int, fkey: tuple) -> Frame | None:
+        """A leaf's frame at `file_offset` of `module` (shown at `path`), looked up in the file and
+        remembered for every process under `fkey`; None if the file has no symbols or no such offset."""
+        if module.elf is None:
+            return None
+        vaddr = module.elf.file_offset_to_vaddr(file_offset)
+        if vaddr is None:
+            return None
+        frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
+        self._weigh(module)
+        if len(self._file_frames) >= MAX_FILE_FRAMES:
+            self._file_frames.clear()
+        self._file_frames[fkey] = frame
+        return frame
 
     def _counted(self, frames: list[Frame]) -> list[Frame]:
         """`frames`, counted in the stats as named or not."""
@@ -545,8 +552,7 @@ class Symbolizer:
                 # maps were read (a library unloaded, another loaded there); its path is this one
                 error = f"{candidate}: another file is mapped there now"
                 continue
-            # ctime too: a file rewritten in place with its mtime put back is still another file.
-            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            identity = _identity(st)
             known = self._keys_by_identity.get(identity)
             if known is not None:
                 module = self.elf_cache.get(known)

@@ -35,7 +35,7 @@ from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
 from ..procs import parent_pid
-from ..procs.maps import Mapping
+from ..procs.maps import Mapping, kernel_dev_field
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
@@ -552,7 +552,7 @@ class NativeTables:
             path = self.path_of(ino, dev)
             if path is not None:
                 offset = (start + to_offset) % (1 << 64)
-                found[start] = Mapping(start, end, offset, "r-xp", f"{dev >> 20:02x}:{dev & 0xFFFFF:02x}", ino, path)
+                found[start] = Mapping(start, end, offset, "r-xp", kernel_dev_field(dev), ino, path)
         return [found[start] for start in sorted(found)]
 
     def path_of(self, ino: int, dev: int) -> str | None:
