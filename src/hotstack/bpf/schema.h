@@ -58,6 +58,14 @@ struct announcement {
 };
 _Static_assert(sizeof(struct announcement) == 48, "struct announcement: schema layout");
 
+struct plain_image {
+	__u64 exe_ino;
+	__u32 mntns;
+	__u32 pad;
+	char comm[COMM_LEN];
+};
+_Static_assert(sizeof(struct plain_image) == 32, "struct plain_image: schema layout");
+
 struct off_cpu {
 	__u64 since;
 	__s32 user_stack_id;
@@ -470,6 +478,13 @@ enum hs_stat {
 		__uint(type, BPF_MAP_TYPE_RINGBUF); \
 		__uint(max_entries, 32768); \
 	} wakeups SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 4096); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, struct plain_image); \
+		__type(value, __u8); \
+	} plain_images SEC(".maps"); \
 	/* end */
 
 /* group obi */

@@ -27,6 +27,7 @@ TRACE_CONTEXT = Record('trace_context', '<16s8s', ('trace_id', 'span_id'), 24)
 STACK_KEY = Record('stack_key', '<IIiiQQ16s8s', ('pid', 'tid', 'user_stack_id', 'kern_stack_id', 'runtime_stack', 'caller', 'trace_id', 'span_id'), 56)
 STACK_COUNT = Record('stack_count', '<Q16s', ('value', 'comm'), 24)
 ANNOUNCEMENT = Record('announcement', '<IIQII16sQ', ('pid', 'kind', 'start_ns', 'ppid', 'mntns', 'comm', 'exe_ino'), 48)
+PLAIN_IMAGE = Record('plain_image', '<QI4x16s', ('exe_ino', 'mntns', 'comm'), 32)
 OFF_CPU = Record('off_cpu', '<QiiII16s16s8s', ('since', 'user_stack_id', 'kern_stack_id', 'pid', 'buffer', 'comm', 'trace_id', 'span_id'), 64)
 PY_PROC = Record('py_proc', '<QQHHHHHHHHHHH2xQQ', ('threads_head', 'code_tag_mask', 'thread_id', 'tstate_next', 'tstate_frame', 'cframe_current', 'frame_code', 'frame_previous', 'frame_instr', 'frame_marker', 'co_argcount', 'co_flags', 'co_firstlineno', 'eval_start', 'eval_end'), 56)
 PY_FRAME = Record('py_frame', '<QQIB3x', ('code', 'instr', 'checksum', 'marker'), 24)
@@ -126,7 +127,7 @@ HS_STAT_STACKS_FULL = 4
 HS_STAT_MAX = 5
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'plain_images', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'self_tgid', 'task_off_group_leader', 'task_off_start_boottime', 'task_off_real_parent', 'task_off_tgid', 'task_off_comm', 'task_off_nsproxy', 'nsproxy_off_mnt_ns', 'mnt_ns_off_inum', 'task_off_mm', 'mm_off_exe_file', 'file_off_inode', 'inode_off_ino', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).

@@ -16,8 +16,6 @@ unwinder met without one (a first parse of a large binary can take a second).
 from __future__ import annotations
 
 import os
-import posixpath
-import re
 import select
 import threading
 import time
@@ -34,6 +32,7 @@ from .buffers import RawBatch
 from .config import EngineConfig
 from .cpu import CpuSampler
 from .diagnose import check_preconditions, explain
+from .plain_images import PlainImages
 from .runtime_maps import RuntimeMaps
 from .sampler import Sampler, unwalked_pid
 from .samples import SampleMaker
@@ -51,17 +50,6 @@ UNWIND_IDLE_WAIT_S = 10.0
 # Exits are reported by the programs; /proc is still read for every known process this often.
 FULL_CHECK_S = 60.0
 TargetFilter = Callable[[int], bool]
-
-# Images whose processes are noted, not read (Engine._noted): at most this many remembered.
-MAX_PLAIN_IMAGES = 4096
-# the C library's file names (glibc, musl): mapped once the dynamic loader has loaded a program's
-# libraries (Engine._learn_plain)
-_LIBC = re.compile(r"^(libc\.so|libc-[0-9]|ld-musl-)")
-
-
-def _image_key(told) -> tuple[int, str, int]:
-    """An image as announcements tell it: its executable's inode, its name, the mount namespace."""
-    return (told.exe_ino, told.comm, told.mntns)
 
 
 class Engine:
@@ -86,9 +74,7 @@ class Engine:
         self.runtimes = frame_sources(config.runtime_frames, config.runtimes_off) if self.cpu is not None else []
         self._samples = SampleMaker(self.symbolizer, self.processes, self.runtimes)
         self._runtime_words = runtime_words(self.runtimes)
-        self._plain_images: set[tuple[int, str, int]] = set()   # (_noted, _learn_plain)
-        # images whose noted processes' stacks needed mappings the kernel no longer had: read always
-        self._read_images: set[tuple[int, str, int]] = set()
+        self._plain_images = PlainImages()     # (_noted)
         self.processes.gone_mappings = self._gone_mappings
         # hotstack itself: the programs walk no user stack of it, so no frame source follows it
         self._unwalked = unwalked_pid(config)
@@ -169,6 +155,8 @@ class Engine:
         # for them if it comes first), nothing before it does. Parsed beside the programs' loads, they
         # had been ~0.1 CPU-s of the ~0.5 CPU-s a start cost before the first sample (bench/startup.py).
         self._spawn(self._load_kernel_symbols, "hotstack-kallsyms")
+        if self._notes_by_announcement():
+            self._plain_images.quiet_in(self._started)
         self._spawn(self._watch_new_pids, "hotstack-pids")
         if any(s.native is not None for s in self._started):
             self._spawn(self._serve_native_loop, "hotstack-unwind")
@@ -282,7 +270,7 @@ class Engine:
                 info = self.processes.observe(pid, told)
                 if self.wants(pid):
                     if self._take_on(pid):
-                        self._learn_plain(told, info)
+                        self._plain_images.learn(told, info)
                     sampler.native_process(pid, info)
             busy = self._observe_remaps(sampler) or busy
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have
@@ -291,25 +279,20 @@ class Engine:
             if self.wants(pid) and not self._take_on(pid):
                 info = self.processes.peek(pid)
                 if info is not None and info.told is not None:
-                    self._plain_images.discard(_image_key(info.told))   # (it maps a runtime now)
+                    self._plain_images.runs_runtime(info.told)
         # images whose noted processes exited with mappings the kernel's cache had lost: read
         for told in self.processes.take_holes():
-            self._plain_images.discard(_image_key(told))
-            if len(self._read_images) >= MAX_PLAIN_IMAGES:
-                self._read_images.clear()
-            self._read_images.add(_image_key(told))
+            self._plain_images.lost_mappings(told)
         return busy
 
     def _noted(self, pid: int, told) -> bool:
         """Whether a new process was noted from its announcement alone (ProcessTable.note), with no
-        read of /proc: a process of an image met before naming no runtime (_learn_plain), in its
+        read of /proc: a process of an image met before naming no runtime (plain_images.py), in its
         parent's mount namespace, where every sampler's kernel unwinder keeps the mappings it walks
         (what names its stacks if it exits before naming needs them). A loop of short commands had
         cost ~0.3 ms of the pid watcher a command, most of it reads of /proc that the kernel's file
         hash makes unneeded: the stacks of files other processes of the image had are named by it."""
-        if told is None or not told.exe_ino or not told.mntns or _image_key(told) not in self._plain_images:
-            return False
-        if not self._started or not all(s.native is not None and s.native_vma_walk for s in self._started):
+        if told not in self._plain_images or not self._notes_by_announcement():
             return False
         if self.processes.peek(pid) is not None:
             return False
@@ -320,19 +303,10 @@ class Engine:
         self.processes.note(pid, told, parent)
         return True
 
-    def _learn_plain(self, told, info) -> None:
-        """Remember the image of a process that names no runtime, read once its libraries were
-        loaded (libc mapped, or its executable alone: a static program), so that the next processes
-        of that image are noted (_noted). A read made before the dynamic loader mapped them (a
-        process read at once after its exec) tells nothing of the libraries it links."""
-        if told is None or info is None or not told.exe_ino or not told.mntns or _image_key(told) in self._read_images:
-            return
-        files = {m.path for m in info.mappings.mappings if m.is_file}
-        if not files or not (files <= {info.exe} or any(_LIBC.match(posixpath.basename(f)) for f in files)):
-            return
-        if len(self._plain_images) >= MAX_PLAIN_IMAGES:
-            self._plain_images.clear()
-        self._plain_images.add(_image_key(told))
+    def _notes_by_announcement(self) -> bool:
+        """Whether processes can be noted (_noted): every sampler's kernel unwinder walks the VMAs
+        itself and keeps the mappings it walked (6.1+)."""
+        return bool(self._started) and all(s.native is not None and s.native_vma_walk for s in self._started)
 
     def _gone_mappings(self, pid: int) -> list:
         """The mappings a sampler's kernel unwinder kept for `pid` (ProcessTable.gone_mappings)."""

@@ -382,6 +382,22 @@ class Sampler:
         a file without unwind table, a stale mapping list): bpf/pids.h wake_userspace."""
         return self.collection.maps["wakeups"].fd if self.collection is not None and self._wakeups else None
 
+    def mark_plain(self, image: tuple[int, str, int], plain: bool) -> None:
+        """Whether the program announces processes of `image` (executable inode, comm, mount
+        namespace: sampling/plain_images.py) without waking the pid watcher."""
+        if self.collection is None:
+            return
+        exe_ino, comm, mntns = image
+        key = schema.PLAIN_IMAGE.pack(exe_ino=exe_ino, mntns=mntns,
+                                      comm=comm.encode(errors="replace")[:schema.COMM_LEN - 1])
+        try:
+            if plain:
+                self.collection.maps["plain_images"].update(key, b"\x01")
+            else:
+                self.collection.maps["plain_images"].delete(key)
+        except ebpf.EbpfError:     # full (the announcements wake as before), or closing under us
+            pass
+
     def clear_wakeups(self) -> None:
         """Read the ring (it polls readable again only once read): the pids it announces, kept for
         new_pids, and whether work was queued. A ring found half full or more may have refused

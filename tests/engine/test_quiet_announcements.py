@@ -1,0 +1,129 @@
+"""Announcements of processes of a plain image (sampling/plain_images.py) do not wake the pid
+watcher; every other announcement does, even behind a quiet one that is still unread
+(bpf/pids.h announce)."""
+
+from __future__ import annotations
+
+import select
+import shutil
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from hotstack import procs
+from hotstack.sampling import Engine, EngineConfig, plain_images
+from hotstack.sampling.plain_images import PlainImages, image_key
+
+BUSY_C = "int main(void) { for (;;) ; }\n"
+
+
+class _NoWatcher(Engine):
+    """An engine whose pid watcher does not run: the test reads the announcements itself."""
+
+    def _watch_new_pids(self) -> None:
+        return
+
+
+def _announced(sampler, pid: int, epoll: select.epoll) -> dict:
+    """pid -> what its announcement told, once `pid` is announced (the ring woke `epoll`)."""
+    deadline = time.monotonic() + 10
+    told: dict = {}
+    while time.monotonic() < deadline and pid not in told:
+        epoll.poll(0.5)
+        told.update({p: t for p, _exec_ed, t in sampler.new_pids()})
+    assert pid in told, f"pid {pid} was never announced"
+    return told
+
+
+@pytest.mark.root
+def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_it(tmp_path):
+    source = tmp_path / "busy.c"
+    source.write_text(BUSY_C)
+    subprocess.run(["cc", "-O0", str(source), "-o", str(tmp_path / "quiet_one")], check=True)
+    shutil.copy(tmp_path / "quiet_one", tmp_path / "loud_one")       # (another inode: another image)
+    running: list[subprocess.Popen] = []
+    epoll = select.epoll()
+    try:
+        with _NoWatcher(EngineConfig(frequency=499, comms=("quiet_one", "loud_one"), runtime_frames=False)) as engine:
+            if not engine._notes_by_announcement():
+                pytest.skip("processes are noted only where the kernel unwinder walks the VMAs itself (6.1+)")
+            sampler = engine.cpu
+            epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
+            first = subprocess.Popen([str(tmp_path / "quiet_one")])
+            running.append(first)
+            told = _announced(sampler, first.pid, epoll)[first.pid]
+            assert told is not None and told.comm == "quiet_one" and told.exe_ino, told
+            # its file's unwind table built (a queued file wakes the watcher too: pid 0's records)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
+                time.sleep(0.1)
+            first.kill()
+            sampler.mark_plain(image_key(told), True)
+            sampler.new_pids()
+            assert not epoll.poll(0), "the ring, read, still wakes"
+
+            second = subprocess.Popen([str(tmp_path / "quiet_one")])
+            running.append(second)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not sampler._wakeups.pending():
+                time.sleep(0.05)
+            assert sampler._wakeups.pending(), "the second process of the image was never announced"
+            assert not epoll.poll(0.5), "an announcement of a plain image woke the watcher"
+
+            third = subprocess.Popen([str(tmp_path / "loud_one")])
+            running.append(third)
+            assert epoll.poll(10), "an announcement behind an unread quiet one did not wake the watcher"
+            announced = _announced(sampler, third.pid, epoll)
+            assert second.pid in announced and announced[second.pid].comm == "quiet_one", announced
+
+            # an image no longer plain wakes again
+            sampler.mark_plain(image_key(told), False)
+            fourth = subprocess.Popen([str(tmp_path / "quiet_one")])
+            running.append(fourth)
+            assert epoll.poll(10), "an image taken out of plain_images did not wake the watcher"
+            assert fourth.pid in _announced(sampler, fourth.pid, epoll)
+    finally:
+        epoll.close()
+        for proc in running:
+            proc.kill()
+            proc.wait()
+
+
+class _Recorder:
+    """A sampler's mark_plain, recorded: the kernel's copy of the set."""
+
+    def __init__(self) -> None:
+        self.marked: set = set()
+
+    def mark_plain(self, image, plain: bool) -> None:
+        (self.marked.add if plain else self.marked.discard)(image)
+
+
+def _read(exe: str, *files: str):
+    mappings = [SimpleNamespace(path=f, is_file=True) for f in (exe, *files)]
+    return SimpleNamespace(exe=exe, mappings=SimpleNamespace(mappings=mappings))
+
+
+def test_the_kernel_copy_of_plain_images_follows_the_set(monkeypatch):
+    monkeypatch.setattr(plain_images, "MAX_PLAIN_IMAGES", 3)
+    images = PlainImages()
+    xz = procs.Announced(start_time=1, comm="xz", ppid=1, mntns=7, exe_ino=11)
+    early = procs.Announced(start_time=1, comm="cc1", ppid=1, mntns=7, exe_ino=12)
+    images.learn(xz, _read("/usr/bin/xz", "/usr/lib/x86_64-linux-gnu/libc.so.6"))
+    images.learn(early, _read("/usr/bin/cc1", "/usr/lib64/ld-linux-x86-64.so.2"))   # (libc not loaded yet)
+    kernel = _Recorder()
+    images.quiet_in([kernel])
+    assert xz in images and early not in images and kernel.marked == {image_key(xz)}
+    images.runs_runtime(xz)                  # (a dlopen'ed runtime)
+    assert xz not in images and not kernel.marked
+    images.learn(xz, _read("/usr/bin/xz", "/usr/lib/x86_64-linux-gnu/libc.so.6"))
+    images.lost_mappings(xz)                 # read from then on: not learned again
+    images.learn(xz, _read("/usr/bin/xz", "/usr/lib/x86_64-linux-gnu/libc.so.6"))
+    assert xz not in images and not kernel.marked
+    static = [procs.Announced(start_time=1, comm=f"s{i}", ppid=1, mntns=7, exe_ino=20 + i) for i in range(4)]
+    for told in static:
+        images.learn(told, _read(f"/opt/s{told.exe_ino}"))
+    # (full at 3: cleared, in the kernel too, before the fourth)
+    assert [t in images for t in static] == [False, False, False, True] and kernel.marked == {image_key(static[3])}
