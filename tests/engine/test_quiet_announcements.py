@@ -4,10 +4,13 @@ watcher; every other announcement does, even behind a quiet one that is still un
 
 from __future__ import annotations
 
+import os
 import select
+import signal
 import shutil
 import subprocess
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +27,20 @@ class _NoWatcher(Engine):
 
     def _watch_new_pids(self) -> None:
         return
+
+
+def _kill_with_children(proc: subprocess.Popen) -> None:
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    except OSError:
+        children = []
+    proc.kill()
+    proc.wait()
+    for child in children:
+        try:
+            os.kill(int(child), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _announced(sampler, pid: int, epoll: select.epoll) -> dict:
@@ -89,6 +106,57 @@ def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_i
         for proc in running:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.root
+def test_a_child_started_into_another_mount_namespace_wakes_the_watcher(tmp_path):
+    """A process of a plain image whose parent is in another mount namespace (`docker exec`'s, started
+    into a container from outside it) is read at once, not noted (its container is its own): its
+    announcement wakes the pid watcher; a child of a process in its own namespace does not."""
+    source = tmp_path / "busy.c"
+    source.write_text(BUSY_C)
+    exe = tmp_path / "quiet_one"
+    subprocess.run(["cc", "-O0", str(source), "-o", str(exe)], check=True)
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "120"])
+    running: list[subprocess.Popen] = [holder]
+    epoll = select.epoll()
+    try:
+        with _NoWatcher(EngineConfig(frequency=499, comms=("quiet_one",), runtime_frames=False)) as engine:
+            if not engine._notes_by_announcement():
+                pytest.skip("processes are noted only where the kernel unwinder walks the VMAs itself (6.1+)")
+            sampler = engine.cpu
+            epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
+            time.sleep(0.2)     # (the holder in its namespace)
+            enter = ["nsenter", "-t", str(holder.pid), "-m"]
+            first = subprocess.Popen([*enter, str(exe)])          # (nsenter execs it: its parent is this one)
+            running.append(first)
+            told = _announced(sampler, first.pid, epoll)[first.pid]
+            assert told is not None and told.comm == "quiet_one", told
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
+                time.sleep(0.1)
+            first.kill()
+            sampler.mark_plain(image_key(told), True)
+            sampler.new_pids()
+            assert not epoll.poll(0), "the ring, read, still wakes"
+
+            inside = subprocess.Popen([*enter, "sh", "-c", f"{exe} & wait"])    # (a child of a shell in it)
+            running.append(inside)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not sampler._wakeups.pending():
+                time.sleep(0.05)
+            assert sampler._wakeups.pending(), "the child of the shell in the namespace was never announced"
+            assert not epoll.poll(0.5), "a child of a process in its own mount namespace woke the watcher"
+            sampler.new_pids()
+
+            second = subprocess.Popen([*enter, str(exe)])
+            running.append(second)
+            assert epoll.poll(10), "a process whose parent is in another mount namespace did not wake the watcher"
+            assert second.pid in _announced(sampler, second.pid, epoll)
+    finally:
+        epoll.close()
+        for proc in running:
+            _kill_with_children(proc)
 
 
 class _Recorder:

@@ -35,52 +35,63 @@ static __always_inline __u64 pids_kread(__u64 addr, __u32 off)
 	return value;
 }
 
-/* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
- * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
- * is: an exec before userspace reads the process changes both), from the current task's main
- * thread: one look at a few kernel words, where those reads had been ~110 us of the pid watcher's
- * CPU a new process under load (stat's ~90: the kernel sums the threads' times for it). Nothing
- * where the kernel's BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as
- * it checks the first record against /proc in any case (procs/process.py ProcessTable._trust). */
-static __always_inline void announcement_facts(struct announcement *record)
+/* The inode number of a task's mount namespace; 0 where not known (an exiting task has no nsproxy). */
+static __always_inline __u32 task_mntns(__u64 task)
 {
-	__u64 leader, nsproxy;
+	__u64 nsproxy = pids_kread(task, task_off_nsproxy);
 	__u32 inum = 0;
 
-	if (!task_off_group_leader)
-		return;
-	leader = pids_kread((__u64)bpf_get_current_task(), task_off_group_leader);
-	if (!leader)
-		return;
-	record->start_ns = pids_kread(leader, task_off_start_boottime);
-	bpf_probe_read_kernel(&record->ppid, sizeof(record->ppid),
-			      (void *)(pids_kread(leader, task_off_real_parent) + task_off_tgid));
-	bpf_probe_read_kernel(record->comm, sizeof(record->comm), (void *)(leader + task_off_comm));
-	nsproxy = pids_kread(leader, task_off_nsproxy);    /* 0 in an exiting task */
 	if (nsproxy && mnt_ns_off_inum) {
 		__u64 mnt_ns = pids_kread(nsproxy, nsproxy_off_mnt_ns);
 
 		if (mnt_ns)
 			bpf_probe_read_kernel(&inum, sizeof(inum), (void *)(mnt_ns + mnt_ns_off_inum));
 	}
-	record->mntns = inum;
+	return inum;
+}
+
+/* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
+ * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
+ * is: an exec before userspace reads the process changes both), from the current task's main
+ * thread: one look at a few kernel words, where those reads had been ~110 us of the pid watcher's
+ * CPU a new process under load (stat's ~90: the kernel sums the threads' times for it). Nothing
+ * where the kernel's BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as
+ * it checks the first record against /proc in any case (procs/process.py ProcessTable._trust).
+ * Returns the parent's mount namespace (0: not known), which the record does not carry. */
+static __always_inline __u32 announcement_facts(struct announcement *record)
+{
+	__u64 leader, parent;
+
+	if (!task_off_group_leader)
+		return 0;
+	leader = pids_kread((__u64)bpf_get_current_task(), task_off_group_leader);
+	if (!leader)
+		return 0;
+	record->start_ns = pids_kread(leader, task_off_start_boottime);
+	parent = pids_kread(leader, task_off_real_parent);
+	bpf_probe_read_kernel(&record->ppid, sizeof(record->ppid), (void *)(parent + task_off_tgid));
+	bpf_probe_read_kernel(record->comm, sizeof(record->comm), (void *)(leader + task_off_comm));
+	record->mntns = task_mntns(leader);
 	if (inode_off_ino) {
 		__u64 exe = pids_kread(pids_kread(leader, task_off_mm), mm_off_exe_file);   /* 0: a kernel thread */
 
 		record->exe_ino = pids_kread(pids_kread(exe, file_off_inode), inode_off_ino);
 	}
+	return parent ? task_mntns(parent) : 0;
 }
 
-/* Whether an announced process is of an image in plain_images: one whose processes userspace
- * records from the announcement alone (sampling/engine.py Engine._noted), which need not wake it.
- * The comm is keyed up to its end: bytes after the terminating 0 may be an older name's (before
- * 6.x, __set_task_comm did not clear them). */
-static __always_inline int announced_plain(const struct announcement *record)
+/* Whether an announced process is one userspace records from the announcement alone
+ * (sampling/engine.py Engine._noted), which need not wake it: of an image in plain_images, the
+ * child of a process (not init's) in its own mount namespace, as _noted asks (a child spawned
+ * into a container from outside it, e.g. by `docker exec`, is read at once: its container is its
+ * own). The comm is keyed up to its end: bytes after the terminating 0 may be an older name's
+ * (before 6.x, __set_task_comm did not clear them). */
+static __always_inline int announced_plain(const struct announcement *record, __u32 parent_mntns)
 {
 	struct plain_image image = {.exe_ino = record->exe_ino, .mntns = record->mntns};
 	__u8 ended = 0;
 
-	if (!record->exe_ino || !record->mntns)
+	if (!record->exe_ino || !record->mntns || record->mntns != parent_mntns || record->ppid <= 1)
 		return 0;
 #pragma unroll
 	for (int i = 0; i < COMM_LEN; i++) {
@@ -103,8 +114,9 @@ static __always_inline long announce(__u32 pid, __u32 kind)
 	__u64 flags = BPF_RB_FORCE_WAKEUP;
 
 	if (pid) {
-		announcement_facts(&record);
-		if (announced_plain(&record) &&
+		__u32 parent_mntns = announcement_facts(&record);
+
+		if (announced_plain(&record, parent_mntns) &&
 		    2 * bpf_ringbuf_query(&wakeups, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&wakeups, BPF_RB_RING_SIZE))
 			flags = BPF_RB_NO_WAKEUP;
 	}
