@@ -43,6 +43,14 @@ def _kill_with_children(proc: subprocess.Popen) -> None:
             pass
 
 
+def _tables_built(sampler) -> None:
+    """Wait (1-10 s) until the kernel unwinder has no file queued for a table: a queued file wakes the
+    watcher too (a record of pid 0), which a test of the announcements' wake-ups must not see."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
+        time.sleep(0.1)
+
+
 def _announced(sampler, pid: int, epoll: select.epoll) -> dict:
     """pid -> what its announcement told, once `pid` is announced (the ring woke `epoll`)."""
     deadline = time.monotonic() + 10
@@ -72,10 +80,7 @@ def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_i
             running.append(first)
             told = _announced(sampler, first.pid, epoll)[first.pid]
             assert told is not None and told.comm == "quiet_one" and told.exe_ino, told
-            # its file's unwind table built (a queued file wakes the watcher too: pid 0's records)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
-                time.sleep(0.1)
+            _tables_built(sampler)
             first.kill()
             sampler.mark_plain(image_key(told), True)
             sampler.new_pids()
@@ -132,9 +137,7 @@ def test_a_child_started_into_another_mount_namespace_wakes_the_watcher(tmp_path
             running.append(first)
             told = _announced(sampler, first.pid, epoll)[first.pid]
             assert told is not None and told.comm == "quiet_one", told
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
-                time.sleep(0.1)
+            _tables_built(sampler)
             first.kill()
             sampler.mark_plain(image_key(told), True)
             sampler.new_pids()
