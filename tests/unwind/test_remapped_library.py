@@ -9,6 +9,7 @@ was mapped there at naming time."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,12 @@ def test_a_library_loaded_where_another_was_is_named_as_itself(swap_libs, second
                     wrong.append((s.value, names[-6:]))
     assert not wrong, f"named as the other library's code: {wrong[:5]}"
     assert profiler.kernel_counters["remapped"] > 0
-    # each phase is half the time: both libraries' hot functions are named
-    assert by_fn.get("a_hot", 0) > 0.25 * total and by_fn.get("b_hot", 0) > 0.25 * total, (by_fn, total)
+    # each phase is half the time: both libraries' hot functions are named (else what the others were
+    # named, and the kernel's counters: the test has failed now and then in batch runs, a_hot at 0)
+    others = Counter(tuple(user_names(s)[-7:]) for s in result.samples
+                     if not {"a_hot", "b_hot"} & set(user_names(s)) for _ in range(s.value))
+    assert by_fn.get("a_hot", 0) > 0.25 * total and by_fn.get("b_hot", 0) > 0.25 * total, \
+        (by_fn, total, others.most_common(4), profiler.kernel_counters)
 
 
 def test_userspace_computes_the_kernels_stack_hash(chain, workloads):
