@@ -19,6 +19,8 @@ from hotstack import procs
 from hotstack.sampling import Engine, EngineConfig, plain_images
 from hotstack.sampling.plain_images import PlainImages, image_key
 
+from ..conftest import compile_c
+
 BUSY_C = "int main(void) { for (;;) ; }\n"
 
 
@@ -55,6 +57,25 @@ def _tables_built(sampler) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (sampler.native_queued() or time.monotonic() < deadline - 9):
         time.sleep(0.1)
+
+
+def _busy(tmp_path: Path) -> Path:
+    """A program that spins, named quiet_one."""
+    source = tmp_path / "busy.c"
+    source.write_text(BUSY_C)
+    return compile_c(source, tmp_path / "quiet_one", "-O0")
+
+
+def _plain_after_first(sampler, epoll: select.epoll, running: list, argv: list[str]):
+    """A first process of argv (quiet_one) announced, its files' unwind tables built, then killed and
+    its image marked plain; what its announcement told."""
+    first = _started(running, argv)
+    told = _announced(sampler, first.pid, epoll)[first.pid]
+    assert told is not None and told.comm == "quiet_one" and told.exe_ino, told
+    _tables_built(sampler)
+    first.kill()
+    _mark_plain(sampler, told, epoll)
+    return told
 
 
 def _mark_plain(sampler, told, epoll: select.epoll) -> None:
@@ -104,10 +125,8 @@ def _announced(sampler, pid: int, epoll: select.epoll) -> dict:
 
 @pytest.mark.root
 def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_it(tmp_path):
-    source = tmp_path / "busy.c"
-    source.write_text(BUSY_C)
-    subprocess.run(["cc", "-O0", str(source), "-o", str(tmp_path / "quiet_one")], check=True)
-    shutil.copy(tmp_path / "quiet_one", tmp_path / "loud_one")       # (another inode: another image)
+    quiet = _busy(tmp_path)
+    loud = Path(shutil.copy(quiet, tmp_path / "loud_one"))       # (another inode: another image)
     running: list[subprocess.Popen] = []
     epoll = select.epoll()
     try:
@@ -116,23 +135,17 @@ def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_i
                 pytest.skip("processes are noted only where the kernel unwinder walks the VMAs itself (6.1+)")
             sampler = engine.cpu
             epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
-            first = _started(running, [str(tmp_path / "quiet_one")])
-            told = _announced(sampler, first.pid, epoll)[first.pid]
-            assert told is not None and told.comm == "quiet_one" and told.exe_ino, told
-            _tables_built(sampler)
-            first.kill()
-            _mark_plain(sampler, told, epoll)
+            told = _plain_after_first(sampler, epoll, running, [str(quiet)])
 
-            second = _assert_quiet(sampler, epoll, lambda: _started(running, [str(tmp_path / "quiet_one")]),
+            second = _assert_quiet(sampler, epoll, lambda: _started(running, [str(quiet)]),
                                    "the second process of a plain image")
 
-            announced = _assert_wakes(sampler, epoll, running, [str(tmp_path / "loud_one")],
-                                      "an announcement behind an unread quiet one")
+            announced = _assert_wakes(sampler, epoll, running, [str(loud)], "an announcement behind an unread quiet one")
             assert second.pid in announced and announced[second.pid].comm == "quiet_one", announced
 
             # an image no longer plain wakes again
             sampler.mark_plain(image_key(told), False)
-            _assert_wakes(sampler, epoll, running, [str(tmp_path / "quiet_one")], "an image taken out of plain_images")
+            _assert_wakes(sampler, epoll, running, [str(quiet)], "an image taken out of plain_images")
     finally:
         epoll.close()
         for proc in running:
@@ -144,10 +157,7 @@ def test_a_child_started_into_another_mount_namespace_wakes_the_watcher(tmp_path
     """A process of a plain image whose parent is in another mount namespace (`docker exec`'s, started
     into a container from outside it) is read at once, not noted (its container is its own): its
     announcement wakes the pid watcher; a child of a process in its own namespace does not."""
-    source = tmp_path / "busy.c"
-    source.write_text(BUSY_C)
-    exe = tmp_path / "quiet_one"
-    subprocess.run(["cc", "-O0", str(source), "-o", str(exe)], check=True)
+    exe = _busy(tmp_path)
     holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "120"])
     running: list[subprocess.Popen] = [holder]
     epoll = select.epoll()
@@ -159,12 +169,7 @@ def test_a_child_started_into_another_mount_namespace_wakes_the_watcher(tmp_path
             epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
             time.sleep(0.2)     # (the holder in its namespace)
             enter = ["nsenter", "-t", str(holder.pid), "-m"]
-            first = _started(running, [*enter, str(exe)])          # (nsenter execs it: its parent is this one)
-            told = _announced(sampler, first.pid, epoll)[first.pid]
-            assert told is not None and told.comm == "quiet_one", told
-            _tables_built(sampler)
-            first.kill()
-            _mark_plain(sampler, told, epoll)
+            _plain_after_first(sampler, epoll, running, [*enter, str(exe)])   # (nsenter execs it: its parent is this one)
 
             _assert_quiet(sampler, epoll, lambda: _started(running, [*enter, "sh", "-c", f"{exe} & wait"]),
                           "a child of a shell in its own mount namespace")

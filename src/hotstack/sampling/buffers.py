@@ -100,12 +100,12 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
 
 def parse_native_stack(raw: bytes) -> tuple[int, ...]:
     """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): its header, then addresses."""
-    n = _NATIVE_STACK.unpack_from(raw)[1]
-    return struct.unpack_from(f"<{min(n, (len(raw) - _NATIVE_STACK.size) // 8)}Q", raw, _NATIVE_STACK.size)
+    n = NATIVE_STACK_HEADER.unpack_from(raw)[1]
+    return struct.unpack_from(f"<{min(n, (len(raw) - NATIVE_STACK_HEADER.size) // 8)}Q", raw, NATIVE_STACK_HEADER.size)
 
 
 # struct nu_stack's header: hash, frames, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev, pad
-NATIVE_STACK_HEADER = _NATIVE_STACK = struct.Struct("<QIIIIQQQII")
+NATIVE_STACK_HEADER = struct.Struct("<QIIIIQQQII")
 _NO_HEADER = (0,) * 10
 
 
@@ -167,7 +167,7 @@ class StackReader:
                 return (), _NO_HEADER
             if self._batched:
                 raw = self._user_stacks().get(stack_id)
-                header = _NATIVE_STACK.unpack_from(raw) if raw is not None else _NO_HEADER
+                header = NATIVE_STACK_HEADER.unpack_from(raw) if raw is not None else _NO_HEADER
                 stack = self._parse_user(raw) if raw is not None else None
             else:
                 stack, header = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user), _NO_HEADER
