@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -44,3 +46,23 @@ def profile(pids: list[int], seconds: float = 3.0, unwind: str = "kernel", frequ
 def user_names(sample) -> list[str]:
     """User frame names, root first."""
     return [f.name for f in reversed(sample.stack) if f.kind.name != "KERNEL"]
+
+
+def on_overlay(tmp_path: Path, files: dict[str, Path]) -> tuple[list[str], Path, Path]:
+    """An overlay filesystem (a container's files) whose lower layer holds `files` (name -> source),
+    mounted in a mount namespace of its own: (the argv prefix that mounts it and runs what follows
+    inside, the merged directory, the lower layer). Skips where it cannot be mounted."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    layers = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for d in layers.values():
+        d.mkdir()
+    for name, source in files.items():
+        shutil.copy(source, layers["lower"] / name)
+    mount = (f"mount -t overlay overlay -o lowerdir={layers['lower']},upperdir={layers['upper']},"
+             f"workdir={layers['work']} {layers['merged']}")
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{mount} && exec "$@"', "sh"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no overlay mount here: {probe.stderr.strip()}")
+    return prefix, layers["merged"], layers["lower"]

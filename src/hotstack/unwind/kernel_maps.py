@@ -434,31 +434,28 @@ class NativeTables:
 
     def _open(self, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending | None":
         """The file behind the kernel's (ino, dev), held open: through the process's mapping while
-        it runs, else through a path a process that mapped it showed (checked to be that file),
-        else through the process's parent's mapping of it. The last is a shell's child, sampled in
-        the shell's code between its fork and its exec (each run of a loop of commands): by the
-        time this runs it has exec'd, and the shell that forked it, which maps that code, is
-        rarely sampled (it waits), so no path of it was known; the file had gone without a table
-        until a child was caught before its exec."""
+        it runs and still holds that file (open_mapped), else through a path a process that mapped
+        it showed (checked to be that file), else through the process's parent's mapping of it.
+        The last is a shell's child, sampled in the shell's code between its fork and its exec
+        (each run of a loop of commands): by the time this runs it has exec'd, and the shell that
+        forked it, which maps that code, is rarely sampled (it waits), so no path of it was known;
+        the file had gone without a table until a child was caught before its exec."""
+        fd = open_mapped(pid, start, end, key)
+        if fd is not None:
+            return _Pending(fd, os.fstat(fd).st_size, _mapped_path(pid, start) or self._known_paths.get(key)
+                            or f"/proc/{pid}/map_files/{start:x}-{end:x}")
         known = self._known_paths.get(key)     # (the pid watcher's thread adds to it)
-        candidates = [(f"/proc/{pid}/map_files/{start:x}-{end:x}", False, None)]
-        if known is not None:
-            candidates.append((known, True, known))
+        candidates = [(known, known)] if known is not None else []
         # (the parent's maps are read only if the others fail)
-        for path, checked, display in itertools.chain(candidates, _parent_candidates(pid, key)):
+        for path, display in itertools.chain(candidates, _parent_candidates(pid, key)):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
             st = os.fstat(fd)
-            # the process's own mapping is the file the kernel saw even where an overlay reports
-            # other numbers (its device, and with layers on several filesystems its inode: so it is
-            # not checked); a path found elsewhere must be that very file
-            if checked and (st.st_ino, kernel_dev(st.st_dev)) != key:
+            if (st.st_ino, kernel_dev(st.st_dev)) != key:     # a path found elsewhere: that very file
                 os.close(fd)
                 continue
-            if display is None:
-                display = _mapped_path(pid, start) or known or path
             return _Pending(fd, st.st_size, display)
         return None
 
@@ -481,10 +478,19 @@ class NativeTables:
         or of those whose file name `only` matches."""
         done = 0
         for start, end, _off, ino, dev, path in _exec_mappings(pid):
-            if only is not None and not only.match(os.path.basename(path)):
+            if not ino or (only is not None and not only.match(os.path.basename(path))):
                 continue
-            if ino and self.add_path(f"/proc/{pid}/map_files/{start:x}-{end:x}", ino, dev, path):
+            if (ino, dev) in self.loaded:
                 done += 1
+                continue
+            fd = open_mapped(pid, start, end, (ino, dev))
+            if fd is None:
+                continue
+            try:
+                if self.add_path(f"/proc/self/fd/{fd}", ino, dev, path):
+                    done += 1
+            finally:
+                os.close(fd)
         return done
 
     def preload_shared(self) -> int:
@@ -636,16 +642,44 @@ def _eh_frame_fdes(elf: ElfFile, limit: int) -> int:
     return count
 
 
+def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | None:
+    """A descriptor of the file `pid` maps at [start, end) if that is key's file (the kernel's inode
+    and device), else None. /proc/PID/map_files opens whatever is mapped there now: a library
+    unloaded and another of the same size loaded at its addresses since the kernel met key's (a
+    plugin host) is another file, and its table loaded under key would unwind key's code with the
+    other file's rules, every stack of it wrong (a test's plugin host had half its samples end
+    after one bogus frame). The descriptor's own numbers decide where they are the kernel's. A file
+    on an overlay shows the overlay's device (the kernel unwinder reads the layer's, under it) and,
+    with layers on several filesystems, the layer's inode number in its low bits: there the
+    process's maps, read after the open, must show key's inode at those addresses (a swap and a
+    swap back within that read would pass, microseconds)."""
+    try:
+        fd = os.open(f"/proc/{pid}/map_files/{start:x}-{end:x}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_ino, kernel_dev(st.st_dev)) == key:
+        return fd
+    for s, e, _off, ino, _dev, _path in _exec_mappings(pid):
+        if (s, e) == (start, end) and ino & _LOW_32 == key[0] & _LOW_32:
+            return fd
+    os.close(fd)
+    return None
+
+
+_LOW_32 = (1 << 32) - 1
+
+
 def _parent_candidates(pid: int, key: tuple[int, int]):
-    """(path, checked, path shown) of key's file where pid's parent maps it (a generator: nothing
-    is read until asked). Found by the numbers /proc/PID/maps shows, which are the kernel's but for
-    a file on an overlay: those are not found so."""
+    """(path, path shown) of key's file where pid's parent maps it (a generator: nothing is read
+    until asked). Found by the numbers /proc/PID/maps shows, which are the kernel's but for a file
+    on an overlay: those are not found so."""
     parent = parent_pid(pid)
     if not parent:
         return
     for start, end, _off, ino, dev, path in _exec_mappings(parent):
         if (ino, dev) == key:
-            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", True, path
+            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", path
             return
 
 
