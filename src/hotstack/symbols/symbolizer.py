@@ -563,6 +563,10 @@ class Symbolizer:
             except ElfError as e:
                 error = str(e)
                 continue
+            if n == 0 and mapping.inode and elf.identity[1] != mapping.inode:
+                elf.close()      # (swapped between the stat and the open)
+                error = f"{candidate}: another file is mapped there now"
+                continue
             self.stats.files_opened += 1
             build_id = elf.build_id()
             # A build id names the code, not the file: a stripped copy shares it with the original,
