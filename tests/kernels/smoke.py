@@ -145,13 +145,19 @@ def item_programs(w: Path) -> str:
     from hotstack.ebpf import features
     from hotstack.sampling.runtime_maps import LOOP_SUFFIX
     from hotstack.unwind import kernel_maps
+    from hotstack.unwind.kernel_maps import has_maple_tree
 
     loaded, notes = [], []
-    for name in ("profile", "offcpu", "probe", "exec"):
+    names = ["profile", "offcpu", "probe", "exec"]
+    if has_maple_tree() and not kernel_maps.has_mm_lock_seq():
+        names.append("mappings")     # beside the unwinder where it walks the VMA tree before 6.4
+    for name in names:
         spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
         if "unwind_in_kernel" in spec.variables:      # as the default, --unwind kernel, loads it
             kernel_maps.configure(spec)
             spec.set_constant("unwind_in_kernel", 1)
+        if name == "mappings":
+            kernel_maps.configure_mapped(spec)       # (a KeyError: no vma_store tracepoint)
         links.resolve_btf_targets(spec)              # tp_btf/sched_switch
         for key in [k for k, p in spec.programs.items() if p.section in ("fentry", "fexit")]:
             del spec.programs[key]
@@ -217,18 +223,22 @@ def item_remap(w: Path) -> str:
     """A library unloaded and another loaded at its address (swap_libs, 0.5 s a library): every
     sample of either library's hot function is named as that library's, under its own caller.
     Kernels before 6.1 have no VMA tree the program walks: nothing there tells of the change. Before
-    6.4 (no mm_lock_seq) a change is told by the mapping and page counts: the second library is
-    built four pages larger there (a swap of libraries of equal page counts goes unseen)."""
-    from hotstack.ebpf.btf import kernel_btf
-    from hotstack.unwind.kernel_maps import has_maple_tree
+    6.4 (no mm_lock_seq) a change is told by the mapping and page counts and by the count of
+    executable mappings made (bpf/mappings.bpf.c, on the vma_store tracepoint of 6.1-6.3): the
+    libraries are of equal page counts there too, unless that tracepoint is missing."""
+    from hotstack.ebpf import links
+    from hotstack.unwind.kernel_maps import has_maple_tree, has_mm_lock_seq
 
     if not has_maple_tree():
         raise Off("no maple tree: the kernel unwinder cannot tell a library loaded where another was")
-    try:
-        kernel_btf().member_offset("mm_struct", "mm_lock_seq")
+    if has_mm_lock_seq():
         lib_b, note = "libswap_b.so", "libraries of equal page counts"
-    except KeyError:
-        lib_b, note = "libswap_b_pad.so", "no mm_lock_seq: libraries of different page counts"
+    else:
+        try:
+            links.btf_target_id("tp_btf", "vma_store")
+            lib_b, note = "libswap_b.so", "no mm_lock_seq, mappings counted at vma_store: libraries of equal page counts"
+        except KeyError:
+            lib_b, note = "libswap_b_pad.so", "no mm_lock_seq nor vma_store: libraries of different page counts"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "addresses"
         with Workload([str(w / "swap_libs"), str(w / "libswap_a.so"), str(w / lib_b), "0.5",

@@ -39,8 +39,14 @@ def swap_libs(build_dir) -> dict[str, Path]:
 
 @pytest.mark.parametrize("second", ["b", "b padded"])
 def test_a_library_loaded_where_another_was_is_named_as_itself(swap_libs, second, workloads, tmp_path):
+    named_as_itself(swap_libs[second], swap_libs, workloads, tmp_path)
+
+
+def named_as_itself(second: Path, swap_libs, workloads, tmp_path) -> None:
+    """The plugin host swapping libswap_a.so and `second` at one address every 0.3 s, profiled 5 s:
+    each library's samples named as its own code, both libraries' hot functions in the profile."""
     report = tmp_path / "addresses"
-    w = workloads([swap_libs["host"], swap_libs["a"], swap_libs[second], "0.3", report], settle=0.8)
+    w = workloads([swap_libs["host"], swap_libs["a"], second, "0.3", report], settle=0.8)
     at = report.read_text().split()
     assert len(at) == 2 and at[0] == at[1], f"b_hot is not where a_pad was: {at}"
     result, profiler = profile([w.pid], seconds=5.0)
@@ -169,3 +175,21 @@ def test_a_file_on_an_overlay_swapped_at_its_addresses(swap_libs, tmp_path):
     assert kernel_dev(int(shown.stdout)) != kernel_key(lower / "liba.so")[1]
     swapped_at_one_address([*prefix, sys.executable, "-c", REMAP_AT, merged / "liba.so", merged / "libb.so"],
                            lower / "liba.so", lower / "libb.so")
+
+
+def test_where_the_mappings_made_cannot_be_counted_the_unwinder_goes_on(chain, workloads, monkeypatch, caplog):
+    """A kernel without mm_lock_seq is given bpf/mappings.bpf.c (its vma_store tracepoint, 6.1-6.3);
+    where that cannot load (here: this kernel has mm_lock_seq and no such tracepoint, taken as one
+    without it) the swap it would tell goes unseen, said once, and stacks are unwound as before."""
+    import logging
+
+    from hotstack.unwind import kernel_maps
+
+    monkeypatch.setattr(kernel_maps, "has_mm_lock_seq", lambda: False)
+    w = workloads([chain, "busy"])
+    with caplog.at_level(logging.INFO, logger="hotstack"):
+        result, profiler = profile([w.pid], seconds=2.0)
+    assert profiler.cpu._mapped is None
+    assert [r.message for r in caplog.records if "same page counts goes unseen" in r.message]
+    whole = sum(s.value for s in result.samples if user_names(s)[-4:] == ["main", "a", "b", "c"])
+    assert whole > 0.9 * sum(s.value for s in result.samples), profiler.kernel_counters

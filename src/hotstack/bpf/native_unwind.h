@@ -46,6 +46,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "arch.h"
+#include "nu_procs.h"
 
 /* How a queued request (a file without a table, a stale mapping list) wakes userspace: the
  * includer's pids.h defines it; a harness without one polls. */
@@ -88,7 +89,6 @@
 #define NU_INDEX_SHIFT 10           /* 1 KiB pages of file offsets: ~30 rows a page, the index ~4% of the rows */
 #define NU_PAGE_SEARCH_STEPS 11     /* log2(rows in a page) + 1: at most one row per byte offset */
 #define NU_PAGE_SHIFT 12
-#define NU_VM_EXEC 0x4
 
 /* Rule kinds; the same numbers as unwind/cfi.py (+ KIND_FP_GO, unwind/kernel_tables.py). */
 #define NU_KIND_INVALID 0
@@ -188,39 +188,6 @@ struct nu_cached_rule {
 #define barrier() asm volatile("" ::: "memory")
 #endif
 
-struct nu_range {
-	__u64 start;
-	__u64 end;
-	__s64 to_offset;   /* file offset = pc + to_offset */
-	__u64 ino;         /* 0: anonymous (JIT) */
-	__u32 dev;
-	__u32 seq;         /* walk layout: the address space's stamp when read (nu_mm_stamp) */
-};
-
-/*
- * Per process, its executable mappings, in one of two layouts:
- * - kernels with a VMA tree the program can walk (nu_kernel_vma_walk): a direct-mapped cache,
- *   slot = (pc >> 16) % 64. A miss walks the process's VMA tree (the maple tree of mm->mm_mt)
- *   with plain kernel reads: no lock and no helper that needs one, so it works from the
- *   perf-event interrupt. The cache is emptied when the mm changes (exec); a slot holds only
- *   while the address space's stamp (nu_mm_stamp) is the one it was read under, and a slot read
- *   again that finds another file, or another offset of it, where it had one (a library unloaded
- *   and another loaded at its address) queues the process in nu_remap: userspace's copy of its
- *   mappings, which names its addresses, is stale.
- * - the others: userspace writes the mappings from /proc/PID/maps, sorted by start in
- *   r[0..count), and the program searches them. A direct-mapped cache would not do here: two
- *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of
- *   them unreachable for good. A PC found in none asks userspace for a fresh list (nu_remap).
- */
-#define NU_CACHE_SLOTS 64
-#define NU_CACHE_SHIFT 16
-struct nu_ranges {
-	__u64 mm;          /* the mm the cache belongs to; 0: written by userspace (no tree walk) */
-	__u32 pad;
-	__u32 count;       /* written by userspace: the sorted ranges in r */
-	struct nu_range r[NU_CACHE_SLOTS];
-};
-
 struct nu_missing_value {
 	__u32 pid;
 	__u32 pad;
@@ -298,12 +265,9 @@ const volatile __u32 nu_off_mm_exec_vm = 0;     /* them */
 const volatile __u32 nu_off_range_pivot = 8;    /* maple_range_64.pivot (maple_arange_64's too) */
 const volatile __u32 nu_off_range_slot = 128;
 const volatile __u32 nu_off_arange_slot = 80;
-const volatile __u32 nu_off_vma_mm = 16;
 const volatile __u32 nu_off_vma_start = 0;
 const volatile __u32 nu_off_vma_end = 8;
-const volatile __u32 nu_off_vma_flags = 0;
 const volatile __u32 nu_off_vma_pgoff = 0;
-const volatile __u32 nu_off_vma_file = 0;
 const volatile __u32 nu_off_file_inode = 0;
 const volatile __u32 nu_off_inode_ino = 0;
 const volatile __u32 nu_off_inode_sb = 0;
@@ -332,13 +296,6 @@ struct {
 	__type(key, struct nu_file_key);
 	__type(value, struct nu_file);
 } nu_files SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct nu_ranges);
-} nu_procs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -403,14 +360,6 @@ static __always_inline void nu_count(__u32 index)
 
 	if (value)
 		*value += 1;
-}
-
-static __always_inline __u64 nu_kread(__u64 addr, __u32 off)
-{
-	__u64 value = 0;
-
-	bpf_probe_read_kernel(&value, sizeof(value), (void *)(addr + off));
-	return value;
 }
 
 static __always_inline __u64 nu_current_mm(void)
@@ -523,8 +472,10 @@ static __always_inline int nu_search_ranges(struct nu_ranges *pr, __u64 pc, stru
  * A stamp of mm's address space that moves with any change of its mappings: mm_lock_seq where the
  * kernel has it (6.4+: bumped by every mmap-lock writer). Before it, a mix of the mapping count and
  * the total and executable page counts: a mapping added, removed or resized moves one of them. A
- * library swapped for another of the same page counts at the same address is the change it misses
- * (a slot would keep the first file's name and rules for the second's code).
+ * library swapped for another of the same page counts at the same address is the change they
+ * miss (a slot would keep the first file's name and rules for the second's code): the walk mixes
+ * in the count of executable file mappings the process made (nu_ranges.mapped, mappings.bpf.c),
+ * where that program could be attached.
  */
 static __always_inline __u32 nu_mm_stamp(__u64 mm)
 {
@@ -1002,8 +953,14 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 		return st;
 	st->seq = nu_mm_stamp(mm);
 	pr = bpf_map_lookup_elem(&nu_procs, &tgid);
-	if (pr && pr->mm == mm)
+	if (pr && pr->mm == mm) {
+		/* before mm_lock_seq (6.4), the executable file mappings made since the cache was made
+		 * (mappings.bpf.c): a library swapped for another of the same page counts leaves the
+		 * stamp's counts as they were */
+		if (!nu_off_mm_seq)
+			st->seq ^= pr->mapped * 0x85ebca6bU;
 		return st;
+	}
 	/* a new process or an exec (a new mm): an empty cache */
 	fresh = bpf_map_lookup_elem(&nu_scratch, &zero);   /* never written but for this field */
 	if (!fresh)

@@ -115,6 +115,7 @@ class Sampler:
         self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
+        self._mapped: ebpf.Collection | None = None   # bpf/mappings.bpf.c, on its nu_procs map
         self._exits_known = False                   # its exit program is attached (gone_pids fills)
         self._wakeups: RingBuffer | None = None     # the program's `wakeups` ring (bpf/pids.h)
         # the pids its records announced, not taken yet (pid -> (exec'ed, what its last record
@@ -193,6 +194,8 @@ class Sampler:
         self.buffers.user_stacks = "native_stacks"
         self.buffers.parse_user = parse_native_stack
         self.native = NativeTables(collection.maps)
+        if self.native_vma_walk and not kernel_maps.has_mm_lock_seq():
+            self._count_mappings()
         for pid in self.config.pids:
             self.native.preload_process(pid)
             if not self.native_vma_walk:
@@ -278,6 +281,24 @@ class Sampler:
                 for m in shared.values():
                     m.close()
             log.info("exec and exit detection through /proc: %s", e)
+
+    def _count_mappings(self) -> None:
+        """Load bpf/mappings.bpf.c beside the program, on its nu_procs map (kernels whose VMA tree
+        the unwinder walks, without mm_lock_seq: 6.1-6.3): a library swapped for another of the
+        same page counts at its address is then told, as on later kernels. Where it cannot load
+        (no BTF for the tracepoint) such a swap goes unseen: the first library's name and rules
+        for the second's code."""
+        procs_map = self.collection.maps["nu_procs"]
+        shared = {"nu_procs": ebpf.Map(procs_map.spec, os.dup(procs_map.fd))}
+        try:
+            spec = ebpf.load_spec(object_path("mappings"), map_prefix=self.map_prefix + "m")
+            kernel_maps.configure_mapped(spec)
+            self._mapped = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptor
+            self._links.append(ebpf_links.attach_tracing(self._mapped.programs[kernel_maps.MAPPED_PROGRAM]))
+        except (OSError, KeyError, ebpf.EbpfError) as e:
+            if self._mapped is None:
+                shared["nu_procs"].close()
+            log.info("a library swapped for another of the same page counts goes unseen here: %s", e)
 
     def gone_pids(self) -> dict[int, float] | None:
         """The processes this program announced that exited since the last call: pid -> time of the
@@ -426,9 +447,10 @@ class Sampler:
         if self._wakeups is not None:
             self._wakeups.close()
             self._wakeups = None
-        if self._exec is not None:
-            self._exec.close()
-            self._exec = None
+        for side in (self._exec, self._mapped):
+            if side is not None:
+                side.close()
+        self._exec = self._mapped = None
         if self.collection is not None:
             self.collection.close()
             self.collection = None

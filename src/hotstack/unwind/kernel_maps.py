@@ -12,7 +12,7 @@
 Layouts mirrored from native_unwind.h: struct nu_file_key {u64 ino; u32 dev; u32 pad},
 struct nu_file {u32 first, count, index, base, pages, serial; u64 last_use} (a file's arena space
 is its page index, then its rows), struct nu_range {u64 start, end; s64
-to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 pad, count; nu_range r[64]}
+to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 mapped, count; nu_range r[64]}
 (slot = (pc >> 16) % 64), struct nu_missing_value {u32 pid, pad; u64 start, end}.
 """
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
+from ..ebpf.links import btf_target_id
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
 from ..procs import parent_pid
 from ..procs.maps import Mapping, kernel_dev_field
@@ -43,6 +44,7 @@ from .kernel_tables import FileTable, RuleSet, TableCache
 
 log = logging.getLogger("hotstack.unwind")
 
+MAPPED_PROGRAM = "hotstack_mapped"   # bpf/mappings.bpf.c
 CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
 RULE_CACHE_SLOTS = 1024          # NU_RULE_CACHE_SLOTS: looked-up rules each CPU remembers
 FILE_KEY = struct.Struct("<QII")
@@ -112,6 +114,26 @@ def has_maple_tree() -> bool:
         return False
 
 
+def has_mm_lock_seq() -> bool:
+    """Whether the kernel stamps every change of an address space (mm_struct.mm_lock_seq, 6.4+);
+    before it the unwinder's mapping cache needs a count of the mappings made (configure_mapped)."""
+    try:
+        kernel_btf().member_offset("mm_struct", "mm_lock_seq")
+        return True
+    except (KeyError, OSError):
+        return False
+
+
+def configure_mapped(spec) -> None:
+    """bpf/mappings.bpf.c's struct offsets (what configure writes for the same names) and its
+    tracepoint (KeyError where the kernel has none: from 6.4 on, which have mm_lock_seq)."""
+    btf = kernel_btf()
+    for name, member in (("nu_off_vma_mm", "vm_mm"), ("nu_off_vma_flags", "vm_flags"),
+                         ("nu_off_vma_file", "vm_file")):
+        spec.set_constant(name, btf.member_offset("vm_area_struct", member))
+    spec.programs[MAPPED_PROGRAM].attach_btf_id = btf_target_id("tp_btf", "vma_store", btf)
+
+
 def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = None) -> bool:
     """Write the unwinder's .rodata constants and map sizes into `spec`; True if the kernel builds the
     mapping lists itself (else userspace must call write_process for each process)."""
@@ -143,9 +165,9 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
                           + btf.member_offset("maple_tree", "ma_root"))
     except KeyError:
         pass      # no maple tree: the walk is off
-    try:
+    if has_mm_lock_seq():
         spec.set_constant("nu_off_mm_seq", btf.member_offset("mm_struct", "mm_lock_seq"))
-    except KeyError:   # before 6.4: the mapping cache's stamp is made of the mapping and page counts
+    else:   # before 6.4: the mapping cache's stamp is made of the mapping and page counts
         try:
             stamp = {name: btf.member_offset("mm_struct", member) for name, member in
                      (("nu_off_mm_map_count", "map_count"), ("nu_off_mm_total_vm", "total_vm"),
