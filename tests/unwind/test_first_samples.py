@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import compile_c
-from .conftest import user_names
+from .conftest import on_overlay, user_names
 
 pytestmark = pytest.mark.root
 
@@ -32,12 +32,19 @@ def _key(path: str) -> tuple[int, int]:
     return st.st_ino, kernel_dev(st.st_dev)
 
 
-def test_a_forked_childs_file_is_opened_through_its_parent(build_dir, workloads):
+@pytest.mark.parametrize("filesystem", ["plain", "overlay"])
+def test_a_forked_childs_file_is_opened_through_its_parent(build_dir, workloads, filesystem, tmp_path):
+    """Also on an overlay (a container's shell), where the parent's maps show the overlay's device
+    and the kernel the layer's: the parent's mapping at the child's addresses (a fork keeps them)."""
     from hotstack.sampling import Engine, EngineConfig
 
     forker = compile_c(HERE / "workloads" / "forker.c", build_dir / "forker", "-O2", "-fomit-frame-pointer")
+    prefix, run = [], forker
+    if filesystem == "overlay":
+        prefix, merged, lower = on_overlay(tmp_path, {"forker": forker})
+        run, forker = merged / "forker", lower / "forker"     # (the kernel knows the layer's file)
     # ~1 ms in the parent's code, then the child is `sleep`: long before userspace reads the queue
-    workloads([forker, "1000", "1.0"], settle=1.0)
+    workloads([*prefix, run, "1000", "1.0"], settle=1.0)
     engine = Engine(EngineConfig(frequency=499, comms=("forker",), unwind="kernel", runtime_frames=False))
     loaded_at = None
     with engine:

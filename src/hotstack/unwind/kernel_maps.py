@@ -19,7 +19,6 @@ to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 mapped, count; 
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import mmap
 import os
@@ -89,17 +88,28 @@ def _mix(h: int, word: int) -> int:
     return h ^ (h >> 29)
 
 
+# (inode, device) as /proc/PID/maps shows a file on an overlay -> (inode, device) the kernel
+# unwinder reads (the layer's file under it), as open_mapped met them
+_LAYER_FILES: dict[tuple[int, int], tuple[int, int]] = {}
+LAYER_FILES = 4096
+
+
 def file_stack_hash(mappings, pcs: tuple[int, ...], end: int) -> int | None:
     """The key the kernel gives a stack whose every frame is in a file (nu_hash: by inode, device
     and file offset per frame), with the file of each address taken from `mappings` (a
     procs.MappingIndex); None if an address is in none of its file mappings. Equal to the
-    kernel's: the addresses were walked in those files."""
+    kernel's: the addresses were walked in those files (a file on an overlay by the numbers of
+    the layer's file under it, once its table was opened through a mapping)."""
     h = _HASH_BASIS
+    layers = _LAYER_FILES
     for i, pc in enumerate(pcs):
         m = mappings.find(pc - 1 if i else pc)     # (a return address: its call is before it)
         if m is None or not m.inode:
             return None
-        h = _mix(_mix(_mix(h, m.inode), maps_dev(m.dev)), (pc - m.start + m.offset) & _U64)
+        ino, dev = m.inode, maps_dev(m.dev)
+        if layers:
+            ino, dev = layers.get((ino, dev), (ino, dev))
+        h = _mix(_mix(_mix(h, ino), dev), (pc - m.start + m.offset) & _U64)
     h = _mix(_mix(h, len(pcs)), end)
     return h or 1
 
@@ -457,29 +467,27 @@ class NativeTables:
     def _open(self, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending | None":
         """The file behind the kernel's (ino, dev), held open: through the process's mapping while
         it runs and still holds that file (open_mapped), else through a path a process that mapped
-        it showed (checked to be that file), else through the process's parent's mapping of it.
-        The last is a shell's child, sampled in the shell's code between its fork and its exec
-        (each run of a loop of commands): by the time this runs it has exec'd, and the shell that
-        forked it, which maps that code, is rarely sampled (it waits), so no path of it was known;
-        the file had gone without a table until a child was caught before its exec."""
+        it showed (checked to be that file), else through the process's parent's mapping at the
+        same addresses. The last is a shell's child, sampled in the shell's code between its fork
+        (which copies the shell's mappings where they are) and its exec (each run of a loop of
+        commands): by the time this runs it has exec'd, and the shell, which maps that code, is
+        rarely sampled (it waits), so no path of it was known; the file had gone without a table
+        until a child was caught before its exec."""
         fd = open_mapped(pid, start, end, key)
         if fd is not None:
-            return _Pending(fd, os.fstat(fd).st_size, _mapped_path(pid, start) or self._known_paths.get(key)
-                            or f"/proc/{pid}/map_files/{start:x}-{end:x}")
+            return self._held(fd, pid, start, end, key)
         known = self._known_paths.get(key)     # (the pid watcher's thread adds to it)
-        candidates = [(known, known)] if known is not None else []
-        # (the parent's maps are read only if the others fail)
-        for path, display in itertools.chain(candidates, _parent_candidates(pid, key)):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            st = os.fstat(fd)
-            if (st.st_ino, kernel_dev(st.st_dev)) != key:     # a path found elsewhere: that very file
-                os.close(fd)
-                continue
-            return _Pending(fd, st.st_size, display)
-        return None
+        fd = _open_checked(known, key) if known is not None else None
+        if fd is not None:
+            return _Pending(fd, os.fstat(fd).st_size, known)
+        parent = parent_pid(pid)      # (read only if the others fail)
+        fd = open_mapped(parent, start, end, key) if parent else None
+        return self._held(fd, parent, start, end, key) if fd is not None else None
+
+    def _held(self, fd: int, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending":
+        """A file opened through pid's mapping at [start, end), shown by the path pid maps it by."""
+        display = _mapped_path(pid, start) or self._known_paths.get(key) or f"/proc/{pid}/map_files/{start:x}-{end:x}"
+        return _Pending(fd, os.fstat(fd).st_size, display)
 
     def _serve(self, key: tuple[int, int], pending: "_Pending", build: bool) -> bool | None:
         """Load one waiting file's table (None: not cached and not `build`); its descriptor is
@@ -674,7 +682,8 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
     on an overlay shows the overlay's device (the kernel unwinder reads the layer's, under it) and,
     with layers on several filesystems, the layer's inode number in its low bits: there the
     process's maps, read after the open, must show key's inode at those addresses (a swap and a
-    swap back within that read would pass, microseconds)."""
+    swap back within that read would pass, microseconds); the numbers they show are kept as
+    that file's for file_stack_hash."""
     try:
         fd = os.open(f"/proc/{pid}/map_files/{start:x}-{end:x}", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -682,8 +691,11 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
     st = os.fstat(fd)
     if (st.st_ino, kernel_dev(st.st_dev)) == key:
         return fd
-    for s, e, _off, ino, _dev, _path in _exec_mappings(pid):
+    for s, e, _off, ino, dev, _path in _exec_mappings(pid):
         if (s, e) == (start, end) and ino & _LOW_32 == key[0] & _LOW_32:
+            if len(_LAYER_FILES) >= LAYER_FILES:
+                _LAYER_FILES.clear()
+            _LAYER_FILES[(ino, dev)] = key     # (what names stacks walked in it: file_stack_hash)
             return fd
     os.close(fd)
     return None
@@ -692,17 +704,17 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
 _LOW_32 = (1 << 32) - 1
 
 
-def _parent_candidates(pid: int, key: tuple[int, int]):
-    """(path, path shown) of key's file where pid's parent maps it (a generator: nothing is read
-    until asked). Found by the numbers /proc/PID/maps shows, which are the kernel's but for a file
-    on an overlay: those are not found so."""
-    parent = parent_pid(pid)
-    if not parent:
-        return
-    for start, end, _off, ino, dev, path in _exec_mappings(parent):
-        if (ino, dev) == key:
-            yield f"/proc/{parent}/map_files/{start:x}-{end:x}", path
-            return
+def _open_checked(path: str, key: tuple[int, int]) -> int | None:
+    """A descriptor of the file at `path` if it is key's very file, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_ino, kernel_dev(st.st_dev)) == key:
+        return fd
+    os.close(fd)
+    return None
 
 
 def _mapped_path(pid: int, start: int) -> str | None:
