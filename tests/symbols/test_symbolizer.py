@@ -326,3 +326,28 @@ def test_a_stack_new_only_by_its_leaf_is_named_as_a_new_stack_is(c_programs, wor
     frames, final = sym.final_user_frames(bare.pid, [bare_hot + 6] + bare_callers)
     assert frames[0].name.startswith("hot_c_stripped+0x") and not frames[0].resolved and final
     assert (frames, final) == Symbolizer(ProcessTable()).final_user_frames(bare.pid, [bare_hot + 6] + bare_callers)
+
+
+def test_a_file_replaced_at_its_path_after_the_process_exited_is_not_read_as_its_own(c_programs, workloads,
+                                                                                      tmp_path):
+    """A process gone before its frames are named is named through its file's path, and the file
+    there may be another by then (a program rebuilt, a package upgraded): its symbols at those
+    offsets are another program's functions. The mapping's inode tells: such frames stay unnamed."""
+    exe = tmp_path / "rebuilt"
+    shutil.copy(c_programs["plain"], exe)
+    w = workloads([exe])
+    sym = Symbolizer(ProcessTable())
+    sym.processes.get(w.pid)
+    addr = _address_of(sym, w.pid, exe, "stripped_hot_loop")
+    w.stop()
+    other = tmp_path / "other"
+    run(need("g++"), "-O0", WORKLOADS / "hot_cpp.cpp", "-o", other)
+    os.replace(other, exe)          # (a new file at the path, as a build or an upgrade writes it)
+    [frame] = sym.user_frames(w.pid, [addr])
+    assert not frame.resolved, frame
+    # the file that is still there is read as before
+    again = workloads([c_programs["plain"]])
+    sym.processes.get(again.pid)
+    addr = _address_of(sym, again.pid, c_programs["plain"], "stripped_hot_loop")
+    again.stop()
+    assert sym.user_frames(again.pid, [addr])[0].name == "stripped_hot_loop"

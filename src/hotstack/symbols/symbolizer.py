@@ -547,10 +547,12 @@ class Symbolizer:
             except OSError as e:
                 error = f"{candidate}: {e.strerror}"
                 continue
-            if n == 0 and mapping.inode and st.st_ino != mapping.inode:
+            if mapping.inode and st.st_ino != mapping.inode:
                 # map_files opens what is mapped at those addresses now: another file since the
-                # maps were read (a library unloaded, another loaded there); its path is this one
-                error = f"{candidate}: another file is mapped there now"
+                # maps were read (a library unloaded, another loaded there); a path, what is there
+                # now: another file once the process is gone (a program rebuilt, a package
+                # upgraded), whose symbols at those offsets are another program's functions
+                error = f"{candidate}: another file is {'mapped' if n == 0 else 'there'} now"
                 continue
             identity = _identity(st)
             known = self._keys_by_identity.get(identity)
@@ -563,9 +565,9 @@ class Symbolizer:
             except ElfError as e:
                 error = str(e)
                 continue
-            if n == 0 and mapping.inode and elf.identity[1] != mapping.inode:
+            if mapping.inode and elf.identity[1] != mapping.inode:
                 elf.close()      # (swapped between the stat and the open)
-                error = f"{candidate}: another file is mapped there now"
+                error = f"{candidate}: another file is {'mapped' if n == 0 else 'there'} now"
                 continue
             self.stats.files_opened += 1
             build_id = elf.build_id()
