@@ -14,4 +14,5 @@ ip link set lo up 2>/dev/null
 # The classic default limit, so that kernels before 5.11 show the loader raising it.
 ulimit -l 64
 export PYTHONHOME=/tmp/hs/prefix PYTHONPATH=/tmp/hs/site PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
-exec /usr/bin/python3 /tmp/hs/smoke.py --workloads /tmp/hs/workloads --out "$results" "${@:3}"
+# (-X faulthandler: a crash of the interpreter prints where it was)
+exec /usr/bin/python3 -X faulthandler /tmp/hs/smoke.py --workloads /tmp/hs/workloads --out "$results" "${@:3}"
