@@ -73,13 +73,19 @@ def _base(sym: Symbolizer, pid: int, path: Path) -> int:
     return min(m.start for m in info.mappings.mappings if m.path == str(path))
 
 
-def test_file_deleted_after_start_still_resolves_then_process_gone(c_programs, workloads, tmp_path):
-    exe = tmp_path / "doomed"
+def _a_running_copy(c_programs, workloads, exe: Path):
+    """A copy of the plain program at `exe`, running, read by a new symbolizer: (the workload, the
+    symbolizer, the address of its stripped_hot_loop)."""
     shutil.copy(c_programs["plain"], exe)
     w = workloads([exe])
     sym = Symbolizer(ProcessTable())
     sym.processes.get(w.pid)
-    addr = _address_of(sym, w.pid, exe, "stripped_hot_loop")
+    return w, sym, _address_of(sym, w.pid, exe, "stripped_hot_loop")
+
+
+def test_file_deleted_after_start_still_resolves_then_process_gone(c_programs, workloads, tmp_path):
+    exe = tmp_path / "doomed"
+    w, sym, addr = _a_running_copy(c_programs, workloads, exe)
     exe.unlink()      # map_files still reach the deleted file while the process lives
     assert sym.user_frames(w.pid, [addr])[0].name == "stripped_hot_loop"
     # A new symbolizer after the process is gone knows nothing of it: [unknown].
@@ -334,11 +340,7 @@ def test_a_file_replaced_at_its_path_after_the_process_exited_is_not_read_as_its
     there may be another by then (a program rebuilt, a package upgraded): its symbols at those
     offsets are another program's functions. The mapping's inode tells: such frames stay unnamed."""
     exe = tmp_path / "rebuilt"
-    shutil.copy(c_programs["plain"], exe)
-    w = workloads([exe])
-    sym = Symbolizer(ProcessTable())
-    sym.processes.get(w.pid)
-    addr = _address_of(sym, w.pid, exe, "stripped_hot_loop")
+    w, sym, addr = _a_running_copy(c_programs, workloads, exe)
     w.stop()
     other = tmp_path / "other"
     run(need("g++"), "-O0", WORKLOADS / "hot_cpp.cpp", "-o", other)
