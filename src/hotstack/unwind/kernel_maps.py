@@ -485,9 +485,16 @@ class NativeTables:
         return self._held(fd, parent, start, end, key) if fd is not None else None
 
     def _held(self, fd: int, pid: int, start: int, end: int, key: tuple[int, int]) -> "_Pending":
-        """A file opened through pid's mapping at [start, end), shown by the path pid maps it by."""
-        display = _mapped_path(pid, start) or self._known_paths.get(key) or f"/proc/{pid}/map_files/{start:x}-{end:x}"
-        return _Pending(fd, os.fstat(fd).st_size, display)
+        """A file opened through pid's mapping at [start, end), shown by the path pid maps it by. A
+        file on an overlay (the descriptor's numbers not the kernel's) is remembered by that path
+        under pid's root: the host's paths do not reach it, and a process of it gone before naming
+        is named with the mappings the kernel kept, by a path that opens the file (path_of)."""
+        mapped = _mapped_path(pid, start)
+        st = os.fstat(fd)
+        if mapped and mapped.startswith("/") and (st.st_ino, kernel_dev(st.st_dev)) != key:
+            self._known_paths[key] = f"/proc/{pid}/root{mapped}"
+        display = mapped or self._known_paths.get(key) or f"/proc/{pid}/map_files/{start:x}-{end:x}"
+        return _Pending(fd, st.st_size, display)
 
     def _serve(self, key: tuple[int, int], pending: "_Pending", build: bool) -> bool | None:
         """Load one waiting file's table (None: not cached and not `build`); its descriptor is
@@ -595,13 +602,14 @@ class NativeTables:
         """A host path that opens the file the kernel knows as (ino, dev) now, or None."""
         loaded = self.loaded.get((ino, dev))
         for path in (loaded.path if loaded else None, self._known_paths.get((ino, dev))):
-            if not path or not path.startswith("/") or path.startswith("/proc/"):
+            # (a path under a live process's root, a container's, stays; a descriptor's does not)
+            if not path or not path.startswith("/") or (path.startswith("/proc/") and not _UNDER_ROOT.match(path)):
                 continue
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            if (st.st_ino, kernel_dev(st.st_dev)) == (ino, dev):
+            if _is_file(st, (ino, dev)):
                 return path
         return None
 
@@ -702,6 +710,7 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
 
 
 _LOW_32 = (1 << 32) - 1
+_UNDER_ROOT = re.compile(r"/proc/\d+/root/")
 
 
 def _open_checked(path: str, key: tuple[int, int]) -> int | None:
@@ -710,11 +719,16 @@ def _open_checked(path: str, key: tuple[int, int]) -> int | None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    st = os.fstat(fd)
-    if (st.st_ino, kernel_dev(st.st_dev)) == key:
+    if _is_file(os.fstat(fd), key):
         return fd
     os.close(fd)
     return None
+
+
+def _is_file(st: os.stat_result, key: tuple[int, int]) -> bool:
+    """Whether a stat is of key's file: its numbers, or those an overlay shows for it (open_mapped)."""
+    shown = (st.st_ino, kernel_dev(st.st_dev))
+    return shown == key or _LAYER_FILES.get(shown) == key
 
 
 def _mapped_path(pid: int, start: int) -> str | None:
