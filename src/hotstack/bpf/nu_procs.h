@@ -33,10 +33,9 @@ struct nu_range {
  *   with plain kernel reads: no lock and no helper that needs one, so it works from the
  *   perf-event interrupt. The cache is emptied when the mm changes (exec); a slot holds only
  *   while the address space's stamp (nu_mm_stamp, and `mapped` before 6.4) is the one it was
- *   read under, and a slot read
- *   again that finds another file, or another offset of it, where it had one (a library unloaded
- *   and another loaded at its address) queues the process in nu_remap: userspace's copy of its
- *   mappings, which names its addresses, is stale.
+ *   read under, and a slot read again that finds another file, or another offset of it, where it
+ *   had one (a library unloaded and another loaded at its address) queues the process in
+ *   nu_remap: userspace's copy of its mappings, which names its addresses, is stale.
  * - the others: userspace writes the mappings from /proc/PID/maps, sorted by start in
  *   r[0..count), and the program searches them. A direct-mapped cache would not do here: two
  *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of

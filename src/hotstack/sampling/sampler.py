@@ -261,25 +261,21 @@ class Sampler:
             self.native.learn_paths(info.mappings.mappings, info.root, info.root_is_host)
         if not self.native_vma_walk:
             self.native.write_process(pid)
+
     def _announce_execs(self) -> None:
         """Load bpf/exec.bpf.c beside the program, on its pid maps: execs and exits are announced.
         Where the kernel has no BTF for the tracepoints, execs show only through a changed comm, and
         exits through /proc (gone_pids() answers None)."""
-        shared = {name: ebpf.Map(self.collection.maps[name].spec, os.dup(self.collection.maps[name].fd))
-                  for name in EXEC_SHARED_MAPS}
-        try:
-            spec = ebpf.load_spec(object_path("exec"), map_prefix=self.map_prefix + "x")
+        def prepare(spec: ebpf.CollectionSpec) -> None:
             spec.set_constant("filter_by_pid", self._filters_pids())
             spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
             spec.programs[EXIT_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exit")
-            self._exec = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptors
+        try:
+            self._exec = self._load_beside("exec", "x", EXEC_SHARED_MAPS, prepare)
             self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXEC_PROGRAM]))
             self._links.append(ebpf_links.attach_tracing(self._exec.programs[EXIT_PROGRAM]))
             self._exits_known = True
         except (OSError, KeyError, ebpf.EbpfError) as e:
-            if self._exec is None:
-                for m in shared.values():
-                    m.close()
             log.info("exec and exit detection through /proc: %s", e)
 
     def _count_mappings(self) -> None:
@@ -288,17 +284,25 @@ class Sampler:
         same page counts at its address is then told, as on later kernels. Where it cannot load
         (no BTF for the tracepoint) such a swap goes unseen: the first library's name and rules
         for the second's code."""
-        procs_map = self.collection.maps["nu_procs"]
-        shared = {"nu_procs": ebpf.Map(procs_map.spec, os.dup(procs_map.fd))}
         try:
-            spec = ebpf.load_spec(object_path("mappings"), map_prefix=self.map_prefix + "m")
-            kernel_maps.configure_mapped(spec)
-            self._mapped = ebpf.Collection.load(spec, shared)   # it owns the duplicated descriptor
+            self._mapped = self._load_beside("mappings", "m", ("nu_procs",), kernel_maps.configure_mapped)
             self._links.append(ebpf_links.attach_tracing(self._mapped.programs[kernel_maps.MAPPED_PROGRAM]))
         except (OSError, KeyError, ebpf.EbpfError) as e:
-            if self._mapped is None:
-                shared["nu_procs"].close()
             log.info("a library swapped for another of the same page counts goes unseen here: %s", e)
+
+    def _load_beside(self, name: str, map_suffix: str, shared_names, prepare) -> ebpf.Collection:
+        """bpf/<name>.bpf.c loaded on this program's maps `shared_names` (descriptors duplicated,
+        which the collection owns; closed here if it does not load), its spec `prepare`d first
+        (constants, attach targets). Raises what the load or `prepare` raised."""
+        shared = {n: ebpf.Map(self.collection.maps[n].spec, os.dup(self.collection.maps[n].fd)) for n in shared_names}
+        try:
+            spec = ebpf.load_spec(object_path(name), map_prefix=self.map_prefix + map_suffix)
+            prepare(spec)
+            return ebpf.Collection.load(spec, shared)
+        except BaseException:
+            for m in shared.values():
+                m.close()
+            raise
 
     def gone_pids(self) -> dict[int, float] | None:
         """The processes this program announced that exited since the last call: pid -> time of the
