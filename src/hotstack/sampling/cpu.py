@@ -70,11 +70,13 @@ class CpuSampler(Sampler):
         return sum(self.program_stats(name) for name in self.collection.programs)
 
     def stop(self) -> None:
+        """The perf events disabled (kept open until close) and the links detached."""
         for event in self._events:
             try:
                 event.disable()
             except ebpf.SyscallError:
                 pass
+        super().stop()
 
     def close(self) -> None:
         for event in self._events:

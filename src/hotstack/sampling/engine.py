@@ -90,6 +90,7 @@ class Engine:
         self._started: list[Sampler] = []
         self._lock = threading.Lock()     # one drain at a time
         self._full_check_at = time.monotonic()
+        self.closed = False      # close() ran: its samplers' maps and programs are gone
 
     # -- what is profiled --------------------------------------------------------------------
     def set_target_filter(self, wants: TargetFilter | None) -> None:
@@ -183,6 +184,9 @@ class Engine:
             sampler.stop()
 
     def close(self) -> None:
+        """Release every link, program, map and perf event of every sampler (a reader of its
+        counters checks `closed` first)."""
+        self.closed = True
         self.stop()
         for sampler in self.samplers:
             try:

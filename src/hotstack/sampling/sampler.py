@@ -397,10 +397,15 @@ class Sampler:
 
     def stop(self) -> None:
         """Stop sampling (detach every link); what was counted stays readable."""
-        for link in self._links:
-            link.close()
-        self._links = []
+        self._detach()
+
+    def _detach(self) -> None:
+        """Close every link (probes, tracepoints, the exec and exit programs': each stays attached
+        host-wide while its descriptor is open)."""
+        links, self._links = self._links, []
         self._exits_known = False
+        for link in links:
+            link.close()
 
     def wakeup_fd(self) -> int | None:
         """A descriptor that polls readable when the program queued work for userspace (a new pid,
@@ -447,7 +452,10 @@ class Sampler:
                 self._announced = self._remap_due = self._work_due = True
 
     def close(self) -> None:
+        """Release everything it holds: links, rings, collections (programs and maps), tables. A
+        subclass's stop() may keep links (it only pauses its events): they are closed here all the same."""
         self.stop()
+        self._detach()
         if self._wakeups is not None:
             self._wakeups.close()
             self._wakeups = None

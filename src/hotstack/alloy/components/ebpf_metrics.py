@@ -16,12 +16,24 @@ class EngineCollector:
 
     def __init__(self) -> None:
         self.profilers: "weakref.WeakSet" = weakref.WeakSet()
+        # what the profilers closed since had counted (retire): lookups hit, missed, BPF run time
+        self._retired = [0, 0, 0.0]
+        self._retired_lock = threading.Lock()
         self.samples = 0
         self.user_lost = 0
         self.kernel_lost = 0
         self.counts_full = 0
         self.truncated = 0
         self.native = {"incomplete": 0, "no_table": 0, "fp_frames": 0}   # --unwind kernel
+
+    def retire(self, profiler) -> None:
+        """A profiler about to close: what it counted is kept, and it is read no more."""
+        h, m, rt = _lookups_and_run_time(profiler)
+        with self._retired_lock:
+            self.profilers.discard(profiler)
+            self._retired[0] += h
+            self._retired[1] += m
+            self._retired[2] += rt
 
     def collect(self):
         samples = CounterMetricFamily("hotstack_samples", "Samples taken by the BPF sampler.")
@@ -46,22 +58,18 @@ class EngineCollector:
         source_counts = CounterMetricFamily("hotstack_runtime_events", "A runtime's frame source: frames the "
                                             "kernel recorded, functions named, memory reads that failed.",
                                             labels=["runtime", "what"])
-        h = m = 0
-        rt = 0.0
+        with self._retired_lock:
+            h, m, rt = self._retired
+            profilers = [p for p in self.profilers if not _closed(p)]
         caches: dict[str, int] = {}
         per_source: dict[str, dict[str, int]] = {}
-        for p in list(self.profilers):
-            stats = p.symbolizer.stats
-            h += stats.hits
-            m += stats.misses
+        for p in profilers:
+            ph, pm, prt = _lookups_and_run_time(p)
+            h, m, rt = h + ph, m + pm, rt + prt
             for k, v in p.symbolizer.metrics().items():
                 if k.startswith(("elf_cache", "pid_cache")):
                     caches[k] = caches.get(k, 0) + v
-            try:
-                rt += p.bpf_run_time_ns() / 1e9   # the CPU sampler's program
-            except Exception:   # the session may be closing; skip it this scrape
-                pass
-            for source in getattr(p, "runtimes", ()):
+            for source in built_sources(p):
                 if hasattr(source, "stats"):
                     total = per_source.setdefault(source.name, {})
                     for what, value in source.stats().items():
@@ -78,6 +86,34 @@ class EngineCollector:
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)
             yield g
+
+
+def built_sources(profiler) -> list:
+    """The profiler's frame sources that were built (a runtime met on the host). A source that
+    waits for its runtime's first process is not built by a read of its metrics: built after its
+    engine closed, it set its walker's tunable in a map already closed (struct.error at every
+    scrape), and built on a live engine, it was work for a runtime the host does not run."""
+    out = []
+    for source in getattr(profiler, "runtimes", ()):
+        built = source.built if hasattr(type(source), "built") else source
+        if built is not None:
+            out.append(built)
+    return out
+
+
+def _closed(profiler) -> bool:
+    """Whether a profiler was closed (its maps are gone: nothing of it is read)."""
+    return bool(getattr(profiler, "closed", False))
+
+
+def _lookups_and_run_time(profiler) -> tuple[int, int, float]:
+    """(symbol lookups hit, missed, seconds the CPU sampler's program ran) of a profiler."""
+    stats = profiler.symbolizer.stats
+    try:
+        run_time = profiler.bpf_run_time_ns() / 1e9
+    except Exception:   # the session closing under the scrape: its program's time is not read
+        run_time = 0.0
+    return stats.hits, stats.misses, run_time
 
 
 # The embedded profiler's own metrics, as Alloy exposes those of opentelemetry-ebpf-profiler (an
@@ -127,7 +163,7 @@ def _python_counter(index_name: str):
     def read(profiler):
         from ...bpf import schema
         total = 0
-        for source in getattr(profiler, "runtimes", ()):
+        for source in built_sources(profiler):
             if getattr(source, "name", "") != "python":
                 continue
             with _PY_LOCK:
@@ -142,13 +178,13 @@ def _python_counter(index_name: str):
 def _runtime_stat(runtime: str, name: str):
     """A counter of an interpreter source's stats() (unwind/ruby, unwind/perl), summed over profilers' sources."""
     def read(profiler) -> int:
-        return sum(source.stats()[name] for source in getattr(profiler, "runtimes", ())
+        return sum(source.stats()[name] for source in built_sources(profiler)
                    if getattr(source, "name", "") == runtime)
     return read
 
 
 def _v8_frames(profiler):
-    return sum(source.stats()["frames"] for source in getattr(profiler, "runtimes", ())
+    return sum(source.stats()["frames"] for source in built_sources(profiler)
                if getattr(source, "name", "") == "v8")
 
 
@@ -183,6 +219,7 @@ PROFILER_METRICS = [
     ("NumExeIDLoadedToEBPF", "gauge", "The number of executables loaded to eBPF maps", _exes_loaded),
 ]
 SCOPE = "pyroscope.ebpf"
+_COUNTERS = {name for name, kind, _help, _read in PROFILER_METRICS if kind == "counter"}
 
 
 class ProfilerMetricsCollector:
@@ -198,15 +235,34 @@ class ProfilerMetricsCollector:
     def add(self, profiler, component_id: str) -> None:
         self.profilers[profiler] = component_id
 
-    def collect(self):
+    def retire(self, profiler) -> None:
+        """A profiler about to close: its counters' last values are kept for its component (a
+        restarted session's counters go on from them, never lower), and it is read no more."""
+        with self._lock:
+            comp = self.profilers.pop(profiler, None)
+            if comp is None:
+                return
+            for (name, _comp), v in self._read(profiler, comp).items():
+                if name in _COUNTERS:      # (a gauge of a closed session is gone with it)
+                    self._gone[(name, comp)] = self._gone.get((name, comp), 0) + v
+
+    @staticmethod
+    def _read(profiler, comp: str) -> dict[tuple[str, str], float]:
         values: dict[tuple[str, str], float] = {}
-        for profiler, comp in list(self.profilers.items()):
-            for name, _kind, _help, read in PROFILER_METRICS:
-                try:
-                    v = read(profiler) or 0
-                except Exception:   # a session closing under the scrape: skip it this time
-                    continue
-                values[(name, comp)] = values.get((name, comp), 0) + v
+        for name, _kind, _help, read in PROFILER_METRICS:
+            try:
+                values[(name, comp)] = read(profiler) or 0
+            except Exception:   # a session closing under the scrape: skip it this time
+                continue
+        return values
+
+    def collect(self):
+        with self._lock:
+            values = dict(self._gone)
+            live = [(p, comp) for p, comp in self.profilers.items() if not _closed(p)]
+        for profiler, comp in live:
+            for key, v in self._read(profiler, comp).items():
+                values[key] = values.get(key, 0) + v
         with self._lock:
             for name, kind, help_, _read in PROFILER_METRICS:
                 rows = {c: v for (n, c), v in values.items() if n == name}
@@ -262,6 +318,11 @@ class EbpfMetrics:
         if found is None:
             found = _BY_REGISTRY[registry] = cls(registry)
         return found
+
+    def retire(self, profiler) -> None:
+        """`profiler` is about to close: its counts are kept, and a scrape reads it no more."""
+        self.engine.retire(profiler)
+        self.profiler.retire(profiler)
 
     def observe_profile(self, profile, profiler, component_id: str = "") -> None:
         self.engine.profilers.add(profiler)

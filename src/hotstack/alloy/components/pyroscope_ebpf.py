@@ -18,7 +18,7 @@ from ...profile import transforms
 from ...profile.model import Profile, Sample
 from ..component import Component, register
 from . import ebpf_args
-from .ebpf_metrics import EbpfMetrics
+from .ebpf_metrics import EbpfMetrics, built_sources
 from .targets import container_id_of_target, infer_service_name, pid_of_target
 
 SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
@@ -170,7 +170,7 @@ class PyroscopeEbpf(Component):
         old, self.profiler = self.profiler, None
         if old is not None:
             self._flush(old)
-            old.close()
+            self._close(old)
         self._start_profiler()
 
     def start(self) -> None:
@@ -246,7 +246,12 @@ class PyroscopeEbpf(Component):
             self._thread.join(timeout=STOP_TIMEOUT_S)
         profiler, self.profiler = self.profiler, None
         if profiler is not None:
-            profiler.close()
+            self._close(profiler)
+
+    def _close(self, profiler) -> None:
+        """Close a session: its counters kept by the metrics first (read no more after)."""
+        self.metrics.retire(profiler)
+        profiler.close()
 
     # -- attribution and encoding ---------------------------------------------------------------
     @staticmethod
@@ -317,6 +322,6 @@ class PyroscopeEbpf(Component):
             sym["elf_cache"]["files"] = sym["elf_cache"]["files"][:500]
             sym["pid_cache"]["processes"] = sym["pid_cache"]["processes"][:500]
             info.update(sym)
-            info["runtimes"] = {s.name: s.stats() for s in getattr(profiler, "runtimes", ()) if hasattr(s, "stats")}
+            info["runtimes"] = {s.name: s.stats() for s in built_sources(profiler) if hasattr(s, "stats")}
         return info
 
