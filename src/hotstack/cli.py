@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
 from . import __version__, gc_policy, interrupted_while_starting, malloc, stop_while_starting
 from .errors import HotstackError
+from .text import EscapingFormatter, escape_lines
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -57,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     # door has its own handler (the agent reloads, a run stops and flushes) ends as Ctrl-C does,
     # instead of killing the process with no word.
     previous = signal.signal(signal.SIGHUP, stop_while_starting)
+    # Warnings logged before (or without) a front door's own handler: escaped as every log line.
+    logging.lastResort.setFormatter(EscapingFormatter())
     malloc.tune()       # before any thread starts: each would get an arena of its own (malloc.py)
     gc_policy.tune()    # fewer collections of a heap that makes little cyclic garbage (gc_policy.py)
     try:
@@ -82,7 +86,7 @@ def _main(argv: list[str]) -> int:
     except HotstackError as e:
         if args.debug:
             raise
-        print(f"hotstack: error: {e}", file=sys.stderr)
+        print(f"hotstack: error: {escape_lines(e)}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         return 0

@@ -9,6 +9,7 @@ import os
 import sys
 
 from ..errors import ConfigError
+from ..text import EscapingFormatter
 from .server import DEFAULT_LISTEN
 
 
@@ -57,8 +58,9 @@ def read_config_file(path: str) -> str:
 
 def run(args) -> int:
     level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="ts=%(asctime)s level=%(levelname)s component=%(name)s msg=%(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter("ts=%(asctime)s level=%(levelname)s component=%(name)s msg=%(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     if not (math.isfinite(args.duration) and 0 <= args.duration <= 366 * 86400):
         raise ConfigError(f"--duration {args.duration}: expected 0 (until SIGTERM) or a number of seconds "
                           f"up to 366 days")

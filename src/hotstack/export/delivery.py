@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generic, NamedTuple, TypeVar
 
+from ..text import escape, shorten
+
 T = TypeVar("T")
 
 log = logging.getLogger("hotstack.export")
@@ -46,13 +48,9 @@ def redact_url(text: str) -> str:
 
 
 def printable(text: object, limit: int = MAX_LOGGED_CHARS) -> str:
-    """Text from a receiver (an error body, a status line) made safe for one log line: control
-    characters and invalid bytes escaped, at most `limit` characters."""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "backslashreplace")
-    text = str(text)
-    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return out if len(out) <= limit else out[:limit] + f"... ({len(out) - limit} more)"
+    """Text from a receiver (an error body, a status line) made safe for one log line: escaped
+    as every terminal output is (hotstack.text), at most `limit` characters."""
+    return shorten(escape(text), limit)
 
 
 class RetryableError(Exception):

@@ -128,8 +128,10 @@ def _hang_up(signum, frame) -> None:
 def _log_debug() -> None:
     """hotstack's own loggers at DEBUG on stderr (not the libraries' below it)."""
     import logging
+
+    from ..text import EscapingFormatter
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("hotstack: %(levelname)s: %(name)s: %(message)s"))
+    handler.setFormatter(EscapingFormatter("hotstack: %(levelname)s: %(name)s: %(message)s"))
     root = logging.getLogger("hotstack")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)

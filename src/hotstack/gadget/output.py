@@ -13,6 +13,7 @@ from ..profile.folded import render_folded
 from ..profile.model import Frame, Profile
 from ..profile.transforms import fold_own
 from ..profile.trim import trim_stack
+from ..text import escape
 from .datasource import DataSource, rows
 from .scope import left_out_text
 
@@ -73,6 +74,7 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
     `own_pids` (hotstack itself, in whole-host views) are one row (profile/transforms.fold_own)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     samples = fold_own(profile, own_pids).samples
     groups: dict[tuple, dict] = defaultdict(lambda: {"value": 0, "tids": set()})
@@ -99,10 +101,11 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
         tid = str(next(iter(tids))) if len(tids) == 1 else f"{len(tids)} threads"
         shown, left_out = trim_stack(stack, MAX_STACK_LINES)
         trimmed |= left_out > 0
-        names = [f"… {left_out} more" if f is None else f.name + (" [k]" if f.is_kernel else "")
+        names = [f"… {left_out} more" if f is None else escape(f.name) + (" [k]" if f.is_kernel else "")
                  for f in shown] or ["[no stack]"]
-        table.add_row(comm, str(pid), tid, str(g["value"]), f"{100.0 * g['value'] / total:.1f}" if total else "0",
-                      "\n".join(names))
+        # Text, not str: rich would read "[...]" in a name as markup.
+        table.add_row(Text(escape(comm)), str(pid), tid, str(g["value"]),
+                      f"{100.0 * g['value'] / total:.1f}" if total else "0", Text("\n".join(names)))
     console.print(table)
     notes = []
     if own_pids and any(s.pid in own_pids for s in profile.samples):
@@ -110,7 +113,8 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
     if trimmed:
         notes.append("stacks trimmed to the frames that matter (-o folded or json for every frame)")
     # One line, however long: scripts read the footer as the last line.
-    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows), notes=notes), soft_wrap=True)
+    console.print(footer(profile, shown=min(len(rows), max_rows), distinct=len(rows), notes=notes), soft_wrap=True,
+                  markup=False)
 
 
 def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] = ()) -> str:

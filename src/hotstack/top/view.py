@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..profile.functions import FunctionCounts
+from ..text import escape
 
 SORTS = ("self", "total", "name")
 KEYS_HELP = "q quit  s sort by self  t by total  n by name  / filter  Esc clear filter  p pause"
@@ -31,10 +32,10 @@ def render(counts: FunctionCounts, state: ViewState, *, scope: str, frequency_hz
     rows = counts.top(state.sort, state.filter, limit=max(1, height - CHROME_LINES))
     total = counts.samples
     window = f"last {window_s:g} s" if window_s > 0 else "since start"
-    header = Text.assemble(("hotstack top", "bold"), f"  {scope}  {frequency_hz} Hz  {window}")
+    header = Text.assemble(("hotstack top", "bold"), f"  {escape(scope)}  {frequency_hz} Hz  {window}")
     status = f"{total} samples in {covered_s:.1f} s  sort: {state.sort}"
     if state.filter or state.editing:
-        status += f"  filter: {state.filter}" + ("_" if state.editing else "")
+        status += f"  filter: {escape(state.filter)}" + ("_" if state.editing else "")
     if state.paused:
         status += "  [paused]"
     if notes:
@@ -49,9 +50,9 @@ def render(counts: FunctionCounts, state: ViewState, *, scope: str, frequency_hz
     table.add_column("MODULE", ratio=1, no_wrap=True, overflow="ellipsis")
     for row in rows:
         key = row.key
-        name = Text(key.name, style="cyan" if key.kernel else "")
+        name = Text(escape(key.name), style="cyan" if key.kernel else "")
         table.add_row(_pct(row.self_samples, total), _pct(row.total_samples, total), str(row.self_samples),
-                      str(row.total_samples), name, key.module)
+                      str(row.total_samples), name, Text(escape(key.module)))
     if not rows:
         table.add_row("", "", "", "", Text("no samples yet" if not total else "nothing matches the filter",
                                            style="dim"), "")
