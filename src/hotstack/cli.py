@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
 from . import __version__, gc_policy, interrupted_while_starting, malloc, stop_while_starting
-from .errors import HotstackError
+from .errors import HotstackError, OutputError
 from .text import EscapingFormatter, escape_lines
 
 
@@ -86,10 +87,24 @@ def _main(argv: list[str]) -> int:
     except HotstackError as e:
         if args.debug:
             raise
+        if isinstance(e, OutputError):
+            _drop_stdout()
         print(f"hotstack: error: {escape_lines(e)}", file=sys.stderr)
         return e.exit_code
-    except BrokenPipeError:
+    except BrokenPipeError:     # the reader went away (`| head`): not an error
+        _drop_stdout()
         return 0
+
+
+def _drop_stdout() -> None:
+    """stdout on /dev/null once it failed: what is still buffered goes there at exit, instead of
+    failing again in the interpreter's own flush (a second, raw message)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ whose message is one line that says what failed and what to do about it.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 
 class HotstackError(Exception):
     """An error meant for people: one line, and the exit code to leave with."""
@@ -24,3 +26,21 @@ class ConfigError(HotstackError):
 
 class PrivilegeError(HotstackError):
     """The host does not allow what we need (capabilities, sysctls, limits)."""
+
+
+class OutputError(HotstackError):
+    """hotstack's output cannot be written (stdout closed, on a full disk...)."""
+
+    exit_code = 1
+
+
+@contextmanager
+def writing_stdout():
+    """An error writing stdout (a full disk, a closed descriptor) as one line; a reader that went
+    away (`| head`) stays a BrokenPipeError, which ends the run quietly."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputError(f"cannot write to stdout: {e.strerror or e}") from None

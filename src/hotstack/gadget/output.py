@@ -9,6 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from ..errors import ConfigError
 from ..profile.folded import render_folded
 from ..profile.model import Frame, Profile
 from ..profile.transforms import fold_own
@@ -146,5 +147,14 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
     return "; ".join(parts)
 
 
-def stdout() -> TextIO:
+STDOUT_MODES = ("columns", "json", "jsonpretty", "yaml", "folded")   # folded: unless --file
+
+
+def stdout(mode: str, file: str) -> TextIO | None:
+    """Where -o `mode` prints (None: it writes a file or nothing). A stdout that was closed when
+    hotstack started (`>&-`, sys.stdout None) is refused at once."""
+    if mode not in STDOUT_MODES or file:
+        return None
+    if sys.stdout is None:
+        raise ConfigError(f"-o {mode} prints to stdout, which is closed (give it a file or a pipe, or use -o none)")
     return sys.stdout

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
 from .. import interrupted_while_starting
-from ..errors import ConfigError
+from ..errors import ConfigError, writing_stdout
 from ..profile.model import Profile
 from ..sampling.config import EngineConfig
 from ..units import parse_duration
@@ -131,17 +131,19 @@ FLAG_NAMES = {"frequency": "--sample-rate", "off_cpu_threshold": "--off-cpu-thre
 ProfileSink = Callable[[Profile], None]
 
 
-def run_profile_cpu(opts: RunOptions, out: TextIO = sys.stdout, sinks: list[ProfileSink] | None = None) -> int:
+def run_profile_cpu(opts: RunOptions, out: TextIO | None = None, sinks: list[ProfileSink] | None = None) -> int:
     return run_gadget(opts, opts.engine_config(), samples_datasource(opts.sample_rate), out, sinks)
 
 
-def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO = sys.stdout,
+def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO | None = None,
                sinks: list[ProfileSink] | None = None) -> int:
-    """Run the engine with `config`, rendering and exporting what `ds` (the gadget's datasource) says."""
+    """Run the engine with `config`, rendering and exporting what `ds` (the gadget's datasource) says.
+    `out`: where the output is printed (default: stdout)."""
     opts = replace(opts, **{name: filters.for_datasource(getattr(opts, name), ds.name, flag) for name, flag in (
         ("output", "-o"), ("fields", "--fields"), ("sort", "--sort"))})
     opts.validate()
     config.validate(FLAG_NAMES)
+    out = out if out is not None else output.stdout(opts.output, opts.file)
     ds.annotate(opts.annotations)
     rules = filters.container_rules(opts.containers, ds) + filters.parse_filter(opts.filter, ds)
     shape = output.RowShape(filters.select_fields(opts.fields, ds) if opts.fields else None,
@@ -198,13 +200,9 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
         for sink in sinks or ():
             sink(profile)
         exports.emit(profile)
-        if opts.output == "columns":
-            output.render_columns(profile, out, opts.max_rows, own_pids=own)
-        elif opts.output in ROW_MODES:
-            output.render_rows(profile, ds, out, shape)
-        elif opts.output == "folded" and not opts.file:
-            output.render_folded_output(profile, out)
-        out.flush()
+        if out is not None:
+            with writing_stdout():
+                _render(opts, profile, ds, out, shape, own)
 
     try:
         engine.run(opts.timeout, opts.map_fetch_interval, on_profile=emit, stop=stop)
@@ -213,3 +211,13 @@ def _sample(opts: RunOptions, config: EngineConfig, ds, exports: RunExports, out
             signal.signal(s, handler)
         engine.close()
     return 0
+
+
+def _render(opts: RunOptions, profile: Profile, ds, out: TextIO, shape: "output.RowShape", own) -> None:
+    if opts.output == "columns":
+        output.render_columns(profile, out, opts.max_rows, own_pids=own)
+    elif opts.output in ROW_MODES:
+        output.render_rows(profile, ds, out, shape)
+    elif opts.output == "folded" and not opts.file:
+        output.render_folded_output(profile, out)
+    out.flush()

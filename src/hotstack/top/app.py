@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .. import interrupted_while_starting
-from ..errors import ConfigError
+from ..errors import ConfigError, writing_stdout
 from ..profile.model import Profile
 from ..profile.transforms import fold_own
 from ..sampling.config import COMM_MAX, EngineConfig
@@ -75,6 +75,8 @@ def run_top(opts: TopOptions, out=None) -> int:
 
     opts.validate()
     out = out if out is not None else sys.stdout
+    if out is None:      # started with stdout closed (`>&-`)
+        raise ConfigError("hotstack top draws on stdout, which is closed (give it a terminal, a file or a pipe)")
     interactive = out.isatty()
     console = Console(file=out, highlight=False, force_terminal=interactive or None)
     state = opts.state
@@ -128,8 +130,9 @@ def run_top(opts: TopOptions, out=None) -> int:
             while True:
                 done = finished.wait(KEY_POLL_S)
                 if _take(profiles, window, own, False):
-                    console.print(frame())
-                    console.print()
+                    with writing_stdout():
+                        console.print(frame())
+                        console.print()
                 if done and profiles.empty():
                     break
     finally:
