@@ -311,6 +311,14 @@ class EbpfMetrics:
         self.profiler = ProfilerMetricsCollector()
         r.register(self.profiler)
 
+    def start_component(self, component_id: str) -> None:
+        """A component's counters at 0 from its start, as Alloy exports them (a rate() needs the
+        series before the first increment). Those by service_name appear with their first target."""
+        labels = (component_id, "/")
+        for counter in (self.sessions, self.sessions_failing, self.pprofs_dropped, self.forwarded):
+            counter.labels(*labels)
+        self.fanout_latency.labels(*labels)
+
     @classmethod
     def of(cls, registry: CollectorRegistry | None) -> "EbpfMetrics":
         registry = registry if registry is not None else CollectorRegistry()

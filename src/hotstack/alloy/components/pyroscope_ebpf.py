@@ -102,6 +102,7 @@ class PyroscopeEbpf(Component):
         self._flush_lock = threading.Lock()
         self._starting = False     # a session is being started (it takes seconds): start it once
         self.metrics = EbpfMetrics.of(controller.metrics_registry)
+        self.metrics.start_component(self.id)
         self.last_error = ""
         self.pprofs_sent = 0
 

@@ -73,24 +73,26 @@ class WriteCollector:
                                  [*COMPONENT_LABELS, "endpoint", "type"], registry=registry)
 
     def collect(self):
-        fams = {k: CounterMetricFamily(f"pyroscope_write_{k}", help_, labels=[*COMPONENT_LABELS, "endpoint"])
-                for k, help_ in (("sent_bytes", "Total number of compressed bytes sent to Pyroscope."),
-                                 ("sent_profiles", "Total number of profiles sent to Pyroscope."),
-                                 ("dropped_bytes", "Total number of compressed bytes dropped by Pyroscope."),
-                                 ("dropped_profiles", "Total number of profiles dropped by Pyroscope."),
-                                 ("retries", "Total number of retries to Pyroscope."),
-                                 ("errors", "Failed push attempts (hotstack's; not in Alloy)."))}
+        names = (("sent_bytes", "sent_bytes", "Total number of compressed bytes sent to Pyroscope."),
+                 ("sent_profiles", "sent_items", "Total number of profiles sent to Pyroscope."),
+                 ("dropped_bytes", "dropped_bytes", "Total number of compressed bytes dropped by Pyroscope."),
+                 ("dropped_profiles", "dropped_items", "Total number of profiles dropped by Pyroscope."),
+                 ("retries", "retries", "Total number of retries to Pyroscope."),
+                 ("errors", "errors", "Failed push attempts (hotstack's; not in Alloy)."))
+        # Summed per (component, endpoint URL): two endpoint blocks of one URL (one Pyroscope,
+        # two tenants) are one series, as Alloy's counter vectors keyed by URL make them.
+        totals: dict[tuple[str, str, str], dict[str, int]] = {}
         for comp in list(self.components):
             for pusher in comp.pushers:
                 snap = pusher.metrics.snapshot()
-                labels = [comp.id, ROOT_PATH, endpoint_label(pusher.endpoint.url)]
-                fams["sent_bytes"].add_metric(labels, snap["sent_bytes"])
-                fams["sent_profiles"].add_metric(labels, snap["sent_items"])
-                fams["dropped_bytes"].add_metric(labels, snap["dropped_bytes"])
-                fams["dropped_profiles"].add_metric(labels, snap["dropped_items"])
-                fams["retries"].add_metric(labels, snap["retries"])
-                fams["errors"].add_metric(labels, snap["errors"])
-        yield from fams.values()
+                row = totals.setdefault((comp.id, ROOT_PATH, endpoint_label(pusher.endpoint.url)), {})
+                for _name, key, _help in names:
+                    row[key] = row.get(key, 0) + snap[key]
+        for name, key, help_ in names:
+            fam = CounterMetricFamily(f"pyroscope_write_{name}", help_, labels=[*COMPONENT_LABELS, "endpoint"])
+            for labels, row in sorted(totals.items()):
+                fam.add_metric(list(labels), row[key])
+            yield fam
 
 
 def endpoint_label(url: str) -> str:
