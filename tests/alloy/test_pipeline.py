@@ -232,3 +232,80 @@ pyroscope.ebpf "events" {{
     probe = pyroscope.wait_for(lambda s: s.sample_type() == ("uprobe", "count") and s.labels["service_name"] == "spin")
     assert probe, [(s.labels, s.sample_type()) for s in pyroscope.series]
     assert probe[0].labels["__name__"] == "process_cpu" and SPIN in probe[0].functions()
+
+
+def kernel_mappings(series) -> set[str]:
+    """The kernel's mappings a received profile's frames are in ([kernel.kallsyms], [module])."""
+    strings = series.profile.string_table
+    return {strings[m.filename] for m in series.profile.mapping if strings[m.filename].startswith("[")}
+
+
+def test_kernel_frames_false_applies_to_off_cpu_profiles(agent, pyroscope, workloads):
+    """kernel_frames = false: no kernel frame in the off-CPU profiles either, whose program takes
+    its stacks where threads leave the CPU, in the kernel (kernel probes: tests/probes/test_kprobes.py)."""
+    import sys
+    sleeper = workloads([sys.executable, "-c", "import time\nwhile True: time.sleep(0.02)"])
+    text = f'''
+pyroscope.write "local" {{
+  endpoint {{
+    url = "{pyroscope.url}"
+  }}
+}}
+pyroscope.ebpf "events" {{
+  targets           = [{{"__process_pid__" = "{sleeper.pid}", "service_name" = "sleeper"}}]
+  forward_to        = [pyroscope.write.local.receiver]
+  collect_interval  = "2s"
+  kernel_frames     = false
+  off_cpu_threshold = 1.0
+}}
+'''
+    a = agent(text)
+    a.wait_ready()
+    off = pyroscope.wait_for(lambda s: s.labels.get("__name__") == "offcpu" and s.total() > 0)
+    assert off, ([(s.labels, s.sample_type()) for s in pyroscope.series], a.log.read_text()[-2000:])
+    time.sleep(2.5)   # another interval
+    assert {s.sample_type() for s in pyroscope.series} >= {("offcpu", "nanoseconds")}
+    for s in pyroscope.series:
+        assert not kernel_mappings(s), (s.sample_type(), kernel_mappings(s), sorted(s.functions())[:20])
+        assert not {"schedule", "do_syscall_64", "do_nanosleep"} & s.functions(), (s.sample_type(),
+                                                                                    sorted(s.functions()))
+    assert all(s.functions() for s in off), "off-CPU samples keep their user frames"
+
+
+def test_verbose_mode_logs_sessions_targets_tables_and_pushes(agent, pyroscope, spin_binary, workloads):
+    """verbose_mode = true: the profiler's debug lines, at --log.level info (sessions, targets
+    matched, unwind tables, pushes); without it none of them."""
+    spin = workloads([spin_binary])
+    text = f'''
+pyroscope.write "local" {{
+  endpoint {{
+    url = "{pyroscope.url}"
+  }}
+}}
+pyroscope.ebpf "loud" {{
+  targets          = [{{"__process_pid__" = "{spin.pid}", "service_name" = "spin"}}]
+  forward_to       = [pyroscope.write.local.receiver]
+  collect_interval = "2s"
+  verbose_mode     = true
+}}
+'''
+    a = agent(text)
+    a.wait_ready()
+    assert pyroscope.wait_for(has_spin), a.log.read_text()[-2000:]
+    time.sleep(2.5)
+    log = a.log.read_text()
+    debug = [line for line in log.splitlines() if "level=DEBUG" in line]
+    for what in (r"pyroscope\.ebpf\.loud: session started: process_cpu",
+                 r"pyroscope\.ebpf\.loud: 1 targets: 1 by pid",
+                 r"pyroscope\.ebpf\.loud: process_cpu: \d+ stacks, [1-9]\d* matched to targets \(spin\)",
+                 r"unwind table of \S*alloy-spin (built|read from the cache)",
+                 r"pyroscope\.ebpf\.loud: forwarded [1-9]\d* profiles",
+                 rf"{re.escape(pyroscope.url)}\S*: pushed [1-9]\d* series"):
+        assert any(re.search(what, line) for line in debug), (what, log[-3000:])
+    assert a.stop() == 0
+    quiet = agent(text.replace("verbose_mode     = true", "verbose_mode     = false"))
+    quiet.wait_ready()
+    count = len(pyroscope.series)
+    assert pyroscope.wait_for(lambda s: len(pyroscope.series) > count), quiet.log.read_text()
+    assert quiet.stop() == 0
+    assert "level=DEBUG" not in quiet.log.read_text()

@@ -53,3 +53,28 @@ def test_unknown_kernel_function_fails_at_start():
     profiler.close()
     assert "'kretprobe:no_such_kernel_function_xyz'" in str(e.value)
     assert "no_such_kernel_function_xyz" in str(e.value)
+
+
+def test_kprobe_without_kernel_stacks_has_no_kernel_frames():
+    """EngineConfig.kernel_stacks off (pyroscope.ebpf's kernel_frames = false) holds for kernel
+    probes too, whose program takes a kernel stack where the probed function runs."""
+    from hotstack.sampling import Engine, EngineConfig
+    from hotstack.sampling.probe_links import parse_probe_links
+    if not ebpf_links.pmu_available("kprobe"):
+        pytest.skip("no kprobes on this kernel (the kernel matrix has them)")
+    profiler = Engine(EngineConfig(cpu=False, kernel_stacks=False,
+                                   probe_links=tuple(parse_probe_links(["kprobe:do_sys_openat2"]))))
+    profiler.start()
+    stop = threading.Event()
+    worker = threading.Thread(target=_open_files, args=(stop,))
+    worker.start()
+    try:
+        profile = profiler.run(1.0)
+    finally:
+        stop.set()
+        worker.join()
+        profiler.close()
+    ours = [s for s in profile.samples if s.pid == os.getpid()]
+    assert sum(s.value for s in ours) > 100
+    assert not [f.name for s in ours for f in s.stack if f.is_kernel]
+    assert any(s.stack for s in ours)   # the user frames stay

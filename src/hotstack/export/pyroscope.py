@@ -396,6 +396,8 @@ class PyroscopePusher:
             if self._on_latency is not None:
                 self._on_latency("push_downstream", time.monotonic() - start)
         self.latency_s = (self.latency_s + [time.monotonic() - start])[-100:]
+        log.debug("%s: pushed %d series (%d bytes) in %.3f s", self.endpoint.display_name, len(series), len(body),
+                  self.latency_s[-1])
 
     def pending(self) -> int:
         return self._queue.pending()

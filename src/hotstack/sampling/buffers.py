@@ -76,6 +76,15 @@ class RawBatch:
     stats: ProfileStats = field(default_factory=ProfileStats)
 
 
+def without_kernel_stacks(stacks: list[RawStack]) -> list[RawStack]:
+    """The stacks with their kernel part dropped (EngineConfig.kernel_stacks off, pyroscope.ebpf's
+    kernel_frames = false). The CPU sampler asks the kernel for none; the off-CPU and kernel-probe
+    programs take one where they stop (a switch-out, a kernel function) and drop it here, so every
+    profile type sent goes without them."""
+    return [s._replace(kernel_stack=(), kernel_stack_lost=False) if s.kernel_stack or s.kernel_stack_lost else s
+            for s in stacks]
+
+
 def parse_stack(raw: bytes) -> tuple[int, ...]:
     """A stack-map value: up to MAX_STACK_DEPTH u64 addresses, zero-terminated."""
     addrs = struct.unpack_from(f"<{len(raw) // 8}Q", raw)

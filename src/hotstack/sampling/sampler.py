@@ -19,7 +19,7 @@ from ..ebpf import links as ebpf_links
 from ..profile.model import ValueType
 from ..unwind import kernel_maps
 from ..unwind.kernel_maps import NativeTables
-from .buffers import RawBatch, StackBuffers, parse_native_stack
+from .buffers import RawBatch, StackBuffers, parse_native_stack, without_kernel_stacks
 from .config import EngineConfig
 from .obi import attach_trace_context
 from .ringbuf import RingBuffer
@@ -383,6 +383,8 @@ class Sampler:
         if self.native is not None:
             self.native.add_stats(stats)
         reader.clear(keep=self.still_referenced(buffer))
+        if not self.config.kernel_stacks:
+            stacks = without_kernel_stacks(stacks)
         return RawBatch(stacks, start, end, stats)
 
     def still_referenced(self, buffer: int) -> list[tuple[int, int]]:

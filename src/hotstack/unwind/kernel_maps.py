@@ -283,6 +283,8 @@ class NativeTables:
             if self.cache.built != built:
                 log.debug("unwind table of %s built: %d rows from %s, %.3f s", display or path, len(table),
                           table.source, seconds)
+            elif table is not None:
+                log.debug("unwind table of %s read from the cache: %d rows", display or path, len(table))
         except (ElfError, ValueError, IndexError, OverflowError):
             self.counters.files_failed += 1
             return False

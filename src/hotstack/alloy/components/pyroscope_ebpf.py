@@ -8,6 +8,7 @@ targets. Samples of processes that match nothing are dropped (unless targets_onl
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ..component import Component, register
 from . import ebpf_args
 from .ebpf_metrics import EbpfMetrics, built_sources
 from .targets import container_id_of_target, infer_service_name, pid_of_target
+from .verbose import set_verbose
 
 SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
 STOP_TIMEOUT_S = 60.0
@@ -119,8 +121,10 @@ class PyroscopeEbpf(Component):
                 args[k] != self.args.get(k) for k in ENGINE_ARGS)
             self.args, self.index = args, index
         self.metrics.active_targets.labels(self.id, "/").set(len(args["targets"]))
-        if self.args["verbose_mode"]:
-            self.log.setLevel("DEBUG")
+        set_verbose(self.id, self.log, args["verbose_mode"])
+        self.log.debug("%s: %d targets: %d by pid, %d by container id, %d by neither (never matched)", self.id,
+                       len(args["targets"]), len(index.by_pid), len(index.by_container),
+                       len(args["targets"]) - len(index))
         engine = self.profiler
         if engine is not None:
             engine.set_target_filter(self._keep_pid(index, engine) if args["targets_only"] else None)
@@ -160,7 +164,10 @@ class PyroscopeEbpf(Component):
             else:
                 self.profiler = profiler
                 self.set_health("healthy", f"profiling at {self.args['sample_rate']} Hz")
+                self.log.debug("%s: session started: %s", self.id,
+                               ", ".join(f"{s.profile_name} ({s.object_name})" for s in profiler.samplers))
                 return
+            self.log.debug("%s: session start %d of 3 failed: %s", self.id, attempt + 1, error)
             if attempt < 2 and self._stop.wait(0.2 * (attempt + 1)):
                 break
         self.metrics.sessions_failing.labels(self.id, "/").inc()
@@ -213,9 +220,19 @@ class PyroscopeEbpf(Component):
         items = []
         for profile in profiles:
             self.metrics.observe_profile(profile, profiler, self.id)
-            items.extend(self._encode(labels, sub, args) for labels, sub in self.split(profile, index, args))
+            encoded = [self._encode(labels, sub, args) for labels, sub in self.split(profile, index, args)]
+            items.extend(encoded)
+            if self.log.isEnabledFor(logging.DEBUG):
+                self._debug_matched(profile, encoded)
         if items:
             self._send(items, args)
+
+    def _debug_matched(self, profile: Profile, encoded: list) -> None:
+        matched = sum(len(sub.samples) for _labels, _raw, sub in encoded)
+        services = sorted({labels.get("service_name", "") for labels, _raw, _sub in encoded})
+        self.log.debug("%s: %s: %d stacks, %d matched to targets (%s), %d of no target dropped", self.id,
+                       profile.name, len(profile.samples), matched, ", ".join(services) or "none",
+                       len(profile.samples) - matched)
 
     @staticmethod
     def _kernel_pids(index: TargetIndex, args: dict) -> set[int] | None:
@@ -302,6 +319,8 @@ class PyroscopeEbpf(Component):
                 if not ok:
                     taken[i] = False
                     self.metrics.pprofs_dropped.labels(self.id, "/").inc()
+        self.log.debug("%s: forwarded %d profiles (%d bytes) to %d receivers, %d not taken", self.id, len(items),
+                       sum(len(raw) for _labels, raw, _sub in items), len(args["forward_to"]), taken.count(False))
         per_item = (time.monotonic() - started) / len(items)
         for ok in taken:
             self.metrics.fanout_latency.labels(self.id, "/").observe(per_item)
