@@ -240,25 +240,31 @@ def kernel_mappings(series) -> set[str]:
     return {strings[m.filename] for m in series.profile.mapping if strings[m.filename].startswith("[")}
 
 
+def one_target_config(url: str, label: str, pid: int, service: str, extra: str) -> str:
+    """pyroscope.ebpf `label` profiling one pid every 2 s into a pyroscope.write at `url`, with
+    `extra` arguments (one per line)."""
+    return f'''
+pyroscope.write "local" {{
+  endpoint {{
+    url = "{url}"
+  }}
+}}
+pyroscope.ebpf "{label}" {{
+  targets          = [{{"__process_pid__" = "{pid}", "service_name" = "{service}"}}]
+  forward_to       = [pyroscope.write.local.receiver]
+  collect_interval = "2s"
+{extra}
+}}
+'''
+
+
 def test_kernel_frames_false_applies_to_off_cpu_profiles(agent, pyroscope, workloads):
     """kernel_frames = false: no kernel frame in the off-CPU profiles either, whose program takes
     its stacks where threads leave the CPU, in the kernel (kernel probes: tests/probes/test_kprobes.py)."""
     import sys
     sleeper = workloads([sys.executable, "-c", "import time\nwhile True: time.sleep(0.02)"])
-    text = f'''
-pyroscope.write "local" {{
-  endpoint {{
-    url = "{pyroscope.url}"
-  }}
-}}
-pyroscope.ebpf "events" {{
-  targets           = [{{"__process_pid__" = "{sleeper.pid}", "service_name" = "sleeper"}}]
-  forward_to        = [pyroscope.write.local.receiver]
-  collect_interval  = "2s"
-  kernel_frames     = false
-  off_cpu_threshold = 1.0
-}}
-'''
+    text = one_target_config(pyroscope.url, "events", sleeper.pid, "sleeper",
+                             "  kernel_frames     = false\n  off_cpu_threshold = 1.0")
     a = agent(text)
     a.wait_ready()
     off = pyroscope.wait_for(lambda s: s.labels.get("__name__") == "offcpu" and s.total() > 0)
@@ -276,19 +282,7 @@ def test_verbose_mode_logs_sessions_targets_tables_and_pushes(agent, pyroscope, 
     """verbose_mode = true: the profiler's debug lines, at --log.level info (sessions, targets
     matched, unwind tables, pushes); without it none of them."""
     spin = workloads([spin_binary])
-    text = f'''
-pyroscope.write "local" {{
-  endpoint {{
-    url = "{pyroscope.url}"
-  }}
-}}
-pyroscope.ebpf "loud" {{
-  targets          = [{{"__process_pid__" = "{spin.pid}", "service_name" = "spin"}}]
-  forward_to       = [pyroscope.write.local.receiver]
-  collect_interval = "2s"
-  verbose_mode     = true
-}}
-'''
+    text = one_target_config(pyroscope.url, "loud", spin.pid, "spin", "  verbose_mode     = true")
     a = agent(text)
     a.wait_ready()
     assert pyroscope.wait_for(has_spin), a.log.read_text()[-2000:]

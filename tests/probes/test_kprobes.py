@@ -20,6 +20,20 @@ def _open_files(stop: threading.Event) -> None:
             f.read()
 
 
+def _own_samples_while_opening_files(profiler) -> list:
+    """This process's samples of a 1 s run of the started `profiler` while a thread opens files."""
+    stop = threading.Event()
+    worker = threading.Thread(target=_open_files, args=(stop,))
+    worker.start()
+    try:
+        profile = profiler.run(1.0)
+    finally:
+        stop.set()
+        worker.join()
+        profiler.close()
+    return [s for s in profile.samples if s.pid == os.getpid()]
+
+
 def test_kprobe_attaches_where_the_kernel_can_else_names_the_missing_option():
     profiler = probe_engine(["kprobe:do_sys_openat2"])
     try:
@@ -31,16 +45,7 @@ def test_kprobe_attaches_where_the_kernel_can_else_names_the_missing_option():
         assert "\n" not in message
         profiler.close()
         return
-    stop = threading.Event()
-    worker = threading.Thread(target=_open_files, args=(stop,))
-    worker.start()
-    try:
-        profile = profiler.run(1.0)
-    finally:
-        stop.set()
-        worker.join()
-        profiler.close()
-    ours = [s for s in profile.samples if s.pid == os.getpid()]
+    ours = _own_samples_while_opening_files(profiler)
     assert sum(s.value for s in ours) > 100
     kernel_names = {f.name for s in ours for f in s.stack if f.is_kernel}
     assert kernel_names & {"do_sys_openat2", "__x64_sys_openat", "do_syscall_64"}, kernel_names
@@ -65,16 +70,7 @@ def test_kprobe_without_kernel_stacks_has_no_kernel_frames():
     profiler = Engine(EngineConfig(cpu=False, kernel_stacks=False,
                                    probe_links=tuple(parse_probe_links(["kprobe:do_sys_openat2"]))))
     profiler.start()
-    stop = threading.Event()
-    worker = threading.Thread(target=_open_files, args=(stop,))
-    worker.start()
-    try:
-        profile = profiler.run(1.0)
-    finally:
-        stop.set()
-        worker.join()
-        profiler.close()
-    ours = [s for s in profile.samples if s.pid == os.getpid()]
+    ours = _own_samples_while_opening_files(profiler)
     assert sum(s.value for s in ours) > 100
     assert not [f.name for s in ours for f in s.stack if f.is_kernel]
     assert any(s.stack for s in ours)   # the user frames stay
