@@ -12,9 +12,11 @@ from __future__ import annotations
 import html
 import ipaddress
 import json
+import logging
 import math
 import os
 import selectors
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +26,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..errors import ConfigError
 from . import flame_page as flamegraph
 from .controller import Controller
+
+log = logging.getLogger("hotstack.agent.http")
 
 DEFAULT_LISTEN = "127.0.0.1:12345"
 SOCKET_TIMEOUT_S = 30
@@ -279,6 +283,16 @@ class _BoundedServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that reset or closed its connection before its answer (a scraper's timeout, a
+        slowloris) is one debug line; anything else is the server's own fault, logged with its
+        traceback. socketserver's own printed ~20 lines on stderr for each."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            log.debug("HTTP client %s went away: %s", client_address[0], error.strerror or type(error).__name__)
+        else:
+            log.error("HTTP request from %s failed", client_address[0], exc_info=True)
 
 
 def _summary(c) -> dict:
