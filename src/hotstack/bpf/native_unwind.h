@@ -275,6 +275,14 @@ const volatile __u32 nu_off_sb_dev = 0;
 const volatile __u32 nu_off_task_mm = 0;
 const volatile __u32 nu_off_task_stack = 0;      /* task_struct.stack (0: unknown) */
 const volatile __u32 nu_thread_size = 16384;    /* THREAD_SIZE without KASAN (x86-64, arm64 with 4K pages) */
+const volatile __u32 nu_off_mm_vdso = 0;        /* mm_struct.context.vdso (0: unknown) */
+
+/* The vDSO: code in no file, with its own .eh_frame. The kernel's image, the same in every 64-bit
+ * process: its mapping (the VMA at mm->context.vdso) gets this file key, under which userspace
+ * loads the table of the image (unwind/vdso.py); a stack through it is keyed by address and
+ * process (no file names its frames), as before. */
+#define NU_VDSO_INO 1
+#define NU_VDSO_DEV 0xffffffffU
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -434,6 +442,10 @@ static __always_inline int nu_maple_find(__u64 mm, __u64 pc, struct nu_range *ou
 				return -1;
 			out->to_offset = (__s64)(nu_kread(vma, nu_off_vma_pgoff) << NU_PAGE_SHIFT) - (__s64)out->start;
 			nu_vma_file(vma, out);
+			if (!out->ino && nu_off_mm_vdso && out->start == nu_kread(mm, nu_off_mm_vdso)) {
+				out->ino = NU_VDSO_INO;
+				out->dev = NU_VDSO_DEV;
+			}
 			return 0;
 		}
 	}
@@ -844,6 +856,8 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 			return stepped;
 		return nu_fp_frame(st, pc, n, runtimes);
 	}
+	if (range->dev == NU_VDSO_DEV)
+		st->shared = 0;
 	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), shown + range->to_offset);
 	nu_leaf_and_callers(st, range, shown + range->to_offset, n);
 	rule = nu_find_rule(st, range, lookup);

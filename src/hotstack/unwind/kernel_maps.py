@@ -40,6 +40,7 @@ from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
 from .kernel_tables import FileTable, RuleSet, TableCache
+from .vdso import VDSO_KEY, VDSO_PATH, vdso_fd
 
 log = logging.getLogger("hotstack.unwind")
 
@@ -186,6 +187,10 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
             stamp = {}   # (none of them: a slot lives until exec)
         for name, offset in stamp.items():
             spec.set_constant(name, offset)
+    try:   # the vDSO's mapping, whose code has its table under VDSO_KEY (unwind/vdso.py)
+        spec.set_constant("nu_off_mm_vdso", btf.member_offset("mm_struct", "context.vdso"))
+    except KeyError:
+        pass
     try:   # where the kernel has no bpf_task_pt_regs (before 5.15): the top of a task's stack
         spec.set_constant("nu_off_task_stack", btf.member_offset("task_struct", "stack"))
     except KeyError:
@@ -474,7 +479,10 @@ class NativeTables:
         (which copies the shell's mappings where they are) and its exec (each run of a loop of
         commands): by the time this runs it has exec'd, and the shell, which maps that code, is
         rarely sampled (it waits), so no path of it was known; the file had gone without a table
-        until a child was caught before its exec."""
+        until a child was caught before its exec. The vDSO's is this process's image of it."""
+        if key == VDSO_KEY:
+            fd = vdso_fd()
+            return _Pending(fd, os.fstat(fd).st_size, VDSO_PATH) if fd is not None else None
         fd = open_mapped(pid, start, end, key)
         if fd is not None:
             return self._held(fd, pid, start, end, key)
@@ -537,7 +545,13 @@ class NativeTables:
         which nearly every process of the host maps. The loader runs only in a process's first
         milliseconds, so the kernel met it late (13 s into a loop of short commands, sampled at
         99 Hz), and until then each new process's samples in it had ended short."""
-        return self.preload_process(os.getpid(), only=SHARED_FILES)
+        done = self.preload_process(os.getpid(), only=SHARED_FILES)
+        return done + bool(self.preload_vdso())
+
+    def preload_vdso(self) -> bool:
+        """Load the vDSO's table (every process maps it: Go reads its clock through it)."""
+        pending = self._open(0, 0, 0, VDSO_KEY)
+        return bool(pending is not None and self._serve(VDSO_KEY, pending, build=True))
 
     def write_process(self, pid: int) -> bool:
         """The userspace path (kernels without a VMA tree to walk): pid's executable mappings, sorted
@@ -549,7 +563,9 @@ class NativeTables:
         kept = sorted(sorted(ranges, key=lambda r: r[1] - r[0], reverse=True)[:CACHE_SLOTS])
         body = bytearray(RANGES_HEADER.size + RANGE.size * CACHE_SLOTS)
         RANGES_HEADER.pack_into(body, 0, 0, 0, len(kept))
-        for i, (start, end, offset, ino, dev, _path) in enumerate(kept):
+        for i, (start, end, offset, ino, dev, path) in enumerate(kept):
+            if not ino and path == VDSO_PATH:
+                ino, dev = VDSO_KEY
             # pc + to_offset wraps in 64 bits in the kernel: store the difference the same way
             to_offset = (offset - start + (1 << 63)) % (1 << 64) - (1 << 63)
             RANGE.pack_into(body, RANGES_HEADER.size + i * RANGE.size, start, end, to_offset, ino, dev, 0)

@@ -149,6 +149,7 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         deltas, delta_ids = np.unique(go_deltas, return_inverse=True)
         del go_deltas
         go_rules = [(KIND_FP_GO, 0, 16, -16, -8) if d == GO_FRAME_POINTER else
+                    (cfi.KIND_STOP, 0, 0, 0, 0) if d == GO_THREAD_ROOT else
                     (cfi.KIND_CFA_SP, 0, int(d) + 8, -16 if d >= 8 else RBP_SAME_K, -8) for d in deltas.tolist()]
         inv_id = len(rules) + len(go_rules)
         go_ids = (len(rules) + delta_ids).astype(np.int32)
@@ -209,11 +210,20 @@ def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarr
 
 
 GO_FRAME_POINTER = -1       # a Go row walked by its frame pointer (KIND_FP_GO), not by an SP delta
+GO_THREAD_ROOT = -2         # a STOP row: the root of a thread the runtime starts (GO_THREAD_ROOTS)
 GO_MAX_DELTA = 32767 - 8    # larger frames (rare) also use the frame pointer: rule offsets are 16-bit
 # Runtime assembly that switches stacks (C code runs on the g0 stack; the goroutine's frame pointer
 # stays in RBP): its SP deltas do not describe the switched stack, so it keeps the frame-pointer rule.
 GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcall", "runtime.morestack",
                       "runtime.cgocallback", "runtime.rt0_go", "runtime.goexit", "runtime.gogo")
+# The vDSO callers: they move SP to the g0 stack (nanotime1, time.now) or align it (vgetrandom1) with
+# instructions the pcsp stream does not follow, and their frame pointer stays on the goroutine's
+# stack, where the vDSO's code (its own table, unwind/vdso.py) returns into them: an SP delta read the
+# g0 stack's stale words (a made-up runtime.newproc caller), the frame pointer finds the caller.
+# The first function of every thread the runtime starts (runtime.clone's child calls it on the new
+# stack, whose words above it are no frame): the walk ends there, as Go's own tracebacks do.
+GO_THREAD_ROOTS = frozenset(("runtime.mstart",))
+GO_VDSO_CALLERS = frozenset(("runtime.nanotime1", "time.now", "runtime.vgetrandom1"))
 
 
 # The pages of the file that the walk of Go's functions read (the section is mapped: each function's
@@ -243,10 +253,13 @@ def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if i % GO_RELEASE_EVERY == GO_RELEASE_EVERY - 1:
             elf.release_pages()
         try:
-            steps = [] if tab.name(i, remember=False).startswith(GO_STACK_SWITCHERS) else tab.sp_deltas(i)
+            name = tab.name(i, remember=False)
+            steps = [] if name.startswith(GO_STACK_SWITCHERS) or name in GO_VDSO_CALLERS else tab.sp_deltas(i)
+            if name in GO_THREAD_ROOTS:
+                steps = [(entry, GO_THREAD_ROOT)]
         except GoPclntabError:
             steps = []
-        if not steps or any(not 0 <= d <= GO_MAX_DELTA for _, d in steps):
+        if not steps or any(not 0 <= d <= GO_MAX_DELTA and d != GO_THREAD_ROOT for _, d in steps):
             steps = [(entry, GO_FRAME_POINTER)]
         for pc, delta in steps:
             if not deltas or pcs[-1] < entry or deltas[-1] != delta:
@@ -321,8 +334,8 @@ class TableCache:
     """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
 
     # 3: Go rows from SP deltas; 4: a STOP row at an entry point without CFI; 5: one flat file
-    # (_TABLE_HEADER), not an .npz
-    VERSION = 5
+    # (_TABLE_HEADER), not an .npz; 6: Go's vDSO callers by frame pointer, runtime.mstart a STOP
+    VERSION = 6
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes

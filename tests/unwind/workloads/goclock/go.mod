@@ -1,0 +1,3 @@
+module goclock
+
+go 1.21
