@@ -83,7 +83,9 @@ BAD = [
     ("bad comm", W + 'pyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n  comm = "pid"\n}\n',
      "comm: 'pid' is not one of none, label, stackframe, both"),
     ("not supported yet", W + 'pyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n  load_probe = true\n}\n',
-     "load_probe: not supported yet"),
+     "load_probe: not supported yet (hotstack has no generic probe program for others to attach)"),
+    ("no symbol cache", W + 'pyroscope.ebpf "e" {\n  forward_to = [pyroscope.write.w.receiver]\n  symb_cache_size = 1\n}\n',
+     "symb_cache_size: not supported yet (hotstack has no on-disk symbol cache)"),
     ("bad url", 'pyroscope.write "w" {\n  endpoint {\n    url = "pyroscope:4040"\n  }\n}\n', "expected http(s)://"),
     ("k8s role", 'discovery.kubernetes "k" {\n  role = "service"\n}\n', "role 'service': not supported yet"),
     ("two auth methods", 'discovery.kubernetes "k" {\n  role = "pod"\n  bearer_token = "t"\n  basic_auth {\n'

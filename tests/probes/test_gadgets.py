@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 
 import pytest
 
@@ -91,3 +92,14 @@ def test_missing_symbol_and_kprobe_without_kernel_support_exit_2():
     else:    # no kprobes and no fentry on this kernel: this one line
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "'kprobe:vfs_read'" in r.stderr and "CONFIG_KPROBES" in r.stderr, r.stderr
+
+
+@pytest.mark.root
+def test_profile_offcpu_footer_says_time_off_the_cpu(workloads, offcpu_split):
+    """The off-CPU table's footer: its values are nanoseconds off the CPU, not samples at some Hz."""
+    w = workloads([offcpu_split])
+    r = hotstack("run", "profile_offcpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2")
+    assert r.returncode == 0, r.stderr
+    footer = r.stdout.strip().splitlines()[-1]
+    assert re.match(r"^\d+\.\d s off the CPU in [\d.]+s; \d+ distinct stacks", footer), footer
+    assert " Hz" not in footer and "samples" not in footer, footer

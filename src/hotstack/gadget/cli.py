@@ -14,6 +14,7 @@ import sys
 
 from ..errors import ConfigError
 from ..units import parse_duration
+from ..unwind.runtime_versions import RUNTIME_VERSIONS
 from .registry import GADGETS, register
 
 # The kernel's limits: pids go up to PID_MAX_LIMIT (4M on 64-bit), and a task's comm holds 15
@@ -21,6 +22,10 @@ from .registry import GADGETS, register
 PID_MAX_LIMIT = 1 << 22
 COMM_MAX = 15
 MAX_SECONDS = 366 * 86400      # a longer --timeout is a typo (0 runs until Ctrl-C)
+
+
+def _versions(runtime: str) -> str:
+    return RUNTIME_VERSIONS[runtime].summary()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,23 +46,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="user stacks: kernel = every stack unwound in the kernel with .eh_frame tables in BPF "
                         "maps (default); fp = frame pointers only (cheaper; loses callers where code has none)")
     p.add_argument("--python", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the Python functions (file, line) that CPython 3.8-3.14 processes run, in place "
-                        "of the interpreter's frames (default: on)")
+                   help="show the Python functions (file, line) that CPython processes run, in place of the "
+                        f"interpreter's frames: {_versions('python')} (default: on)")
     p.add_argument("--node", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the JavaScript functions (name, script, line) that Node.js 18-22 processes run, in "
-                        "place of V8's JIT and builtin frames; needs --unwind kernel (default: on)")
+                   help="show the JavaScript functions (name, script, line) that Node.js processes run, in "
+                        f"place of V8's JIT and builtin frames: {_versions('node')}; needs --unwind kernel "
+                        "(default: on)")
     p.add_argument("--ruby", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the Ruby methods, blocks (file, line) and C functions that Ruby 3.1 processes run, in "
-                        "place of the VM's frames (default: on)")
+                   help="show the Ruby methods, blocks (file, line) and C functions that Ruby processes run, in "
+                        f"place of the VM's frames: {_versions('ruby')} (default: on)")
     p.add_argument("--php", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the PHP functions (Class::method, file, line) that PHP 8.2 processes run, in place of "
-                        "the Zend VM's frames (default: on)")
+                   help="show the PHP functions (Class::method, file, line) that PHP processes run, in place of "
+                        f"the Zend VM's frames: {_versions('php')} (default: on)")
     p.add_argument("--java", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the Java methods (package.Class.method, inlined ones too) that HotSpot JVMs 11-21 "
-                        "run, in place of the code cache's frames; needs --unwind kernel (default: on)")
+                   help="show the Java methods (package.Class.method, inlined ones too) that HotSpot JVMs run, in "
+                        f"place of the code cache's frames: {_versions('java')}; needs --unwind kernel (default: on)")
     p.add_argument("--perl", action=argparse.BooleanOptionalAction, default=True,
-                   help="show the Perl subs (Package::sub, file, line) that Perl 5.36 processes run, in place of "
-                        "the runloop's frames (default: on)")
+                   help="show the Perl subs (Package::sub, file, line) that Perl processes run, in place of "
+                        f"the runloop's frames: {_versions('perl')} (default: on)")
     p.add_argument("--kernel-stacks-only", action="store_true", help="collect only kernel stacks")
     p.add_argument("--user-stacks-only", action="store_true", help="collect only user stacks")
     p.add_argument("-o", "--output", default="columns",

@@ -11,12 +11,11 @@ from typing import TextIO
 
 from ..errors import ConfigError
 from ..profile.folded import render_folded
-from ..profile.model import Frame, Profile
+from ..profile.model import Frame, Profile, amount_text
 from ..profile.transforms import fold_own
 from ..profile.trim import trim_stack
 from ..text import escape
 from .datasource import DataSource, rows
-from .scope import left_out_text
 
 MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
 
@@ -120,14 +119,15 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
 
 def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] = ()) -> str:
     st = profile.stats
-    parts = [f"{profile.total} samples in {profile.duration_ns / 1e9:.1f}s at {profile.frequency_hz} Hz",
+    rate = f" at {profile.frequency_hz} Hz" if profile.frequency_hz else ""
+    parts = [f"{amount_text(profile.total, profile.sample_type)} in {profile.duration_ns / 1e9:.1f}s{rate}",
              f"{distinct} distinct stacks ({shown} shown)"]
     if st.idle:
         parts.append(f"{st.idle} idle samples skipped")
     if st.filtered:
         parts.append(f"{st.filtered} filtered")
     if st.out_of_scope:
-        parts.append(f"{left_out_text(st.out_of_scope, profile.sample_type.type, profile.sample_type.unit)} "
+        parts.append(f"{amount_text(st.out_of_scope, profile.sample_type)} "
                      f"of processes outside containers left out (--host for them)")
     lost = []
     if st.user_stacks_lost:

@@ -39,6 +39,7 @@ import threading
 
 from .. import procs
 from ..procs import ProcessTable
+from ..profile.model import amount_text
 
 HOST_PID = 1
 
@@ -93,16 +94,9 @@ class ContainerScope:
         return keep
 
 
-def left_out_text(value: int, sample_type: str, unit: str) -> str:
-    """What the scope left out, in the profile's own values: samples, probe hits or time off the CPU."""
-    if unit == "nanoseconds":
-        return f"{value / 1e9:.1f} s off the CPU"
-    return f"{value} samples" if sample_type == "samples" else f"{value} {sample_type} hits"
-
-
 def hint(profile) -> str:
     """The one line a default run prints when no container process was sampled."""
-    left_out = left_out_text(profile.stats.out_of_scope, profile.sample_type.type, profile.sample_type.unit)
+    left_out = amount_text(profile.stats.out_of_scope, profile.sample_type)
     return (f"hotstack: no container process was sampled ({left_out} of host processes left out): "
             f"without --host, hotstack run profiles only processes in containers, as ig does; "
             f"add --host to profile the host too")

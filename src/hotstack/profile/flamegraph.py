@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .model import Profile
+from .model import Profile, amount_text
 from .ui import render_page, slices_from_profile
 
 # A node: [name, value, kind, children]; kind 0 = user, 1 = kernel, 2 = comm (root level).
@@ -50,7 +50,8 @@ def _freeze(node: list) -> list:
 
 
 def render_flamegraph(profile: Profile, title: str = "hotstack CPU flame graph") -> str:
-    subtitle = (f"{profile.total} samples at {profile.frequency_hz} Hz over {profile.duration_ns / 1e9:.1f} s"
-                if profile.frequency_hz else f"{profile.total} samples")
+    amount = amount_text(profile.total, profile.sample_type)
+    subtitle = (f"{amount} at {profile.frequency_hz} Hz over {profile.duration_ns / 1e9:.1f} s"
+                if profile.frequency_hz else f"{amount} over {profile.duration_ns / 1e9:.1f} s")
     return render_page(slices_from_profile(profile), title=title, subtitle=subtitle, series="comm",
                        frequency_hz=profile.frequency_hz)

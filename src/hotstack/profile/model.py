@@ -113,6 +113,14 @@ class ProfileStats:
 
 
 CPU_SAMPLE_TYPE = ValueType("samples", "count")
+
+
+def amount_text(value: int, sample_type: "ValueType") -> str:
+    """A sum of a profile's values in its own terms: samples, probe hits, or time off the CPU
+    (an off-CPU profile's values are nanoseconds, summed over threads, not samples)."""
+    if sample_type.unit == "nanoseconds":
+        return f"{value / 1e9:.1f} s off the CPU"
+    return f"{value} samples" if sample_type.type == "samples" else f"{value} {sample_type.type} hits"
 CPU_PERIOD_TYPE = ValueType("cpu", "nanoseconds")
 
 

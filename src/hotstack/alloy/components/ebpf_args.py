@@ -41,9 +41,9 @@ CAPABILITIES = {
     "off_cpu_threshold": (lambda: _has("hotstack.sampling.offcpu", "OffCpuSampler"), "off-CPU sampling"),
     "probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeSampler"), "probe-triggered sampling"),
     "u_probe_links": (lambda: _has("hotstack.sampling.probes", "ProbeSampler"), "probe-triggered sampling"),
-    "load_probe": (lambda: False, "a generic probe program for others to attach"),
-    "symb_cache_path": (lambda: False, "an on-disk symbol cache"),
-    "symb_cache_size": (lambda: False, "an on-disk symbol cache"),
+    "load_probe": (lambda: False, "generic probe program for others to attach"),
+    "symb_cache_path": (lambda: False, "on-disk symbol cache"),
+    "symb_cache_size": (lambda: False, "on-disk symbol cache"),
     "debug_info.upload": (lambda: False, "debug-info upload"),
     "debug_info.on_target_symbolization": (lambda: False, "backend-only symbolization"),
 }

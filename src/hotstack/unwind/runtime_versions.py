@@ -1,0 +1,28 @@
+"""The versions of each language runtime whose frames hotstack names: those tested on every change
+and those read from their published layouts, untested. `hotstack run --help` and the README's
+tables say the same words (tests/gadget/test_runtime_versions.py holds them to it); a runtime
+matrix's results are to be written here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeVersions:
+    runtime: str       # as its users name it
+    tested: str        # versions tested on every change
+    untested: str      # versions read from their layouts (or other builds), not tested
+
+    def summary(self) -> str:
+        return f"{self.runtime} {self.tested} (tested; {self.untested}: untested)"
+
+
+RUNTIME_VERSIONS = {
+    "python": RuntimeVersions("CPython", "3.8–3.13", "3.14"),
+    "node": RuntimeVersions("Node.js", "20 (V8 11.3)", "18, 22+"),
+    "ruby": RuntimeVersions("Ruby", "3.1", "2.7, 3.0, 3.2–3.4"),
+    "php": RuntimeVersions("PHP", "8.2", "7.4–8.1, 8.3, 8.4"),
+    "java": RuntimeVersions("OpenJDK", "17", "other JDKs"),
+    "perl": RuntimeVersions("Perl", "5.36", "5.30–5.34, 5.38, 5.40"),
+}
