@@ -34,7 +34,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         top.set_defaults(func=top_cli.run)
 
     doctor = sub.add_parser("doctor", help="check what this host offers for profiling")
-    doctor.set_defaults(func=lambda args: __import__("hotstack.doctor", fromlist=["report"]).report(sys.stdout))
+    doctor.add_argument("--pid", type=int, metavar="PID",
+                        help="explain what hotstack reads of this process: its runtime, version, and why not")
+    doctor.set_defaults(func=lambda args: __import__("hotstack.doctor", fromlist=["main"]).main(args, sys.stdout))
 
     agent = sub.add_parser("agent", help="run an Alloy pipeline: `hotstack agent CONFIG.alloy`")
     if command in (None, "agent"):

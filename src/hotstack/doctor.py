@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import resource
 from dataclasses import dataclass
 from typing import TextIO
@@ -230,4 +231,48 @@ def report(out: TextIO) -> int:
     return 0
 
 
-__all__ = ["Check", "MINIMUM", "features_off", "run_checks", "report"]
+def main(args, out: TextIO) -> int:
+    """`hotstack doctor`: the host's checks, or with --pid what is read of one process."""
+    if args.pid is not None:
+        return report_process(args.pid, out)
+    return report(out)
+
+
+def report_process(pid: int, out: TextIO) -> int:
+    """What hotstack reads of process `pid`: which runtime it runs, and whether its frames are read
+    (with the reason and version where not). Exit 2 if there is no such process."""
+    from . import procs
+    from .unwind.runtime_files import UNREAD
+    from .unwind.runtimes import frame_sources
+
+    info = procs.read_process(pid) if pid > 0 else None
+    if info is None:
+        print(f"hotstack doctor: no process {pid}", file=sys.stderr)
+        return 2
+    write = out.write
+    write(f"process {pid}: {info.comm!r}, executable {procs.exe_path(pid)!r}\n")
+    write(f"  container: {info.container_id or 'none'}; own root: {'no' if info.root_is_host else 'yes'}\n")
+    found = []
+    for source in frame_sources():
+        try:
+            if source.detect(pid):
+                found.append(source.name)
+        except Exception as e:     # a source's failure is what doctor is asked about: say it
+            write(f"  {source.name}: could not be looked at ({type(e).__name__}: {e})\n")
+    unread = UNREAD.of(pid)
+    for name in found:
+        write(f"  runtime {RUNTIME_LABELS.get(name, name)}: read (its frames are named)\n")
+    for u in unread:
+        version = f" {u.version}" if u.version else ""
+        write(f"  runtime {u.runtime}{version} in {u.file!r}: NOT read: {u.reason}\n")
+    if not found and not unread:
+        write("  no language runtime recognized: native frames only (C, C++, Go, Rust ...)\n")
+    return 0
+
+
+# frame source name -> what a user calls the runtime
+RUNTIME_LABELS = {"python": "CPython", "v8": "Node.js (V8)", "ruby": "Ruby", "php": "PHP", "hotspot": "Java (HotSpot)",
+                  "perl": "Perl"}
+
+
+__all__ = ["Check", "MINIMUM", "features_off", "main", "report", "report_process", "run_checks"]

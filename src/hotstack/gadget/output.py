@@ -138,6 +138,9 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
         parts.append("lost: " + ", ".join(lost) + f" ({st.stack_collisions} by stack-map collisions)")
     if st.truncated:
         parts.append(f"{st.truncated} samples with a runtime stack cut short ([truncated])")
+    if st.runtimes_unread:
+        parts.append(f"{st.runtimes_unread} processes of a runtime not read, without their runtime frames "
+                     f"(see the warnings; hotstack doctor --pid PID)")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
     if st.native_incomplete or st.native_no_table:

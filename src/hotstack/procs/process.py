@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from .containers import container_id_from_cgroup
-from .maps import Mapping, MappingIndex, parse_maps, read_maps
+from .maps import Mapping, MappingIndex, dev_field, parse_maps, read_maps
 from .proc_files import read_bytes, read_text
 
 
@@ -231,6 +231,24 @@ def map_file_path(pid: int, mapping: Mapping) -> str:
     """The file behind a mapping, as the kernel keeps it open (valid even when deleted or in
     another mount namespace)."""
     return f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+
+
+def mapped_file_path(pid: int, mapping: Mapping) -> str | None:
+    """A path that opens the very file `mapping` maps, or None (the process is gone, or another
+    file is there now). First the kernel's own reference (/proc/PID/map_files, root only): it opens
+    the mapped file whatever its path says, in a chroot (whose maps show paths from hotstack's
+    root, not the process's), in another mount namespace, deleted or replaced on disk since (a
+    package upgrade). Then the path under the process's root and the path as it reads, each only
+    if it is the mapped inode: a path names whatever is there now."""
+    for path in (map_file_path(pid, mapping), f"/proc/{pid}/root{mapping.file_path}", mapping.file_path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not mapping.inode or (st.st_ino == mapping.inode
+                                 and dev_field(os.major(st.st_dev), os.minor(st.st_dev)) == mapping.dev):
+            return path
+    return None
 
 
 def namespace_pid(pid: int) -> int:

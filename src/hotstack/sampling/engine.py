@@ -27,6 +27,7 @@ from ..errors import HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
+from ..unwind.runtime_files import UNREAD
 from ..unwind.runtimes import frame_sources, names_a_word, runtime_words
 from .buffers import RawBatch
 from .config import EngineConfig
@@ -446,6 +447,8 @@ class Engine:
             truncated += sample.value if cut else 0
         batch.stats.truncated = truncated
         batch.stats.out_of_scope = out_of_scope
+        if sampler is self.cpu:
+            batch.stats.runtimes_unread = UNREAD.take_new()
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
                        sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)

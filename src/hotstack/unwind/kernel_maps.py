@@ -35,7 +35,7 @@ from ..ebpf.errors import SyscallError
 from ..ebpf.links import btf_target_id
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
 from ..procs import parent_pid
-from ..procs.maps import Mapping, kernel_dev_field
+from ..procs.maps import Mapping, kernel_dev_field, read_maps
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
@@ -655,21 +655,8 @@ class NativeTables:
 
 def _exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:
     """(start, end, file offset, inode, kernel dev, path) of pid's executable mappings, by address."""
-    out = []
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 5 or "x" not in parts[1]:
-            continue
-        start, end = (int(x, 16) for x in parts[0].split("-"))
-        ino = int(parts[4])
-        path = parts[5] if len(parts) > 5 else ""
-        out.append((start, end, int(parts[2], 16), ino, maps_dev(parts[3]) if ino else 0, path))
-    return out
+    return [(m.start, m.end, m.offset, m.inode, maps_dev(m.dev) if m.inode else 0, m.path)
+            for m in read_maps(pid)]
 
 
 def _debug_file_for_tables(elf: ElfFile, path: str) -> ElfFile | None:

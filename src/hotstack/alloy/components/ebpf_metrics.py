@@ -8,6 +8,8 @@ import weakref
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ...unwind.runtime_files import RUNTIME_NAMES, UNREAD
+
 _BY_REGISTRY: "weakref.WeakKeyDictionary[CollectorRegistry, EbpfMetrics]" = weakref.WeakKeyDictionary()
 
 
@@ -81,7 +83,12 @@ class EngineCollector:
         hits.add_metric(["hit"], h)
         hits.add_metric(["miss"], m)
         runtime.add_metric([], rt)
-        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts)
+        unread = CounterMetricFamily("hotstack_runtime_processes_unread", "Processes of a runtime hotstack "
+                                     "recognized and could not read (its version or build): no runtime frames; "
+                                     "`hotstack doctor --pid PID` says why.", labels=["runtime"])
+        for name in RUNTIME_NAMES:
+            unread.add_metric([name], UNREAD.counts.get(name, 0))
+        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)

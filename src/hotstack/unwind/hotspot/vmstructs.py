@@ -10,17 +10,19 @@ for the JVM that runs: one reader for JDK 11-25, no table per version.
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import dataclass, field
 
 from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
 from ..python.memory import MemoryReadError, PagedMemory, ProcessMemory
+from ..runtime_files import candidates, load_base, opened
 from ..v8.metadata import _SYM
 
 import numpy as np
 
 MAX_ENTRIES = 10000
+_LIBJVM = re.compile(r"/libjvm\.so$")
 _GLOBALS = (
     "gHotSpotVMStructs", "gHotSpotVMStructEntryArrayStride", "gHotSpotVMStructEntryTypeNameOffset",
     "gHotSpotVMStructEntryFieldNameOffset", "gHotSpotVMStructEntryTypeStringOffset",
@@ -40,28 +42,15 @@ class VMStructs:
 
 
 def libjvm(pid: int) -> tuple[str, int] | None:
-    """(path under /proc/PID/root, load bias) of the process's libjvm.so, or None."""
-    first: dict[str, tuple[int, int]] = {}
+    """(a path that opens the process's very libjvm.so, load bias), or None."""
     # most processes of a host: one substring test (of the pid watcher's read of this round)
     if "/libjvm.so" not in procs.exec_paths(pid, recent=True):
         return None
-    text = procs.read_maps_text(pid, recent=True)
-    for line in text.splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].strip().endswith("/libjvm.so"):
-            path = parts[5].strip()
-            start, offset = int(parts[0].split("-")[0], 16), int(parts[2], 16)
-            if path not in first or offset < first[path][1]:
-                first[path] = (start, offset)
-    for path, (start, offset) in first.items():
-        full = f"/proc/{pid}/root{path}"
-        try:
-            with ElfFile(full) as elf:
-                vaddr = elf.file_offset_to_vaddr(offset)
-        except (ElfError, OSError):
-            continue
-        if vaddr is not None:
-            return full, start - vaddr
+    mappings = procs.parse_maps(procs.read_maps_text(pid, recent=True))
+    for _cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _LIBJVM, "libjvm")):
+        base = load_base(path, its_mappings)
+        if base is not None:
+            return path, base
     return None
 
 

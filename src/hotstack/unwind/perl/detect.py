@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from ... import procs
 from ...bpf import schema
-from ...procs.maps import Mapping, parse_maps
+from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, inspected_once
+from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbols
 from ..python.memory import MemoryReadError, ProcessMemory
 from ..ruby.detect import R_X86_64_DTPMOD64, R_X86_64_TLSDESC, R_X86_64_TPOFF64, _dynsym_names, _tls_slots, exe_name
 from .offsets import PerlOffsets, offsets_for
@@ -66,18 +66,20 @@ class PerlProcess:
 
 
 def inspect_binary(path: str) -> PerlBinary | None:
-    """The interpreter facts of one ELF file, or None if it is not a Perl we can read."""
+    """The interpreter facts of one ELF file, or None if it is not Perl; Unreadable if it is and
+    cannot be read."""
     try:
         with ElfFile(path) as elf:
-            syms = _symbols(elf, _WANTED)
+            syms = symbols(elf, _WANTED)
             if b"PL_version" not in syms or b"PL_subversion" not in syms:
                 return None
             minor = elf.read(elf.vaddr_to_file_offset(syms[b"PL_version"]), 1)[0]
             patch = elf.read(elf.vaddr_to_file_offset(syms[b"PL_subversion"]), 1)[0]
             version = (5, minor, patch)
+            shown = ".".join(map(str, version))
             offsets = offsets_for(version[:2])
             if offsets is None:
-                return None
+                raise Unreadable(f"no structure offsets known for Perl {shown}", shown)
             mode, slot, tls_offset, interp, curcop, curstackinfo = schema.PERL_INTERP_NONE, 0, 0, 0, 0, 0
             if b"PL_current_context" in _dynsym_names(elf):
                 slots = _tls_slots(elf, b"PL_current_context")
@@ -93,7 +95,8 @@ def inspect_binary(path: str) -> PerlBinary | None:
             if mode == schema.PERL_INTERP_NONE and b"PL_curcop" in syms and b"PL_curstackinfo" in syms:
                 mode, curcop, curstackinfo = schema.PERL_INTERP_STATIC, syms[b"PL_curcop"], syms[b"PL_curstackinfo"]
             if mode == schema.PERL_INTERP_NONE:
-                return None
+                raise Unreadable("no symbol leads to the running interpreter (PL_current_context, "
+                                 "PL_curinterp, PL_curcop)", shown)
             # a threaded perl (ithreads) has PL_thr_key; its COPs name their file with a string
             threaded = b"PL_thr_key" in _dynsym_names(elf)
             return PerlBinary(path, version, offsets, mode, slot, tls_offset, interp, curcop, curstackinfo, threaded)
@@ -124,14 +127,6 @@ def record_fields(binary: PerlBinary, base: int, mem: ProcessMemory) -> dict | N
                 cx_sub_cv=o.cx_sub_cv, cx_retop=o.cx_retop)
 
 
-def _candidates(mappings: list[Mapping]) -> list[Mapping]:
-    seen: dict[str, Mapping] = {}
-    for m in mappings:
-        if m.is_file and _NAME.search(m.file_path) and m.file_path not in seen:
-            seen[m.file_path] = m
-    return sorted(seen.values(), key=lambda m: "libperl" not in m.file_path)
-
-
 _binaries: dict[tuple, PerlBinary | None] = {}
 
 
@@ -145,13 +140,12 @@ def detect(pid: int) -> PerlProcess | None:
     if "perl" not in text:
         return None
     mappings = parse_maps(text)
-    root = procs.root_path(pid)
-    for cand in _candidates(mappings):
-        path = root + cand.file_path
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path))
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libperl")):
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Perl",
+                                shown=cand.file_path)
         if binary is None:
             continue
-        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        base = load_base(path, its_mappings)
         if base is None:
             continue
         if "ld-musl" in text and binary.interp_mode == schema.PERL_INTERP_DTV:

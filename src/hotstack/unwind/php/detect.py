@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 from ... import procs
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, inspected_once
+from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbols
 from ..ruby.detect import exe_name
 from ..ruby.jit import jit_regions
 
-_NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")
+_NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")    # a version in the name
+_FILE = re.compile(r"(?:^|/)(?:php[^/]*|libphp[^/]*\.so[^/]*)$")                  # what may be PHP
 
 
 @dataclass(frozen=True)
@@ -62,17 +63,31 @@ class PhpProcess:
 _binaries: dict[tuple, tuple[PhpOffsets, int] | None] = {}
 
 
+# the version PHP builds into its headers' string, in .rodata of every SAPI binary and libphp
+_POWERED_BY = re.compile(rb"X-Powered-By: PHP/(\d+)\.(\d+)\.")
+
+
 def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
-    m = _NAME.search(name)
-    offsets = _TABLE.get((int(m.group(1)), int(m.group(2)))) if m else None
-    if offsets is None:
-        return None
+    """(offsets, executor_globals' address) of a PHP binary, None if it is not one; Unreadable if
+    it is and its version has no offsets here. The version is read from the file (a copy or a link
+    named `php` is PHP too), else from its name."""
     try:
         with ElfFile(path) as elf:
-            eg = _symbols(elf, (b"executor_globals",)).get(b"executor_globals")
+            eg = symbols(elf, (b"executor_globals",)).get(b"executor_globals")
+            if not eg:
+                return None
+            rodata = elf.section(".rodata")
+            m = _POWERED_BY.search(elf.section_data(rodata, cap=64 << 20)) if rodata is not None else None
     except (ElfError, OSError, ValueError):
         return None
-    return (offsets, eg) if eg else None
+    m = m or _NAME.search(name)
+    if m is None:
+        raise Unreadable("its version is neither in the file nor in its name")
+    version = (int(m.group(1)), int(m.group(2)))
+    offsets = _TABLE.get(version)
+    if offsets is None:
+        raise Unreadable(f"no structure offsets known for PHP {version[0]}.{version[1]}", f"{version[0]}.{version[1]}")
+    return offsets, eg
 
 
 def detect(pid: int) -> PhpProcess | None:
@@ -84,17 +99,12 @@ def detect(pid: int) -> PhpProcess | None:
     if "php" not in text:
         return None
     mappings = parse_maps(text)
-    root = procs.root_path(pid)
-    seen = set()
-    for cand in mappings:
-        if not cand.is_file or cand.file_path in seen or not _NAME.search(cand.file_path):
-            continue
-        seen.add(cand.file_path)
-        path = root + cand.file_path
-        found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path))
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _FILE, "libphp")):
+        found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path), pid=pid, runtime="PHP",
+                               shown=cand.file_path)
         if found is None:
             continue
-        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        base = load_base(path, its_mappings)
         if base is None:
             continue
         return PhpProcess(pid, path, found[0], base + found[1], jit_regions(mappings))

@@ -7,22 +7,21 @@ The ELF file that defines `_PyRuntime` is the interpreter; its version comes fro
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 from ... import procs
-from ...procs.maps import Mapping, parse_maps
-from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
+from ...procs.maps import parse_maps
+from ...symbols.elf import ElfError, ElfFile
+from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbol_spans
 from .memory import MemoryReadError, ProcessMemory
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
-_NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")
-_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
-                 ("size", "<u8")])
+_NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")     # a version in the name
+# files that may be an interpreter: a copy or a link named `python3` is one too (its version is in
+# the file: Py_Version, _Py_DebugOffsets)
+_FILE = re.compile(r"(?:^|/)(?:lib)?python[^/]*$")
 _EVAL_LOOP = b"_PyEval_EvalFrameDefault"
 _WANTED = (b"_PyRuntime", b"_Py_NoneStruct", b"Py_Version")
 
@@ -64,38 +63,12 @@ class PythonProcess:
         return self.binary.offsets
 
 
-def _symbols(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, int]:
-    """The value of each of `names` that the file's dynamic (else full) symbol table defines."""
-    return {name: value for name, (value, _size) in _symbol_spans(elf, names).items()}
-
-
-def _symbol_spans(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, tuple[int, int]]:
-    """(value, size) of each of `names` that the file's dynamic (else full) symbol table defines."""
-    found: dict[bytes, tuple[int, int]] = {}
-    for kind in (SHT_DYNSYM, SHT_SYMTAB):
-        for s in elf.sections:
-            if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
-                continue
-            strtab = elf.sections[s.link]
-            strings = elf.read(strtab.offset, strtab.size)
-            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
-            for name in names:
-                if name in found:
-                    continue
-                pos = strings.find(b"\0" + name + b"\0")
-                if pos < 0:
-                    continue
-                hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
-                if len(hit):
-                    found[name] = (int(hit[0]["value"]), int(hit[0]["size"]))
-    return found
-
-
 def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
-    """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`."""
+    """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`; Unreadable
+    if it does and its version or layout cannot be read."""
     try:
         with ElfFile(path) as elf:
-            spans = _symbol_spans(elf, _WANTED + (_EVAL_LOOP,))
+            spans = symbol_spans(elf, _WANTED + (_EVAL_LOOP,))
             syms = {name: value for name, (value, _size) in spans.items()}
             runtime = syms.get(b"_PyRuntime")
             if runtime is None or b"_Py_NoneStruct" not in syms:
@@ -113,41 +86,17 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
             if version is None:
                 m = _NAME.search(name_hint or path)
                 if not m:
-                    return None
+                    raise Unreadable("its version is neither in the file (Py_Version, _Py_DebugOffsets) nor in its name")
                 version = (int(m.group(1)), int(m.group(2)))
+            shown = ".".join(map(str, version))
             offsets = offsets or table_offsets(version)
-            if offsets is None or not offsets.fits_walker:
-                return None     # a layout the BPF walker cannot read: no Python frames, never wrong ones
+            if offsets is None:
+                raise Unreadable(f"no structure offsets known for CPython {shown}", shown)
+            if not offsets.fits_walker:     # no Python frames, never wrong ones
+                raise Unreadable("a frame layout the kernel walker cannot read", shown)
             return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"], spans.get(_EVAL_LOOP, (0, 0)))
     except (ElfError, OSError, ValueError, struct.error):
         return None
-
-
-def _candidates(mappings: list[Mapping]) -> list[Mapping]:
-    """The first mapping of each file that looks like a CPython interpreter, libpython first. Only
-    files the process runs (mapped executable): a profiler or a debugger also maps interpreters it
-    only reads (hotstack maps every binary it symbolizes)."""
-    running = {m.file_path for m in mappings if m.executable and m.is_file}
-    seen: dict[str, Mapping] = {}
-    for m in mappings:
-        if m.is_file and m.file_path in running and _NAME.search(m.file_path) and m.file_path not in seen:
-            seen[m.file_path] = m
-    return sorted(seen.values(), key=lambda m: "libpython" not in m.file_path)
-
-
-def _load_base(elf_path: str, mappings: list[Mapping]) -> int | None:
-    """Where the process loaded the file (address - ELF virtual address), from its mappings of that
-    file: executable ones first, since another mapping of the same file may be a copy the process
-    only reads (at any address: a profiler's mmap of the whole file gave a wrong base)."""
-    try:
-        with ElfFile(elf_path) as elf:
-            for m in sorted(mappings, key=lambda m: not m.executable):
-                vaddr = elf.file_offset_to_vaddr(m.offset)
-                if vaddr is not None:
-                    return m.start - vaddr
-    except ElfError:
-        return None
-    return None
 
 
 def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int] | None:
@@ -181,20 +130,6 @@ def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[in
 _binaries: dict[tuple, PythonBinary | None] = {}
 
 
-def inspected_once(cache: dict, path: str, inspect):
-    """`inspect()` of the file at `path`, run once per file (keyed by device, inode, size and mtime,
-    so a replaced file is inspected again); None if the file is gone or not the runtime's. Shared
-    by the interpreter sources' detection (CPython, Ruby, PHP)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if key not in cache:
-        cache[key] = inspect()
-    return cache[key]
-
-
 def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
     # cheap test first: most processes of a host are not Python (the pid watcher's read of this
@@ -203,13 +138,13 @@ def detect(pid: int) -> PythonProcess | None:
         return None
     text = procs.read_maps_text(pid, recent=True)
     mappings = parse_maps(text)
-    root = procs.root_path(pid)
-    for cand in _candidates(mappings):
-        path = root + cand.file_path
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path))
+    chosen = candidates(mappings, _FILE, "libpython")
+    for cand, path, its_mappings in opened(pid, mappings, chosen):
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path), pid=pid,
+                                runtime="CPython", shown=cand.file_path)
         if binary is None:
             continue
-        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        base = load_base(path, its_mappings)
         if base is None:
             continue
         mem = ProcessMemory(pid)

@@ -22,9 +22,9 @@ import numpy as np
 
 from ... import procs
 from ...bpf import schema
-from ...procs.maps import Mapping, parse_maps
+from ...procs.maps import parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
-from ..python.detect import _load_base, _symbols, inspected_once
+from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbols
 from ..python.memory import MemoryReadError, ProcessMemory
 from .jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -97,20 +97,22 @@ def _tls_slots(elf: ElfFile, symbol: bytes) -> dict[int, int]:
 
 
 def inspect_binary(path: str) -> RubyBinary | None:
-    """The interpreter facts of one ELF file, or None if it is not a Ruby we can read."""
+    """The interpreter facts of one ELF file, or None if it is not Ruby; Unreadable if it is and
+    cannot be read."""
     try:
         with ElfFile(path) as elf:
-            syms = _symbols(elf, _WANTED)
+            syms = symbols(elf, _WANTED)
             if b"ruby_version" not in syms:
                 return None
             off = elf.vaddr_to_file_offset(syms[b"ruby_version"])
             m = _VERSION.match(elf.read(off, 16)) if off is not None else None
             if not m:
-                return None
+                raise Unreadable("ruby_version holds no version")
             version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            shown = ".".join(map(str, version))
             offsets = offsets_for(version[:2])
             if offsets is None:
-                return None
+                raise Unreadable(f"no structure offsets known for Ruby {shown}", shown)
             mode, slot, tls_offset, ec_address = schema.RB_EC_NONE, 0, 0, 0
             if b"ruby_current_ec" in syms or b"ruby_current_ec" in _dynsym_names(elf):
                 slots = _tls_slots(elf, b"ruby_current_ec")
@@ -126,7 +128,8 @@ def inspect_binary(path: str) -> RubyBinary | None:
             if mode == schema.RB_EC_NONE and b"ruby_current_execution_context_ptr" in syms:
                 mode, ec_address = schema.RB_EC_GLOBAL, syms[b"ruby_current_execution_context_ptr"]
             if mode == schema.RB_EC_NONE:
-                return None
+                raise Unreadable("no symbol leads to the running execution context (ruby_current_ec, "
+                                 "ruby_single_main_ractor, ruby_current_execution_context_ptr)", shown)
             return RubyBinary(path, version, offsets, mode, slot, tls_offset, ec_address,
                               syms.get(b"rb_sym_all_symbols", 0), elf.size)
     except (ElfError, OSError, ValueError, struct.error):
@@ -140,14 +143,6 @@ def _dynsym_names(elf: ElfFile) -> bytes:
             strtab = elf.sections[s.link]
             return elf.read(strtab.offset, strtab.size)
     return b""
-
-
-def _candidates(mappings: list[Mapping]) -> list[Mapping]:
-    seen: dict[str, Mapping] = {}
-    for m in mappings:
-        if m.is_file and _NAME.search(m.file_path) and m.file_path not in seen:
-            seen[m.file_path] = m
-    return sorted(seen.values(), key=lambda m: "libruby" not in m.file_path)
 
 
 _binaries: dict[tuple, RubyBinary | None] = {}
@@ -187,13 +182,12 @@ def detect(pid: int) -> RubyProcess | None:
     if "ruby" not in text:      # cheap test first: most processes of a host are not Ruby
         return None
     mappings = parse_maps(text)
-    root = procs.root_path(pid)
-    for cand in _candidates(mappings):
-        path = root + cand.file_path
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path))
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libruby")):
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Ruby",
+                                shown=cand.file_path)
         if binary is None:
             continue
-        base = _load_base(path, [m for m in mappings if m.file_path == cand.file_path])
+        base = load_base(path, its_mappings)
         if base is None:
             continue
         if "ld-musl" in text and binary.ec_mode == schema.RB_EC_DTV:
@@ -204,7 +198,7 @@ def detect(pid: int) -> RubyProcess | None:
             return None
         if fields is None:
             return None
-        # the cached facts were read through the first process's root: this one's path opens the file
+        # the cached facts were read through the first process's mapping: this one's path opens the file
         return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields,
                            jit_regions(mappings))
     return None

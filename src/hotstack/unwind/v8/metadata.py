@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
+from ..runtime_files import Unreadable
 
 _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
                  ("size", "<u8")])
-_V8DBG = re.compile(rb"\0(v8dbg_[A-Za-z0-9_]+)\0")
+# a name between two NULs; the second is looked at, not taken, since it starts the next name
+_V8DBG = re.compile(rb"\0(v8dbg_[A-Za-z0-9_]+)(?=\0)")
 SHN_UNDEF = 0
 
 
@@ -134,12 +136,22 @@ def _instance_type_offset(meta: dict[str, int]) -> int:
 def layout(meta: dict[str, int]) -> V8Layout | None:
     """The layout from a binary's metadata, or None if something we need is missing."""
     try:
+        return checked_layout(meta)
+    except Unreadable:
+        return None
+
+
+def checked_layout(meta: dict[str, int]) -> V8Layout:
+    """The layout from a binary's metadata; Unreadable says what is missing or not read."""
+    if not meta:
+        raise Unreadable("no V8 post-mortem metadata (v8dbg_* symbols) in the file")
+    try:
         fp_function = -_one(meta, "v8dbg_off_fp_function")
         fp_context = -_one(meta, "v8dbg_off_fp_context_or_frame_type", "v8dbg_off_fp_context")
         if fp_function <= 0 or fp_context <= 0 or meta.get("v8dbg_SystemPointerSize", 8) != 8:
-            return None
+            raise Unreadable("a frame layout other than 64-bit with the function and context below the frame pointer")
         if meta.get("v8dbg_TaggedSize", 8) != 8:
-            return None          # pointer compression: not supported yet
+            raise Unreadable("pointer compression (4-byte tagged values) is not read")
         return V8Layout(
             fp_function=fp_function, fp_context=fp_context,
             map_offset=_field(meta, "HeapObject", "map", 0),
@@ -172,8 +184,8 @@ def layout(meta: dict[str, int]) -> V8Layout | None:
             scopeinfo_ncontextlocals=_one(meta, "v8dbg_scopeinfo_idx_ncontextlocals"),
             frame_types={v: k[len("v8dbg_frametype_"):] for k, v in meta.items() if k.startswith("v8dbg_frametype_")},
         )
-    except KeyError:
-        return None
+    except KeyError as e:
+        raise Unreadable(f"the metadata lacks {e.args[0]}") from None
 
 
 def binary_layout(path: str) -> V8Layout | None:
@@ -181,3 +193,13 @@ def binary_layout(path: str) -> V8Layout | None:
         return layout(read_v8dbg(path))
     except (ElfError, OSError, ValueError, struct.error):
         return None
+
+
+def checked_binary_layout(path: str) -> V8Layout | None:
+    """The layout of a file that should hold V8 (a node executable, a libnode): None if it cannot
+    be read as an ELF file, Unreadable if it has no usable metadata."""
+    try:
+        meta = read_v8dbg(path)
+    except (ElfError, OSError, ValueError, struct.error):
+        return None
+    return checked_layout(meta)

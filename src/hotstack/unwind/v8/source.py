@@ -25,7 +25,8 @@ from ...bpf import schema
 from ...profile.model import Frame
 from ..interpreter_source import NAME_EVERY
 from ..retries import RetryLadder
-from .metadata import V8Layout, binary_layout
+from ..runtime_files import UNREAD, Unreadable, UnreadProcess
+from .metadata import V8Layout, checked_binary_layout
 from .names import Names
 
 if TYPE_CHECKING:
@@ -49,20 +50,21 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
     return frames, head.pid
 
 
-def _v8_files(pid: int) -> list[str]:
-    """Files of a `node*` process that may hold V8: the executable, and a mapped libnode (Debian's
-    node links it). Other executables are not looked into: this runs for every new process."""
-    out = []
-    if not _NODE.search(procs.exe_path(pid, recent=True).removesuffix(" (deleted)")):
-        return out
-    out.append(f"/proc/{pid}/exe")
-    text = procs.read_maps_text(pid, recent=True)
-    if "libnode.so" in text:
-        for line in text.splitlines():
-            path = line.split(maxsplit=5)[5].strip() if line.count(" ") >= 5 else ""
-            if "libnode.so" in path and path.startswith("/"):
-                out.append(f"/proc/{pid}/root{path}")
-                break
+def _v8_files(pid: int) -> list[tuple[str, str]]:
+    """Files of a `node*` process that may hold V8, each as a path that opens the very file it runs
+    (procs.mapped_file_path), and the path its maps show: the executable, and a mapped libnode
+    (Debian's node links it). Other executables are not looked into: this runs for every new process."""
+    exe = procs.exe_path(pid, recent=True)
+    if not _NODE.search(exe.removesuffix(" (deleted)")):
+        return []
+    out = [(f"/proc/{pid}/exe", exe)]
+    if "libnode.so" in procs.exec_paths(pid, recent=True):
+        for m in procs.read_exec_maps(pid, recent=True):
+            if m.is_file and "libnode.so" in m.file_path:
+                path = procs.mapped_file_path(pid, m)
+                if path is not None:
+                    out.append((path, m.file_path))
+                    break
     return out
 
 
@@ -81,7 +83,7 @@ class V8Source(RetryLadder):
     def __init__(self) -> None:
         super().__init__()
         self._kernel: "RuntimeKernel | None" = None
-        self._layouts: dict[tuple[int, int, int], V8Layout | None] = {}
+        self._layouts: dict[tuple, V8Layout | Unreadable | None] = {}
         self._procs: dict[int, tuple[Names, procs.Process | None]] = {}
         self._found: list[tuple[int, V8Layout]] = []
         self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
@@ -100,16 +102,28 @@ class V8Source(RetryLadder):
         return True
 
     def _layout(self, pid: int) -> V8Layout | None:
-        for path in _v8_files(pid):
+        """The V8 layout of the node that `pid` runs (None if none); a node whose files hold no
+        layout this reader takes is noted once (runtime_files.UNREAD)."""
+        refused: tuple | None = None
+        for path, shown in _v8_files(pid):
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            key = (st.st_dev, st.st_ino, int(st.st_mtime))
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             if key not in self._layouts:
-                self._layouts[key] = binary_layout(path)
-            if self._layouts[key] is not None:
-                return self._layouts[key]
+                try:
+                    self._layouts[key] = checked_binary_layout(path)
+                except Unreadable as e:
+                    self._layouts[key] = e
+            found = self._layouts[key]
+            if isinstance(found, Unreadable):
+                refused = (key, shown, found)
+            elif found is not None:
+                return found
+        if refused is not None:
+            key, shown, e = refused
+            UNREAD.note(key, UnreadProcess(pid, "Node.js", "", shown, e.reason))
         return None
 
     def _may_run(self, pid: int) -> bool:
