@@ -24,7 +24,7 @@ from ... import procs
 from ...bpf import schema
 from ...procs.maps import parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfError, ElfFile
-from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbols
+from ..runtime_files import Unreadable, candidates, inspected_once, load_base, opened, symbol_spans, symbols
 from ..python.memory import MemoryReadError, ProcessMemory
 from .jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -96,6 +96,46 @@ def _tls_slots(elf: ElfFile, symbol: bytes) -> dict[int, int]:
     return out
 
 
+# An exported function whose first act is GET_EC(): where ruby_current_ec is not in the dynamic
+# symbols (a libruby built with hidden TLS, Debian 13's 3.3), its code says where the variable is.
+_EC_READER = b"rb_current_receiver"
+# x86-64's local-dynamic TLS access: lea rdi,[rip+tls_index]; call __tls_get_addr;
+# mov rax,[rax+offset] (disp8 or disp32)
+_LD_ACCESS = re.compile(rb"\x48\x8d\x3d(....)\xe8....\x48\x8b(?:\x40(.)|\x80(....))", re.S)
+
+
+def _tls_reloc_offsets(elf: ElfFile, kind: int) -> set[int]:
+    """r_offset of every dynamic relocation of type `kind`, whatever its symbol."""
+    out: set[int] = set()
+    for s in elf.sections:
+        if s.type != SHT_RELA or s.size < _RELA.itemsize:
+            continue
+        rela = np.frombuffer(elf.read(s.offset, s.size - s.size % _RELA.itemsize), dtype=_RELA)
+        out.update(int(o) for o in rela["offset"][(rela["info"] & np.uint64(0xFFFFFFFF)) == np.uint64(kind)])
+    return out
+
+
+def _ec_from_reader(elf: ElfFile) -> tuple[int, int] | None:
+    """(vaddr of the tls_index slot the loader fills with libruby's module id, ruby_current_ec's
+    offset in libruby's TLS block), read from the code of _EC_READER; None where that code is not
+    the local-dynamic access (checked against a DTPMOD64 relocation at the slot)."""
+    span = symbol_spans(elf, (_EC_READER,)).get(_EC_READER)
+    if span is None:
+        return None
+    off = elf.vaddr_to_file_offset(span[0])
+    if off is None:
+        return None
+    code = elf.read(off, min(span[1] or 64, 64))
+    m = _LD_ACCESS.search(code)
+    if m is None:
+        return None
+    slot = span[0] + m.start(1) + 4 + struct.unpack("<i", m.group(1))[0]
+    offset = m.group(2)[0] if m.group(2) is not None else struct.unpack("<i", m.group(3))[0]
+    if slot not in _tls_reloc_offsets(elf, R_X86_64_DTPMOD64) or offset < 0:
+        return None
+    return slot, offset
+
+
 def inspect_binary(path: str) -> RubyBinary | None:
     """The interpreter facts of one ELF file, or None if it is not Ruby; Unreadable if it is and
     cannot be read."""
@@ -123,6 +163,8 @@ def inspect_binary(path: str) -> RubyBinary | None:
                     mode, slot = schema.RB_EC_TP, slots[R_X86_64_TLSDESC] + 8
                 elif R_X86_64_TPOFF64 in slots:
                     mode, slot = schema.RB_EC_TP, slots[R_X86_64_TPOFF64]
+            if mode == schema.RB_EC_NONE and (found := _ec_from_reader(elf)) is not None:
+                mode, (slot, tls_offset) = schema.RB_EC_DTV, found
             if mode == schema.RB_EC_NONE and b"ruby_single_main_ractor" in syms:
                 mode, ec_address = schema.RB_EC_RACTOR, syms[b"ruby_single_main_ractor"]
             if mode == schema.RB_EC_NONE and b"ruby_current_execution_context_ptr" in syms:

@@ -1,0 +1,137 @@
+"""Each runtime of Debian 13 run in a plain chroot (no mount namespace of its own), profiled from the
+host: its maps show paths from the host's root, which no path under its own root reaches, so its
+files are opened through its own mappings. Runtimes the tree reads have their frames named; one it
+recognizes and cannot read is said (a warning, the footer's count, `hotstack doctor --pid`).
+
+The root filesystem is Debian's own packages (`.ci/install.d/rootfs.sh`, mmdebstrap, cached):
+Node.js as Debian builds it (V8 in libnode), Ruby with a stripped libruby."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+from hotstack.unwind.runtime_files import UNREAD
+
+from ..conftest import hotstack
+
+pytestmark = pytest.mark.root
+
+CACHE = Path(os.environ.get("HOTSTACK_CACHE", "/var/cache/hotstack-ci")) / "rootfs"
+
+PY = "def hs_spin():\n    while True:\n        pass\nhs_spin()\n"
+JS = "function hs_spin() { let x = 0; for (;;) { x = (x + 1) | 0; } } hs_spin();"
+PHP = "function hs_spin() { $x = 0; while (true) { $x++; } } hs_spin();"
+PERL = "sub hs_spin { my $x = 0; while (1) { $x++ } } hs_spin();"
+RUBY = "def hs_spin; x = 0; loop { x += 1 }; end; hs_spin"
+
+READ = {
+    "python3": (["python3", "-c", PY], FrameKind.PYTHON),
+    "node": (["node", "-e", JS], FrameKind.JS),
+    "php": (["php", "-r", PHP], FrameKind.PHP),
+    "perl": (["perl", "-e", PERL], FrameKind.PERL),
+    "ruby": (["ruby", "-e", RUBY], FrameKind.RUBY),    # 3.3: ruby_current_ec found through libruby's code
+}
+
+
+@pytest.fixture(scope="session")
+def trixie_root() -> Path:
+    """Debian 13's root filesystem, extracted once from its cached tar (by the tar's own name)."""
+    tar = CACHE / "trixie.tar"
+    assert tar.exists(), f"{tar} is missing: .ci/install.d/rootfs.sh builds it (make test-peers)"
+    root = CACHE / tar.resolve().stem
+    if not (root / ".complete").exists():
+        partial = root.with_name(root.name + ".partial")
+        subprocess.run(["rm", "-rf", str(partial)], check=True)
+        partial.mkdir(parents=True)
+        with tarfile.open(tar) as t:
+            t.extractall(partial, filter="fully_trusted")
+        (partial / ".complete").touch()
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        partial.rename(root)
+    return root
+
+
+def _in_chroot(root: Path, argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(["chroot", str(root), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _profile(pid: int, want: int = 300, seconds: float = 12.0):
+    """Samples of `pid` until `want` of them or `seconds` (a busy machine gives it little CPU), and the
+    profiles' footers' counts of unread runtime processes."""
+    samples, unread = [], 0
+    with Engine(EngineConfig(frequency=499, pids=(pid,), unwind="kernel")) as prof:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and sum(s.value for s in samples) < want:
+            time.sleep(0.5)
+            profile = prof.collect()[0]
+            samples.extend(s for s in profile.samples if s.pid == pid)
+            unread += profile.stats.runtimes_unread
+    return samples, unread
+
+
+@pytest.mark.parametrize("program", sorted(READ))
+def test_runtime_frames_in_a_plain_chroot(trixie_root, program):
+    argv, kind = READ[program]
+    proc = _in_chroot(trixie_root, argv)
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()
+        # a plain chroot: the host's mount namespace, and a root that is not the host's
+        assert os.readlink(f"/proc/{proc.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+        assert os.stat(f"/proc/{proc.pid}/root/").st_ino == os.stat(trixie_root).st_ino
+        samples, _unread = _profile(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    total = sum(s.value for s in samples)
+    assert total >= 100, f"{total} samples of {program}"
+    named = sum(s.value for s in samples
+                if any(f.kind is kind and f.name.split("::")[-1].startswith("hs_spin") for f in s.stack))
+    assert named >= 0.9 * total, (f"{named} of {total} samples with {kind.value} frame hs_spin; a stack: "
+                                  f"{[f.name for f in samples[0].stack][:12]}")
+
+
+def test_a_ruby_that_cannot_be_read_is_said(trixie_root):
+    """A Ruby newer than hotstack knows (Debian 13's libruby with its version string made 3.9 in a
+    copy): every process of it is said, a warning, the footer's count and doctor's explanation,
+    and sampled on without Ruby frames, never with frames read by another version's offsets."""
+    [lib] = [p for p in (trixie_root / "usr/lib/x86_64-linux-gnu").glob("libruby-3.3.so.3.3.*") if not p.is_symlink()]
+    data = bytearray(lib.read_bytes())
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind.runtime_files import symbols
+    with ElfFile(str(lib)) as elf:
+        at = elf.vaddr_to_file_offset(symbols(elf, (b"ruby_version",))[b"ruby_version"])
+    assert data[at:at + 4] == b"3.3."
+    data[at:at + 4] = b"3.9."
+    private = trixie_root / "tmp" / f"hotstack-test-{os.getpid()}"
+    private.mkdir()
+    try:
+        (private / lib.name).write_bytes(bytes(data))
+        (private / lib.name.rsplit(".", 1)[0]).symlink_to(lib.name)   # libruby-3.3.so.3.3, its soname
+        proc = _in_chroot(trixie_root, ["env", f"LD_LIBRARY_PATH=/{private.relative_to(trixie_root)}",
+                                        "ruby", "--disable-gems", "-e", RUBY])   # (rbconfig checks the version)
+        try:
+            time.sleep(0.5)
+            assert proc.poll() is None, proc.stderr.read()
+            samples, unread = _profile(proc.pid, want=50, seconds=6)
+            doctor = hotstack("doctor", "--pid", str(proc.pid))
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        subprocess.run(["rm", "-rf", str(private)], check=True)
+    assert samples and not any(f.kind is FrameKind.RUBY for s in samples for f in s.stack)
+    assert unread >= 1
+    [noted] = UNREAD.of(proc.pid)
+    assert (noted.runtime, noted.version.split(".")[:2]) == ("Ruby", ["3", "9"])
+    assert str(private.relative_to(trixie_root)) in noted.file and "no structure offsets" in noted.reason
+    assert doctor.returncode == 0, doctor.stderr
+    assert "Ruby 3.9" in doctor.stdout and "NOT read" in doctor.stdout, doctor.stdout
