@@ -21,8 +21,8 @@ class RuntimeVersions:
 RUNTIME_VERSIONS = {
     "python": RuntimeVersions("CPython", "3.8–3.13", "3.14"),
     "node": RuntimeVersions("Node.js", "20 (V8 11.3)", "18, 22+"),
-    "ruby": RuntimeVersions("Ruby", "3.1", "2.7, 3.0, 3.2–3.4"),
-    "php": RuntimeVersions("PHP", "8.2", "7.4–8.1, 8.3, 8.4"),
+    "ruby": RuntimeVersions("Ruby", "3.1, 3.3", "2.7, 3.0, 3.2, 3.4"),
+    "php": RuntimeVersions("PHP", "8.2, 8.4", "7.4–8.1, 8.3"),
     "java": RuntimeVersions("OpenJDK", "17", "other JDKs"),
-    "perl": RuntimeVersions("Perl", "5.36", "5.30–5.34, 5.38, 5.40"),
+    "perl": RuntimeVersions("Perl", "5.36, 5.40", "5.30–5.34, 5.38"),
 }
