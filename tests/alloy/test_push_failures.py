@@ -5,6 +5,8 @@ after; a stop with a hanging endpoint ends within the flush deadline and says wh
 from __future__ import annotations
 
 import signal
+import socket
+import threading
 import time
 
 import pytest
@@ -78,5 +80,83 @@ def test_sigterm_with_a_hanging_endpoint_stops_within_the_flush_deadline(agent, 
         assert took < 4.5, (took, log[-3000:])
         assert "stopped at shutdown (flush deadline" in log and "dropped" in log, log[-3000:]
         assert "Traceback" not in log
+    finally:
+        server.close()
+
+
+class SlowDripServer:
+    """A receiver on 127.0.0.1 that reads a push whole and answers one byte a second (a status
+    line that never ends): every read of the client's gets data well within any read timeout."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list[float] = []        # seconds from each request read to the client leaving
+        self._closed = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n")
+                               if ln.lower().startswith(b"content-length:")), b"0"))
+            while len(body) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
+            started = time.monotonic()
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Drip: " + b"a" * 600:
+                    if self._closed.wait(1.0):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:      # the client gave up: how long it held on is what the test reads
+                pass
+            else:
+                return
+            self.held.append(time.monotonic() - started)
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+
+
+def test_remote_timeout_bounds_the_whole_push(agent, spin_binary, workloads):
+    """Issue 47 item 5: against a receiver that answers a byte a second, remote_timeout = "2s"
+    never fired (each read got its byte in time): after 10 s the component was healthy, with no
+    log line, nothing sent, no retry and no drop. remote_timeout is the whole request's."""
+    w = workloads([spin_binary])
+    server = SlowDripServer()
+    try:
+        config = _config(w.pid, server.url).replace(f'url = "{server.url}"\n',
+                                                    f'url = "{server.url}"\n    remote_timeout = "2s"\n')
+        a = agent(config)
+        a.wait_ready()
+        line = wait(lambda: next((ln for ln in a.log.read_text().splitlines() if "push failed" in ln), None),
+                    timeout=60)
+        assert line and "timed out (remote_timeout)" in line, a.log.read_text()[-3000:]
+        assert wait(lambda: server.held, timeout=10), "the receiver's connection was never given up"
+        # 2 s, and the ticks of the drip that notice the connection is gone, with room for a busy host
+        assert all(held < 8 for held in server.held), server.held
+        status, text = a.get("/-/healthy")
+        assert status == 500 and "remote_timeout" in text, text
+        metrics = a.get("/metrics")[1]
+        assert [ln for ln in metrics.splitlines() if ln.startswith("pyroscope_write_errors_total")
+                and not ln.endswith(" 0.0")], metrics
     finally:
         server.close()

@@ -40,6 +40,7 @@ class Transport:
                  follow_redirects: bool = True) -> None:
         self._streams: "weakref.WeakSet" = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._expired = False     # a request's deadline passed: its new connections are shut at once
         mounts = {pattern: None if proxy is None else httpx.HTTPTransport(verify=verify, http2=http2, proxy=proxy)
                   for pattern, proxy in (proxies or {}).items()}
         self.client = httpx.Client(transport=httpx.HTTPTransport(verify=verify, http2=http2, uds=uds or None),
@@ -50,6 +51,9 @@ class Transport:
         if name.endswith(_STREAM_EVENTS) and info.get("return_value") is not None:
             with self._lock:
                 self._streams.add(info["return_value"])
+                expired = self._expired
+            if expired:
+                self.abort()
 
     @contextlib.contextmanager
     def stream(self, method: str, url: str, headers: dict[str, str], content: bytes | None = None,
@@ -67,9 +71,41 @@ class Transport:
             response.close()
 
     def request(self, method: str, url: str, headers: dict[str, str], content: bytes | None = None,
-                sni_hostname: str = "", max_body: int = 256 << 20) -> tuple[httpx.Response, bytes]:
+                sni_hostname: str = "", max_body: int = 256 << 20,
+                deadline: float | None = None) -> tuple[httpx.Response, bytes]:
         """One request (redirects followed as the client allows), its body read up to max_body + 1
-        bytes (the caller tells a body too large by its length)."""
+        bytes (the caller tells a body too large by its length).
+
+        `deadline`: seconds for the whole request, connect, send and the full answer; httpx's
+        timeouts bound each read, so a server that drips its answer a byte at a time would hold
+        it for ever. At the deadline the transport's connections are shut (abort()) and the
+        request fails with httpx.TimeoutException. Only for a transport that one thread uses."""
+        if deadline is None:
+            return self._request(method, url, headers, content, sni_hostname, max_body)
+        with self._lock:
+            self._expired = False
+        timer = threading.Timer(deadline, self._expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            answer = self._request(method, url, headers, content, sni_hostname, max_body)
+        except httpx.HTTPError as e:
+            if self._expired:
+                raise httpx.TimeoutException(f"no whole answer within {deadline:g} s") from e
+            raise
+        finally:
+            timer.cancel()
+        if self._expired:    # an answer cut at the deadline can look whole (a body read to EOF)
+            raise httpx.TimeoutException(f"no whole answer within {deadline:g} s")
+        return answer
+
+    def _expire(self) -> None:
+        with self._lock:
+            self._expired = True
+        self.abort()
+
+    def _request(self, method: str, url: str, headers: dict[str, str], content: bytes | None,
+                 sni_hostname: str, max_body: int) -> tuple[httpx.Response, bytes]:
         with self.stream(method, url, headers, content, sni_hostname) as response:
             chunks, size = [], 0
             for chunk in response.iter_bytes():

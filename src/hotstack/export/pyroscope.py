@@ -264,8 +264,9 @@ class _ConnectClient:
         except Exception as e:   # its TLS files unreadable now (rotated, not there yet): try again later
             raise RetryableError(f"POST {ep.shown_url}{PUSH_PATH}: {printable(e)}") from None
         try:
+            # remote_timeout bounds the whole push, not each read (a receiver dripping its answer)
             resp, payload = client.request("POST", self.url, headers, body, sni_hostname=ep.server_name,
-                                                   max_body=MAX_ANSWER)
+                                           max_body=MAX_ANSWER, deadline=ep.remote_timeout_s)
         except (httpx.TooManyRedirects, httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
             raise PermanentError(f"POST {ep.shown_url}{PUSH_PATH}: {_describe(e)}") from None
         except httpx.HTTPError as e:
