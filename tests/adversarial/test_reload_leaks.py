@@ -89,7 +89,7 @@ def _reload(a, config: str, label: str | None) -> None:
         if ebpf != {f"pyroscope.ebpf.{label}"}:
             return False
         page = a.json(f"/api/v0/web/components/pyroscope.ebpf.{label}")
-        return page["health"]["state"] == "healthy" and page["health"]["message"].startswith(f"profiling at")
+        return page["health"]["state"] == "healthy" and page["health"]["message"].startswith("profiling at")
     assert wait(applied, timeout=120), a.log.read_text()[-3000:]
 
 

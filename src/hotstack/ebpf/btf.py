@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import cache_files
 from .errors import ObjectFormatError
 
 BTF_MAGIC = 0xEB9F
@@ -25,6 +26,18 @@ KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT, KIND_FUNC, KIND_FUNC_PRO
 KIND_VAR, KIND_DATASEC, KIND_FLOAT, KIND_DECL_TAG, KIND_TYPE_TAG, KIND_ENUM64 = 14, 15, 16, 17, 18, 19
 
 _MODIFIERS = {KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT, KIND_TYPE_TAG}
+# Bytes that follow a type's 12-byte header: fixed per kind, or per vlen entry.
+_FIXED_BYTES = {KIND_INT: 4, KIND_VAR: 4, KIND_DECL_TAG: 4, KIND_ARRAY: 12}
+_ENTRY_BYTES = {KIND_STRUCT: 12, KIND_UNION: 12, KIND_ENUM: 8, KIND_ENUM64: 12, KIND_FUNC_PROTO: 8, KIND_DATASEC: 12}
+_KINDS = {KIND_PTR, KIND_FWD, KIND_FUNC, KIND_FLOAT} | _MODIFIERS | set(_FIXED_BYTES) | set(_ENTRY_BYTES)
+
+
+def _type_bytes(info: int) -> int:
+    """The length of a type in the type section, from the `info` word of its header."""
+    kind = (info >> 24) & 0x1F
+    if kind not in _KINDS:
+        raise ObjectFormatError(f"unknown BTF kind {kind}")
+    return 12 + _FIXED_BYTES.get(kind, 0) + _ENTRY_BYTES.get(kind, 0) * (info & 0xFFFF)
 
 
 @dataclass(frozen=True)
@@ -95,39 +108,35 @@ class Btf:
         path = self._index_path(cache_dir)
         if path is None:
             return False
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError:
+        type_len = self._types_end - self._types_at
+        # two arrays of one uint32 per type and void, each type at least 12 bytes: a file of any
+        # other size is not read (a sparse one of gigabytes had been)
+        most = 8 * (type_len // 12 + 1)
+
+        def misfit(size: int, _header: bytes) -> str:
+            return "" if size % 8 == 0 and 8 <= size <= most else f"is {size} bytes, not an index of this BTF"
+        raw = cache_files.read(path, misfit)
+        if raw is None:
             return False
         half = len(raw) // 2
         offsets, names = array("I"), array("I")
         offsets.frombytes(raw[:half])
         names.frombytes(raw[half:])
-        type_len = self._types_end - self._types_at
-        if len(raw) % 8 or not offsets or offsets[0] != 0 or len(offsets) != len(names) \
-                or offsets[-1] + 12 > type_len or type_len % 4:
-            return False
-        # every entry must point at a type whose name is the one recorded (a damaged file is ignored)
+        # every entry must point at a type whose name is the one recorded
         words = np.frombuffer(self._data, np.uint32, type_len // 4, self._types_at)
-        at = np.frombuffer(offsets, np.uint32)[1:]
-        if (at % 4).any() or not np.array_equal(words[at // 4], np.frombuffer(names, np.uint32)[1:]):
+        at = np.frombuffer(offsets, np.uint32)[1:].astype(np.int64)
+        if (offsets[0] != 0 or type_len % 4 or (at % 4).any() or (at + 12 > type_len).any()
+                or not self._ends_at_last_type(offsets)
+                or not np.array_equal(words[at // 4], np.frombuffer(names, np.uint32)[1:])):
+            cache_files.discard(path, "does not index this BTF")
             return False
         self._offsets, self._name_offsets = offsets, names
         return True
 
     def _save_index(self, cache_dir: str | None) -> None:
         path = self._index_path(cache_dir)
-        if path is None:
-            return
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(self._offsets.tobytes() + self._name_offsets.tobytes())
-            os.replace(tmp, path)
-        except OSError:
-            pass       # a read-only home: index again next time
+        if path is not None:     # (not saved, e.g. a read-only home: indexed again next time)
+            cache_files.write(path, (self._offsets.tobytes(), self._name_offsets.tobytes()))
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -141,22 +150,27 @@ class Btf:
         blob, base, end = self._data, self._types_at, self._types_end
         unpack = struct.unpack_from
         offsets, names = self._offsets, self._name_offsets
-        # Bytes that follow the 12-byte header: fixed per kind, or per vlen entry.
-        fixed = {KIND_INT: 4, KIND_VAR: 4, KIND_DECL_TAG: 4, KIND_ARRAY: 12}
-        per_entry = {KIND_STRUCT: 12, KIND_UNION: 12, KIND_ENUM: 8, KIND_ENUM64: 12, KIND_FUNC_PROTO: 8,
-                     KIND_DATASEC: 12}
-        known = {KIND_PTR, KIND_FWD, KIND_FUNC, KIND_FLOAT} | _MODIFIERS | set(fixed) | set(per_entry)
         off = base
         while off + 12 <= end:
             name_off, info = unpack("<II", blob, off)
-            kind = (info >> 24) & 0x1F
-            if kind not in known:
-                raise ObjectFormatError(f"unknown BTF kind {kind}")
             offsets.append(off - base)
             names.append(name_off)
-            off += 12 + fixed.get(kind, 0) + per_entry.get(kind, 0) * (info & 0xFFFF)
+            off += _type_bytes(info)
         if off != end:
             raise ObjectFormatError("BTF type section is truncated")
+
+    def _ends_at_last_type(self, offsets: array) -> bool:
+        """Whether the type at the last of `offsets` ends the type section (an index cut short
+        does not)."""
+        if len(offsets) == 1:       # void alone
+            return self._types_end == self._types_at
+        at = self._types_at + offsets[-1]
+        if at + 12 > self._types_end:
+            return False
+        try:
+            return at + _type_bytes(struct.unpack_from("<I", self._data, at + 4)[0]) == self._types_end
+        except ObjectFormatError:
+            return False
 
     def _decode(self, type_id: int) -> BtfType:
         blob, off = self._data, self._types_at + self._offsets[type_id]

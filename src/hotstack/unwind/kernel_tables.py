@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import cache_files
 from ..symbols.elf import ElfError, ElfFile
 from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
@@ -328,6 +329,7 @@ class RuleSet:
 # are read back by the dozen when hotstack starts.
 _TABLE_HEADER = struct.Struct("<4sIIIIIII")   # magic, version, key bytes, source bytes, rows, id bytes,
 _TABLE_MAGIC = b"HSUT"                        # rules, CRC-32 of everything after the header
+_MAX_SOURCE_BYTES = 4096                      # the source's name ('.eh_frame+.gopclntab')
 
 
 class TableCache:
@@ -404,23 +406,22 @@ class TableCache:
         path = self._path(key)
         if path is None:
             return None
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        # (the size the header announces is checked before anything more is read: a huge or
+        # sparse file is removed unread)
+        data = cache_files.read(path, lambda size, header: _table_misfit(size, header, key), _TABLE_HEADER.size,
+                                damaged=self._rejected)
+        if data is None:
             return None
-        except OSError:
-            data = b""
         table = _parse_table(data, key)
         if table is None:
-            self.rejected += 1
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            self._rejected()
+            cache_files.discard(path, "holds no whole table of its file")
             return None
         self.loaded += 1
         return table
+
+    def _rejected(self) -> None:
+        self.rejected += 1
 
     def _sweep_old_versions(self) -> None:
         """Remove the tables an earlier version wrote here: none is read again, and a host's files
@@ -439,17 +440,10 @@ class TableCache:
         path = self._path(table.key)
         if path is None:
             return
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            if not self._swept:
-                self._swept = True
-                self._sweep_old_versions()
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(_table_bytes(table))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        if not self._swept:
+            self._swept = True
+            self._sweep_old_versions()
+        cache_files.write(path, (_table_bytes(table),))
 
 
 def _older_version(name: str) -> bool:
@@ -469,6 +463,26 @@ def _table_bytes(table: FileTable) -> bytes:
                               ids.itemsize, len(table.rules), zlib.crc32(body)) + body
 
 
+def _table_size(header: bytes) -> tuple[int, int, int]:
+    """(where its offsets start, where its rules start, its whole size) of a table whose header
+    is `header`."""
+    _magic, _version, key_n, source_n, rows, id_size, rules_n, _crc = _TABLE_HEADER.unpack_from(header)
+    offsets_at = _TABLE_HEADER.size + key_n + source_n + (-(key_n + source_n) % 8)
+    rules_at = offsets_at + 4 * rows + id_size * rows + (-(id_size * rows) % 8)
+    return offsets_at, rules_at, rules_at + RULE_DTYPE.itemsize * rules_n
+
+
+def _table_misfit(size: int, header: bytes, key: str) -> str:
+    """What is wrong with a table file of `size` bytes and this header, for `key` ('' if nothing)."""
+    magic, version, key_n, source_n, rows, id_size, rules_n, _crc = _TABLE_HEADER.unpack_from(header)
+    if magic != _TABLE_MAGIC or version != TableCache.VERSION or id_size not in (2, 4) or key_n != len(key):
+        return "has no table header of this version"
+    if rows > MAX_ROWS_PER_FILE or rules_n > MAX_ROWS_PER_FILE or source_n > _MAX_SOURCE_BYTES:
+        return f"claims {rows} rows, {rules_n} rules and a source of {source_n} bytes"
+    expected = _table_size(header)[2]
+    return "" if size == expected else f"is {size} bytes where its header says {expected}"
+
+
 def _parse_table(data: bytes, key: str) -> FileTable | None:
     """The table stored in `data` if it is whole and `key`'s, else None (a file cut short, another
     file's table written under this name, garbage)."""
@@ -476,9 +490,8 @@ def _parse_table(data: bytes, key: str) -> FileTable | None:
     if len(data) < head:
         return None
     magic, version, key_n, source_n, rows, id_size, rules_n, crc = _TABLE_HEADER.unpack_from(data)
-    offsets_at = head + key_n + source_n + (-(key_n + source_n) % 8)
+    offsets_at, rules_at, _size = _table_size(data)
     id_at = offsets_at + 4 * rows
-    rules_at = id_at + id_size * rows + (-(id_size * rows) % 8)
     if (magic != _TABLE_MAGIC or version != TableCache.VERSION or id_size not in (2, 4)
             or len(data) != rules_at + RULE_DTYPE.itemsize * rules_n
             or data[head:head + key_n] != key.encode() or zlib.crc32(memoryview(data)[head:]) != crc):
