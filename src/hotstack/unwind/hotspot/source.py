@@ -16,7 +16,7 @@ from __future__ import annotations
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
-from ..v8.source import V8Source
+from ..v8.source import V8Source, cut_after
 from .jvm import JvmLayout, NotReady, read_layout
 from .names import Names
 from .vmstructs import libjvm
@@ -67,6 +67,7 @@ class HotSpotSource(V8Source):
         return Names(pid, layout)
 
     _parse = staticmethod(parse_stack)
+    _stack_head = schema.HS_STACK
 
     @staticmethod
     def _name_frame(names: Names, frame: tuple) -> Frame | list[Frame] | None:
@@ -106,6 +107,8 @@ class HotSpotSource(V8Source):
                 changed = True
         if not changed:
             return native
+        if key in self._cut:      # (the inlined methods of one slot stay together before the cut)
+            slots = cut_after(slots, max(f[0] for f in frames))
         out: list[Frame] = []
         for slot in slots:
             if isinstance(slot, list):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ... import procs
 from ...bpf import schema
-from ...profile.model import Frame
+from ...profile.model import TRUNCATED, UNKNOWN, Frame
 from ..interpreter_source import NAME_EVERY
 from ..retries import RetryLadder
 from ..runtime_files import UNREAD, Unreadable, UnreadProcess
@@ -68,6 +68,23 @@ def _v8_files(pid: int) -> list[tuple[str, str]]:
     return out
 
 
+def cut_after(stack: list, last: int, runtime_frame=lambda f: f.name == UNKNOWN) -> list:
+    """A leaf-first stack whose runtime walker stopped at its frame limit at native position `last`:
+    [truncated] after it, and of the native frames rootward only those not `runtime_frame`: those
+    are the runtime's own frames past the limit (JIT code without a symbol, V8's interpreter
+    trampolines), which would read as made-up callers. Frames rootward of them (the runtime's
+    entry from C++, thread start) stay."""
+    rest = [f for f in stack[last + 1:] if not runtime_frame(f)]
+    return stack[:last + 1] + [TRUNCATED] + rest
+
+
+def _v8_frame(frame: Frame) -> bool:
+    """A native frame that stands for JavaScript: JIT code (no symbol) or a builtin (the
+    interpreter's trampolines, the entries from C++ are builtins too but run no JavaScript
+    themselves; they are cut with the rest, as the walker cannot tell which JS frames they ran)."""
+    return frame.name == UNKNOWN or frame.name.startswith("Builtins_")
+
+
 class V8Source(RetryLadder):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread.
 
@@ -87,6 +104,7 @@ class V8Source(RetryLadder):
         self._procs: dict[int, tuple[Names, procs.Process | None]] = {}
         self._found: list[tuple[int, V8Layout]] = []
         self._stacks: dict[int, list[tuple[int, int, int, int]]] = {}
+        self._cut: set[int] = set()      # stacks the walker cut at its frame limit
         self._lock = threading.Lock()
         self._prefetch_buffer, self._prefetched = -1, set()
         # stack key -> (pid, named frames) of the passes over the active buffer, then of the drained one
@@ -157,6 +175,7 @@ class V8Source(RetryLadder):
         return Names(pid, layout)
 
     _parse = staticmethod(parse_stack)
+    _stack_head = schema.V8_STACK       # whose `truncated` says the walker stopped at its frame limit
 
     @staticmethod
     def _name_frame(names: Names, frame: tuple) -> Frame | None:
@@ -239,7 +258,12 @@ class V8Source(RetryLadder):
     def collect(self, buffer: int) -> None:
         if self._kernel is None:
             return
-        self._stacks = {_U64.unpack_from(k)[0]: self._parse(v)[0] for k, v in self._kernel.take(buffer)}
+        self._stacks, self._cut = {}, set()
+        for k, v in self._kernel.take(buffer):
+            key = _U64.unpack_from(k)[0]
+            self._stacks[key] = self._parse(v)[0]
+            if self._stack_head.unpack(v).truncated:
+                self._cut.add(key)
         self._drained, self._merge_memo = (self._polled if buffer == self._prefetch_buffer else {}), {}
         if buffer == self._prefetch_buffer:
             self._prefetch_buffer, self._polled = -1, {}
@@ -259,6 +283,8 @@ class V8Source(RetryLadder):
             if named is not None:
                 out[index] = named
                 changed = True
+        if key in self._cut:
+            return cut_after(out, max(f[0] for f in frames), _v8_frame)
         return out if changed else native
 
     def counters(self) -> list[int]:
