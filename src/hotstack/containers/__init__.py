@@ -9,7 +9,8 @@ every container it creates, through CRI or dockershim). Lookups are cached.
     meta = container_metadata(container_id)      # ContainerMetadata or None
 """
 
-from .lookup import ContainerRuntimes, container_metadata, default_runtimes
+from .lookup import RUNTIME_NAMES, ContainerRuntimes, container_metadata, default_runtimes, named_runtimes, use_runtimes
 from .model import ContainerMetadata, RuntimeUnavailable
 
-__all__ = ["ContainerMetadata", "ContainerRuntimes", "RuntimeUnavailable", "container_metadata", "default_runtimes"]
+__all__ = ["ContainerMetadata", "ContainerRuntimes", "RUNTIME_NAMES", "RuntimeUnavailable", "container_metadata",
+           "default_runtimes", "named_runtimes", "use_runtimes"]

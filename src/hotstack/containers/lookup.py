@@ -73,8 +73,37 @@ def default_runtimes() -> ContainerRuntimes:
     return ContainerRuntimes([DockerRuntime(socket_from_env()), *(CRIRuntime(s) for s in cri_sockets_from_env())])
 
 
+# ig's -r/--runtimes names -> how each is asked. Podman answers on its Docker-compatible API.
+RUNTIME_NAMES = ("docker", "containerd", "cri-o", "podman")
+PODMAN_SOCKET = "/run/podman/podman.sock"
+
+
+def named_runtimes(names: list[str]) -> ContainerRuntimes:
+    """Only these runtimes (ig's -r/--runtimes), in this order: docker ($DOCKER_HOST or its socket),
+    containerd and cri-o ($CONTAINER_RUNTIME_ENDPOINT or each one's socket), podman."""
+    endpoint = os.environ.get("CONTAINER_RUNTIME_ENDPOINT", "")
+    made: list[Runtime] = []
+    for name in names:
+        if name == "docker":
+            made.append(DockerRuntime(socket_from_env()))
+        elif name in ("containerd", "cri-o"):
+            made.append(CRIRuntime(cri_sockets_from_env()[0] if endpoint else CRI_SOCKETS[name == "cri-o"]))
+        elif name == "podman":
+            made.append(DockerRuntime(PODMAN_SOCKET))
+        else:
+            raise ValueError(name)
+    return ContainerRuntimes(made)
+
+
 _default: ContainerRuntimes | None = None
 _default_lock = threading.Lock()
+
+
+def use_runtimes(runtimes: ContainerRuntimes) -> None:
+    """The runtimes container_metadata asks from now on (ig's -r/--runtimes)."""
+    global _default
+    with _default_lock:
+        _default = runtimes
 
 
 def container_metadata(container_id: str) -> ContainerMetadata | None:

@@ -24,6 +24,38 @@ COMM_MAX = 15
 MAX_SECONDS = 366 * 86400      # a longer --timeout is a typo (0 runs until Ctrl-C)
 
 
+# `ig run` flags hotstack run does not have, and why: each is one error naming it (exit 2), where
+# argparse would print its usage. (--collect-ustack is accepted: hotstack always collects user stacks.)
+IG_FLAGS_NOT_HERE = {
+    "--tid": "threads are not filtered; --pid filters processes",
+    "--k8s-selector": "Kubernetes label selectors; --k8s-namespace, --k8s-podname, --k8s-containername select",
+    "--containerimage-digest": "selection by image", "--containerimage-id": "selection by image",
+    "--containerd-namespace": "containerd namespaces", "--runtime-protocol": "a runtime protocol choice",
+    "--docker-socketpath": "socket paths; hotstack reads $DOCKER_HOST",
+    "--containerd-socketpath": "socket paths; hotstack reads $CONTAINER_RUNTIME_ENDPOINT",
+    "--crio-socketpath": "socket paths; hotstack reads $CONTAINER_RUNTIME_ENDPOINT",
+    "--podman-socketpath": "socket paths",
+    "--collect-kstack": "kernel stacks are always collected; --user-stacks-only leaves them out",
+    "--collect-build-id": "build ids per frame; frames are named on this host",
+    "--collect-otel-stack": "the OpenTelemetry unwinder; hotstack unwinds runtimes itself",
+    "--symbolizers": "a symbolizer choice; hotstack reads .symtab, .dynsym, debug files and runtimes",
+    "--debuginfod-cache-path": "a debuginfod cache",
+    "--otel-logs-exporter": "OpenTelemetry logs", "--otel-metrics-exporter": "OpenTelemetry metrics",
+    "--otel-metrics-listen": "OpenTelemetry metrics",
+    "--verify-image": "gadget images (gadgets are built in)", "--public-keys": "gadget images (gadgets are built in)",
+    "--pull": "gadget images (gadgets are built in)", "--validate-metadata": "gadget images (gadgets are built in)",
+    "--gpu-idle-only": "GPU sampling", "--gpu-util-max-pct": "GPU sampling", "--min-gpu-mem-bytes": "GPU sampling",
+    "--stale-threshold-ms": "GPU sampling",
+}
+
+
+class _IgFlag(argparse.Action):
+    """An `ig run` flag: remembered as given, judged by check_flags (never parsed into a setting)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        namespace.ig_flags = [*getattr(namespace, "ig_flags", []), (option_string, values)]
+
+
 def _versions(runtime: str) -> str:
     return RUNTIME_VERSIONS[runtime].summary()
 
@@ -41,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after N fetches of --map-fetch-interval (0 = no limit)")
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     p.add_argument("--comm", action="append", default=[], help="only processes with this command name (repeatable)")
+    p.add_argument("--uid", type=int, default=None, metavar="UID",
+                   help="only processes of this real user id (as ig; read from /proc when the row is made)")
+    p.add_argument("--gid", type=int, default=None, metavar="GID",
+                   help="only processes of this real group id (as ig; read from /proc when the row is made)")
     p.add_argument("--include-idle", action="store_true", help="also count samples of idle CPUs")
     p.add_argument("--unwind", choices=("kernel", "fp"), default="kernel",
                    help="user stacks: kernel = every stack unwound in the kernel with .eh_frame tables in BPF "
@@ -82,6 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="-o json/jsonpretty/yaml: only these fields, or +field/-field from the default ones")
     c.add_argument("--filter", default="", metavar="EXPR",
                    help="only rows where every FIELD OP VALUE holds (OP: == != >= > <= < ~regex), e.g. proc.comm==nginx")
+    c.add_argument("--filter-expr", default="", metavar="EXPR",
+                   help="only rows where the expr-lang expression holds, e.g. 'proc.comm == \"nginx\" && proc.pid > 1' "
+                        "(== != < <= > >= matches contains startsWith endsWith in, && || !, parentheses)")
     c.add_argument("--sort", default="", metavar="F1,-F2", help="-o json/jsonpretty/yaml: order rows by these fields")
     p.add_argument("--file", default="", metavar="PATH",
                    help="write -o pprof (gzipped profile.proto), flamegraph (HTML) or folded to PATH")
@@ -101,6 +140,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile_probe: kprobe:SYM, kretprobe:SYM, uprobe:/path:SYM or uretprobe:/path:SYM (repeatable)")
     e.add_argument("--off-cpu-threshold", type=float, default=1.0, metavar="P",
                    help="profile_offcpu: chance (0..1] that a switch off the CPU is recorded (default 1: all)")
+    c.add_argument("-r", "--runtimes", default="", metavar="NAMES",
+                   help="container runtimes to ask (as ig): docker, containerd, cri-o, podman "
+                        "(comma list; default docker, containerd, cri-o)")
+    ig = p.add_argument_group("ig flags accepted for scripts' sake")
+    ig.add_argument("--collect-ustack", action=_IgFlag, nargs="?", default=None, metavar="BOOL",
+                    help="ig's switch for user stacks: hotstack always collects them (=false is refused: "
+                         "--kernel-stacks-only leaves them out)")
+    for flag in IG_FLAGS_NOT_HERE:
+        ig.add_argument(flag, action=_IgFlag, nargs="?", help=argparse.SUPPRESS)
+    p.set_defaults(ig_flags=[])
     g = p.add_argument_group("OpenTelemetry profiles")
     g.add_argument("--config", default=None, metavar="FILE",
                    help="Inspektor Gadget config file (ig-config.yaml) with operator.otel-profiles.exporters")
@@ -115,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if runner is None:
         raise ConfigError(f"unknown gadget {args.gadget!r}: this build has {', '.join(GADGETS)}")
     check_flags(args)
+    use_runtimes(args.runtimes)
     if args.verbose:
         _log_debug()
     signal.signal(signal.SIGHUP, _hang_up)
@@ -143,6 +193,29 @@ def _log_debug() -> None:
     root.setLevel(logging.DEBUG)
 
 
+def _check_ig_flags(given: list[tuple[str, str | None]]) -> None:
+    for flag, value in given:
+        if flag == "--collect-ustack":
+            if (value or "true").lower() in ("true", "1"):
+                continue
+            raise ConfigError(f"--collect-ustack={value}: hotstack always collects user stacks; "
+                              f"--kernel-stacks-only leaves them out")
+        raise ConfigError(f"{flag}: an ig run flag that hotstack run does not have ({IG_FLAGS_NOT_HERE[flag]})")
+
+
+def use_runtimes(spec: str) -> None:
+    """-r/--runtimes: only these container runtimes name containers and make ig's scope."""
+    if not spec:
+        return
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    from ..containers import RUNTIME_NAMES, named_runtimes, use_runtimes as use
+    unknown = [n for n in names if n not in RUNTIME_NAMES]
+    if unknown or not names:
+        raise ConfigError(f"--runtimes {spec!r}: unknown runtime {unknown[0] if unknown else ''!r} "
+                          f"(expected a comma list of {', '.join(RUNTIME_NAMES)})")
+    use(named_runtimes(names))
+
+
 def _warn(message: str) -> None:
     print(f"hotstack: warning: {message}", file=sys.stderr)
 
@@ -150,6 +223,7 @@ def _warn(message: str) -> None:
 def check_flags(args: argparse.Namespace) -> None:
     """What argparse's types cannot say: finite durations, pids the kernel could have, comm lengths.
     Errors are one line naming the flag (exit 2); what is only suspicious is a warning."""
+    _check_ig_flags(args.ig_flags)
     interval = parse_duration(args.map_fetch_interval, "--map-fetch-interval")
     for flag, value in (("--timeout", args.timeout), ("--map-fetch-interval", interval)):
         if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
@@ -159,6 +233,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--map-fetch-count {args.map_fetch_count}: expected 0 (no limit) or a number of fetches")
     if not math.isfinite(args.off_cpu_threshold):
         raise ConfigError(f"--off-cpu-threshold {args.off_cpu_threshold}: expected a number in (0, 1]")
+    for flag, value in (("--uid", args.uid), ("--gid", args.gid)):
+        if value is not None and not 0 <= value < 1 << 32:
+            raise ConfigError(f"{flag} {value}: expected an id from 0 to {(1 << 32) - 1}")
     for pid in args.pid:
         if not 1 <= pid <= PID_MAX_LIMIT:
             raise ConfigError(f"--pid {pid}: not a process id (expected 1..{PID_MAX_LIMIT})")

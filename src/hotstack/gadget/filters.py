@@ -74,6 +74,21 @@ def parse_filter(spec: str, ds: DataSource) -> list[Rule]:
     return rules
 
 
+def expr_rules(text: str, ds: DataSource) -> list[Rule]:
+    """`--filter-expr TEXT` (filter_expr.py) as a rule on the whole sample."""
+    if not text:
+        return []
+    from .filter_expr import FLAG, compile_filter_expr
+    return [Rule(Field(FLAG, "expr", of=lambda s: s), compile_filter_expr(text, ds))]
+
+
+def credential_rules(uid: int | None, gid: int | None, ds: DataSource) -> list[Rule]:
+    """`--uid`, `--gid` (ig's): only samples of processes with this real user / group id."""
+    return [Rule(_field(ds, name, flag), lambda v, want=want: v == want)
+            for flag, name, want in (("--uid", "proc.creds.uid", uid), ("--gid", "proc.creds.gid", gid))
+            if want is not None]
+
+
 def container_rules(selections: dict[str, str], ds: DataSource) -> list[Rule]:
     """ig's container flags: a comma list of names to keep, or of `!name`s to drop."""
     rules = []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from .. import procs
 from ..profile.model import Sample
 from .datasource import DataSource, Field
 
@@ -30,6 +33,25 @@ def _container(field: str):
 
         meta = container_metadata(sample.label("container_id"))
         return meta.fields()[field] if meta is not None else ""
+    return of
+
+
+CREDS_TTL_S = 10.0     # a process's ids are read again after this long (a pid reused, a setuid)
+_creds: dict[int, tuple[float, tuple[int, int] | None]] = {}
+
+
+def _credential(index: int):
+    """proc.creds.uid (0) or .gid (1) of the sample's process: its real ids, read from /proc (as
+    they are when first asked; ig reads them in its BPF program at the sample). None when the
+    process is gone."""
+    def of(sample: Sample) -> int | None:
+        now = time.monotonic()
+        hit = _creds.get(sample.pid)
+        if hit is None or hit[0] < now:
+            if len(_creds) > 10000:
+                _creds.clear()
+            hit = _creds[sample.pid] = (now + CREDS_TTL_S, procs.credentials(sample.pid))
+        return hit[1][index] if hit[1] is not None else None
     return of
 
 
@@ -64,6 +86,8 @@ def samples_datasource(sample_rate_hz: int = 49) -> DataSource:
             Field("proc.comm", "string", {"flamegraph.level": "10", **attribute}, of=lambda s: s.comm),
             Field("proc.pid", "uint32", of=lambda s: s.pid),
             Field("proc.tid", "uint32", of=lambda s: s.tid),
+            Field("proc.creds.uid", "uint32", {"columns.hidden": "true"}, of=_credential(0)),
+            Field("proc.creds.gid", "uint32", {"columns.hidden": "true"}, of=_credential(1)),
             # ig's name: the symbols of its user_stack_raw struct (hotstack called it user_stack)
             Field("user_stack_raw.symbols", "string", {"flamegraph.level": "20", "flamegraph.type": "stack"},
                   of=lambda s: format_stack(user_frames(s)), frames=user_frames),

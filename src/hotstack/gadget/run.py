@@ -58,6 +58,9 @@ class RunOptions:
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
     containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
     filter: str = ""              # --filter
+    filter_expr: str = ""         # --filter-expr (expr-lang)
+    uid: int | None = None        # --uid: only processes of this real user id
+    gid: int | None = None        # --gid: only processes of this real group id
     fields: str = ""              # --fields
     sort: str = ""                # --sort
     host: bool = False            # --host: every process; otherwise, as ig, processes in containers (scope.py)
@@ -83,7 +86,8 @@ class RunOptions:
                         "k8s.namespace": getattr(args, "k8s_namespace", ""),
                         "k8s.podName": getattr(args, "k8s_podname", ""),
                         "k8s.containerName": getattr(args, "k8s_containername", "")},
-            filter=getattr(args, "filter", ""), fields=getattr(args, "fields", ""), sort=getattr(args, "sort", ""),
+            filter=getattr(args, "filter", ""), filter_expr=getattr(args, "filter_expr", ""),
+            uid=getattr(args, "uid", None), gid=getattr(args, "gid", None), fields=getattr(args, "fields", ""), sort=getattr(args, "sort", ""),
             host=getattr(args, "host", False))
 
     def validate(self) -> None:
@@ -145,7 +149,8 @@ def run_gadget(opts: RunOptions, config: EngineConfig, ds, out: TextIO | None = 
     config.validate(FLAG_NAMES)
     out = out if out is not None else output.stdout(opts.output, opts.file)
     ds.annotate(opts.annotations)
-    rules = filters.container_rules(opts.containers, ds) + filters.parse_filter(opts.filter, ds)
+    rules = (filters.container_rules(opts.containers, ds) + filters.parse_filter(opts.filter, ds)
+             + filters.expr_rules(opts.filter_expr, ds) + filters.credential_rules(opts.uid, opts.gid, ds))
     shape = output.RowShape(filters.select_fields(opts.fields, ds) if opts.fields else None,
                             filters.parse_sort(opts.sort, ds), opts.output)
     exports = RunExports(ds, config=opts.config, exporter_flag=opts.otel_profiles_exporter,

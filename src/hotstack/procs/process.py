@@ -263,6 +263,22 @@ def namespace_pid(pid: int) -> int:
     return pid
 
 
+def credentials(pid: int) -> tuple[int, int] | None:
+    """The real user and group ids of a process (as bpf_get_current_uid_gid gives them), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            uid = gid = None
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith(b"Gid:"):
+                    gid = int(line.split()[1])
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    return (uid, gid) if uid is not None and gid is not None else None
+
+
 def _read_text(path: str) -> str:
     try:
         return read_text(path)
