@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import time
 
 import pytest
@@ -128,6 +129,22 @@ def test_400_is_not_retried():
     finally:
         server.close()
     assert len(server.requests) == 1 and pusher.metrics.snapshot()["dropped_items"] == 1
+
+
+def test_a_refusal_at_shutdown_is_said_as_a_refusal(caplog):
+    """Issue 47 item 13: a receiver that answered 400 at once to the one push made at shutdown was
+    reported as one that "did not answer in time"."""
+    server = ConnectPushServer([400], error_body=b'{"code":"invalid_argument","message":"bad labels"}')
+    pusher = PyroscopePusher(_endpoint(server.url), logger=logging.getLogger("hotstack.test.refusal"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="hotstack.test.refusal"):
+            pusher.push([PushSeries(LABELS, b"p")])
+            pusher.close(5)
+    finally:
+        server.close()
+    said = [r.getMessage() for r in caplog.records if "stopped at shutdown" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("refused by the receiver: POST "
+                                               f"{server.url}{PUSH_PATH}: HTTP 400: invalid_argument: bad labels"), said
 
 
 @pytest.mark.shares

@@ -175,6 +175,7 @@ class DeliveryQueue(Generic[T]):
         self._closing = threading.Event()   # no new items; retry waits end early
         self._deadline: float | None = None
         self._dropped_at_close = [0, 0]     # items, bytes
+        self._why_at_close = ""             # why the first of them was dropped
         self._worker = threading.Thread(target=self._run, name=f"hotstack-export-{name}", daemon=True)
         self._worker.start()
 
@@ -216,7 +217,8 @@ class DeliveryQueue(Generic[T]):
             with self._held_lock:
                 self._dropped_at_close[0] += count
                 self._dropped_at_close[1] += size
-            return           # close() says it once, with the totals
+                self._why_at_close = self._why_at_close or why
+            return           # close() says it once, with the totals and the first reason
         self.log.warning(f"{self.name}: dropped {count} profile(s): {printable(why)}")
 
     def _run(self) -> None:
@@ -354,7 +356,7 @@ class DeliveryQueue(Generic[T]):
         items, size = self._dropped_at_close
         if items:
             why = (f"the receiver is failing: {self.failing}" if self.failing else
-                   "the receiver did not answer in time")
+                   self._why_at_close or "the receiver did not answer in time")
             self._logger.warning("%s: stopped at shutdown (flush deadline %.1fs); dropped %d profile(s) (%d bytes): %s",
                                  self.name, deadline_s, items, size, why)
         return finished

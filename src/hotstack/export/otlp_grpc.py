@@ -7,7 +7,9 @@ the OTLP specification's retryable status codes; anything else drops the request
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +60,54 @@ class OtlpGrpcConfig:
         if self.protocol_version not in VERSIONS:
             raise ConfigError(f"{where}: unsupported protocol-version {self.protocol_version!r}; "
                               f"expected one of {', '.join(VERSIONS)}")
-        host, port = split_host_port(self.endpoint)
-        if not host or not port:
-            raise ConfigError(f"{where}: endpoint {self.endpoint!r}: expected host:port (e.g. 127.0.0.1:4317)")
-        if self.ca_file and not Path(self.ca_file).is_file():
-            raise ConfigError(f"{where}: ca-file {self.ca_file!r}: no such file")
+        problem = endpoint_problem(self.endpoint)
+        if problem:
+            raise ConfigError(f"{where}: endpoint {self.endpoint!r}: {problem}")
         if self.ca_file and self.insecure:
             raise ConfigError(f"{where}: ca-file is for TLS; it cannot go with insecure: true")
+        if self.ca_file:
+            problem = ca_file_problem(self.ca_file)
+            if problem:
+                raise ConfigError(f"{where}: ca-file {self.ca_file!r}: {problem}")
+
+
+# A DNS name as gRPC resolves it: labels of letters, digits, '-' and '_', dot-separated.
+_HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
+
+
+def endpoint_problem(endpoint: str) -> str:
+    """Why `endpoint` is not a gRPC host:port ("" when it is one). gRPC would take a URL or a
+    name with a space as a name to resolve, and fail at each export ("Misformatted domain name")."""
+    example = "expected host:port, e.g. 127.0.0.1:4317"
+    if "://" in endpoint:
+        return f"{example}, without a scheme (gRPC; insecure: true for plain text)"
+    if any(c.isspace() for c in endpoint):
+        return f"{example}, without spaces"
+    host, port = split_host_port(endpoint)
+    if not host or not port:
+        return example
+    if endpoint.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{example} ([{host}] is not an IPv6 address)"
+    elif not _HOSTNAME.match(host):
+        return f"{example} ({host!r} is not a host name or an IPv4 address)"
+    return ""
+
+
+def ca_file_problem(path: str) -> str:
+    """Why `path` cannot serve as the roots that verify the receiver ("" when it can): gRPC would
+    say it only in its own log lines, at the first export."""
+    if not Path(path).is_file():
+        return "no such file"
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError:
+        return "no PEM certificate in it (a CA certificate, -----BEGIN CERTIFICATE-----, is needed)"
+    except OSError as e:
+        return f"cannot read it: {e.strerror}"
+    return ""
 
 
 def split_host_port(endpoint: str) -> tuple[str, int | None]:

@@ -36,6 +36,9 @@ PUSH_PATH = "/push.v1.PusherService/Push"
 # bytes of profiles in one PushRequest
 BATCH_SERIES = 64
 BATCH_BYTES = 2 << 20
+# Connect-Timeout-Ms is at most 10 digits: a longer remote_timeout cannot be sent (and overflows
+# the clocks it is added to).
+MAX_REMOTE_TIMEOUT_S = 9_999_999.999
 MAX_ANSWER = 1 << 20   # of a push answer (an empty PushResponse or a Connect error) read at most
 
 log = logging.getLogger("hotstack.export.pyroscope")
@@ -91,6 +94,10 @@ class PyroscopeEndpoint:
             raise ConfigError("pyroscope endpoint: at most one authentication method (basic_auth or bearer token)")
         if self.remote_timeout_s <= 0:
             raise ConfigError("pyroscope endpoint: remote_timeout must be positive")
+        if self.remote_timeout_s > MAX_REMOTE_TIMEOUT_S:
+            raise ConfigError(f"pyroscope endpoint: remote_timeout {self.remote_timeout_s:.0f}s is longer than the "
+                              f"Connect protocol's limit ({MAX_REMOTE_TIMEOUT_S / 86400:.0f} days: "
+                              f"Connect-Timeout-Ms has at most 10 digits)")
         if self.min_backoff_s <= 0 or self.max_backoff_s < self.min_backoff_s:
             raise ConfigError("pyroscope endpoint: need 0 < min_backoff_period <= max_backoff_period")
         if self.max_backoff_retries < 0:
