@@ -160,3 +160,14 @@ def test_log_lines_are_escaped():
     record = logging.LogRecord("hotstack.test", logging.WARNING, __file__, 1, "cannot read %s", (COMM,), None)
     line = EscapingFormatter("%(levelname)s %(message)s").format(record)
     assert line == r"WARNING cannot read a\x1b[2Jb\u202e"
+
+
+def test_top_takes_a_comm_that_looks_like_markup(tmp_path):
+    """`hotstack top --comm '[/x]'` in a terminal: its starting line read the comm as rich markup
+    and ended in a MarkupError traceback."""
+    top = f"{sys.executable} -m hotstack top --comm '[/x]' --timeout 1"
+    r = subprocess.run([require_tool("script"), "-q", "-e", "-c", top, str(tmp_path / "raw")],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    written = (tmp_path / "raw").read_bytes()
+    assert r.returncode == 0 and b"Traceback" not in written, written[-3000:]
+    assert b"starting the sampler (comm [/x])" in written, written[-3000:]

@@ -16,6 +16,7 @@ from ..errors import ConfigError, writing_stdout
 from ..profile.model import Profile
 from ..profile.transforms import fold_own
 from ..sampling.config import COMM_MAX, EngineConfig
+from ..text import escape
 from .keys import ESC, Keys
 from .view import SORTS, ViewState, render
 from .window import Window
@@ -85,7 +86,7 @@ def run_top(opts: TopOptions, out=None) -> int:
     window = Window(opts.window)
 
     if interactive:
-        console.print(f"hotstack top: starting the sampler ({opts.scope}) ...")
+        console.print(f"hotstack top: starting the sampler ({escape(opts.scope)}) ...", markup=False)
     engine = Engine(opts.engine_config())
     engine.start()
     profiles: queue.SimpleQueue[Profile] = queue.SimpleQueue()
