@@ -34,6 +34,13 @@ class OutputError(HotstackError):
     exit_code = 1
 
 
+class EngineFailed(HotstackError):
+    """A background thread of the sampling engine failed again and again: the profiles would miss
+    new processes or unwind tables from then on (sampling/engine.py)."""
+
+    exit_code = 1
+
+
 @contextmanager
 def writing_stdout():
     """An error writing stdout (a full disk, a closed descriptor) as one line; a reader that went

@@ -141,6 +141,8 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
     if st.runtimes_unread:
         parts.append(f"{st.runtimes_unread} processes of a runtime not read, without their runtime frames "
                      f"(see the warnings; hotstack doctor --pid PID)")
+    if st.engine_failures:
+        parts.append(f"{st.engine_failures} failures inside the engine, each logged and gone on from (see the log)")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
     if st.native_incomplete or st.native_no_table:

@@ -102,6 +102,8 @@ class ProfileStats:
     truncated: int = 0            # kept, with a runtime stack cut short (a [truncated] frame)
     runtimes_unread: int = 0      # processes of a runtime hotstack recognized and cannot read (its
                                   # version or build): their runtime frames are missing (warned once)
+    engine_failures: int = 0      # inside the engine: a background thread that raised (logged,
+                                  # restarted), a frame source that raised on a process (logged)
     # --unwind kernel (bpf/native_unwind.h): walks that stopped short of the process root (no
     # mapping, a fault, a rule it cannot follow, 128 frames), PCs met in a file whose table was not
     # loaded yet (queued; the next samples have it), frames found with frame pointers for want of a table

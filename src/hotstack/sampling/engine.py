@@ -15,6 +15,7 @@ unwinder met without one (a first parse of a large binary can take a second).
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 from .. import malloc, procs
 from ..ebpf import release_kernel_btf
-from ..errors import HotstackError
+from ..errors import EngineFailed, HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
@@ -38,6 +39,12 @@ from .runtime_maps import RuntimeMaps
 from .sampler import Sampler, unwalked_pid
 from .samples import SampleMaker
 from .wakeup import Wakeup
+
+log = logging.getLogger("hotstack.engine")
+THREAD_FAILURES = 5       # failures of one background thread before the engine gives up
+ENGINE_THREADS = ("hotstack-kallsyms", "hotstack-pids", "hotstack-unwind")   # (the names _spawn gives)
+
+
 
 WATCH_INTERVAL_S = 0.1
 # With nothing queued by the programs (they wake us: bpf/pids.h wake_userspace) and no runtime
@@ -85,6 +92,13 @@ class Engine:
         self._declined_lock = threading.Lock()
         self._watch_interval = watch_interval_s
         self._stop = threading.Event()
+        # failures inside the engine by where: a background thread that raised (restarted until
+        # THREAD_FAILURES), a frame source that raised on a process
+        self.failures: dict[str, int] = dict.fromkeys(ENGINE_THREADS, 0)
+        self._failures_seen: set[tuple[str, str]] = set()
+        self._new_failures = 0
+        self._failures_lock = threading.Lock()
+        self.failure = ""               # why the engine stopped working (a thread gave up), or ""
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
         self._native_kick = Wakeup()        # the pid watcher wakes the unwind thread
         self._threads: list[threading.Thread] = []
@@ -140,7 +154,7 @@ class Engine:
                 for pid in self.config.pids or procs.all_pids():
                     if self.wants(pid) and pid != self._unwalked:
                         for source in self.runtimes:
-                            if source.detect(pid):
+                            if self._looked_at(source, pid, first=True):
                                 break
             collection = self.cpu.start()
             for source in self.runtimes:
@@ -168,9 +182,31 @@ class Engine:
         malloc.trim()                 # the parse's chunks go back
 
     def _spawn(self, target, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread = threading.Thread(target=self._supervised, args=(target, name), name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def _supervised(self, target, name: str) -> None:
+        """Run a background thread's loop; one that raises is logged, counted and run again, after
+        a pause that grows with each failure. After THREAD_FAILURES of them the engine has failed:
+        its next collect raises EngineFailed, so that a front door ends (or starts a new session) instead
+        of going on without new processes or unwind tables and saying nothing."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                target()
+                return
+            except Exception as e:      # whatever it is: said, counted, and the thread runs again
+                failures += 1
+                self._count_failure(name, f"{type(e).__name__}: {e}")
+                last = failures >= THREAD_FAILURES
+                log.error("engine thread %s failed (%s: %s); %s", name, type(e).__name__, e,
+                          "giving up: the engine stops" if last else "restarted")
+                log.debug("engine thread %s failed", name, exc_info=True)
+                if last:
+                    self.failure = f"engine thread {name} failed {failures} times, last: {type(e).__name__}: {e}"
+                    return
+                self._stop.wait(min(0.1 * 2 ** failures, 2.0))
 
     def stop(self) -> None:
         """Stop sampling (perf events off, links detached); what was counted stays readable."""
@@ -246,8 +282,10 @@ class Engine:
                 woken = bool(waiter.poll(max(2 * self._watch_interval, self._next_round_in())))
                 if woken and (pause.poll(self._watch_interval) or self._stop.is_set()):
                     break
-        except (OSError, ValueError):   # a sampler closed under us
-            return
+        except (OSError, ValueError):
+            if self._stop.is_set() or any(s.collection is None for s in self._started):
+                return      # a sampler closed under us
+            raise           # anything else is a failure of this thread (_supervised)
         finally:
             waiter.close()
             pause.close()
@@ -378,9 +416,34 @@ class Engine:
         if words is not None and not names_a_word(words, pid):
             return True
         for source in self.runtimes:
-            if source.observe(pid):
+            if self._looked_at(source, pid):
                 break
         return False
+
+    def _looked_at(self, source, pid: int, first: bool = False) -> bool:
+        """source.detect(pid) (`first`: before sampling starts) or source.observe(pid). A source that
+        raises on a process (a shape of it the source did not expect) leaves that process without
+        its runtime's frames, said once per source and error and counted, and the rest goes on:
+        one process must not stop sampling of the host."""
+        try:
+            return source.detect(pid) if first else source.observe(pid)
+        except Exception as e:
+            where = f"{source.name} frame source"
+            first_time = self._count_failure(where, f"{type(e).__name__}: {e}")
+            if first_time:
+                log.error("the %s failed on pid %d (%s: %s): that process has no %s frames; "
+                          "please report this", where, pid, type(e).__name__, e, source.name)
+                log.debug("the %s failed on pid %d", where, pid, exc_info=True)
+            return False
+
+    def _count_failure(self, where: str, what: str) -> bool:
+        """Count a failure inside the engine; True the first time this one (where, what) is met."""
+        with self._failures_lock:
+            self.failures[where] = self.failures.get(where, 0) + 1
+            self._new_failures += 1
+            first = (where, what) not in self._failures_seen
+            self._failures_seen.add((where, what))
+        return first
 
     def _serve_native_loop(self) -> None:
         """Tables for the files the kernel unwinder queued. Its own thread, apart from the pid
@@ -413,7 +476,10 @@ class Engine:
 
     # -- collecting ----------------------------------------------------------------------------
     def collect(self) -> list[Profile]:
-        """One profile per sampler, of everything sampled since the last collect."""
+        """One profile per sampler, of everything sampled since the last collect. EngineFailed once
+        a background thread has failed THREAD_FAILURES times."""
+        if self.failure:
+            raise EngineFailed(self.failure)
         with self._lock:
             self.observe_new_pids()
             batches = []
@@ -449,6 +515,8 @@ class Engine:
         batch.stats.out_of_scope = out_of_scope
         if sampler is self.cpu:
             batch.stats.runtimes_unread = UNREAD.take_new()
+            with self._failures_lock:
+                batch.stats.engine_failures, self._new_failures = self._new_failures, 0
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
                        sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)

@@ -88,7 +88,17 @@ class EngineCollector:
                                      "`hotstack doctor --pid PID` says why.", labels=["runtime"])
         for name in RUNTIME_NAMES:
             unread.add_metric([name], UNREAD.counts.get(name, 0))
-        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread)
+        failed = CounterMetricFamily("hotstack_engine_failures", "Failures inside the engine, by where: a "
+                                     "background thread that raised (logged and restarted; five of one end the "
+                                     "session), a frame source that raised on a process (logged).",
+                                     labels=["where"])
+        failures: dict[str, int] = {}
+        for p in list(self.profilers):
+            for name, count in getattr(p, "failures", {}).items():
+                failures[name] = failures.get(name, 0) + count
+        for name, count in sorted(failures.items()):
+            failed.add_metric([name], count)
+        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread, failed)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)

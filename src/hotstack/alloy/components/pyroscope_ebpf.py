@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from ... import __version__
-from ...errors import HotstackError
+from ...errors import EngineFailed, HotstackError
 from ...profile import transforms
 from ...profile.model import Profile, Sample
 from ..component import Component, register
@@ -209,6 +209,11 @@ class PyroscopeEbpf(Component):
         if profiler is not None:
             try:
                 self._flush(profiler)
+            except EngineFailed as e:     # the session cannot go on: a new one, as after a failed start
+                self.log.error("%s: session failed: %s; starting a new one", self.id, e)
+                self.metrics.sessions_failing.labels(self.id, "/").inc()
+                self.set_health("unhealthy", str(e))
+                self._restart_profiler()
             except Exception as e:   # one bad interval must not end profiling
                 self.log.exception("%s: collect failed: %s", self.id, e)
 
