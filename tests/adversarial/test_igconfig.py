@@ -86,3 +86,53 @@ def test_any_bytes_are_a_mapping_or_one_config_error(tmp_path_factory, data):
         assert isinstance(load_config(str(path)), dict)
     except ConfigError as e:
         assert str(e).startswith(f"--config {path}: ")
+
+
+# -- keys hotstack does not read --------------------------------------------------------------------
+IG_EXTRA_KEYS = """\
+operator:
+  otel-profiles:
+    exporters:
+      a:
+        exporter: otlp-grpc
+        endpoint: "127.0.0.1:4317"
+        insecure: true
+        temporality: delta
+        compresion: gzip
+      b:
+        exporter: otlp-grpc
+        endpoint: "127.0.0.1:4318"
+        temporality: delta
+"""
+
+
+def test_unknown_exporter_keys_warn_once_each_with_the_closest_known_key(tmp_path):
+    """An ig-config.yaml written for Inspektor Gadget may hold keys hotstack does not read (`ig`
+    ignores them): one warning per key, naming it and the closest key hotstack reads (a typo stays
+    visible), and the exporters are still configured."""
+    path = tmp_path / "ig-config.yaml"
+    path.write_text(IG_EXTRA_KEYS)
+    warned: list[str] = []
+    exporters = profile_exporters(load_config(str(path)), str(path), warn=warned.append)
+    assert sorted(exporters) == ["a", "b"] and exporters["a"].compression == "none"
+    assert len(warned) == 2, warned
+    typo, extra = warned
+    assert "exporters.a: key 'compresion'" in typo and "closest key it reads: 'compression'" in typo, typo
+    assert "exporters.a, b: key 'temporality'" in extra and "ignored" in extra and str(path) in extra, extra
+
+
+def test_unknown_key_beside_a_wrong_value_of_a_known_key_is_still_an_error(cli, tmp_path):
+    path = tmp_path / "ig-config.yaml"
+    path.write_text(IG_EXTRA_KEYS.replace("insecure: true", "insecure: maybe"))
+    assert_one_line(run_with_config(cli, path), "exporters.a", "insecure must be true or false")
+
+
+def test_unknown_key_run_goes_on_with_one_warning(tmp_path):
+    """As a user runs it: the run goes on (exit 0) and says the ignored key once."""
+    from ..conftest import hotstack
+    path = tmp_path / "ig-config.yaml"
+    path.write_text(IG_EXTRA_KEYS.replace("        compresion: gzip\n", ""))
+    r = hotstack("run", "profile_cpu", "--config", str(path), "--timeout", "1", "-o", "none", "--host")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "temporality" in line]
+    assert len(lines) == 1 and lines[0].startswith("hotstack: warning: "), r.stderr

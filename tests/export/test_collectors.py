@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from hotstack.gadget.igconfig import DEFAULT_PROTOCOL_VERSION
+
 from ..conftest import hotstack
 from .collectors import COLLECTORS, Collector, collector_binary, debug_samples
 from .conftest import pprof
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.root
 HZ = 99
 PERIOD = 10**9 // HZ
 VERSIONS = tuple(COLLECTORS)
-DEFAULT_VERSION = "v1.10"
+DEFAULT_VERSION = DEFAULT_PROTOCOL_VERSION   # an exporter block's layout without protocol-version
 
 SEED_GUIDE_CONFIG = """\
 # ig-config.yaml
@@ -40,6 +42,13 @@ operator:
         endpoint: "{endpoint}"
         insecure: true
 """
+
+
+def guide_config(endpoint: str, version: str) -> str:
+    """The guide's ig-config.yaml for a receiver of this layout: as written, plus the one
+    `protocol-version` line the README gives where the receiver is not of the default layout."""
+    config = SEED_GUIDE_CONFIG.format(endpoint=endpoint)
+    return config if version == DEFAULT_VERSION else config + f"        protocol-version: {version}\n"
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +119,7 @@ def test_each_collector_decodes_the_workload(collectors, export_busy, workloads,
 
 
 def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy, workloads, tmp_path):
-    collector, receiver = collectors["v1.10"]
+    collector, receiver = collectors[DEFAULT_VERSION]
     (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
     workloads([export_busy])
     before = len(receiver.requests)
@@ -130,8 +139,8 @@ def test_seed_guide_config_verbatim_except_the_endpoint(collectors, export_busy,
 
 
 def test_sanitized_attribute_names_reach_the_collector(collectors, export_busy, workloads, tmp_path):
-    collector, receiver = collectors["v1.10"]
-    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
+    collector, receiver = collectors["v1.10"]    # (0.139's debug exporter prints ints as Go's %!s)
+    (tmp_path / "ig-config.yaml").write_text(guide_config(collector.endpoint, "v1.10"))
     w = workloads([export_busy])
     before = len(receiver.requests)
     r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "-o", "none",
@@ -147,13 +156,12 @@ def test_sanitized_attribute_names_reach_the_collector(collectors, export_busy, 
     assert samples[0]["resource"]["service.name"] == "hotstack"     # resource names keep their dots
 
 
-def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, workloads, tmp_path):
-    """The guide's Pyroscope 1.15 speaks the v1.8 layout (Collector 0.139 here); hotstack's default
-    is v1.10. The guide works when its ig-config.yaml gets one more line, as the README says:
-    `protocol-version: v1.8`."""
+def test_seed_guide_with_pyroscope_1_15_as_written(collectors, export_busy, workloads, tmp_path):
+    """The guide's Pyroscope 1.15 speaks the v1.8 layout (Collector 0.139 here): the guide's
+    ig-config.yaml works with it as written, unchanged. A newer receiver needs one line, as the
+    README says (protocol-version: v1.10 for Pyroscope >= 1.20): that line against Collector 0.165."""
     collector, _ = collectors["v1.8"]
-    config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint) + "        protocol-version: v1.8\n"
-    (tmp_path / "ig-config.yaml").write_text(config)
+    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
     workloads([export_busy])     # on the host, hence --host (the guide's runs in a container)
     r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host",
                         "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
@@ -163,8 +171,15 @@ def test_seed_guide_with_pyroscope_1_15_needs_one_line(collectors, export_busy, 
     ours = [s for s in debug_samples(text) if s["attributes"].get("proc.comm") == "export_busy"]
     assert ours and sum(sum(s["values"]) for s in ours) > 0
     assert "export_leaf" in text
+    newer, _ = collectors["v1.10"]
+    (tmp_path / "ig-config.yaml").write_text(guide_config(newer.endpoint, "v1.10"))
+    r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu", "--host",
+                        "--otel-profiles-exporter=my-profiles-exporter", "--config=ig-config.yaml", "--timeout", "3"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "export_leaf" in newer.wait_for("proc.comm", "export_busy")
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "protocol-version: v1.8" in readme and "Pyroscope 1.15" in readme
+    assert "protocol-version: v1.10" in readme and "Pyroscope 1.15" in readme
 
 
 def _with_libraries(programs: dict[str, str]) -> dict[str, Path]:
@@ -189,16 +204,13 @@ def guide_image(_docker_engine_session) -> str:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_seed_guide_end_to_end_with_its_container(collectors, docker_engine, guide_image, tmp_path, version):
     """The guide's steps, for each receiver layout: its ig-config.yaml (the receiver's endpoint,
-    plus `protocol-version` where the receiver is not v1.10: one line, as the README says), its
+    plus `protocol-version` where the receiver is not the guide's layout: one line, as the README says), its
     `ig run profile_cpu --otel-profiles-exporter=my-profiles-exporter --config=ig-config.yaml`
     without --host, and its container `mycontainer` running `sh -c "cat /dev/random > /dev/null"`.
     The receiver gets the container's samples with the attributes the guide filters by
     (runtime.containerName, proc.comm) and nothing from the host: ig's default scope."""
     collector, _ = collectors[version]
-    config = SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint)
-    if version != DEFAULT_VERSION:
-        config += f"        protocol-version: {version}\n"
-    (tmp_path / "ig-config.yaml").write_text(config)
+    (tmp_path / "ig-config.yaml").write_text(guide_config(collector.endpoint, version))
     docker_engine.run(guide_image, "mycontainer", ["sh", "-c", "cat /dev/random > /dev/null"])
     start = len(collector.output())
     r = subprocess.run([sys.executable, "-m", "hotstack", "run", "profile_cpu",
@@ -219,8 +231,8 @@ def test_annotate_stack_fields_list_picks_the_exported_frames(collectors, export
     """`--annotate samples:profiles.stack-fields=kern_stack,user_stack` (a list, ig's form; user_stack
     is the old name of user_stack_raw.symbols) exports kernel then user frames; `=kern_stack` the
     kernel frames alone."""
-    collector, receiver = collectors[DEFAULT_VERSION]
-    (tmp_path / "ig-config.yaml").write_text(SEED_GUIDE_CONFIG.format(endpoint=collector.endpoint))
+    collector, receiver = collectors["v1.10"]
+    (tmp_path / "ig-config.yaml").write_text(guide_config(collector.endpoint, "v1.10"))
     w = workloads([export_busy])
     exported = {}
     for fields in ("kern_stack,user_stack", "kern_stack"):

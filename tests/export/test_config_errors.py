@@ -71,8 +71,6 @@ CASES = {
                               ("endpoint '127.0.0.1'", "host:port")),
     "bad protocol version": (GOOD.replace("insecure: true", "insecure: true\n        protocol-version: v1.7"),
                              ("my-profiles-exporter",), ("protocol-version 'v1.7'", "v1.8, v1.9, v1.10")),
-    "unknown key": (GOOD.replace("insecure: true", "insecure: true\n        headers: {a: b}"),
-                    ("my-profiles-exporter",), ("unknown key 'headers'",)),
     "insecure not a bool": (GOOD.replace("insecure: true", "insecure: maybe"), ("my-profiles-exporter",),
                             ("insecure must be true or false",)),
     "mixed flag forms": (GOOD, ("samples:my-profiles-exporter,my-profiles-exporter",), ("mixed values",)),

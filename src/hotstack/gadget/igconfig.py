@@ -1,14 +1,17 @@
 """Inspektor Gadget's config file (`--config ig-config.yaml`): the parts hotstack reads.
 
 Only `operator.otel-profiles.exporters.<name>` is used; other keys of the file (root flags,
-`runtime.*`, other operators) are accepted and ignored, as `ig` ignores what it does not know.
-Every problem is one line naming the file and the key.
+`runtime.*`, other operators) are accepted and ignored, as `ig` ignores what it does not know; a
+key inside an exporter block that hotstack does not read is ignored with one warning naming it
+and the closest key it reads. Every error is one line naming the file and the key.
 """
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -18,6 +21,11 @@ from ..export.otlp_grpc import OtlpGrpcConfig
 EXPORTERS_KEY = "operator.otel-profiles.exporters"
 # Keys of an exporter block: Inspektor Gadget's four, then ours.
 EXPORTER_KEYS = ("exporter", "compression", "endpoint", "insecure", "protocol-version", "ca-file")
+# The OTLP profiles layout of a block without `protocol-version`: the one of the receiver in
+# Inspektor Gadget's guide (grafana/pyroscope:1.15.0, as Collectors 0.136-0.139), so that the
+# guide's ig-config.yaml works as written. Newer receivers need `protocol-version: v1.9`
+# (Collectors 0.140-0.147) or `v1.10` (Pyroscope >= 1.20, Collectors >= 0.148).
+DEFAULT_PROTOCOL_VERSION = "v1.8"
 
 
 MAX_CONFIG_BYTES = 1 << 20      # an ig-config.yaml is a few hundred bytes; a larger one is a mistake
@@ -110,17 +118,39 @@ def _section(data: dict[str, Any], dotted: str, path: str) -> dict[str, Any]:
     return node
 
 
-def profile_exporters(data: dict[str, Any], path: str) -> dict[str, OtlpGrpcConfig]:
-    """Every exporter block, validated (type, compression, endpoint, protocol version)."""
+def _warn(message: str) -> None:
+    print(f"hotstack: warning: {message}", file=sys.stderr)
+
+
+def unknown_key_warnings(path: str, unknown: dict[str, list[str]]) -> list[str]:
+    """One line per key of exporter blocks that hotstack does not read (`ig` ignores them too),
+    naming the closest key it reads, so that a typo (`compresion`) stays visible."""
+    lines = []
+    for key, blocks in sorted(unknown.items()):
+        closest = difflib.get_close_matches(key, EXPORTER_KEYS, n=1, cutoff=0.0)[0]
+        lines.append(f"--config {path}: {EXPORTERS_KEY}.{', '.join(blocks)}: key {key!r} is not used by hotstack, "
+                     f"ignored (the closest key it reads: {closest!r}; it reads {', '.join(EXPORTER_KEYS)})")
+    return lines
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if text.isprintable() else repr(text)   # one line, always
+
+
+def profile_exporters(data: dict[str, Any], path: str,
+                      warn: Callable[[str], None] = _warn) -> dict[str, OtlpGrpcConfig]:
+    """Every exporter block, validated (type, compression, endpoint, protocol version); keys that
+    hotstack does not read are said once each through `warn`."""
     exporters = {}
+    unknown: dict[str, list[str]] = {}
     for name, block in _section(data, EXPORTERS_KEY, path).items():
-        shown = name if isinstance(name, str) and name.isprintable() else repr(name)   # one line, always
+        shown = _shown(name)
         where = f"--config {path}: {EXPORTERS_KEY}.{shown}"
         if not isinstance(block, dict):
             raise ConfigError(f"{where}: expected a mapping with exporter, endpoint, compression, insecure")
-        unknown = sorted(set(map(str, block)) - set(EXPORTER_KEYS))
-        if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(EXPORTER_KEYS)})")
+        for key in sorted(set(map(_shown, block)) - set(EXPORTER_KEYS)):
+            unknown.setdefault(key, []).append(shown)
         if "endpoint" not in block:
             raise ConfigError(f"{where}: endpoint is required (host:port)")
         insecure = block.get("insecure", False)
@@ -130,13 +160,15 @@ def profile_exporters(data: dict[str, Any], path: str) -> dict[str, OtlpGrpcConf
         cfg = OtlpGrpcConfig(name=str(name), endpoint=str(block["endpoint"]),
                              exporter=str(block.get("exporter", "")), insecure=insecure,
                              compression=str(compression),
-                             protocol_version=str(block.get("protocol-version", "v1.10")),
+                             protocol_version=str(block.get("protocol-version", DEFAULT_PROTOCOL_VERSION)),
                              ca_file=str(block.get("ca-file", "")))
         try:
             cfg.validate()
         except ConfigError as e:
             raise ConfigError(f"--config {path}: {e}") from None
         exporters[str(name)] = cfg
+    for line in unknown_key_warnings(path, unknown):
+        warn(line)
     return exporters
 
 
