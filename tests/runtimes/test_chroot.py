@@ -97,6 +97,14 @@ def test_runtime_frames_in_a_plain_chroot(trixie_root, program):
                 if any(f.kind is kind and f.name.split("::")[-1].startswith("hs_spin") for f in s.stack))
     assert named >= 0.9 * total, (f"{named} of {total} samples with {kind.value} frame hs_spin; a stack: "
                                   f"{[f.name for f in samples[0].stack][:12]}")
+    # the runtime's frames in place of the interpreter's, the native ones below reaching the root.
+    # Not PHP 8.4 of Debian 13 yet: its hybrid VM runs the handlers in code no symbol names (not
+    # the exported execute_ex), so the PHP frames go at the root end, as without an anchor
+    if program == "php":
+        return
+    rooted = sum(s.value for s in samples if s.stack and s.stack[-1].name == "_start")
+    assert rooted >= 0.9 * total, (f"{rooted} of {total} samples rooted at _start; a stack: "
+                                   f"{[f.name for f in samples[0].stack][-12:]}")
 
 
 def test_a_ruby_that_cannot_be_read_is_said(trixie_root):

@@ -52,6 +52,7 @@ class RubyBinary:
     ec_address: int            # vaddr of the global (RB_EC_GLOBAL / RB_EC_RACTOR)
     all_symbols: int           # vaddr of rb_sym_all_symbols (finds the symbol table for C-function names)
     file_size: int
+    vm_exec: tuple[int, int] = (0, 0)   # [start, end) vaddr of rb_vm_exec where no symbol names it
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class RubyProcess:
     base: int
     record_fields: dict
     jit: tuple = ()            # anonymous executable mappings (YJIT's code), unwind/ruby/jit.py
+    file_name: str = ""        # the interpreter file's name as the process maps it (its frames' module)
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -136,6 +138,47 @@ def _ec_from_reader(elf: ElfFile) -> tuple[int, int] | None:
     return slot, offset
 
 
+# Exported functions that end by a tail jump to rb_vm_exec (vm_exec(ec) is their last act): where
+# rb_vm_exec itself is a local symbol of a stripped library (Debian 13's 3.3), their common jump
+# target is it.
+_VM_EXEC_CALLERS = (b"rb_iseq_eval_main", b"rb_iseq_eval")
+
+
+def _tail_jump_targets(elf: ElfFile, name: bytes, starts: np.ndarray) -> set[int]:
+    """The function starts that a `jmp rel32` in function `name` leads to."""
+    span = symbol_spans(elf, (name,)).get(name)
+    off = elf.vaddr_to_file_offset(span[0]) if span and span[1] else None
+    if off is None:
+        return set()
+    code = elf.read(off, span[1])
+    out = set()
+    for i in range(len(code) - 4):
+        if code[i] == 0xE9:
+            target = span[0] + i + 5 + struct.unpack_from("<i", code, i + 1)[0]
+            j = int(np.searchsorted(starts, target))
+            if j < len(starts) and starts[j] == target:
+                out.add(target)
+    return out
+
+
+def _vm_exec_range(elf: ElfFile) -> tuple[int, int]:
+    """[start, end) of rb_vm_exec found as the one tail-jump target its callers share (the end:
+    the next function's start), or (0, 0)."""
+    index = elf.function_index()       # (.eh_frame_hdr: every function's start)
+    if index is None:
+        return 0, 0
+    starts = index[0]
+    common: set[int] | None = None
+    for name in _VM_EXEC_CALLERS:
+        found = _tail_jump_targets(elf, name, starts)
+        common = found if common is None else common & found
+    if not common or len(common) != 1:
+        return 0, 0
+    start = common.pop()
+    j = int(np.searchsorted(starts, start, side="right"))
+    return (start, int(starts[j])) if j < len(starts) else (0, 0)
+
+
 def inspect_binary(path: str) -> RubyBinary | None:
     """The interpreter facts of one ELF file, or None if it is not Ruby; Unreadable if it is and
     cannot be read."""
@@ -172,8 +215,9 @@ def inspect_binary(path: str) -> RubyBinary | None:
             if mode == schema.RB_EC_NONE:
                 raise Unreadable("no symbol leads to the running execution context (ruby_current_ec, "
                                  "ruby_single_main_ractor, ruby_current_execution_context_ptr)", shown)
+            vm_exec = (0, 0) if b"rb_vm_exec" in syms else _vm_exec_range(elf)
             return RubyBinary(path, version, offsets, mode, slot, tls_offset, ec_address,
-                              syms.get(b"rb_sym_all_symbols", 0), elf.size)
+                              syms.get(b"rb_sym_all_symbols", 0), elf.size, vm_exec)
     except (ElfError, OSError, ValueError, struct.error):
         return None
 
@@ -242,5 +286,5 @@ def detect(pid: int) -> RubyProcess | None:
             return None
         # the cached facts were read through the first process's mapping: this one's path opens the file
         return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields,
-                           jit_regions(mappings))
+                           jit_regions(mappings), os.path.basename(cand.file_path))
     return None

@@ -10,6 +10,7 @@ the way CPython's evaluation-loop frames are (python/merge.py).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from ... import procs
 from ...bpf import schema
@@ -31,6 +32,35 @@ JIT_MARKER = Frame("[ruby jit]", FrameKind.JIT, resolved=False)
 
 def is_vm_entry(frame: Frame) -> bool:
     return frame.name == VM_ENTRY
+
+
+_vm_entry_tests: dict[tuple[str, int, int], Callable[[Frame], bool]] = {}
+
+
+def vm_entry_test(proc: RubyProcess) -> Callable[[Frame], bool]:
+    """What tells a VM entry frame of this process: rb_vm_exec by name, and where a stripped
+    library names it not (Debian 13's 3.3), a frame of that library whose address lies in the
+    function found for it (detect._vm_exec_range), named `libruby-...so+0xADDRESS`. One test per
+    file and range: merge remembers each test's answers by frame name."""
+    lo, hi = proc.binary.vm_exec
+    if not hi or not proc.file_name:
+        return is_vm_entry
+    key = (proc.file_name, lo, hi)
+    test = _vm_entry_tests.get(key)
+    if test is None:
+        prefix = proc.file_name + "+0x"
+
+        def test(frame: Frame) -> bool:
+            if frame.name == VM_ENTRY:
+                return True
+            if not frame.name.startswith(prefix):
+                return False
+            try:
+                return lo <= int(frame.name[len(prefix):], 16) < hi
+            except ValueError:
+                return False
+        _vm_entry_tests[key] = test
+    return test
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
@@ -218,7 +248,7 @@ class RubySource(InterpreterSource):
             if merged is not None:
                 self.jit_stacks += 1
                 return merged
-        return merge(native, groups, truncated, is_anchor=is_vm_entry)
+        return merge(native, groups, truncated, is_anchor=vm_entry_test(entry.proc) if entry is not None else is_vm_entry)
 
     def counters(self) -> list[int]:
         if self._kernel is None:
