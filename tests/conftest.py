@@ -76,6 +76,14 @@ def hotstack(*args: str, timeout: float = 120, env: dict | None = None, prefix: 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def at_most(n: int, rate: float, sigmas: float = 3.0) -> float:
+    """The most events that `n` samples of a true `rate` show, but for a chance of a few in a
+    thousand (`sigmas` standard deviations of the binomial count above its mean): a bound on a
+    count of rare events that holds on a busy machine and still fails at a rate several times
+    higher, given samples enough (n * rate of a few or more)."""
+    return n * rate + sigmas * (n * rate * (1 - rate)) ** 0.5
+
+
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c
+from ..conftest import at_most, compile_c
 from .conftest import HERE
 from .native_harness import NativeSampler, build_object, names, run_perf_dwarf, symbolize
 
 pytestmark = pytest.mark.root
 END_ROOT = 1
+MANY = 300        # samples enough for a bound of a share of a percent
 
 
 @pytest.fixture(scope="module")
@@ -158,24 +159,39 @@ def test_chain_modes(native_object, chain, workloads, mode):
 
 def test_a_new_process_is_complete_from_its_first_sample(native_object, chain, workloads):
     """No per-process work in userspace: the program finds the mappings of a process it never saw
-    by walking its VMA tree; the files' tables are known (loaded for an earlier process)."""
+    by walking its VMA tree; the files' tables are known (loaded for an earlier process). Only the
+    program's own samples count (its comm: not those of the forked test runner before its exec),
+    until there are enough for the bound whatever CPU the process gets."""
     first = workloads([chain, "busy"])
-    sampler = NativeSampler(native_object)
+    sampler = NativeSampler(native_object, comm=chain.name)
     try:
         sampler.preload(first.pid)
         first.stop()
         sampler.start(99)
         w = workloads([chain, "busy"], settle=0.0)
-        sampler.run(3.0)
+        sample_until(sampler, w.pid, MANY)
         sampler.stop()
         stacks = symbolize(w.pid, sampler.stacks())
         counters = sampler.tables.kernel_counters()
     finally:
         sampler.close()
     samples = [names(f) for f, e in expand(stacks) if f]
-    assert len(samples) >= 30, counters
-    complete = sum(n[0] == "_start" for n in samples) / len(samples)
-    assert complete >= 0.99, (counters, Counter(tuple(n) for n in samples).most_common(3))
+    assert len(samples) >= MANY, counters
+    # every sample is complete; a rate of 1 in 200 short ones (a stack read as the kernel swaps the
+    # process's memory in, a fault) passes within three standard deviations of its count, a rate
+    # of 3 in 100 fails but for a chance under 1 in 300
+    short = sum(n[0] != "_start" for n in samples)
+    assert short <= at_most(len(samples), 0.005), (counters, Counter(tuple(n) for n in samples).most_common(3))
+
+
+def sample_until(sampler: NativeSampler, pid: int, count: int, timeout: float = 180.0) -> None:
+    """Run the sampler until `pid` has `count` samples (or `timeout` passed): a count that does not
+    depend on the CPU share the process gets on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sampler.run(0.5)
+        if sum(c for spid, _tid, _pcs, _end, c, _owner in sampler.stacks() if spid == pid) >= count:
+            return
 
 
 def test_unknown_file_is_queued_then_complete(native_object, build_dir, workloads):
