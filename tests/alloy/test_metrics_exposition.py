@@ -75,4 +75,18 @@ def test_every_series_unique_and_counters_at_zero_from_start(agent, pyroscope, s
     assert sent is not None and sent >= 2, after
     assert value(after, "pyroscope_ebpf_profiling_sessions_total", **EBPF) == 1
     assert value(after, "pyroscope_ebpf_profiling_sessions_failing_total", **EBPF) == 0
+    # the embedded profiler's, with its scope: the spin workload's walks reach its root by a stop row
+    scoped = {**EBPF, "otel_scope_name": "pyroscope.ebpf"}
+    assert (value(after, "UnwindNativeStackDeltaStop_total", **scoped) or 0) > 0, sorted(n for n, _ in after)
     assert a.stop() == 0
+
+
+def test_readme_lists_every_mapped_profiler_metric():
+    """Every embedded-profiler metric hotstack exports is in the README's table of them."""
+    from pathlib import Path
+
+    from hotstack.alloy.components.ebpf_metrics import PROFILER_METRICS
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme[readme.index("| group | metrics (counters end in `_total`) |"):readme.index("Not applicable (no counterpart")]
+    missing = [name for name, *_ in PROFILER_METRICS if f"`{name}`" not in table]
+    assert not missing, missing

@@ -214,6 +214,13 @@ PROFILER_METRICS = [
      "not loaded in eBPF", _kernel_counter("no_table")),
     ("UnwindErrStackLengthExceeded", "counter", "Number of times the frame limit was reached",
      _kernel_counter("end_truncated")),
+    ("UnwindNativeStackDeltaStop", "counter", "Number of stop stack deltas in the native unwinder (success)",
+     _kernel_counter("end_root")),
+    ("UnwindErrZeroPC", "counter", "Number of walks ended by a return address of 0", _kernel_counter("end_zero")),
+    ("UnwindNativeErrPCRead", "counter", "Number of walks ended by a stack read that faulted",
+     _kernel_counter("end_read")),
+    ("UnwindNativeErrStackDeltaInvalid", "counter", "Number of walks ended by a rule that cannot be evaluated "
+     "(and no frame pointer)", _kernel_counter("end_invalid")),
     # interpreter unwinding: the kernel walkers of unwind/python and unwind/v8
     ("UnwindPythonAttempts", "counter", "Number of attempted python unwinds", _python_counter("PY_STAT_WALKS")),
     ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
@@ -222,6 +229,7 @@ PROFILER_METRICS = [
     ("UnwindRubyAttempts", "counter", "Number of attempted Ruby unwinds", _runtime_stat("ruby", "walks")),
     ("UnwindRubyErrNoProcInfo", "counter", "Number of Ruby threads without an execution context",
      _runtime_stat("ruby", "no_ec")),
+    ("UnwindPHPAttempts", "counter", "Number of attempted PHP unwinds", _runtime_stat("php", "walks")),
     ("UnwindPerlAttempts", "counter", "Number of attempted perl unwinds", _runtime_stat("perl", "walks")),
     ("UnwindPerlTLS", "counter", "Number of Perl threads whose interpreter could not be found",
      _runtime_stat("perl", "no_interpreter")),
