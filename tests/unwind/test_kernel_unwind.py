@@ -31,10 +31,11 @@ def native_object(build_dir):
 
 
 def sample(native_object, pid: int, seconds: float = 3.0, frequency: int = 99, preload: bool | str = True,
-           perf_dir=None, kernel_vma_walk=None):
+           perf_dir=None, kernel_vma_walk=None, until: int = 0):
     """Sample pid with the kernel unwinder (and perf alongside if perf_dir): (stacks, counters, perf).
     preload: True loads pid's file tables (and its mapping list on the userspace path) first,
-    "tables" only the file tables, False nothing."""
+    "tables" only the file tables, False nothing. `until`: after `seconds`, sampling goes on until
+    pid has that many samples (a count that does not depend on the CPU it gets on a busy machine)."""
     sampler = NativeSampler(native_object, target=pid, kernel_vma_walk=kernel_vma_walk)
     perf: list = []
     try:
@@ -47,7 +48,9 @@ def sample(native_object, pid: int, seconds: float = 3.0, frequency: int = 99, p
         if perf_dir is not None and shutil.which("perf"):
             runner = threading.Thread(target=lambda: perf.extend(run_perf_dwarf(pid, seconds, frequency, perf_dir)))
             runner.start()
-        sampler.run(seconds, write_pids=() if sampler.kernel_walk else (pid,))
+        write_pids = () if sampler.kernel_walk else (pid,)
+        sampler.run(seconds, write_pids=write_pids)
+        sample_until(sampler, pid, until, write_pids=write_pids)
         sampler.stop()
         if runner is not None:
             runner.join()
@@ -71,7 +74,7 @@ def expand(stacks):
 def test_omit_frame_pointer_chain_through_libc_and_a_callback(native_object, build_dir, workloads, tmp_path):
     exe = compile_c(HERE / "workloads" / "callback.c", build_dir / "callback_nofp", "-O2", "-fomit-frame-pointer")
     w = workloads([exe])
-    stacks, counters, perf = sample(native_object, w.pid, perf_dir=tmp_path)
+    stacks, counters, perf = sample(native_object, w.pid, perf_dir=tmp_path, until=250)
     leaf_c = [(f, e) for f, e in expand(stacks) if f and f[-1].name == "c"]
     assert len(leaf_c) >= 50, counters
     want = ["main", "a", "compare", "b", "c"]
@@ -98,7 +101,7 @@ def test_frame_pointer_program_with_a_libc_leaf_keeps_its_callers(native_object,
                     "-fno-builtin")
     w = workloads([exe])
     # enough samples that +-5 points is over 2 sigma of the binomial noise even on a busy machine
-    stacks, counters, perf = sample(native_object, w.pid, seconds=8.0, frequency=199, perf_dir=tmp_path)
+    stacks, counters, perf = sample(native_object, w.pid, seconds=8.0, frequency=199, perf_dir=tmp_path, until=1200)
     in_libc = [f for f, _ in expand(stacks) if f and is_libc(f[-1].module)]
     assert len(in_libc) >= 300, counters
 
@@ -136,7 +139,7 @@ def test_chain_modes(native_object, chain, workloads, mode):
     under most samples: its mapping cache is emptied at each change, and every walk of the tree
     must still find the right file and offset)."""
     w = workloads([chain, mode])
-    stacks, counters, _ = sample(native_object, w.pid)
+    stacks, counters, _ = sample(native_object, w.pid, until=250)
     samples = list(expand(stacks))
     assert len(samples) >= 50, counters
     if mode == "signal":
@@ -184,14 +187,14 @@ def test_a_new_process_is_complete_from_its_first_sample(native_object, chain, w
     assert short <= at_most(len(samples), 0.005), (counters, Counter(tuple(n) for n in samples).most_common(3))
 
 
-def sample_until(sampler: NativeSampler, pid: int, count: int, timeout: float = 180.0) -> None:
+def sample_until(sampler: NativeSampler, pid: int, count: int, timeout: float = 180.0, write_pids=()) -> None:
     """Run the sampler until `pid` has `count` samples (or `timeout` passed): a count that does not
     depend on the CPU share the process gets on a busy machine."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sampler.run(0.5)
-        if sum(c for spid, _tid, _pcs, _end, c, _owner in sampler.stacks() if spid == pid) >= count:
+    while sum(c for spid, _tid, _pcs, _end, c, _owner in sampler.stacks() if spid == pid) < count:
+        if time.monotonic() >= deadline:
             return
+        sampler.run(0.5, write_pids=write_pids)
 
 
 def test_unknown_file_is_queued_then_complete(native_object, build_dir, workloads):
@@ -212,7 +215,7 @@ def test_userspace_mapping_path(native_object, chain, workloads):
     what is measured is the mapping list and not a table build's latency on a busy machine (in CI
     11% of the samples once ended in libc, whose table was still being built)."""
     w = workloads([chain, "busy"])
-    stacks, counters, _ = sample(native_object, w.pid, kernel_vma_walk=False, preload="tables")
+    stacks, counters, _ = sample(native_object, w.pid, kernel_vma_walk=False, preload="tables", until=250)
     samples = [names(f) for f, _ in expand(stacks)]
     assert len(samples) >= 50, counters
     assert counters["vma_walks"] == 0
