@@ -33,7 +33,9 @@ def dockerd_path() -> str | None:
 
 
 class DockerEngine:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, own_network_namespace: bool = False) -> None:
+        """`own_network_namespace`: dockerd in a network namespace of its own (loopback only),
+        for what creates interfaces (Swarm mode's bridge and ingress): none of them on the host's."""
         self.root = root
         self.socket = str(root / "docker.sock")
         self.host = f"unix://{self.socket}"
@@ -41,8 +43,10 @@ class DockerEngine:
         for d in ("data", "exec"):
             (root / d).mkdir(parents=True, exist_ok=True)
         self._logf = open(self.log, "w")
+        prefix = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] \
+            if own_network_namespace else []
         self.proc = subprocess.Popen(
-            [dockerd_path(), "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip6tables=false",
+            [*prefix, dockerd_path(), "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip6tables=false",
              "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
              "--pidfile", str(root / "docker.pid"), "-H", self.host],
             stdout=self._logf, stderr=subprocess.STDOUT, start_new_session=True)

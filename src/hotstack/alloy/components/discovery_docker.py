@@ -112,11 +112,15 @@ class DiscoveryDocker(Component):
             return ("https://" if uses_tls else "http://") + host[len("tcp://"):]
         return host
 
-    def refresh(self) -> None:
-        filters = {}
+    def filters_query(self) -> str:
+        """The `filter` blocks as the Engine API's `filters` query (name -> values), or ''."""
+        filters: dict[str, list[str]] = {}
         for f in self.args["filter"]:
             filters.setdefault(f["name"], []).extend(f["values"])
-        query = "?" + urllib.parse.urlencode({"filters": json.dumps(filters)}) if filters else ""
+        return "?" + urllib.parse.urlencode({"filters": json.dumps(filters)}) if filters else ""
+
+    def refresh(self) -> None:
+        query = self.filters_query()
         containers = get_json(self._url(), f"{API}/containers/json{query}", client=self._http)
         networks = get_json(self._url(), f"{API}/networks", client=self._http)
         if not isinstance(containers, list) or not isinstance(networks, list):
