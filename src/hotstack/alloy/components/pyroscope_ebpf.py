@@ -18,10 +18,9 @@ from ...errors import EngineFailed, HotstackError
 from ...profile import transforms
 from ...profile.model import Profile, Sample
 from ..component import Component, register
-from . import ebpf_args
+from . import ebpf_args, verbose
 from .ebpf_metrics import EbpfMetrics, built_sources
 from .targets import container_id_of_target, infer_service_name, pid_of_target
-from .verbose import set_verbose
 
 SCOPE_NAME = "com.grafana.alloy/pyroscope.ebpf"
 STOP_TIMEOUT_S = 60.0
@@ -121,7 +120,7 @@ class PyroscopeEbpf(Component):
                 args[k] != self.args.get(k) for k in ENGINE_ARGS)
             self.args, self.index = args, index
         self.metrics.active_targets.labels(self.id, "/").set(len(args["targets"]))
-        set_verbose(self.id, self.log, args["verbose_mode"])
+        verbose.set_verbose(self, self.log, args["verbose_mode"])
         self.log.debug("%s: %d targets: %d by pid, %d by container id, %d by neither (never matched)", self.id,
                        len(args["targets"]), len(index.by_pid), len(index.by_container),
                        len(args["targets"]) - len(index))
@@ -270,6 +269,7 @@ class PyroscopeEbpf(Component):
         profiler, self.profiler = self.profiler, None
         if profiler is not None:
             self._close(profiler)
+        verbose.forget(self)
 
     def _close(self, profiler) -> None:
         """Close a session: its counters kept by the metrics first (read no more after)."""
