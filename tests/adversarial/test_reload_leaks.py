@@ -42,13 +42,15 @@ def bpf_objects(pid: int | str = "self") -> Counter:
     return Counter({kind: counts[kind] for kind in KINDS})
 
 
-def test_engine_start_and_close_cycles_leave_nothing_open(workloads):
+@pytest.mark.parametrize("kind", ["cpu", "cpu and off-cpu"])
+def test_engine_start_and_close_cycles_leave_nothing_open(workloads, kind):
     """N start/close cycles of the Engine hold what one did: nothing BPF (2 links, the exec and exit
     tracepoints', were left open by each before)."""
     from hotstack.sampling import Engine, EngineConfig
 
     sleeper = workloads(["sleep", "600"])
-    config = EngineConfig(frequency=49, pids=(sleeper.pid,), runtime_frames=False)
+    config = EngineConfig(frequency=49, pids=(sleeper.pid,), runtime_frames=False,
+                          off_cpu_threshold=1.0 if "off-cpu" in kind else 0.0)
 
     def cycle() -> Counter:
         with Engine(config):
