@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c
+from ..conftest import at_most, compile_c
 from .conftest import on_overlay, user_names
 
 pytestmark = pytest.mark.root
@@ -57,15 +57,22 @@ def test_a_forked_childs_file_is_opened_through_its_parent(build_dir, workloads,
                 loaded_at = time.monotonic()
         time.sleep(2.0)
         engine.collect()            # (the samples before the table)
-        time.sleep(3.0)
-        result = engine.collect()[0]
+        # at least 3 s, and on until the children's own code has samples enough for the bound
+        # below, whatever CPU they get on a busy machine
+        ours, others = [], []
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until or (sum(s.value for s in ours) < 60 and time.monotonic() < until + 60):
+            time.sleep(0.5)
+            for s in engine.collect()[0].samples:
+                (ours if "before_exec" in user_names(s) else others).append(s)
     # (without its parent: 1.2-4.9 s here, after 5-30 opens that found the child exec'd)
     assert loaded_at is not None and loaded_at - began < 1.0, (loaded_at and loaded_at - began, native.counters)
     assert native.counters.files_failed == 0, native.counters
-    ours = [s for s in result.samples if "before_exec" in user_names(s)]
-    assert sum(s.value for s in ours) >= 20, [user_names(s) for s in result.samples][:10]
-    whole = sum(s.value for s in ours if user_names(s)[0] == "_start")
-    assert whole >= 0.95 * sum(s.value for s in ours), [user_names(s) for s in ours if user_names(s)[0] != "_start"]
+    total = sum(s.value for s in ours)
+    assert total >= 60, [user_names(s) for s in others][:10]
+    # every stack whole: a rate of 1 in 100 short ones passes within three standard deviations
+    short = sum(s.value for s in ours if user_names(s)[0] != "_start")
+    assert short <= at_most(total, 0.01), [user_names(s) for s in ours if user_names(s)[0] != "_start"]
 
 
 def test_the_loader_and_c_library_are_loaded_as_sampling_begins():
