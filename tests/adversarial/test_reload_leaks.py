@@ -137,3 +137,27 @@ def test_reloads_that_rename_or_re_add_pyroscope_ebpf_leave_nothing_open(workloa
         assert "Traceback" not in a.log.read_text(), a.log.read_text()[-3000:]
     finally:
         a.stop()
+
+
+def test_a_scrape_reads_nothing_of_a_closed_engine(workloads):
+    """A scrape asked each frame source whether it had stats, which built a source still waiting for
+    its runtime's first process: on a closed engine, its walker's tunable was written to a closed
+    map (struct.error at every scrape until restart). The engine here profiles a process that runs
+    no runtime, so no source is built before it closes; the scrape builds none either."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
+    from hotstack.sampling import Engine, EngineConfig
+
+    sleeper = workloads(["sleep", "600"])
+    registry = CollectorRegistry()
+    metrics = EbpfMetrics.of(registry)
+    engine = Engine(EngineConfig(frequency=49, pids=(sleeper.pid,)))
+    with engine:
+        for profile in engine.collect():
+            metrics.observe_profile(profile, engine, "pyroscope.ebpf.a")
+    waiting = [source for source in engine.runtimes if hasattr(type(source), "built")]   # (built when met)
+    assert waiting and not any(source.built for source in waiting)
+    text = generate_latest(registry).decode()
+    assert "hotstack_samples" in text
+    assert not any(source.built for source in waiting)
