@@ -97,12 +97,22 @@ class DockerEngine:
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
 
+    def _mounts_under_root(self) -> list[str]:
+        """Mount points below the engine's directory, deepest first."""
+        root = str(self.root) + "/"
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+        return sorted((p for p in points if p.startswith(root)), key=len, reverse=True)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.remove_containers()
             terminate(self.proc)
         self._logf.close()
-        # dockerd unmounts its layers on shutdown; remove what is left of its state
+        # dockerd unmounts its layers on shutdown; remove what is left of its state (Swarm mode leaves
+        # its sandboxes' network namespaces bound under exec/netns)
         subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)
+        for mount in self._mounts_under_root():
+            subprocess.run(["umount", mount], capture_output=True)
         shutil.rmtree(self.root / "data", ignore_errors=True)
         shutil.rmtree(self.root / "exec", ignore_errors=True)
