@@ -72,3 +72,11 @@ def _containerd_session(tmp_path_factory, static_spin):
         raise
     yield c
     c.stop()
+
+
+def runtime_source(engine, name: str):
+    """The engine's frame source of runtime `name`, built (a deferred one is built at the first
+    process of its runtime; a test that looks into it builds it now)."""
+    from hotstack.runtimes.registry import DeferredSource
+    source = next(s for s in engine.runtimes if s.name == name)
+    return source.build() if isinstance(source, DeferredSource) else source

@@ -242,8 +242,8 @@ def report_process(pid: int, out: TextIO) -> int:
     """What hotstack reads of process `pid`: which runtime it runs, and whether its frames are read
     (with the reason and version where not). Exit 2 if there is no such process."""
     from . import procs
-    from .unwind.runtime_files import UNREAD
-    from .unwind.runtimes import frame_sources
+    from .runtimes.common.files import UNREAD
+    from .runtimes.registry import frame_sources
 
     info = procs.read_process(pid) if pid > 0 else None
     if info is None:

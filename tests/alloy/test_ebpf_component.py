@@ -184,11 +184,11 @@ def test_unsupported_runtimes_and_upload_settings_warn_once_at_start(caplog):
     runtimes = [line for line in lines if "not supported yet" in line and "unwinder" in line]
     assert len(runtimes) == 1
     assert "dotnet_enabled" in runtimes[0]
-    assert "hotspot_enabled" not in runtimes[0]  # implemented: unwind/hotspot
-    assert "perl_enabled" not in runtimes[0]    # implemented: unwind/perl
+    assert "hotspot_enabled" not in runtimes[0]  # implemented: runtimes/hotspot
+    assert "perl_enabled" not in runtimes[0]    # implemented: runtimes/perl
     assert "php_enabled" not in runtimes[0]
-    assert "v8_enabled" not in runtimes[0]      # implemented: unwind/v8
-    assert "ruby_enabled" not in runtimes[0]    # implemented: unwind/ruby
+    assert "v8_enabled" not in runtimes[0]      # implemented: runtimes/v8
+    assert "ruby_enabled" not in runtimes[0]    # implemented: runtimes/ruby
     upload = [line for line in lines if "debug-info upload" in line]
     assert len(upload) == 1 and "debug_info.worker_num" in upload[0] and "debug_info.strip_text_section" in upload[0]
     assert "queue_size" not in upload[0]

@@ -1,4 +1,4 @@
-"""The engine's first test for the frame sources (unwind/runtimes.py runtime_words): a new process
+"""The engine's first test for the frame sources (runtimes/registry.py runtime_words): a new process
 whose executable and executable mappings name no runtime is looked at by none of them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import time
 
 from hotstack.procs import process
-from hotstack.unwind.runtimes import FRAME_SOURCES, DeferredSource, runtime_words
+from hotstack.runtimes.registry import FRAME_SOURCES, DeferredSource, runtime_words
 
 
 class _Source:
@@ -55,11 +55,11 @@ def test_sources_but_cpythons_are_imported_and_built_at_their_first_process():
             assert source.built is None
             assert source.looks_for == type(source.build()).looks_for, source.name
     # a fresh interpreter: the engine's list of sources imports none of their modules
-    code = ("import sys; from hotstack.unwind.runtimes import frame_sources; frame_sources(); "
-            "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('hotstack.unwind.') "
+    code = ("import sys; from hotstack.runtimes.registry import frame_sources; frame_sources(); "
+            "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('hotstack.runtimes.') "
             "and m.count('.') >= 3}))")
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert shown.strip() == "['python']", shown
+    assert shown.strip() == "['common', 'python']", shown     # (the shared helpers, CPython's source)
     perl = FRAME_SOURCES["perl"]()
     other = subprocess.Popen(["sleep", "20"])
     script = subprocess.Popen(["perl", "-e", "sleep 20"])

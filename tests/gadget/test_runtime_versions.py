@@ -1,5 +1,5 @@
 """The runtime versions `hotstack run --help` claims are the README's, from one table in the code
-(unwind/runtime_versions.py): each runtime's flag help, its row of the README's flag table and of its
+(runtimes/versions.py): each runtime's flag help, its row of the README's flag table and of its
 status table say the same tested and untested versions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hotstack.unwind.runtime_versions import RUNTIME_VERSIONS
+from hotstack.runtimes.versions import RUNTIME_VERSIONS
 
 from ..conftest import hotstack
 

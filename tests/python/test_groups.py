@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from hotstack.unwind.python.frames import RawPyFrame, eval_groups, split_groups
-from hotstack.unwind.python.offsets import OWNED_BY_CSTACK_312, SHIM_OWNER_MIN_314, SUPPORTED, table_offsets
+from hotstack.runtimes.python.frames import RawPyFrame, eval_groups, split_groups
+from hotstack.runtimes.python.offsets import OWNED_BY_CSTACK_312, SHIM_OWNER_MIN_314, SUPPORTED, table_offsets
 
 NONE_OBJECT = 0x7000
 

@@ -1,7 +1,7 @@
 """The merge of Python frames into native stacks (pure: no process, no kernel)."""
 
 from hotstack.profile.model import Frame, FrameKind
-from hotstack.unwind.python.merge import merge
+from hotstack.runtimes.common.merge import merge
 
 EVAL = Frame("_PyEval_EvalFrameDefault")
 

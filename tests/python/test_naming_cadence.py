@@ -11,8 +11,8 @@ import pytest
 
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
-from hotstack.unwind import interpreter_source
-from hotstack.unwind.interpreter_source import NAME_EVERY, NAME_EVERY_SETTLED
+from hotstack.runtimes.common import interpreter_source
+from hotstack.runtimes.common.interpreter_source import NAME_EVERY, NAME_EVERY_SETTLED
 
 from pyframes_helpers import python_source_listing
 

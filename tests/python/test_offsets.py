@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from hotstack.unwind.python.detect import inspect_binary
-from hotstack.unwind.python.offsets import (DEBUG_COOKIE, DEBUG_WORDS, FROM_DEBUG_OFFSETS, from_debug_offsets,
+from hotstack.runtimes.python.detect import inspect_binary
+from hotstack.runtimes.python.offsets import (DEBUG_COOKIE, DEBUG_WORDS, FROM_DEBUG_OFFSETS, from_debug_offsets,
                                             table_offsets)
 from pyframes_helpers import INTERPRETERS
 
@@ -83,7 +83,7 @@ def test_every_known_layout_fits_the_walkers_window():
     (no Python frames) rather than read wrong."""
     from dataclasses import replace
 
-    from hotstack.unwind.python.offsets import _TABLE
+    from hotstack.runtimes.python.offsets import _TABLE
 
     assert _TABLE and all(o.fits_walker for o in _TABLE.values())
     o = _TABLE[(3, 12)]

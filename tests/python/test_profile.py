@@ -425,7 +425,7 @@ def test_stacks_whose_leaf_is_the_evaluation_loop_are_one_stack_per_python_stack
     (bpf/native_unwind.h, leaf_start): its frame is replaced by the call's Python frames, and each
     instruction of the loop had made a stack of its own (two thirds of a Python recursion's user
     stacks). The unwinding below it is unchanged: the Python frames and their order still hold."""
-    from hotstack.unwind.python.detect import detect
+    from hotstack.runtimes.python.detect import detect
 
     t = target(python, "import json, sys\n"
                        "def spin(n):\n"

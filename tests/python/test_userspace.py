@@ -9,9 +9,9 @@ from __future__ import annotations
 import textwrap
 import time
 
-from hotstack.unwind.python import code, detect, frames
-from hotstack.unwind.python.linetable import line_for
-from hotstack.unwind.python.memory import MemoryReadError, ProcessMemory
+from hotstack.runtimes.python import code, detect, frames
+from hotstack.runtimes.python.linetable import line_for
+from hotstack.runtimes.common.memory import MemoryReadError, ProcessMemory
 
 # Sleeps in a known nest of functions, in the main thread and in a second thread, and reports
 # the ids of the threads and the line table of every code object the interpreter agrees on.

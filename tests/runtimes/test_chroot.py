@@ -18,7 +18,7 @@ import pytest
 
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
-from hotstack.unwind.runtime_files import UNREAD
+from hotstack.runtimes.common.files import UNREAD
 
 from ..conftest import hotstack
 
@@ -114,7 +114,7 @@ def test_a_ruby_that_cannot_be_read_is_said(trixie_root):
     [lib] = [p for p in (trixie_root / "usr/lib/x86_64-linux-gnu").glob("libruby-3.3.so.3.3.*") if not p.is_symlink()]
     data = bytearray(lib.read_bytes())
     from hotstack.symbols.elf import ElfFile
-    from hotstack.unwind.runtime_files import symbols
+    from hotstack.runtimes.common.files import symbols
     with ElfFile(str(lib)) as elf:
         at = elf.vaddr_to_file_offset(symbols(elf, (b"ruby_version",))[b"ruby_version"])
     assert data[at:at + 4] == b"3.3."

@@ -49,12 +49,14 @@ def _check_cut(deep: list, made_up) -> None:
     cut = sum(s.value for s in deep if TRUNCATED in s.stack)
     assert cut >= 0.95 * total, f"{cut} of {total} deep samples marked [truncated]"
     for s in deep:
-        bad = [f.name for f in s.stack if made_up(f)]
-        assert not bad, f"made-up frames {bad[:5]} in {[f.name for f in s.stack][:80]}"
-        # the named frames are the leaf-most ones: [truncated] is rootward of every runtime frame
-        if TRUNCATED in s.stack:
-            at = s.stack.index(TRUNCATED)
-            assert all(f.kind.value in ("native", "kernel") for f in s.stack[at + 1:]), [f.name for f in s.stack]
+        if TRUNCATED not in s.stack:
+            continue
+        # rootward of the cut: no runtime frame, named or made up (the leaf side may hold the
+        # runtime's own calls into C++, a GC through V8's CEntry builtin)
+        at = s.stack.index(TRUNCATED)
+        rest = s.stack[at + 1:]
+        bad = [f.name for f in rest if made_up(f) or f.kind not in (FrameKind.NATIVE, FrameKind.KERNEL)]
+        assert not bad, f"made-up frames {bad[:5]} past the cut in {[f.name for f in rest][:40]}"
 
 
 def test_a_java_recursion_past_the_limit_is_cut_not_made_up(tmp_path):

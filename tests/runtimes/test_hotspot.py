@@ -209,7 +209,7 @@ def test_jvm_exiting_mid_interval_keeps_names(classes):
 
 
 def test_not_a_jvm_is_not_listed():
-    from hotstack.unwind.hotspot.source import HotSpotSource
+    from hotstack.runtimes.hotspot.source import HotSpotSource
     proc = subprocess.Popen(["sleep", "30"])
     try:
         assert not HotSpotSource().detect(proc.pid)

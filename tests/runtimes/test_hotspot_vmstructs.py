@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hotstack.unwind.hotspot.vmstructs import read_vmstructs, vm_release
+from hotstack.runtimes.hotspot.vmstructs import read_vmstructs, vm_release
 
 pytestmark = pytest.mark.root
 

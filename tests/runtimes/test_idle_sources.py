@@ -35,5 +35,5 @@ def _no_map_read(pid: int) -> None:
                 setattr(kernel, name, lambda *a, _real=real, _what=f"{source.name}.{name}":
                         reads.append(_what) or _real(*a))
         time.sleep(3.0)             # two or three rounds of the pid watcher
-        assert not any(source.tracking() for source in prof.runtimes if hasattr(source, "tracking"))
+        assert not any(source.tracking() for source in prof.runtimes)
     assert reads == [], reads

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hotstack.profile.model import Frame, FrameKind, Profile, Sample
 from hotstack.profile.otlp import encode_profile
-from hotstack.unwind.v8.heap import Script, is_object, is_smi, smi
-from hotstack.unwind.v8.names import js_frame
+from hotstack.runtimes.v8.heap import Script, is_object, is_smi, smi
+from hotstack.runtimes.v8.names import js_frame
 
 
 def test_js_frame_names():

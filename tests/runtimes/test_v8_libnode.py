@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hotstack import procs
-from hotstack.unwind.v8.metadata import binary_layout, read_v8dbg
-from hotstack.unwind.v8.source import V8Source
+from hotstack.runtimes.v8.metadata import binary_layout, read_v8dbg
+from hotstack.runtimes.v8.source import V8Source
 
 from ..conftest import compile_c
 

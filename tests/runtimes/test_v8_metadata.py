@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from hotstack.unwind.v8.metadata import binary_layout, layout, read_v8dbg
+from hotstack.runtimes.v8.metadata import binary_layout, layout, read_v8dbg
 
 
 def test_layout_of_node_on_this_machine():

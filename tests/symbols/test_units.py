@@ -337,3 +337,24 @@ def test_hashing_a_file_range_sees_every_byte_once_and_leaves_few_pages_resident
             assert _mapped_rss_kb(path) <= 4 * 1024 + 256, _mapped_rss_kb(path)
     finally:
         elf.close()
+
+
+def test_a_segment_address_past_2_to_the_64_gives_no_address(c_binary, tmp_path):
+    """A damaged or hostile program header (a PT_LOAD's vaddr near 2**64): the addresses it would
+    give are past what a frame, pprof or OTLP can carry (an export failed on one): none is given."""
+    import struct
+    data = bytearray(c_binary.read_bytes())
+    phoff, phentsize = struct.unpack_from("<Q", data, 0x20)[0], struct.unpack_from("<H", data, 0x36)[0]
+    with ElfFile(str(c_binary)) as elf:
+        text = next(s for s in elf.segments if s.flags & 1)
+        inside = text.offset + min(text.filesz, 16) - 1
+        assert elf.file_offset_to_vaddr(inside) is not None
+    for i in range(struct.unpack_from("<H", data, 0x38)[0]):
+        at = phoff + i * phentsize
+        p_type, p_flags, p_offset = struct.unpack_from("<IIQ", data, at)
+        if p_type == 1 and p_offset == text.offset:
+            struct.pack_into("<Q", data, at + 16, (1 << 64) - 8)      # p_vaddr: its 16th byte past 2**64
+    broken = tmp_path / "broken"
+    broken.write_bytes(bytes(data))
+    with ElfFile(str(broken)) as elf:
+        assert elf.file_offset_to_vaddr(inside) is None

@@ -188,7 +188,7 @@ def render_py(schema: dict, layout: Layout) -> str:
     out.append(f"MAPS = {tuple(maps)!r}")
     out.append(f"BUFFERED = {tuple(buffered)!r}")
     out.append(f"VARIABLES = {tuple(variables)!r}")
-    out.append("# Frame sources' kernel halves: the role of each of their maps (unwind/runtimes.py).")
+    out.append("# Frame sources' kernel halves: the role of each of their maps (runtimes/registry.py).")
     out.append(f"RUNTIMES = {runtimes!r}")
     out.extend(["", "",
                 "def buffered(name: str, buffer: int) -> str:",

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * HotSpot (Java) frame walker, included by profile.bpf.c: the kernel half of unwind/hotspot/.
+ * HotSpot (Java) frame walker, included by profile.bpf.c: the kernel half of runtimes/hotspot/.
  *
  * The JVM's generated code (template interpreter, C1/C2-compiled methods, stubs) lives in its code
  * cache, anonymous memory without unwind tables, and compiled code uses rbp as an ordinary register
@@ -17,7 +17,7 @@
  *    unwinder found there last time, while the stack below holds the same bytes (hs_tails).
  * Every Java frame is recorded with its Method* (or the blob, its _method and its _name) and named
  * in userspace from the target's memory. Offsets and the code heaps come from the JVM's vmStructs,
- * read by userspace at attach (unwind/hotspot/vmstructs.py). Nothing here writes to the target.
+ * read by userspace at attach (runtimes/hotspot/vmstructs.py). Nothing here writes to the target.
  *
  * Transport (bpf/schema.yaml, group hotspot): hs_stacks_<buffer> under a 64-bit hash of what names
  * the frames; that hash is the sample key's `runtime_stack` (0: none).

@@ -2,11 +2,11 @@
 /*
  * Perl frame walker, included by profile.bpf.c.
  *
- * For a process listed in `perl_procs` (filled by userspace: unwind/perl/), find the sampled
+ * For a process listed in `perl_procs` (filled by userspace: runtimes/perl/), find the sampled
  * thread's interpreter and record its context stack, innermost entry first: per entry its type,
  * CV, blk_oldcop (the statement that entered it) and return op, and PL_curcop once. Which entries
  * are frames (subs, evals) and the statement each frame is at are worked out in userspace
- * (unwind/perl/frames.py), as are names, files and lines; nothing here writes to the target.
+ * (runtimes/perl/frames.py), as are names, files and lines; nothing here writes to the target.
  * The walk records every entry in order (loops and blocks too) so that the verifier sees one
  * path per position, not one per count of frames found.
  *

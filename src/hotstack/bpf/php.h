@@ -2,7 +2,7 @@
 /*
  * PHP frame walker, included by profile.bpf.c.
  *
- * For a process listed in `php_procs` (filled by userspace: unwind/php/), follow
+ * For a process listed in `php_procs` (filled by userspace: runtimes/php/), follow
  * executor_globals.current_execute_data through prev_execute_data, leaf first, recording per
  * frame the zend_function, the opline (as an offset in the function's opcodes), the call
  * flags, the opline's line and the function's identity at the sample: the hashes of its name

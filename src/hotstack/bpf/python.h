@@ -2,7 +2,7 @@
 /*
  * CPython frame walker, included by profile.bpf.c.
  *
- * For a process listed in `python_procs` (filled by userspace: unwind/python/), find the
+ * For a process listed in `python_procs` (filled by userspace: runtimes/python/), find the
  * sampled thread's PyThreadState and walk its frame chain, leaf first, recording per frame
  * (code object address, instruction, marker byte, checksum). Names, files and lines are
  * resolved later in userspace from the target's memory; nothing here writes to the target.
@@ -27,7 +27,7 @@
  * uses, so it never leaves the frame or code object (no page it does not own). On Debian's python3
  * with a ~45-frame recursion: 0.67x the BPF time per sample (bench/RESULTS.md, "BPF cost").
  * Userspace lists a process only if its offsets fit the window, 8-byte fields 8-aligned and 4-byte
- * ones 4-aligned (unwind/python/offsets.py: PyOffsets.fits_walker), which the masks below rely on.
+ * ones 4-aligned (runtimes/python/offsets.py: PyOffsets.fits_walker), which the masks below rely on.
  */
 #ifndef HOTSTACK_PYTHON_H
 #define HOTSTACK_PYTHON_H

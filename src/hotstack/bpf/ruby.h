@@ -2,7 +2,7 @@
 /*
  * Ruby frame walker, included by profile.bpf.c.
  *
- * For a process listed in `ruby_procs` (filled by userspace: unwind/ruby/), find the sampled
+ * For a process listed in `ruby_procs` (filled by userspace: runtimes/ruby/), find the sampled
  * thread's execution context (rb_execution_context_t) and record its control frames, leaf
  * first: per frame the iseq and pc of the control frame and the method entry and flags of its
  * environment (ep[-2], ep[0]). Names, files and lines are read later in userspace from the

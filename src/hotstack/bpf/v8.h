@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * V8 (Node.js) frame recorder, included by profile.bpf.c: the kernel half of unwind/v8/.
+ * V8 (Node.js) frame recorder, included by profile.bpf.c: the kernel half of runtimes/v8/.
  *
  * V8's generated code (JIT code in anonymous memory, and the builtins embedded in the `node`
  * binary, which have no unwind tables) keeps rbp frame pointers, so the in-kernel unwinder

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import sys
 
 from ..errors import ConfigError
 from ..units import parse_duration
-from ..unwind.runtime_versions import RUNTIME_VERSIONS
+from ..runtimes.versions import RUNTIME_VERSIONS
+from .. import procs
 from .registry import GADGETS, register
 
 # The kernel's limits: pids go up to PID_MAX_LIMIT (4M on 64-bit), and a task's comm holds 15
@@ -240,7 +240,7 @@ def check_flags(args: argparse.Namespace) -> None:
         if not 1 <= pid <= PID_MAX_LIMIT:
             raise ConfigError(f"--pid {pid}: not a process id (expected 1..{PID_MAX_LIMIT})")
     for pid in args.pid:
-        if not os.path.exists(f"/proc/{pid}"):
+        if not procs.exists(pid):
             _warn(f"--pid {pid}: no such process (nothing will be sampled from it unless it appears)")
     comms = []
     for comm in args.comm:

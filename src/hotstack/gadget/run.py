@@ -48,12 +48,12 @@ class RunOptions:
     otel_profiles_exporter: str = ""
     sanitize_labels: bool = False
     unwind: str = "kernel"   # kernel | fp (sampling/config.py)
-    python_enabled: bool = True   # Python frames in place of the interpreter's (unwind/python)
-    node_enabled: bool = True     # JavaScript frames in place of V8's (unwind/v8)
-    ruby_enabled: bool = True     # Ruby frames in place of the VM's (unwind/ruby)
-    php_enabled: bool = True      # PHP frames in place of the Zend VM's (unwind/php)
-    java_enabled: bool = True     # Java frames in place of the JVM's code cache (unwind/hotspot)
-    perl_enabled: bool = True     # Perl frames in place of the runloop's (unwind/perl)
+    python_enabled: bool = True   # Python frames in place of the interpreter's (runtimes/python)
+    node_enabled: bool = True     # JavaScript frames in place of V8's (runtimes/v8)
+    ruby_enabled: bool = True     # Ruby frames in place of the VM's (runtimes/ruby)
+    php_enabled: bool = True      # PHP frames in place of the Zend VM's (runtimes/php)
+    java_enabled: bool = True     # Java frames in place of the JVM's code cache (runtimes/hotspot)
+    perl_enabled: bool = True     # Perl frames in place of the runloop's (runtimes/perl)
     show_hotstack: bool = False   # hotstack's own stacks in whole-host tables (else one row)
     map_fetch_count: int = 0      # stop after this many fetches (0: no limit)
     containers: dict[str, str] = field(default_factory=dict)   # field -> ig's NAMES (-c, --k8s-*)
@@ -122,7 +122,7 @@ class RunOptions:
 
 
 def runtimes_off(**enabled: bool) -> tuple[str, ...]:
-    """Frame sources (by their unwind/runtimes.FRAME_SOURCES name) that a front door turned off."""
+    """Frame sources (by their runtimes/registry.FRAME_SOURCES name) that a front door turned off."""
     return tuple(name for name, on in enabled.items() if not on)
 
 

@@ -146,6 +146,12 @@ def exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+def exe_file_path(pid: int) -> str:
+    """A path that opens the process's executable itself (the kernel's reference: valid in another
+    mount namespace, deleted or replaced on disk)."""
+    return f"/proc/{pid}/exe"
+
+
 # The inode of the initial pid namespace (the kernel's PROC_PID_INIT_INO).
 INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
 

@@ -15,11 +15,11 @@ class FrameKind(str, Enum):
     KERNEL = "kernel"
     NATIVE = "native"
     PYTHON = "python"
-    RUBY = "ruby"            # unwind/ruby
-    PHP = "php"              # unwind/php
-    PERL = "perl"            # unwind/perl
+    RUBY = "ruby"            # runtimes/ruby
+    PHP = "php"              # runtimes/php
+    PERL = "perl"            # runtimes/perl
     JIT = "jit"
-    JS = "js"          # JavaScript, named from V8's heap (unwind/v8/)
+    JS = "js"          # JavaScript, named from V8's heap (runtimes/v8/)
     JAVA = "java"
 
 

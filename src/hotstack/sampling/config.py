@@ -44,7 +44,7 @@ class EngineConfig:
     # maps (bpf/native_unwind.h); "fp": frame pointers only (cheaper, wrong where code lacks them).
     unwind: str = "kernel"
     runtime_frames: bool = True       # frame sources (CPython ...) replace interpreter frames
-    runtimes_off: tuple[str, ...] = ()  # frame sources turned off by name (unwind/runtimes.FRAME_SOURCES)
+    runtimes_off: tuple[str, ...] = ()  # frame sources turned off by name (runtimes/registry.FRAME_SOURCES)
     obi: ObiConfig | None = None      # trace/span labels from OBI's pinned map; None: off
     demangle: str = "full"
     go_symbols: bool = True           # Go function names from .gopclntab (pyroscope.ebpf's go_enabled)

@@ -28,8 +28,8 @@ from ..errors import EngineFailed, HotstackError
 from ..procs import ProcessTable
 from ..profile.model import Profile
 from ..symbols.symbolizer import Symbolizer
-from ..unwind.runtime_files import UNREAD
-from ..unwind.runtimes import frame_sources, names_a_word, runtime_words
+from ..runtimes.common.files import UNREAD
+from ..runtimes.registry import frame_sources, names_a_word, runtime_words
 from .buffers import RawBatch
 from .config import EngineConfig
 from .cpu import CpuSampler
@@ -376,20 +376,15 @@ class Engine:
         if self.cpu is not None and self.cpu.buffers is not None:
             for source in self.runtimes:
                 source.poll(self.cpu.buffers.active)
-                # a source that cannot tell is taken as following processes (polled every round)
-                following = following or getattr(source, "tracking", lambda: True)()
+                following = following or source.tracking()
         return following
 
     def _next_round_in(self) -> float:
         """Seconds until a frame source wants the pid watcher's next round (IDLE_WAIT_S at most):
-        its `poll_in()`, or for a source without one, the next round while it is `tracking()`."""
+        the soonest of their `poll_in()`."""
         wait = IDLE_WAIT_S
         for source in self.runtimes:
-            poll_in = getattr(source, "poll_in", None)
-            if poll_in is not None:
-                due = poll_in()
-            else:
-                due = 0.0 if getattr(source, "tracking", lambda: True)() else None
+            due = source.poll_in()
             if due is not None:
                 wait = min(wait, due)
         return max(0.0, wait)

@@ -1,4 +1,4 @@
-"""A frame source's kernel half, by role (unwind/runtimes.RuntimeKernel), over a loaded collection.
+"""A frame source's kernel half, by role (runtimes/registry.RuntimeKernel), over a loaded collection.
 
 The roles come from bpf/schema.yaml (a group with `runtime:`): the tunable the walker needs, the
 map of processes to walk, the double-buffered map of recorded stacks and the counters; for an

@@ -14,7 +14,7 @@ from ..procs import ProcessTable
 from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_maps import file_stack_hash
-from ..unwind.runtimes import FrameSource
+from ..runtimes.registry import FrameSource
 from .buffers import RawStack
 from .obi import trace_labels
 
@@ -303,11 +303,7 @@ class SampleMaker:
         for source in self.runtimes:
             # a source whose merge depends only on (pid, key, native frames) says, with final_merge,
             # whether the merged stack is named as it will stay: only such a stack is reused
-            final_merge = getattr(source, "final_merge", None)
-            if final_merge is not None:
-                merged, named_all = final_merge(raw.pid, raw.runtime_stack, native)
-            else:
-                merged, named_all = source.merge(raw.pid, raw.runtime_stack, native), False
+            merged, named_all = source.final_merge(raw.pid, raw.runtime_stack, native)
             if merged is not native:
                 # (identity, in one C-level pass: `in` would compare frames field by field)
                 truncated = any(map(is_, merged, repeat(TRUNCATED)))

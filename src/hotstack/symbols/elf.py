@@ -292,10 +292,13 @@ class ElfFile:
 
     # -- addresses ----------------------------------------------------------------------------
     def file_offset_to_vaddr(self, offset: int) -> int | None:
-        """The ELF virtual address that a file offset is loaded at (through PT_LOAD)."""
+        """The ELF virtual address that a file offset is loaded at (through PT_LOAD); None where no
+        segment loads it, or where the segment's address would put it past 2**64 (a damaged or
+        hostile header: such an address cannot be a frame's, and no profile format can carry it)."""
         for seg in self.segments:
             if seg.offset <= offset < seg.offset + max(seg.filesz, 1):
-                return offset - seg.offset + seg.vaddr
+                vaddr = offset - seg.offset + seg.vaddr
+                return vaddr if vaddr < 1 << 64 else None
         return None
 
     def vaddr_to_file_offset(self, vaddr: int) -> int | None:

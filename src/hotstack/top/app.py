@@ -17,6 +17,7 @@ from ..profile.model import Profile
 from ..profile.transforms import fold_own
 from ..sampling.config import COMM_MAX, EngineConfig
 from ..text import escape
+from .. import procs
 from .keys import ESC, Keys
 from .view import SORTS, ViewState, render
 from .window import Window
@@ -48,7 +49,7 @@ class TopOptions:
         if self.sort not in SORTS:
             raise ConfigError(f"--sort {self.sort!r}: expected one of {', '.join(SORTS)}")
         for pid in self.pids:
-            if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
+            if pid <= 0 or not procs.exists(pid):
                 raise ConfigError(f"--pid {pid}: no such process")
         for comm in self.comms:
             if not comm or len(comm) > COMM_MAX:

@@ -21,6 +21,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
 from tests.peers import require_tool
+from tests.runtime_fixtures import runtime_source
 
 pytestmark = pytest.mark.root
 
@@ -198,7 +199,7 @@ def test_started_after_profiler_and_exited_keep_names():
         proc.wait(timeout=30)
         time.sleep(0.3)
         samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
-        stats = next(src for src in prof.runtimes if src.name == "perl").stats()
+        stats = runtime_source(prof, "perl").stats()
     names = Counter(n for s in samples for n in perl_names(s))
     assert names["Workload::hot_a"] > 0 and names["Workload::hot_b"] > 0, names.most_common(8)
     assert names["[unknown perl]"] == 0, names.most_common(8)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotstack.unwind.perl.frames import CXT_EVAL, CXT_SUB, RawContext, frames_of, vm_groups
+from hotstack.runtimes.perl.frames import CXT_EVAL, CXT_SUB, RawContext, frames_of, vm_groups
 
 LOOP, BLOCK, NULL = 5, 2, 0
 EVALBLOCK = 0x40

@@ -1,4 +1,4 @@
-"""The offset table (unwind/perl/offsets.py) against the installed perl's own headers: a C program
+"""The offset table (runtimes/perl/offsets.py) against the installed perl's own headers: a C program
 compiled against them prints offsetof() of every member the walker and the namer read, which must
 equal the table's entry for that perl's version."""
 
@@ -9,9 +9,9 @@ from dataclasses import fields
 
 import pytest
 
-from hotstack.unwind.perl.offsets import CVF_NAMED, SVT_PVCV, SVT_PVGV, SVT_PVHV, offsets_for
-from hotstack.unwind.perl.source import SVF_OOK
-from hotstack.unwind.perl.frames import CXT_EVAL, CXT_FORMAT, CXT_SUB, CXTYPEMASK
+from hotstack.runtimes.perl.offsets import CVF_NAMED, SVT_PVCV, SVT_PVGV, SVT_PVHV, offsets_for
+from hotstack.runtimes.perl.source import SVF_OOK
+from hotstack.runtimes.perl.frames import CXT_EVAL, CXT_FORMAT, CXT_SUB, CXTYPEMASK
 from tests.peers import require_tool
 
 # PerlOffsets field -> the C expression it must equal (threaded build: ithreads, MULTIPLICITY)

@@ -17,10 +17,11 @@ from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
-from hotstack.unwind.php.detect import detect
-from hotstack.unwind.php.source import ZEND_OP_SIZE
-from hotstack.unwind.python.memory import ProcessMemory
+from hotstack.runtimes.php.detect import detect
+from hotstack.runtimes.php.source import ZEND_OP_SIZE
+from hotstack.runtimes.common.memory import ProcessMemory
 from tests.peers import require_tool
+from tests.runtime_fixtures import runtime_source
 
 from source_lines import function_lines
 
@@ -106,7 +107,7 @@ def test_shares_order_and_lines():
 
 
 def test_each_function_read_knows_where_its_opcodes_are():
-    """op_array.opcodes and .last at the offsets of the version (unwind/php/detect.py): every
+    """op_array.opcodes and .last at the offsets of the version (runtimes/php/detect.py): every
     opcode of every user function read has a line inside the function, so a frame's opline is
     checked against the right range (source.py names a line only from its own opcodes)."""
     proc = start("60")
@@ -115,7 +116,7 @@ def test_each_function_read_knows_where_its_opcodes_are():
                     processes=_PROCESSES) as prof:
             time.sleep(1.5)
             prof.collect()
-            php = next(src for src in prof.runtimes if src.name == "php")
+            php = runtime_source(prof, "php")
             funcs = [f for f in php._funcs.get(proc.pid, {}).values() if f.user]
             mem = ProcessMemory(proc.pid)
             lineno = detect(proc.pid).offsets.op_lineno
@@ -147,7 +148,7 @@ def test_started_after_profiler_and_exited_keep_names():
         proc.wait(timeout=30)
         time.sleep(0.3)
         samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
-        stats = next(src for src in prof.runtimes if src.name == "php").stats()
+        stats = runtime_source(prof, "php").stats()
     names = Counter(n for s in samples for n in php_names(s))
     assert names["Workload::hot_a"] > 0 and names["Workload::hot_b"] > 0, names.most_common(8)
     assert names["[unknown php]"] == 0, names.most_common(8)
@@ -172,7 +173,7 @@ def test_opcache_jit_frames_named_and_placed():
             while time.monotonic() < deadline and hot_share(samples)[1] < 1200:
                 time.sleep(0.5)
                 samples.extend(prof.collect()[0].samples)
-            stats = next(src for src in prof.runtimes if src.name == "php").stats()
+            stats = runtime_source(prof, "php").stats()
     finally:
         proc.kill()
         proc.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotstack.unwind.php.source import CALL_TOP, RawPhpFrame, vm_groups
+from hotstack.runtimes.php.source import CALL_TOP, RawPhpFrame, vm_groups
 
 
 def test_groups_end_after_each_top_frame():

@@ -14,6 +14,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
 from tests.peers import require_tool
+from tests.runtime_fixtures import runtime_source
 
 from rb_helpers import WORKLOAD, rbspy
 
@@ -135,7 +136,7 @@ def test_started_after_profiler_and_exited_keep_names():
         proc.wait(timeout=30)
         time.sleep(0.3)
         samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
-        stats = next(src for src in prof.runtimes if src.name == "ruby").stats()
+        stats = runtime_source(prof, "ruby").stats()
     with_ruby = sum(s.value for s in samples if ruby_names(s))
     assert stats["walks"] >= with_ruby > 0, stats
     assert stats["iseqs_read"] > 0, stats
@@ -171,7 +172,7 @@ def test_idle_process_costs_no_naming_passes_and_is_named_once_it_works(tmp_path
     script = tmp_path / "idle_then_busy.rb"
     script.write_text(IDLE_THEN_BUSY)
     with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
-        source = next(src for src in prof.runtimes if src.name == "ruby")
+        source = runtime_source(prof, "ruby")
         reads = []
         # the passes take the recorded stacks out of the kernel (InterpreterSource.poll)
         take = source._kernel.take

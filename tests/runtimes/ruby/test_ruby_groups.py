@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from hotstack.profile.model import Frame, FrameKind
-from hotstack.unwind.python.merge import merge
-from hotstack.unwind.ruby.frames import (FLAG_FINISH, FRAME_BLOCK, FRAME_CFUNC, FRAME_DUMMY, FRAME_METHOD,
+from hotstack.runtimes.common.merge import merge
+from hotstack.runtimes.ruby.frames import (FLAG_FINISH, FRAME_BLOCK, FRAME_CFUNC, FRAME_DUMMY, FRAME_METHOD,
                                          FRAME_TOP, RawRubyFrame, vm_groups)
-from hotstack.unwind.ruby.source import is_vm_entry
+from hotstack.runtimes.ruby.source import is_vm_entry
 
 
 def raw(magic: int, finish: bool = False, iseq: int = 0x1000, pc: int = 0x2000) -> RawRubyFrame:

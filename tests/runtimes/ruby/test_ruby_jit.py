@@ -1,11 +1,11 @@
-"""JIT code in native stacks (unwind/ruby/jit.py, shared with PHP): which mappings hold JIT code, and
+"""JIT code in native stacks (runtimes/common/jit.py, shared with PHP): which mappings hold JIT code, and
 where interpreter frames go when the native stack runs through it (no process needed)."""
 
 from __future__ import annotations
 
 from hotstack.procs.maps import parse_maps
 from hotstack.profile.model import UNKNOWN, Frame, FrameKind
-from hotstack.unwind.ruby.jit import jit_regions, merge_jit
+from hotstack.runtimes.common.jit import jit_regions, merge_jit
 
 MAPS = """\
 55e000000000-55e000100000 r-xp 00001000 fe:00 123  /usr/bin/php8.2

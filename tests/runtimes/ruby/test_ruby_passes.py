@@ -13,8 +13,9 @@ from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
-from hotstack.unwind.interpreter_source import NAME_EVERY
+from hotstack.runtimes.common.interpreter_source import NAME_EVERY
 from tests.peers import require_tool
+from tests.runtime_fixtures import runtime_source
 
 from rb_helpers import WORKLOAD, RubyTarget
 
@@ -42,7 +43,7 @@ def test_steady_process_is_taken_out_of_the_kernel_every_name_every_not_every_ro
     processes = ProcessTable()
     with Engine(EngineConfig(frequency=499, pids=(t.pid,)), symbolizer=Symbolizer(processes),
                 processes=processes) as prof:
-        source = next(src for src in prof.runtimes if src.name == "ruby")
+        source = runtime_source(prof, "ruby")
         takes: list[float] = []
         _count_calls(source._kernel, "take", takes)
         deadline = time.monotonic() + 10
@@ -77,7 +78,7 @@ def test_new_pids_are_read_only_when_announced():
     try:
         with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=Symbolizer(processes),
                     processes=processes) as prof:
-            source = next(src for src in prof.runtimes if src.name == "ruby")
+            source = runtime_source(prof, "ruby")
             drains: list[float] = []
             _count_calls(prof.cpu.collection.maps["new_pids"], "drain", drains)
             time.sleep(1.5)         # the first process announced, read, listed: rounds every ~0.2 s

@@ -8,7 +8,7 @@ import weakref
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ...unwind.runtime_files import RUNTIME_NAMES, UNREAD
+from ...runtimes.common.files import RUNTIME_NAMES, UNREAD
 
 _BY_REGISTRY: "weakref.WeakKeyDictionary[CollectorRegistry, EbpfMetrics]" = weakref.WeakKeyDictionary()
 
@@ -54,7 +54,7 @@ class EngineCollector:
             native.add_metric([what], value)
         hits = CounterMetricFamily("hotstack_symbolizer_lookups", "Symbol lookups by result.", labels=["result"])
         runtime = CounterMetricFamily("hotstack_bpf_run_time_seconds", "Run time of the BPF sampler program.")
-        # frame sources with stats() (unwind/v8): processes attached, frames read, read errors
+        # frame sources with stats() (runtimes/v8): processes attached, frames read, read errors
         sources = GaugeMetricFamily("hotstack_runtime_processes", "Processes a runtime's frame source walks.",
                                     labels=["runtime"])
         source_counts = CounterMetricFamily("hotstack_runtime_events", "A runtime's frame source: frames the "
@@ -72,9 +72,10 @@ class EngineCollector:
                 if k.startswith(("elf_cache", "pid_cache")):
                     caches[k] = caches.get(k, 0) + v
             for source in built_sources(p):
-                if hasattr(source, "stats"):
+                stats = source.stats()
+                if stats:        # (a source that keeps none: CPython's)
                     total = per_source.setdefault(source.name, {})
-                    for what, value in source.stats().items():
+                    for what, value in stats.items():
                         total[what] = total.get(what, 0) + value
         for name, st in sorted(per_source.items()):
             sources.add_metric([name], st.pop("processes", 0))
@@ -181,7 +182,7 @@ def _python_counter(index_name: str):
         from ...bpf import schema
         total = 0
         for source in built_sources(profiler):
-            if getattr(source, "name", "") != "python":
+            if source.name != "python":
                 continue
             with _PY_LOCK:
                 totals = _PY_TOTALS.setdefault(source, [0] * schema.PY_STAT_MAX)
@@ -193,16 +194,16 @@ def _python_counter(index_name: str):
 
 
 def _runtime_stat(runtime: str, name: str):
-    """A counter of an interpreter source's stats() (unwind/ruby, unwind/perl), summed over profilers' sources."""
+    """A counter of an interpreter source's stats() (runtimes/ruby, runtimes/perl), summed over profilers' sources."""
     def read(profiler) -> int:
         return sum(source.stats()[name] for source in built_sources(profiler)
-                   if getattr(source, "name", "") == runtime)
+                   if source.name == runtime)
     return read
 
 
 def _v8_frames(profiler):
     return sum(source.stats()["frames"] for source in built_sources(profiler)
-               if getattr(source, "name", "") == "v8")
+               if source.name == "v8")
 
 
 PROFILER_METRICS = [
@@ -221,7 +222,7 @@ PROFILER_METRICS = [
      _kernel_counter("end_read")),
     ("UnwindNativeErrStackDeltaInvalid", "counter", "Number of walks ended by a rule that cannot be evaluated "
      "(and no frame pointer)", _kernel_counter("end_invalid")),
-    # interpreter unwinding: the kernel walkers of unwind/python and unwind/v8
+    # interpreter unwinding: the kernel walkers of runtimes/python and runtimes/v8
     ("UnwindPythonAttempts", "counter", "Number of attempted python unwinds", _python_counter("PY_STAT_WALKS")),
     ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
      _python_counter("PY_STAT_NO_THREAD")),

@@ -360,6 +360,6 @@ class PyroscopeEbpf(Component):
             sym["elf_cache"]["files"] = sym["elf_cache"]["files"][:500]
             sym["pid_cache"]["processes"] = sym["pid_cache"]["processes"][:500]
             info.update(sym)
-            info["runtimes"] = {s.name: s.stats() for s in built_sources(profiler) if hasattr(s, "stats")}
+            info["runtimes"] = {s.name: s.stats() for s in built_sources(profiler)}
         return info
 

@@ -1,0 +1,206 @@
+"""The files a language runtime lives in, as a process maps them: shared by the interpreters'
+detection (CPython, Ruby, PHP, Perl).
+
+A runtime's file (an interpreter executable or its library) is opened through the process's own
+mapping (procs.mapped_file_path), not by the path its maps show: a process in a chroot shows
+paths from hotstack's root, one in a container paths of its own root, and a file replaced or
+deleted on disk since the process started (a package upgrade) is still the one it runs. What a
+file tells is read once per file (its device, inode, size and modification time) and cached.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from ... import procs
+from ...procs.maps import Mapping
+from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
+
+T = TypeVar("T")
+log = logging.getLogger("hotstack.runtimes")
+
+ELF_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+
+
+def symbol_spans(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, tuple[int, int]]:
+    """(value, size) of each of `names` that the file's dynamic (else full) symbol table defines."""
+    found: dict[bytes, tuple[int, int]] = {}
+    for kind in (SHT_DYNSYM, SHT_SYMTAB):
+        for s in elf.sections:
+            if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+                continue
+            strtab = elf.sections[s.link]
+            strings = elf.read(strtab.offset, strtab.size)
+            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % ELF_SYM.itemsize), dtype=ELF_SYM)
+            for name in names:
+                if name in found:
+                    continue
+                pos = strings.find(b"\0" + name + b"\0")
+                if pos < 0:
+                    continue
+                hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
+                if len(hit):
+                    found[name] = (int(hit[0]["value"]), int(hit[0]["size"]))
+    return found
+
+
+def symbols(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, int]:
+    """The value of each of `names` that the file's dynamic (else full) symbol table defines."""
+    return {name: value for name, (value, _size) in symbol_spans(elf, names).items()}
+
+
+class Unreadable(Exception):
+    """The file is the runtime's, but this version or build cannot be read: `reason` says why.
+    Raised by a runtime's inspection of a file; inspected_once remembers it as the file's answer."""
+
+    def __init__(self, reason: str, version: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.version = version
+
+
+@dataclass(frozen=True)
+class UnreadProcess:
+    """A process that runs a runtime hotstack recognizes and cannot read: no runtime frames."""
+
+    pid: int
+    runtime: str
+    version: str
+    file: str
+    reason: str
+
+    def line(self) -> str:
+        version = f" {self.version}" if self.version else ""
+        return (f"pid {self.pid}: {self.runtime}{version} in {self.file!r} is not read ({self.reason}); "
+                f"its {self.runtime} frames show as the interpreter's native frames")
+
+
+class UnreadRuntimes:
+    """Every process whose runtime was recognized and could not be read: one warning per file and
+    reason (a host runs many processes of one binary), each process counted once, and the last
+    ones kept by pid for `hotstack doctor --pid` and the agent's debug info."""
+
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._warned: set[tuple] = set()
+        self._by_pid: dict[tuple[int, str], UnreadProcess] = {}
+        self.counts: dict[str, int] = {}       # runtime -> processes, since the start
+        self._new = 0
+
+    def note(self, identity: tuple, found: UnreadProcess) -> None:
+        with self._lock:
+            key = (found.pid, found.runtime)
+            if key in self._by_pid:
+                return
+            if len(self._by_pid) >= self.KEEP:
+                self._by_pid.pop(next(iter(self._by_pid)))
+            self._by_pid[key] = found
+            self.counts[found.runtime] = self.counts.get(found.runtime, 0) + 1
+            self._new += 1
+            first = (identity, found.reason) not in self._warned
+            self._warned.add((identity, found.reason))
+        if first:
+            log.warning("%s", found.line())
+
+    def of(self, pid: int) -> list[UnreadProcess]:
+        with self._lock:
+            return [u for (p, _r), u in self._by_pid.items() if p == pid]
+
+    def take_new(self) -> int:
+        """Processes noted since the last call (for one interval's footer)."""
+        with self._lock:
+            new, self._new = self._new, 0
+        return new
+
+    def forget(self, pid: int) -> None:
+        """A process gone or exec'ed: it may be noted again with its next image."""
+        with self._lock:
+            for key in [k for k in self._by_pid if k[0] == pid]:
+                del self._by_pid[key]
+
+
+UNREAD = UnreadRuntimes()
+# the runtimes as UNREAD names them (every one counted from the start, at 0)
+RUNTIME_NAMES = ("CPython", "Node.js", "Ruby", "PHP", "Perl", "Java")
+
+
+def inspected_once(cache: dict, path: str, inspect: Callable[[], T], *, pid: int = 0, runtime: str = "",
+                   shown: str = "") -> T | None:
+    """`inspect()` of the file at `path`, run once per file (keyed by device, inode, size and mtime,
+    so a replaced file is inspected again); None if the file is gone or not the runtime's. A file
+    the inspection found to be the runtime's but could not read (Unreadable) is None too, and the
+    process `pid` is noted in UNREAD (`shown`: the path its maps show)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in cache:
+        try:
+            cache[key] = inspect()
+        except Unreadable as e:
+            cache[key] = e
+    found = cache[key]
+    if isinstance(found, Unreadable):
+        UNREAD.note(key, UnreadProcess(pid, runtime, found.version, shown or path, found.reason))
+        return None
+    return found
+
+
+def load_base(elf_path: str, mappings: list[Mapping]) -> int | None:
+    """Where the process loaded the file (address - ELF virtual address), from its mappings of that
+    file: executable ones first, since another mapping of the same file may be a copy the process
+    only reads (at any address: a profiler's mmap of the whole file gave a wrong base)."""
+    try:
+        with ElfFile(elf_path) as elf:
+            for m in sorted(mappings, key=lambda m: not m.executable):
+                vaddr = elf.file_offset_to_vaddr(m.offset)
+                if vaddr is not None:
+                    return m.start - vaddr
+    except ElfError:
+        return None
+    return None
+
+
+def exe_name(pid: int) -> str:
+    """The file name of the process's executable ('' when gone), as the pid watcher read it: an
+    interpreter's source looks into a process whose executable is named for it only."""
+    return os.path.basename(procs.exe_path(pid, recent=True).removesuffix(" (deleted)"))
+
+
+def candidates(mappings: list[Mapping], name: re.Pattern[str], library_word: str) -> list[Mapping]:
+    """The first mapping of each file whose name matches `name`, files whose path holds
+    `library_word` first (an interpreter's shared library before the executable that loads it).
+    Only files the process runs (mapped executable): a profiler or a debugger also maps
+    interpreters it only reads (hotstack maps every binary it symbolizes)."""
+    running = {(m.inode, m.dev) for m in mappings if m.executable and m.is_file}
+    seen: dict[tuple[int, str], Mapping] = {}
+    for m in mappings:
+        key = (m.inode, m.dev)
+        if m.is_file and key in running and key not in seen and name.search(m.file_path):
+            seen[key] = m
+    return sorted(seen.values(), key=lambda m: library_word not in m.file_path)
+
+
+def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator[tuple[Mapping, str, list[Mapping]]]:
+    """(candidate, a path that opens its very file, every mapping of that file) for each of
+    `chosen` that can be opened now."""
+    for cand in chosen:
+        path = procs.mapped_file_path(pid, cand)
+        if path is not None:
+            yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
+
+
+__all__ = ["ELF_SYM", "RUNTIME_NAMES", "UNREAD", "exe_name", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
+           "opened", "symbol_spans", "symbols"]

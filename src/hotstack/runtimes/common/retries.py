@@ -1,0 +1,95 @@
+"""The retry ladder every frame source (interpreters, V8, HotSpot) shares: a process first seen
+before it runs the runtime (still in its parent's code before exec, the interpreter not
+initialized, a JVM's code cache not made yet) is looked at again at `retry_ages`, if
+`_may_run(pid)` says it could still become one (its maps or its executable name the runtime: a
+host's other processes are looked at once, not seven times).
+
+A source supplies `_find(pid)` (what it needs to list the process, or None: not (yet) one),
+`_may_run(pid)` and `_list(pid, found)` (lists it for the kernel walker; False if it could not),
+and keeps `_kernel` (None before attach) and `_procs` (the processes listed).
+"""
+
+from __future__ import annotations
+
+from ..plugin import FrameSource
+
+import time
+from typing import Any
+
+from ... import procs
+
+# ages (seconds since first seen) at which a process not running the runtime yet is looked at again
+RETRY_AGES = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
+class RetryLadder(FrameSource):
+    """A frame source that looks again, at `retry_ages`, at a process first seen before its runtime
+    was ready."""
+
+    retry_ages: tuple[float, ...] = RETRY_AGES
+    _kernel: Any
+    _procs: dict
+
+    def __init__(self) -> None:
+        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
+
+    def _find(self, pid: int):
+        raise NotImplementedError
+
+    def _may_run(self, pid: int) -> bool:
+        """Whether a process `_find` turned down may still run the runtime later (reads of this
+        round only)."""
+        raise NotImplementedError
+
+    def _list(self, pid: int, found) -> bool:
+        raise NotImplementedError
+
+    def observe(self, pid: int) -> bool:
+        """Look at a newly seen process; list it for the walker if it runs the runtime."""
+        if self._kernel is None or pid in self._procs:
+            return False
+        found = self._find(pid)
+        if found is None:
+            if pid not in self._retry and self._may_run(pid):
+                self._retry[pid] = (time.monotonic(), 0)
+                # its walker verified now, while the runtime starts, and not once it runs: the
+                # first JVM's code ran unnamed until the verifier was done (0.1-0.3 s here)
+                self._kernel.ready()
+            return False
+        self._retry.pop(pid, None)
+        return self._list(pid, found)
+
+    def _retry_pending(self) -> None:
+        """The retries now due (called every pid watcher round); a process gone is dropped."""
+        if not self._retry:
+            return
+        now = time.monotonic()
+        for pid, (first, tries) in list(self._retry.items()):
+            if tries >= len(self.retry_ages):
+                self._retry.pop(pid, None)
+            elif now - first >= self.retry_ages[tries]:
+                if not procs.exists(pid):
+                    self._retry.pop(pid, None)
+                    continue
+                self._retry[pid] = (first, tries + 1)
+                self.observe(pid)
+
+    def _retry_in(self) -> float | None:
+        """Seconds until the next retry is due (None: none pending)."""
+        if not self._retry:
+            return None
+        now, ages = time.monotonic(), self.retry_ages
+        return max(0.0, min(first + ages[tries] - now if tries < len(ages) else 0.0
+                            for first, tries in self._retry.values()))
+
+    @staticmethod
+    def _sooner(a: float | None, b: float | None) -> float | None:
+        return b if a is None else a if b is None else min(a, b)
+
+    def _forget_retry(self, pid: int) -> None:
+        self._retry.pop(pid, None)
+
+    def _drop_dead_retries(self) -> None:
+        for pid in list(self._retry):
+            if not procs.exists(pid):
+                self._retry.pop(pid, None)

@@ -1,0 +1,93 @@
+"""HotSpotSource: the Java (HotSpot JVM) frame source (runtimes/registry.py).
+
+A process is a JVM if it maps libjvm.so; its vmStructs, read from its memory once its code cache
+and interpreter exist (jvm.py), give the kernel walker (bpf/hotspot.h) the code heaps and the
+offsets it needs, and this side the offsets to name a Method. The kernel walks interpreted and
+compiled frames and records each with its Method*; here they are named `package.Class.method`
+from the target's memory (every ~0.5 s for the stacks recorded so far, so a JVM that exits
+mid-interval keeps its names) and put in place of the native frames at the same positions.
+Frames need the kernel unwinder (`--unwind kernel`): it is what calls the walker.
+
+The lifecycle (detect, attach, observe with retries, poll, collect, merge, forget) is common/jit_source.py's.
+"""
+
+from __future__ import annotations
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame
+from ..common.jit_source import JitSource
+from .jvm import JvmLayout, NotReady, read_layout
+from .names import Names
+from .vmstructs import libjvm
+
+# A JVM is looked at again at these ages (seconds since first seen) until its code cache and
+# interpreter exist: libjvm is mapped a few ms after exec, the code cache some 10-100 ms later.
+RETRY_AGES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
+
+
+def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int, int, int]], int]:
+    """((index, kind, method, extra, pc, blob) per recorded frame, pid) of a struct hs_stack."""
+    head = schema.HS_STACK.unpack(raw)
+    size = schema.HS_FRAME.size
+    n = min(head.len, schema.HS_MAX_FRAMES, (len(raw) - schema.HS_STACK_TAIL_OFFSET) // size)
+    unpack = schema.HS_FRAME.struct.unpack_from
+    frames = []
+    for i in range(n):
+        index, kind, pc, method, extra, blob = unpack(raw, schema.HS_STACK_TAIL_OFFSET + i * size)
+        frames.append((index, kind, method, extra, pc, blob))
+    return frames, head.pid
+
+
+class HotSpotSource(JitSource):
+    name = "hotspot"
+    looks_for = ("/libjvm.so", "/libjli.so")     # (libjvm, _may_run)
+    stat_max = schema.HS_STAT_MAX
+    stat_frames = schema.HS_STAT_FRAMES
+    retry_ages = RETRY_AGES
+
+    def _layout(self, pid: int) -> JvmLayout | None:
+        if libjvm(pid) is None:
+            return None
+        try:
+            return read_layout(pid)
+        except NotReady:
+            return None
+
+    def _may_run(self, pid: int) -> bool:
+        """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
+        launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
+        paths = procs.exec_paths(pid, recent=True)
+        return "/libjvm.so" in paths or "/libjli.so" in paths
+
+    def _record(self, layout: JvmLayout) -> bytes:
+        return layout.record
+
+    def _names(self, pid: int, layout: JvmLayout) -> Names:
+        return Names(pid, layout)
+
+    _parse = staticmethod(parse_stack)
+    _stack_head = schema.HS_STACK
+
+    @staticmethod
+    def _name_frame(names: Names, frame: tuple) -> Frame | list[Frame] | None:
+        index, kind, method, extra, pc, blob = frame
+        if kind == schema.HS_KIND_INTERPRETED:
+            return names.method(method)
+        if kind == schema.HS_KIND_COMPILED:
+            return names.compiled(method, extra, blob, pc, leaf=index == 0)
+        if kind == schema.HS_KIND_BLOB_FP:
+            return names.compiled(method, extra)
+        return None
+
+    @staticmethod
+    def _identity(frame: tuple) -> tuple:
+        index, kind, method, extra, pc, blob = frame
+        if kind == schema.HS_KIND_COMPILED:
+            return kind, method, extra, blob, pc, index == 0
+        if kind == schema.HS_KIND_INTERPRETED:
+            return kind, method          # extra is the bytecode pointer: not part of the name
+        return kind, method, extra
+
+
+__all__ = ["HotSpotSource", "parse_stack"]

@@ -1,0 +1,151 @@
+"""The JVM's description of itself: the gHotSpotVM* tables that libjvm.so exports for debuggers.
+
+`gHotSpotVMStructs` is an array of entries (type name, field name, type string, is static, offset,
+address), `gHotSpotVMTypes` one of (type name, superclass, size ...), and the gHotSpotVM*Offset/Stride
+variables say where each member sits in an entry. They are filled when the VM starts (the symbols are
+in .bss), so they are read from the live process, never from the file. Everything a Java frame walker
+needs (Method, ConstMethod, ConstantPool, Symbol, CodeBlob, nmethod, CodeHeap offsets) comes from here,
+for the JVM that runs: one reader for JDK 11-25, no table per version.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ... import procs
+from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
+from ..common.memory import MemoryReadError, PagedMemory, ProcessMemory
+from ..common.files import candidates, load_base, opened
+from ..common.files import ELF_SYM as _SYM
+
+import numpy as np
+
+MAX_ENTRIES = 10000
+_LIBJVM = re.compile(r"/libjvm\.so$")
+_GLOBALS = (
+    "gHotSpotVMStructs", "gHotSpotVMStructEntryArrayStride", "gHotSpotVMStructEntryTypeNameOffset",
+    "gHotSpotVMStructEntryFieldNameOffset", "gHotSpotVMStructEntryTypeStringOffset",
+    "gHotSpotVMStructEntryIsStaticOffset", "gHotSpotVMStructEntryOffsetOffset", "gHotSpotVMStructEntryAddressOffset",
+    "gHotSpotVMTypes", "gHotSpotVMTypeEntryArrayStride", "gHotSpotVMTypeEntryTypeNameOffset",
+    "gHotSpotVMTypeEntrySizeOffset",
+)
+
+
+@dataclass
+class VMStructs:
+    """Field offsets (or static addresses) by (type, field), type sizes by name."""
+
+    offsets: dict[tuple[str, str], int] = field(default_factory=dict)
+    addresses: dict[tuple[str, str], int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+def libjvm(pid: int) -> tuple[str, int] | None:
+    """(a path that opens the process's very libjvm.so, load bias), or None."""
+    # most processes of a host: one substring test (of the pid watcher's read of this round)
+    if "/libjvm.so" not in procs.exec_paths(pid, recent=True):
+        return None
+    mappings = procs.parse_maps(procs.read_maps_text(pid, recent=True))
+    for _cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _LIBJVM, "libjvm")):
+        base = load_base(path, its_mappings)
+        if base is not None:
+            return path, base
+    return None
+
+
+def _dynamic_symbols(path: str, names: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with ElfFile(path) as elf:
+        for s in elf.sections:
+            if s.type != SHT_DYNSYM or s.link >= len(elf.sections):
+                continue
+            strings = elf.read(elf.sections[s.link].offset, elf.sections[s.link].size)
+            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
+            for name in names:
+                pos = strings.find(b"\0" + name.encode() + b"\0")
+                if pos >= 0:
+                    hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
+                    if len(hit):
+                        out[name] = int(hit[0]["value"])
+    return out
+
+
+def _cstr(mem: ProcessMemory, address: int, limit: int = 256) -> str:
+    if not address:
+        return ""
+    raw = mem.read(address, limit) if limit else b""
+    return raw.split(b"\0", 1)[0].decode("latin-1")
+
+
+def _cstr_safe(mem: ProcessMemory, address: int) -> str:
+    """A C string that may sit near the end of a mapping: read in small steps."""
+    out = b""
+    while address and len(out) < 256:
+        try:
+            chunk = mem.read(address + len(out), 32)
+        except MemoryReadError:
+            break
+        end = chunk.find(b"\0")
+        if end >= 0:
+            return (out + chunk[:end]).decode("latin-1")
+        out += chunk
+    return out.decode("latin-1")
+
+
+def read_vmstructs(pid: int) -> VMStructs | None:
+    """The tables of a running JVM, or None (not a JVM, or not started far enough)."""
+    found = libjvm(pid)
+    if found is None:
+        return None
+    path, bias = found
+    try:
+        syms = _dynamic_symbols(path, _GLOBALS)
+    except (ElfError, OSError):
+        return None
+    if len(syms) != len(_GLOBALS):
+        return None
+    mem = PagedMemory(pid)      # the tables and their names do not change once the VM published them
+    try:
+        g = {name: mem.u64(bias + syms[name]) for name in _GLOBALS}
+        if not g["gHotSpotVMStructs"] or not g["gHotSpotVMStructEntryArrayStride"]:
+            return None
+        out = VMStructs()
+        entry, stride = g["gHotSpotVMStructs"], g["gHotSpotVMStructEntryArrayStride"]
+        for _ in range(MAX_ENTRIES):
+            raw = mem.read(entry, stride)
+            type_name = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMStructEntryTypeNameOffset"]:][:8], "little"))
+            if not type_name:
+                break
+            field_name = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMStructEntryFieldNameOffset"]:][:8], "little"))
+            is_static = int.from_bytes(raw[g["gHotSpotVMStructEntryIsStaticOffset"]:][:4], "little")
+            if is_static:
+                out.addresses[(type_name, field_name)] = int.from_bytes(
+                    raw[g["gHotSpotVMStructEntryAddressOffset"]:][:8], "little")
+            else:
+                out.offsets[(type_name, field_name)] = int.from_bytes(
+                    raw[g["gHotSpotVMStructEntryOffsetOffset"]:][:8], "little")
+            entry += stride
+        entry, stride = g["gHotSpotVMTypes"], g["gHotSpotVMTypeEntryArrayStride"]
+        for _ in range(MAX_ENTRIES):
+            raw = mem.read(entry, stride)
+            type_name = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMTypeEntryTypeNameOffset"]:][:8], "little"))
+            if not type_name:
+                break
+            out.sizes[type_name] = int.from_bytes(raw[g["gHotSpotVMTypeEntrySizeOffset"]:][:8], "little")
+            entry += stride
+    except MemoryReadError:
+        return None
+    return out if out.offsets else None
+
+
+def vm_release(pid: int, structs: VMStructs) -> str:
+    """The JVM's release string (e.g. "17.0.13+11-Debian-2"), from Abstract_VM_Version::_s_vm_release."""
+    address = structs.addresses.get(("Abstract_VM_Version", "_s_vm_release"))
+    if not address:
+        return ""
+    mem = ProcessMemory(pid)
+    try:
+        return _cstr_safe(mem, mem.u64(address))
+    except MemoryReadError:
+        return ""

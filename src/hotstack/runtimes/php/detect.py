@@ -1,0 +1,111 @@
+"""Is a process PHP, which version, and where is its executor_globals?"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from ... import procs
+from ...procs.maps import parse_maps
+from ...symbols.elf import ElfError, ElfFile
+from ..common.files import Unreadable, candidates, inspected_once, load_base, opened, symbols
+from ..common.files import exe_name
+from ..common.jit import jit_regions
+
+_NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")    # a version in the name
+_FILE = re.compile(r"(?:^|/)(?:php[^/]*|libphp[^/]*\.so[^/]*)$")                  # what may be PHP
+
+
+@dataclass(frozen=True)
+class PhpOffsets:
+    version: tuple[int, int]
+    current_execute_data: int = 488      # in zend_executor_globals
+    ed_func: int = 24
+    ed_call_info: int = 40               # Z_TYPE_INFO(This)
+    ed_prev: int = 48
+    fn_type: int = 0                     # zend_function.type: 1 internal, 2 user
+    fn_name: int = 8                     # common.function_name (zend_string *)
+    fn_scope: int = 16                   # common.scope (zend_class_entry *)
+    op_filename: int = 152               # op_array.filename
+    op_line_start: int = 160
+    op_last: int = 80                    # op_array.last (uint32): how many opcodes
+    op_opcodes: int = 88                 # op_array.opcodes; 0: not known for the version
+    op_lineno: int = 24                  # zend_op.lineno
+    str_len: int = 16
+    str_val: int = 24
+    str_h: int = 8                       # zend_string.h
+    ce_name: int = 8
+
+
+# op_array.last/opcodes as in php-src's zend_compile.h of each version; 8.2 moved T and
+# run_time_cache into the common elements. Where not checked against a version's header: 0
+_V82 = PhpOffsets((8, 2))
+_TABLE = {
+    (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144, op_opcodes=0),
+    (8, 0): replace(_V82, version=(8, 0), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
+    (8, 1): replace(_V82, version=(8, 1), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
+    (8, 2): _V82,
+    (8, 3): replace(_V82, version=(8, 3), op_filename=144, op_line_start=152, op_opcodes=0),
+    (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176, op_opcodes=0),
+}
+TESTED = ((8, 2),)
+
+
+@dataclass(frozen=True)
+class PhpProcess:
+    pid: int
+    path: str
+    offsets: PhpOffsets
+    executor_globals: int       # in the process
+    jit: tuple = ()             # anonymous executable mappings (opcache's JIT buffer), runtimes/common/jit.py
+
+
+_binaries: dict[tuple, tuple[PhpOffsets, int] | None] = {}
+
+
+# the version PHP builds into its headers' string, in .rodata of every SAPI binary and libphp
+_POWERED_BY = re.compile(rb"X-Powered-By: PHP/(\d+)\.(\d+)\.")
+
+
+def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
+    """(offsets, executor_globals' address) of a PHP binary, None if it is not one; Unreadable if
+    it is and its version has no offsets here. The version is read from the file (a copy or a link
+    named `php` is PHP too), else from its name."""
+    try:
+        with ElfFile(path) as elf:
+            eg = symbols(elf, (b"executor_globals",)).get(b"executor_globals")
+            if not eg:
+                return None
+            rodata = elf.section(".rodata")
+            m = _POWERED_BY.search(elf.section_data(rodata, cap=64 << 20)) if rodata is not None else None
+    except (ElfError, OSError, ValueError):
+        return None
+    m = m or _NAME.search(name)
+    if m is None:
+        raise Unreadable("its version is neither in the file nor in its name")
+    version = (int(m.group(1)), int(m.group(2)))
+    offsets = _TABLE.get(version)
+    if offsets is None:
+        raise Unreadable(f"no structure offsets known for PHP {version[0]}.{version[1]}", f"{version[0]}.{version[1]}")
+    return offsets, eg
+
+
+def detect(pid: int) -> PhpProcess | None:
+    """The PHP interpreter of `pid`, or None; only `php*` executables are looked into (this runs
+    for every new process of the host)."""
+    if "php" not in exe_name(pid):
+        return None
+    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
+    if "php" not in text:
+        return None
+    mappings = parse_maps(text)
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _FILE, "libphp")):
+        found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path), pid=pid, runtime="PHP",
+                               shown=cand.file_path)
+        if found is None:
+            continue
+        base = load_base(path, its_mappings)
+        if base is None:
+            continue
+        return PhpProcess(pid, path, found[0], base + found[1], jit_regions(mappings))
+    return None

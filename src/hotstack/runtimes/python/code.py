@@ -1,0 +1,143 @@
+"""Code objects -> qualified name, file and line, read from the target's memory.
+
+A code object is identified by (pid, address, checksum): the checksum, taken when the frame
+was sampled, folds co_argcount, co_flags and co_firstlineno, so an address freed and reused
+by another code object does not return the old name. Entries of a process go with it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+from ...profile.model import Frame, FrameKind
+from .linetable import line_for
+from ..common.memory import MemoryReadError, ProcessMemory
+from .offsets import NONE, PyOffsets
+
+MAX_STRING = 1024            # characters of a name or file name we read
+MAX_LINETABLE = 1 << 18
+MAX_CODES_PER_PROCESS = 50_000
+MAX_FRAMES_PER_PROCESS = 200_000
+
+
+def checksum(argcount: int, flags: int, firstlineno: int) -> int:
+    """The same fold the BPF walker computes (u32 arithmetic)."""
+    return ((argcount << 25) + (flags << 10) + firstlineno) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    name: str
+    filename: str
+    firstlineno: int
+    linetable: bytes
+    checksum: int
+
+
+def read_str(mem: ProcessMemory, o: PyOffsets, address: int) -> str:
+    """A str object's text (compact strings; the legacy non-compact form gives '?')."""
+    head = mem.read(address, o.unicode_state + 4)
+    length = struct.unpack_from("<q", head, 16)[0]
+    state = struct.unpack_from("<I", head, o.unicode_state)[0]
+    kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+    if not compact or kind not in (1, 2, 4) or length < 0:
+        return "?"
+    length = min(length, MAX_STRING)
+    data = mem.read(address + (o.ascii_data if ascii_ else o.compact_data), length * kind)
+    codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+    return data.decode(codec, "replace")
+
+
+def read_bytes(mem: ProcessMemory, o: PyOffsets, address: int) -> bytes:
+    size = mem.u64(address + o.bytes_size)
+    if size > MAX_LINETABLE:
+        raise MemoryReadError(f"line table of {size} bytes")
+    return mem.read(address + o.bytes_data, size)
+
+
+def read_code(mem: ProcessMemory, o: PyOffsets, address: int) -> CodeInfo:
+    argcount = mem.u32(address + o.co_argcount)
+    flags = mem.u32(address + o.co_flags)
+    firstlineno = mem.i32(address + o.co_firstlineno)
+    name_ptr = mem.u64(address + (o.co_qualname if o.co_qualname != NONE else o.co_name))
+    return CodeInfo(
+        name=read_str(mem, o, name_ptr),
+        filename=read_str(mem, o, mem.u64(address + o.co_filename)),
+        firstlineno=firstlineno,
+        linetable=read_bytes(mem, o, mem.u64(address + o.co_linetable)),
+        checksum=checksum(argcount, flags, firstlineno & 0xFFFFFFFF))
+
+
+def lasti_of(o: PyOffsets, code: int, instr: int) -> int:
+    """The frame's instruction offset in the unit its line table uses."""
+    if o.instr_is_pointer:
+        return (instr - (code + o.co_code_adaptive)) // 2
+    lasti = instr & 0xFFFFFFFF
+    return lasti - (1 << 32) if lasti >= 1 << 31 else lasti
+
+
+class CodeCache:
+    """Per-process cache of code objects read from the target, and of the frames made from them.
+
+    A frame is the same for the same (code object, instruction): hot frames recur in every
+    interval, and decoding a line table per frame was the largest cost of a busy Python host.
+    """
+
+    def __init__(self) -> None:
+        self._codes: dict[int, dict[tuple[int, int], CodeInfo | None]] = {}
+        # per process, a recorded frame (the tuple the walker stored) -> its named frame: see frames()
+        self._by_record: dict[int, dict[tuple, Frame]] = {}
+        self.reads = 0
+        self.misses = 0
+
+    def frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
+        """The named frame of one (code object, instruction); `sampled_checksum` None: not checked."""
+        return self.frames(pid, o, [(code, instr, sampled_checksum, 0)])[0]
+
+    def frames(self, pid: int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
+        """The named frame of each recorded frame (a RawPyFrame: code object, instruction, checksum,
+        marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
+        a Python call and two dict lookups, had been most of the naming of a new Python stack, and
+        every sample of a recursion at another depth or leaf is a new stack."""
+        by_record = self._by_record.get(pid)
+        if by_record is None:
+            by_record = self._by_record[pid] = {}
+        out = list(map(by_record.get, records))
+        if all(out):        # (a Frame is always true: `None in` would call Frame.__eq__ per frame)
+            return out
+        if len(by_record) >= MAX_FRAMES_PER_PROCESS:
+            by_record.clear()
+        for i, record in enumerate(records):
+            if out[i] is None:
+                made = out[i] = self._make_frame(pid, o, record[0], record[1], record[2])
+                if made.resolved:        # an unreadable code object is read again next time
+                    by_record[record] = made
+        return out
+
+    def _make_frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
+        codes = self._codes.setdefault(pid, {})
+        key = (code, sampled_checksum if sampled_checksum is not None else -1)
+        info = codes.get(key, False)
+        if info is False:
+            self.reads += 1
+            try:
+                info = read_code(ProcessMemory(pid), o, code)
+            except (MemoryReadError, UnicodeDecodeError, struct.error):
+                info = None
+            if info is not None and sampled_checksum is not None and info.checksum != sampled_checksum:
+                info = None     # freed and reused by another code object since the sample
+            if len(codes) >= MAX_CODES_PER_PROCESS:
+                codes.clear()
+            if info is not None:
+                codes[key] = info
+        if info is None:
+            self.misses += 1
+            return Frame("[unknown python]", FrameKind.PYTHON, resolved=False)
+        line = line_for(o.version, info.linetable, info.firstlineno, lasti_of(o, code, instr))
+        return Frame(info.name, FrameKind.PYTHON, file=info.filename, line=line)
+
+    def forget(self, pid: int) -> None:
+        self._codes.pop(pid, None)
+        self._by_record.pop(pid, None)

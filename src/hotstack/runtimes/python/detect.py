@@ -1,0 +1,155 @@
+"""Is a process a CPython interpreter, which version, and where do its runtime structures live?
+
+CPython is either a shared `libpython3.X.so` or linked into the `python3.X` executable.
+The ELF file that defines `_PyRuntime` is the interpreter; its version comes from
+`_Py_DebugOffsets` (3.13+), from `Py_Version` (3.11+) or from the file name.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from ... import procs
+from ...procs.maps import parse_maps
+from ...symbols.elf import ElfError, ElfFile
+from ..common.files import Unreadable, candidates, inspected_once, load_base, opened, symbol_spans
+from ..common.memory import MemoryReadError, ProcessMemory
+from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
+
+_NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")     # a version in the name
+# files that may be an interpreter: a copy or a link named `python3` is one too (its version is in
+# the file: Py_Version, _Py_DebugOffsets)
+_FILE = re.compile(r"(?:^|/)(?:lib)?python[^/]*$")
+_EVAL_LOOP = b"_PyEval_EvalFrameDefault"
+_WANTED = (b"_PyRuntime", b"_Py_NoneStruct", b"Py_Version")
+
+
+@dataclass(frozen=True)
+class PythonBinary:
+    """What one interpreter file tells us, independent of any process (cacheable per file)."""
+
+    path: str
+    version: tuple[int, int]
+    offsets: PyOffsets
+    runtime: int            # ELF virtual address of _PyRuntime
+    none: int               # ELF virtual address of _Py_NoneStruct
+    eval_loop: tuple[int, int] = (0, 0)   # ELF virtual address and size of the evaluation loop
+
+
+@dataclass(frozen=True)
+class PythonProcess:
+    pid: int
+    binary: PythonBinary
+    base: int               # load bias of the interpreter file
+    runtime: int            # _PyRuntime in the process
+    none: int
+    interp: int             # the main interpreter state
+    threads_head: int       # address of interp->threads.head (read each sample: threads come and go)
+
+    @property
+    def eval_loop(self) -> tuple[int, int]:
+        """[start, end) of the evaluation loop's code in the process; (0, 0): not known."""
+        start, size = self.binary.eval_loop
+        return (self.base + start, self.base + start + size) if size else (0, 0)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return self.binary.version
+
+    @property
+    def offsets(self) -> PyOffsets:
+        return self.binary.offsets
+
+
+def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
+    """The interpreter facts of one ELF file, or None if it does not define `_PyRuntime`; Unreadable
+    if it does and its version or layout cannot be read."""
+    try:
+        with ElfFile(path) as elf:
+            spans = symbol_spans(elf, _WANTED + (_EVAL_LOOP,))
+            syms = {name: value for name, (value, _size) in spans.items()}
+            runtime = syms.get(b"_PyRuntime")
+            if runtime is None or b"_Py_NoneStruct" not in syms:
+                return None
+            offsets = None
+            off = elf.vaddr_to_file_offset(runtime)
+            if off is not None and off + DEBUG_SIZE <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
+                offsets = from_debug_offsets(elf.read(off, DEBUG_SIZE))
+            version = offsets.version if offsets else None
+            if version is None and b"Py_Version" in syms:
+                voff = elf.vaddr_to_file_offset(syms[b"Py_Version"])
+                if voff is not None:
+                    hexversion = struct.unpack("<I", elf.read(voff, 4))[0]
+                    version = (hexversion >> 24, (hexversion >> 16) & 0xFF)
+            if version is None:
+                m = _NAME.search(name_hint or path)
+                if not m:
+                    raise Unreadable("its version is neither in the file (Py_Version, _Py_DebugOffsets) nor in its name")
+                version = (int(m.group(1)), int(m.group(2)))
+            shown = ".".join(map(str, version))
+            offsets = offsets or table_offsets(version)
+            if offsets is None:
+                raise Unreadable(f"no structure offsets known for CPython {shown}", shown)
+            if not offsets.fits_walker:     # no Python frames, never wrong ones
+                raise Unreadable("a frame layout the kernel walker cannot read", shown)
+            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"], spans.get(_EVAL_LOOP, (0, 0)))
+    except (ElfError, OSError, ValueError, struct.error):
+        return None
+
+
+def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int] | None:
+    """(interp, address of interp->threads.head), checked through the back pointer tstate->interp.
+
+    The table's interpreters_head can drift between patch releases; when the check fails, nearby
+    slots of _PyRuntime are tried (the interpreter is the one its threads point back to).
+    """
+    def check(head_off: int) -> tuple[int, int] | None:
+        try:
+            interp = mem.u64(runtime + head_off)
+            if interp == 0 or interp & 7:
+                return None
+            tstate = mem.u64(interp + o.threads_head)
+            if tstate == 0 or tstate & 7 or mem.u64(tstate + o.tstate_interp) != interp:
+                return None
+            return interp, interp + o.threads_head
+        except MemoryReadError:
+            return None
+
+    found = check(o.interpreters_head)
+    if found:
+        return found
+    for delta in range(8, 257, 8):
+        for head_off in (o.interpreters_head - delta, o.interpreters_head + delta):
+            if head_off >= 0 and (found := check(head_off)):
+                return found
+    return None
+
+
+_binaries: dict[tuple, PythonBinary | None] = {}
+
+
+def detect(pid: int) -> PythonProcess | None:
+    """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
+    # cheap test first: most processes of a host are not Python (the pid watcher's read of this
+    # round; the whole text is read only for a process that maps a file so named)
+    if "python" not in procs.exec_paths(pid, recent=True):
+        return None
+    text = procs.read_maps_text(pid, recent=True)
+    mappings = parse_maps(text)
+    chosen = candidates(mappings, _FILE, "libpython")
+    for cand, path, its_mappings in opened(pid, mappings, chosen):
+        binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path), pid=pid,
+                                runtime="CPython", shown=cand.file_path)
+        if binary is None:
+            continue
+        base = load_base(path, its_mappings)
+        if base is None:
+            continue
+        mem = ProcessMemory(pid)
+        found = find_interpreter(mem, base + binary.runtime, binary.offsets)
+        if found is None:
+            return None
+        return PythonProcess(pid, binary, base, base + binary.runtime, base + binary.none, *found)
+    return None

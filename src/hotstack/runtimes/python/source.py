@@ -1,0 +1,164 @@
+"""CPythonSource: the CPython frame source (runtimes/registry.py), its first implementation.
+
+It detects CPython processes (detect.py: memory and ELF reads only), lists them for the kernel
+walker (bpf/python.h) through the RuntimeKernel the engine gives it, reads code objects early
+(every ~100 ms, so short-lived processes keep their names), and merges the recorded frames
+into native stacks (merge.py). The record layouts come from bpf/schema.py.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+from ... import procs
+from ...bpf import schema
+from ...profile.model import Frame
+from .code import CodeCache
+from .detect import PythonProcess, detect
+from .frames import RawPyFrame, split_groups
+from ..common.interpreter_source import InterpreterSource
+from ..common.merge import merge
+from .offsets import FRAME_CFRAME, NONE
+
+
+def proc_record(proc: PythonProcess) -> bytes:
+    o = proc.offsets
+    return schema.PY_PROC.pack(
+        threads_head=proc.threads_head, code_tag_mask=o.code_tag_mask, thread_id=o.thread_id,
+        tstate_next=o.tstate_next, tstate_frame=o.tstate_frame,
+        cframe_current=o.cframe_current if o.frame_kind == FRAME_CFRAME else NONE, frame_code=o.frame_code,
+        frame_previous=o.frame_previous, frame_instr=o.frame_instr, frame_marker=o.frame_marker,
+        co_argcount=o.co_argcount, co_flags=o.co_flags, co_firstlineno=o.co_firstlineno,
+        eval_start=proc.eval_loop[0], eval_end=proc.eval_loop[1])
+
+
+# parse_stack makes RawPyFrames straight from the record's fields, in their order
+assert RawPyFrame._fields == schema.PY_FRAME.fields, (RawPyFrame._fields, schema.PY_FRAME.fields)
+
+
+def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
+    """(frames leaf first, truncated, first pid) of a struct py_stack."""
+    head = schema.PY_STACK.unpack(raw)
+    size = schema.PY_FRAME.size
+    n = min(head.len, schema.PY_MAX_FRAMES, (len(raw) - schema.PY_STACK_TAIL_OFFSET) // size)
+    start = schema.PY_STACK_TAIL_OFFSET
+    # tuple.__new__ is what RawPyFrame._make calls, mapped here at C level: _make is a Python-level call
+    # a frame (a third of a naming pass's time on a deep recursion)
+    fields = schema.PY_FRAME.struct.iter_unpack(memoryview(raw)[start:start + n * size])
+    frames = list(map(tuple.__new__, repeat(RawPyFrame), fields))
+    return frames, bool(head.truncated), head.pid
+
+
+class CPythonSource(InterpreterSource):
+    """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
+
+    name = "python"
+    looks_for = ("python",)       # (detect's first test: a file of that name mapped executable)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
+        self.codes = CodeCache()
+        # (pid, key) -> (the process's entry, named groups, every frame named): the samples of one
+        # Python stack under other native leaves (a few to tens an interval) are named once, not once
+        # each. Groups whose every frame was named are kept for the next interval too (a key is a
+        # hash of the frames' code objects and instructions, and the cache checks the object it
+        # names): a recurring Python stack under a new native leaf is not named again.
+        self._named: dict[tuple[int, int], tuple] = {}
+        self._named_before: dict[tuple[int, int], tuple] = {}
+
+    def prepare(self) -> bool:
+        return self._prepare_fsbase()
+
+    def _find(self, pid: int) -> PythonProcess | None:
+        return detect(pid)
+
+    def _may_run(self, pid: int) -> bool:
+        return "python" in procs.exec_paths(pid, recent=True)   # as detect's first test
+
+    def _record(self, proc: PythonProcess) -> bytes:
+        return proc_record(proc)
+
+    def _parse(self, raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
+        return parse_stack(raw)
+
+    def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
+        self.codes.frames(pid, entry[0].offsets, list(set(frames)))   # (a recursion's frames repeat)
+
+    def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
+        """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
+        return self._frames(pid, key)[:2]
+
+    def _frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool, bool]:
+        """frames(), and whether every frame in them is named."""
+        raw = self._stack(key)
+        entry = self._procs.get(pid)
+        if not raw or entry is None:
+            return [], False, True
+        proc = entry[0]
+        named = self._named.get((pid, key))
+        if named is None or named[0] is not proc:
+            named = self._named_before.get((pid, key))
+            if named is None or named[0] is not proc:     # (an exec makes a new entry)
+                o = proc.offsets
+                misses = self.codes.misses     # (an unnamed frame is made, never cached, each time)
+                groups = split_groups(o, raw[0], self.codes.frames(pid, o, raw[0]), proc.none)
+                named = (proc, groups, self.codes.misses == misses)
+            self._named[(pid, key)] = named
+        return named[1], raw[1], named[2]
+
+    def collect(self, buffer: int) -> None:
+        super().collect(buffer)
+        self._named_before = {k: v for k, v in self._named.items() if v[2]}
+        self._named = {}
+
+    def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
+        return self.final_merge(pid, key, native)[0]
+
+    def final_merge(self, pid: int, key: int, native: list[Frame]) -> tuple[list[Frame], bool]:
+        """(merge(), whether every Python frame in it is named as it will stay). merge() depends
+        only on (pid, key, native frames): sampling/samples.py reuses a final merged stack while
+        the process and its stacks are the same."""
+        if not key:
+            return native, True
+        groups, truncated, named = self._frames(pid, key)
+        if not groups:
+            return native, True
+        return merge(native, groups, truncated), named
+
+    def counters(self) -> list[int]:
+        """The walker's counter deltas (enum py_stat order)."""
+        if self._kernel is None:
+            return [0] * schema.PY_STAT_MAX
+        return self._kernel.counters()
+
+    def forget(self, pid: int) -> None:
+        """`pid` exec'ed or exited: its interpreter state is gone (a new one is observed anew)."""
+        with self._lock:
+            found = self._procs.pop(pid, None)
+        self._unknow(pid)
+        self.codes.forget(pid)
+        self._retry.pop(pid, None)
+        if found is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
+    def forget_dead(self) -> None:
+        """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
+        self._prune_known()
+        for pid, (_proc, process) in list(self._procs.items()):
+            if process is not None and process.is_current():
+                continue
+            with self._lock:
+                self._procs.pop(pid, None)
+            self._unknow(pid)
+            self.codes.forget(pid)
+            if self._kernel is not None:
+                self._kernel.untrack(pid)
+            if process is not None and procs.exists(pid):
+                self.observe(pid)      # same pid, new program: look again
+        for pid in list(self._retry):
+            if not procs.exists(pid):
+                self._retry.pop(pid, None)
+
+
+__all__ = ["CPythonSource", "parse_stack", "proc_record"]
