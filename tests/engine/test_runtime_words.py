@@ -9,12 +9,12 @@ import time
 
 from hotstack.procs import process
 from hotstack.runtimes.registry import FRAME_SOURCES, DeferredSource, runtime_words
+from hotstack.runtimes.plugin import FrameSource
 
 
-class _Source:
+class _Source(FrameSource):
     def __init__(self, *words):
-        if words:
-            self.looks_for = words
+        self.looks_for = words          # () : a source that looks at every process
 
 
 def test_one_pattern_of_every_sources_words_and_none_without():
