@@ -256,23 +256,18 @@ def report_process(pid: int, out: TextIO) -> int:
     for source in frame_sources():
         try:
             if source.detect(pid):
-                found.append(source.name)
+                found.append(source.label)
         except Exception as e:     # a source's failure is what doctor is asked about: say it
             write(f"  {source.name}: could not be looked at ({type(e).__name__}: {e})\n")
     unread = UNREAD.of(pid)
     for name in found:
-        write(f"  runtime {RUNTIME_LABELS.get(name, name)}: read (its frames are named)\n")
+        write(f"  runtime {name}: read (its frames are named)\n")
     for u in unread:
         version = f" {u.version}" if u.version else ""
         write(f"  runtime {u.runtime}{version} in {u.file!r}: NOT read: {u.reason}\n")
     if not found and not unread:
         write("  no language runtime recognized: native frames only (C, C++, Go, Rust ...)\n")
     return 0
-
-
-# frame source name -> what a user calls the runtime
-RUNTIME_LABELS = {"python": "CPython", "v8": "Node.js (V8)", "ruby": "Ruby", "php": "PHP", "hotspot": "Java (HotSpot)",
-                  "perl": "Perl"}
 
 
 __all__ = ["Check", "MINIMUM", "features_off", "main", "report", "report_process", "run_checks"]

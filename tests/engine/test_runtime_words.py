@@ -54,6 +54,7 @@ def test_sources_but_cpythons_are_imported_and_built_at_their_first_process():
         if isinstance(source, DeferredSource):
             assert source.built is None
             assert source.looks_for == type(source.build()).looks_for, source.name
+            assert source.label == type(source.build()).label, source.name
     # a fresh interpreter: the engine's list of sources imports none of their modules
     code = ("import sys; from hotstack.runtimes.registry import frame_sources; frame_sources(); "
             "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('hotstack.runtimes.') "

@@ -83,6 +83,7 @@ class FrameSource:
     """The base of every runtime's frame source; see the module's lifecycle."""
 
     name: str = ""                       # its group in bpf/schema.yaml
+    label: str = ""                      # the runtime as its users name it (CPython, Node.js ...)
     # words one of which is in the path of the executable, or of a file mapped executable, of
     # every process the source could follow (its first test, made by the engine once for every
     # source: a new process that names none is not looked at by the source); () : every process

@@ -53,8 +53,9 @@ class DeferredSource(FrameSource):
     `hotstack run`'s), on hosts that run none of those runtimes as on those that do. Until
     then it follows no process, and its merge leaves stacks as they are."""
 
-    def __init__(self, name: str, make: Callable[[], FrameSource], looks_for: tuple[str, ...]) -> None:
+    def __init__(self, name: str, make: Callable[[], FrameSource], looks_for: tuple[str, ...], label: str) -> None:
         self.name = name
+        self.label = label
         self.looks_for = looks_for
         self._make = make
         self._words = runtime_words([self])
@@ -143,11 +144,11 @@ class DeferredSource(FrameSource):
 # CPython's deferred (DeferredSource) with their classes' own `looks_for` (a test checks them).
 FRAME_SOURCES: dict[str, Callable[[], FrameSource]] = {
     "python": _cpython,
-    "v8": lambda: DeferredSource("v8", _v8, ("node",)),                                  # Node.js (runtimes/v8/)
-    "ruby": lambda: DeferredSource("ruby", _ruby, ("ruby",)),
-    "php": lambda: DeferredSource("php", _php, ("php",)),
-    "hotspot": lambda: DeferredSource("hotspot", _hotspot, ("/libjvm.so", "/libjli.so")),  # Java (runtimes/hotspot/)
-    "perl": lambda: DeferredSource("perl", _perl, ("perl",)),
+    "v8": lambda: DeferredSource("v8", _v8, ("node",), "Node.js"),                                  # Node.js (runtimes/v8/)
+    "ruby": lambda: DeferredSource("ruby", _ruby, ("ruby",), "Ruby"),
+    "php": lambda: DeferredSource("php", _php, ("php",), "PHP"),
+    "hotspot": lambda: DeferredSource("hotspot", _hotspot, ("/libjvm.so", "/libjli.so"), "Java"),  # Java (runtimes/hotspot/)
+    "perl": lambda: DeferredSource("perl", _perl, ("perl",), "Perl"),
 }
 
 

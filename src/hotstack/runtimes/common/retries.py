@@ -12,6 +12,7 @@ and keeps `_kernel` (None before attach) and `_procs` (the processes listed).
 from __future__ import annotations
 
 from ..plugin import FrameSource
+from .files import UNREAD, UnreadProcess
 
 import time
 from typing import Any
@@ -67,12 +68,22 @@ class RetryLadder(FrameSource):
         for pid, (first, tries) in list(self._retry.items()):
             if tries >= len(self.retry_ages):
                 self._retry.pop(pid, None)
+                if procs.exists(pid) and self._may_run(pid):
+                    self._gave_up(pid)
             elif now - first >= self.retry_ages[tries]:
                 if not procs.exists(pid):
                     self._retry.pop(pid, None)
                     continue
                 self._retry[pid] = (first, tries + 1)
                 self.observe(pid)
+
+    def _gave_up(self, pid: int) -> None:
+        """A process that still looks like the runtime's and whose state was not found at the last
+        retry: said, counted and explained (UNREAD), never left silent."""
+        UNREAD.note(("retries", self.name, procs.exe_path(pid)), UnreadProcess(
+            pid, self.label, "", procs.exe_path(pid),
+            f"its runtime state was not found in the {self.retry_ages[-1]:g} s after it was first seen "
+            f"(not started yet, or a build whose layout hotstack does not read)"))
 
     def _retry_in(self) -> float | None:
         """Seconds until the next retry is due (None: none pending)."""

@@ -41,6 +41,7 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int, int, int]], 
 
 class HotSpotSource(JitSource):
     name = "hotspot"
+    label = "Java"
     looks_for = ("/libjvm.so", "/libjli.so")     # (libjvm, _may_run)
     stat_max = schema.HS_STAT_MAX
     stat_frames = schema.HS_STAT_FRAMES

@@ -125,6 +125,7 @@ class PerlSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     name = "perl"
+    label = "Perl"
     looks_for = ("perl",)         # (detect: perl* executables only)
 
     def __init__(self) -> None:

@@ -129,6 +129,7 @@ def _is_vm_entry(frame: Frame) -> bool:
 
 class PhpSource(InterpreterSource):
     name = "php"
+    label = "PHP"
     looks_for = ("php",)          # (detect: php* executables only)
 
     def __init__(self) -> None:

@@ -53,6 +53,7 @@ class CPythonSource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     name = "python"
+    label = "CPython"
     looks_for = ("python",)       # (detect's first test: a file of that name mapped executable)
 
     def __init__(self) -> None:

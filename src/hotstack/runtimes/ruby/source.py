@@ -109,6 +109,7 @@ class RubySource(InterpreterSource):
     """Thread-safe: observe() and poll() run on the engine's pid watcher thread."""
 
     name = "ruby"
+    label = "Ruby"
     looks_for = ("ruby",)         # (detect: ruby* executables only)
 
     def __init__(self) -> None:

@@ -68,6 +68,7 @@ class V8Source(JitSource):
     not exec'ed yet) is looked at again on the retry ladder."""
 
     name = "v8"
+    label = "Node.js"
     looks_for = ("node",)         # (_v8_files: a node* executable)
     stat_max = schema.V8_STAT_MAX
     stat_frames = schema.V8_STAT_FRAMES

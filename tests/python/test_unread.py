@@ -1,0 +1,54 @@
+"""A process that maps CPython but whose interpreter state is never found (a program that links
+libpython and never starts the interpreter; as a build whose layout hotstack does not read would
+look): after the retry ladder's last look it is said (a warning, the footer's count, `hotstack
+doctor --pid`), never left silent."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from hotstack.runtimes.common.files import UNREAD
+from hotstack.runtimes.common.retries import RETRY_AGES
+from hotstack.sampling import Engine, EngineConfig
+
+pytestmark = pytest.mark.root
+
+
+def _links_libpython(tmp_path: Path) -> Path:
+    libdir, version = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDVERSION")
+    source = tmp_path / "embeds.c"
+    source.write_text("void Py_Initialize(void);\n"
+                      "int main(int argc, char **argv) { volatile unsigned long n = 0; if (argc > 5) Py_Initialize();"
+                      " for (;;) n++; }\n")   # (on the CPU: a process is met at its samples)
+    out = tmp_path / "embeds"
+    subprocess.run(["cc", str(source), "-o", str(out), f"-L{libdir}", f"-lpython{version}", f"-Wl,-rpath,{libdir}"],
+                   check=True)
+    return out
+
+
+def test_a_process_whose_interpreter_is_never_found_is_said(tmp_path, caplog):
+    program = _links_libpython(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="hotstack.runtimes"), \
+            Engine(EngineConfig(frequency=99, unwind="kernel")) as engine:
+        engine.collect()
+        proc = subprocess.Popen([str(program)])
+        try:
+            unread = 0
+            deadline = time.monotonic() + RETRY_AGES[-1] + 10
+            while not UNREAD.of(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.3)
+                unread += engine.collect()[0].stats.runtimes_unread
+            unread += engine.collect()[0].stats.runtimes_unread
+        finally:
+            proc.kill()
+            proc.wait()
+    [noted] = UNREAD.of(proc.pid)
+    assert noted.runtime == "CPython" and "runtime state was not found" in noted.reason, noted
+    assert unread == 1
+    assert any(f"pid {proc.pid}: CPython" in r.getMessage() for r in caplog.records)
