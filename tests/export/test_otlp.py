@@ -21,6 +21,7 @@ from .pprof_raw import parse_raw
 HZ = 99
 PERIOD = 10**9 // HZ
 
+# The official package's receiver speaks the v1.10 layout: the line a newer receiver needs.
 CONFIG = """\
 operator:
   otel-profiles:
@@ -30,6 +31,7 @@ operator:
         compression: {compression}
         endpoint: "{endpoint}"
         insecure: true
+        protocol-version: v1.10
 """
 
 
