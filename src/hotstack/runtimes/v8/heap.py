@@ -17,7 +17,16 @@ from .metadata import V8Layout
 
 MAX_STRING = 1024          # names and paths longer than this are cut
 MAX_LINE_ENDS = 1 << 20    # a script with more lines is given no line numbers
-SCOPE_INFO_SLOTS = 16      # ScopeInfo slots looked at for the name and the start position
+MAX_SOURCE = 1 << 22       # characters of a script's source read to find its lines
+# the instance type bit of an external string that keeps no address of its characters (the same
+# bit from V8 7 to 13, next to the representation and encoding bits the metadata gives)
+UNCACHED_EXTERNAL_STRING = 0x10
+MAX_CONTEXT_LOCALS = 4096  # a ScopeInfo with more is not read
+# from this many context locals on, V8 (10 on) may keep their names in a hash table of one slot:
+# the slots after them are then not where two slots a local put them, and no position is taken from there
+HASHED_LOCALS = 75
+TAIL_SLOTS = 8             # ScopeInfo slots after the context locals looked at for names and positions
+NAME_SLOTS = 4             # of which the names are in the first ones
 
 
 class NotAnObject(Exception):
@@ -62,7 +71,7 @@ class Heap:
         return self.mem.u64(tagged - 1 + offset)
 
     def string(self, tagged: int, depth: int = 0) -> str:
-        """A V8 String's text (one-byte and two-byte sequential, cons, thin, sliced)."""
+        """A V8 String's text (sequential and external, one- and two-byte; cons, thin, sliced)."""
         l = self.l
         kind = self.type_of(tagged)
         if kind >= l.first_nonstring_type or depth > 8:
@@ -71,11 +80,8 @@ class Heap:
         length = self.mem.i32(tagged - 1 + l.string_length)
         if length < 0:
             raise NotAnObject("negative string length")
-        if repr_ == l.seq_tag:
-            one_byte = (kind & l.string_encoding_mask) == l.one_byte_tag
-            n = min(length, MAX_STRING)
-            raw = self.mem.read(tagged - 1 + l.seq_chars, n if one_byte else 2 * n)
-            return raw.decode("latin-1") if one_byte else raw.decode("utf-16-le", "replace")
+        if repr_ in (l.seq_tag, l.external_tag):
+            return self.flat_chars(tagged, kind, min(length, MAX_STRING))
         if repr_ == l.cons_tag:
             first = self.string(self.field(tagged, l.cons_first), depth + 1)
             if len(first) >= MAX_STRING:
@@ -87,7 +93,24 @@ class Heap:
             start = smi(self.field(tagged, l.sliced_offset))
             parent = self.string(self.field(tagged, l.sliced_parent), depth + 1)
             return parent[start:start + min(length, MAX_STRING)]
-        raise NotAnObject("external strings are not read")
+        raise NotAnObject("a string representation this reader does not know")
+
+    def flat_chars(self, tagged: int, kind: int, n: int) -> str:
+        """The first n characters of a sequential string (in the object) or an external one (in
+        memory outside the heap that the string points at: Node's own modules are external)."""
+        l = self.l
+        one_byte = (kind & l.string_encoding_mask) == l.one_byte_tag
+        size = n if one_byte else 2 * n
+        if kind & l.string_repr_mask == l.seq_tag:
+            start = tagged - 1 + l.seq_chars
+        elif l.external_resource is None or kind & UNCACHED_EXTERNAL_STRING:
+            # an uncached external string keeps no pointer to its characters: only its resource
+            # (a C++ object whose data() is virtual) knows them
+            raise NotAnObject("an external string without its characters' address")
+        else:
+            start = self.field(tagged, l.external_resource + 8)      # resource_data, after resource
+        raw = self.mem.read(start, size)
+        return raw.decode("latin-1") if one_byte else raw.decode("utf-16-le", "replace")
 
     def fixed_array(self, tagged: int, limit: int) -> list[int]:
         n = smi(self.field(tagged, self.l.fixed_array_length))
@@ -98,24 +121,56 @@ class Heap:
 
 
 def scope_info_name(heap: Heap, tagged: int) -> tuple[str, int]:
-    """(function name, start position in the script) from a ScopeInfo. Its layout changes from
-    version to version and has no metadata: after the context locals, the first string is the
-    function name, and the first two Smis in increasing order are its start and end positions."""
+    """(function name, start position in the script) from a ScopeInfo.
+
+    Its slots (after the map): flags, parameter count, context local count, then, from
+    v8dbg_scopeinfo_idx_first_vars on, the context locals' names and infos (2 slots each). After
+    them come the function variable (its name, a Smi) and the inferred name (`Module._load` of
+    `Module._load = function ...`, the name an anonymous function gets). The start and end
+    positions (Smis) are two fixed slots before the locals where first_vars leaves room for them
+    (V8 12 on), and follow the inferred name before."""
     l = heap.l
-    raw = heap.mem.read(tagged - 1 + 8, 8 * SCOPE_INFO_SLOTS)
-    slots = struct.unpack(f"<{SCOPE_INFO_SLOTS}Q", raw)
-    start = l.scopeinfo_first_vars + 2 * max(0, smi(slots[l.scopeinfo_ncontextlocals]))
-    name, prev = "", None
+    locals_ = smi(heap.field(tagged, 8 + 8 * l.scopeinfo_ncontextlocals))
+    if not 0 <= locals_ <= MAX_CONTEXT_LOCALS:
+        return "", -1
+    start = l.scopeinfo_first_vars + 2 * locals_
+    count = start + TAIL_SLOTS
+    slots = struct.unpack(f"<{count}Q", heap.mem.read(tagged - 1 + 8, 8 * count))
+    fixed_positions = l.scopeinfo_first_vars - l.scopeinfo_ncontextlocals > 2
+    tail = slots[start:start + NAME_SLOTS]
+    name = _function_name(heap, tail)
+    if fixed_positions:
+        begin, end = slots[l.scopeinfo_first_vars - 2], slots[l.scopeinfo_first_vars - 1]
+        ok = is_smi(begin) and is_smi(end) and 0 <= smi(begin) <= smi(end)
+        return name, smi(begin) if ok else -1
+    if locals_ >= HASHED_LOCALS:
+        return name, -1
+    prev = None
     for word in slots[start:]:
-        if not name and is_object(word):
-            try:
-                name = heap.string(word)
-            except (NotAnObject, MemoryReadError):
-                pass
         if prev is not None and is_smi(word) and is_smi(prev) and 0 <= smi(prev) < smi(word):
             return name, smi(prev)
         prev = word
     return name, -1
+
+
+def _function_name(heap: Heap, words: tuple[int, ...]) -> str:
+    """The function variable's name, or the inferred name two slots after it where that is ''.
+    Only these slots are looked at: a string further on is another object's (a module's URL)."""
+    for i, word in enumerate(words[:2]):
+        if not is_object(word):
+            continue
+        name = _string_or_empty(heap, word)
+        if not name and i + 2 < len(words) and is_smi(words[i + 1]) and is_object(words[i + 2]):
+            name = _string_or_empty(heap, words[i + 2])
+        return name
+    return ""
+
+
+def _string_or_empty(heap: Heap, word: int) -> str:
+    try:
+        return heap.string(word)
+    except (NotAnObject, MemoryReadError):
+        return ""
 
 
 class Script:
@@ -166,8 +221,6 @@ def _source_text(heap: Heap, tagged: int) -> str:
     length = heap.mem.i32(tagged - 1 + l.string_length)
     if repr_ == l.thin_tag:
         return _source_text(heap, heap.field(tagged, l.thin_actual))
-    if repr_ != l.seq_tag or not 0 <= length <= (1 << 20):
+    if repr_ not in (l.seq_tag, l.external_tag) or not 0 <= length <= MAX_SOURCE:
         raise NotAnObject("source not readable")
-    one_byte = (kind & l.string_encoding_mask) == l.one_byte_tag
-    raw = heap.mem.read(tagged - 1 + l.seq_chars, length if one_byte else 2 * length)
-    return raw.decode("latin-1") if one_byte else raw.decode("utf-16-le", "replace")
+    return heap.flat_chars(tagged, kind, length)

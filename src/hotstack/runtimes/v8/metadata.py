@@ -73,6 +73,8 @@ class V8Layout:
     cons_tag: int
     sliced_tag: int
     thin_tag: int
+    external_tag: int
+    external_resource: int | None     # ExternalString::resource; its characters' address follows
     string_length: int
     seq_chars: int
     cons_first: int
@@ -131,6 +133,14 @@ def _instance_type_offset(meta: dict[str, int]) -> int:
     return found if found is not None else _field(meta, "Map", "bit_field") - 2
 
 
+def _external_resource(meta: dict[str, int]) -> int | None:
+    """ExternalString::resource, where the string bits are those heap.UNCACHED_EXTERNAL_STRING
+    sits beside (representation 0x7, encoding 0x8); None otherwise (external strings not read)."""
+    if (meta.get("v8dbg_StringRepresentationMask"), meta.get("v8dbg_StringEncodingMask")) != (7, 8):
+        return None
+    return _field(meta, "ExternalString", "resource", None)
+
+
 def layout(meta: dict[str, int]) -> V8Layout | None:
     """The layout from a binary's metadata, or None if something we need is missing."""
     try:
@@ -160,6 +170,8 @@ def checked_layout(meta: dict[str, int]) -> V8Layout:
             one_byte_tag=_one(meta, "v8dbg_OneByteStringTag"),
             seq_tag=meta.get("v8dbg_SeqStringTag", 0), cons_tag=_one(meta, "v8dbg_ConsStringTag"),
             sliced_tag=_one(meta, "v8dbg_SlicedStringTag"), thin_tag=_one(meta, "v8dbg_ThinStringTag"),
+            external_tag=_one(meta, "v8dbg_ExternalStringTag"),
+            external_resource=_external_resource(meta),
             string_length=_field(meta, "String", "length"),
             seq_chars=_field(meta, "SeqOneByteString", "chars"),
             cons_first=_field(meta, "ConsString", "first"),
