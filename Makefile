@@ -14,7 +14,7 @@ CLANG ?= clang
 X86_INCLUDE := /usr/include/x86_64-linux-gnu
 ARM64_INCLUDE := /usr/aarch64-linux-gnu/include
 
-.PHONY: run test test-peers test-kernels test-arm64 venv generate bpf proto check-generated clean
+.PHONY: run test test-peers test-kernels test-runtimes check-runtime-table test-arm64 venv generate bpf proto check-generated clean
 
 # Profile this host for 10 seconds and print the hottest stacks (needs root).
 run: venv
@@ -37,6 +37,18 @@ test-peers:
 test-kernels: venv
 	bash .ci/install.d/kernels.sh
 	$(VPY) tests/kernels/matrix.py $(KERNELS_ARGS)
+
+# The runtime matrix (issue 44): each runtime of Debian 11, 12, 13 and unstable (root filesystems by
+# .ci/install.d/rootfs.sh, cached) profiled in a plain chroot, and Debian 13's also in Docker and in a
+# mount namespace; a table with each cell's seconds. Fails if a cell did worse than
+# tests/runtimes/expected.json says, or if the README's table and runtime_versions.py do not match it.
+# Needs root and Debian's docker.io.
+test-runtimes: venv check-runtime-table
+	bash .ci/install.d/rootfs.sh
+	$(VPY) tests/runtimes/matrix.py $(RUNTIMES_ARGS)
+
+check-runtime-table:
+	$(VPY) tests/runtimes/matrix.py --check-versions
 
 # The same smoke suite on arm64: Debian's arm64 kernel in qemu-system-aarch64 (TCG) on an arm64
 # Debian root filesystem (mmdebstrap), hotstack from a wheel of this tree (tests/kernels/arm64.py).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian root filesystems with the distribution's own language runtimes, for tests/runtimes/test_chroot.py
-# (each runtime run in a plain chroot: its maps show paths from the host's root). Built with mmdebstrap
-# from Debian's package registry into $HOTSTACK_CACHE/rootfs/, one tar per suite, keyed by the suite and
-# its package list (a changed list builds a new tar); ~4 min on a fresh 2-core machine, then cached.
+# (each runtime run in a plain chroot: its maps show paths from the host's root) and the runtime matrix
+# (tests/runtimes/matrix.py, `make test-runtimes`). Built with mmdebstrap from Debian's package registry
+# into $HOTSTACK_CACHE/rootfs/, one tar per suite, keyed by the suite and its package list (a changed
+# list builds a new tar), then cached. Each package name was checked to exist in its suite.
 set -euo pipefail
 "$(dirname "$0")/../apt-install" mmdebstrap
 dir="$HOTSTACK_CACHE/rootfs"
@@ -19,5 +20,16 @@ build() {      # suite packages...
     fi
     ln -sfn "$(basename "$tar")" "$dir/$suite.tar"     # what the tests open
 }
-# Debian 13: CPython 3.13, Node.js 20 (a libnode build), Ruby 3.3 (a stripped libruby), PHP 8.4, Perl 5.40
-build trixie python3 nodejs ruby php-cli perl
+# Suites to build: all by default; HOTSTACK_ROOTFS_SUITES="trixie" (test-peers) for fewer.
+suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid} "
+want() { [[ $suites == *" $1 "* ]]; }
+# Debian 11: CPython 3.9, Node.js 12 (libnode), Ruby 2.7, PHP 7.4, Perl 5.32, OpenJDK 11
+want bullseye && build bullseye python3 nodejs ruby php-cli perl openjdk-11-jdk-headless
+# Debian 12: CPython 3.11, Node.js 18 (libnode), Ruby 3.1, PHP 8.2, Perl 5.36, OpenJDK 17
+want bookworm && build bookworm python3 nodejs ruby php-cli perl openjdk-17-jdk-headless
+# Debian 13: CPython 3.13, Node.js 20 (a libnode build), Ruby 3.3 (a stripped libruby), PHP 8.4, Perl 5.40,
+# OpenJDK 21
+want trixie && build trixie python3 nodejs ruby php-cli perl openjdk-21-jdk-headless
+# Debian unstable: CPython 3.14, Node.js 24, Ruby 3.3, PHP 8.4, Perl 5.42, OpenJDK 25
+want sid && build sid python3 nodejs ruby php-cli perl openjdk-25-jdk-headless
+true

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tarfile
 import time
 from pathlib import Path
 
@@ -21,10 +20,10 @@ from hotstack.sampling import Engine, EngineConfig
 from hotstack.runtimes.common.files import UNREAD
 
 from ..conftest import hotstack
+from .matrix import extracted
 
 pytestmark = pytest.mark.root
 
-CACHE = Path(os.environ.get("HOTSTACK_CACHE", "/var/cache/hotstack-ci")) / "rootfs"
 
 PY = "def hs_spin():\n    while True:\n        pass\nhs_spin()\n"
 JS = "function hs_spin() { let x = 0; for (;;) { x = (x + 1) | 0; } } hs_spin();"
@@ -44,19 +43,7 @@ READ = {
 @pytest.fixture(scope="session")
 def trixie_root() -> Path:
     """Debian 13's root filesystem, extracted once from its cached tar (by the tar's own name)."""
-    tar = CACHE / "trixie.tar"
-    assert tar.exists(), f"{tar} is missing: .ci/install.d/rootfs.sh builds it (make test-peers)"
-    root = CACHE / tar.resolve().stem
-    if not (root / ".complete").exists():
-        partial = root.with_name(root.name + ".partial")
-        subprocess.run(["rm", "-rf", str(partial)], check=True)
-        partial.mkdir(parents=True)
-        with tarfile.open(tar) as t:
-            t.extractall(partial, filter="fully_trusted")
-        (partial / ".complete").touch()
-        subprocess.run(["rm", "-rf", str(root)], check=True)
-        partial.rename(root)
-    return root
+    return extracted("trixie")
 
 
 def _in_chroot(root: Path, argv: list[str]) -> subprocess.Popen:

@@ -1,7 +1,7 @@
 """The versions of each language runtime whose frames hotstack names: those tested on every change
 and those read from their published layouts, untested. `hotstack run --help` and the README's
-tables say the same words (tests/gadget/test_runtime_versions.py holds them to it); a runtime
-matrix's results are to be written here."""
+tables say the same words (tests/gadget/test_runtime_versions.py holds them to it). MATRIX, below,
+is the runtime matrix's last recorded results (tests/runtimes/expected.json), written by its generator."""
 
 from __future__ import annotations
 
@@ -26,3 +26,17 @@ RUNTIME_VERSIONS = {
     "java": RuntimeVersions("OpenJDK", "17", "other JDKs"),
     "perl": RuntimeVersions("Perl", "5.36, 5.40", "5.30–5.34, 5.38"),
 }
+
+# runtime-matrix: start (generated from tests/runtimes/expected.json by `python tests/runtimes/matrix.py --write-versions`)
+# Per runtime, the versions of the runtime matrix (`make test-runtimes`) by their worst cell:
+# passes (frames named, the 75/25 split within 5 points, stacks to the root), warns (said
+# unread: a warning, the footer's count, doctor), fails.
+MATRIX = {
+    "python": {"passes": ("3.13",), "warns": (), "fails": ()},
+    "node": {"passes": ("20",), "warns": (), "fails": ()},
+    "ruby": {"passes": ("3.3",), "warns": (), "fails": ()},
+    "php": {"passes": ("8.4",), "warns": (), "fails": ()},
+    "perl": {"passes": ("5.40",), "warns": (), "fails": ()},
+    "java": {"passes": ("21",), "warns": (), "fails": ()},
+}
+# runtime-matrix: end

@@ -1,0 +1,191 @@
+"""One cell of the runtime matrix (matrix.py): start a runtime's workload in a chroot, a Docker container
+or a mount namespace of its own, profile it from the host until it has samples enough, and print the
+verdict as one line of JSON. A process of its own per cell: the profiler's state (the runtimes it noted
+unread) is this cell's alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+from hotstack.unwind.runtime_files import UNREAD
+
+from matrix import INSIDE, RUNTIMES
+
+KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
+        "perl": FrameKind.PERL, "java": FrameKind.JAVA}
+HOT = {name: re.compile(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])") for name in ("hot_a", "hot_b", "work")}
+# The first frame of a process's threads: the entry code of the main thread, the C library's of others.
+ROOTS = {"_start", "__clone3", "__clone", "clone3", "clone", "start_thread"}
+WANT = 800              # samples of the work thread to judge a cell by
+MAX_SECONDS = 150       # the most a cell profiles (a loaded machine gives the workload little CPU)
+READY_SECONDS = 120     # the most a workload takes to print "ready" (a JVM compiling Work.java)
+
+
+def start(mode: str, root: str, argv: list[str], image: str, docker_host: str, name: str) -> subprocess.Popen:
+    in_dir = ["sh", "-c", f'cd {INSIDE} && exec "$@"', "sh", *argv]
+    if mode == "chroot":     # the host's mount namespace, another root
+        cmd = ["chroot", root, *in_dir]
+    elif mode == "mntns":    # a mount namespace of its own with its /proc, and its root
+        cmd = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+               'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"', "sh", root, *in_dir]
+    else:
+        cmd = ["docker", "-H", docker_host, "run", "--rm", "--network", "none", "--name", name,
+               "-v", f"{root}{INSIDE}:{INSIDE}:ro", "-w", INSIDE, image, *argv]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_ready(proc: subprocess.Popen) -> str | None:
+    """None once the workload printed "ready", else why not."""
+    seen, ended = threading.Event(), threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                seen.set()
+                return
+        ended.set()     # the workload closed its output: it exited
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(READY_SECONDS)
+    if seen.is_set():
+        return None
+    if ended.is_set():
+        proc.wait(timeout=10)
+    if proc.poll() is not None:
+        return f"exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
+    return f"no 'ready' in {READY_SECONDS} s"
+
+
+def workload_pid(proc: subprocess.Popen, mode: str, docker_host: str, name: str) -> int:
+    if mode != "docker":
+        return proc.pid      # chroot, unshare and sh exec each other: one pid
+    out = subprocess.run(["docker", "-H", docker_host, "inspect", "-f", "{{.State.Pid}}", name],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def profile(pid: int) -> tuple[list, float]:
+    """The pid's samples until its busiest thread has WANT of them (or MAX_SECONDS), and the seconds."""
+    samples: list = []
+    per_tid: dict[int, int] = {}
+    started = time.monotonic()
+    with Engine(EngineConfig(frequency=499, pids=(pid,), unwind="kernel")) as prof:
+        while time.monotonic() - started < MAX_SECONDS and max(per_tid.values(), default=0) < WANT:
+            time.sleep(0.5)
+            for s in prof.collect()[0].samples:
+                if s.pid == pid:
+                    samples.append(s)
+                    per_tid[s.tid] = per_tid.get(s.tid, 0) + s.value
+    return samples, time.monotonic() - started
+
+
+def _in_libc(frame) -> bool:
+    return "/libc.so" in frame.module or frame.name.startswith("libc.so")
+
+
+def reaches_root(stack) -> bool:
+    """The stack ends at its thread's first frame: the entry code, the C library's thread start; or,
+    in a C library stripped of its local symbols (Debian's: no `start_thread`, no `__clone3`), two
+    unnamed frames of the C library below the thread's own start routine."""
+    if stack and stack[-1].name in ROOTS:
+        return True
+    tail = stack[-3:]
+    return len(tail) == 3 and not _in_libc(tail[0]) and _in_libc(tail[1]) and _in_libc(tail[2])
+
+
+def has(sample, hot: str, kind: FrameKind) -> bool:
+    return any(f.kind is kind and HOT[hot].search(f.name) for f in sample.stack)
+
+
+def judge(runtime: str, samples: list) -> dict:
+    kind = KIND[runtime]
+    by_tid: dict[int, int] = {}
+    for s in samples:
+        if any(f.kind is kind for f in s.stack):
+            by_tid[s.tid] = by_tid.get(s.tid, 0) + s.value
+    if not by_tid:       # no runtime frames at all: judge the busiest thread
+        for s in samples:
+            by_tid[s.tid] = by_tid.get(s.tid, 0) + s.value
+    if not by_tid:
+        return {"state": "FAIL", "detail": "no samples"}
+    tid = max(by_tid, key=by_tid.get)
+    mine = [s for s in samples if s.tid == tid]
+    total = sum(s.value for s in mine)
+    named = sum(s.value for s in mine if any(has(s, h, kind) for h in HOT))
+    a = sum(s.value for s in mine if has(s, "hot_a", kind))
+    b = sum(s.value for s in mine if has(s, "hot_b", kind) and not has(s, "hot_a", kind))
+    rooted = sum(s.value for s in mine if reaches_root(s.stack))
+    split = 100.0 * a / (a + b) if a + b else 0.0
+    example = max(mine, key=lambda s: s.value).stack
+    out = {"samples": total, "named": round(named / total, 3), "split": round(split, 1),
+           "rooted": round(rooted / total, 3), "root end": stack_text(example[-3:])}
+    why = []
+    if named < 0.9 * total:
+        why.append(f"{named} of {total} samples with {kind.value} frames hot_a/hot_b/work")
+    if a + b and abs(split - 75) > 5 or not a + b:
+        why.append(f"split {split:.1f}/{100 - split:.1f} (hot_a {a}, hot_b {b})")
+    if rooted < 0.9 * total:
+        why.append(f"{rooted} of {total} samples reach the root ({stack_text(example[-4:])})")
+    if why:
+        why.append(f"a stack: {stack_text(example[:10])}")
+    out["state"] = "pass" if not why else "FAIL"
+    out["detail"] = "; ".join(why)
+    return out
+
+
+def stack_text(stack) -> str:
+    return " < ".join(f.name[:60] for f in stack)
+
+
+def cell(args: argparse.Namespace) -> dict:
+    argv = RUNTIMES[args.runtime][0]
+    proc = start(args.mode, args.root, argv, args.image, args.docker_host, args.name)
+    try:
+        why = wait_ready(proc)
+        if why:
+            return {"state": "FAIL", "detail": f"workload: {why}"}
+        pid = workload_pid(proc, args.mode, args.docker_host, args.name)
+        samples, seconds = profile(pid)
+        result = judge(args.runtime, samples)
+        result["profiled"] = round(seconds, 1)
+        unread = UNREAD.of(pid)
+        if unread:
+            doctor = subprocess.run([sys.executable, "-m", "hotstack", "doctor", "--pid", str(pid)],
+                                    capture_output=True, text=True, timeout=120)
+            said = "NOT read" in doctor.stdout
+            u = unread[0]
+            result["unread"] = f"{u.runtime} {u.version}: {u.reason}"
+            if result["state"] != "pass" and said and result["named"] < 0.1:
+                result["state"] = "warns"
+                result["detail"] = f"said: {u.runtime} {u.version} in {u.file}: NOT read: {u.reason}"
+        return result
+    finally:
+        if args.mode == "docker":
+            subprocess.run(["docker", "-H", args.docker_host, "kill", args.name], capture_output=True)
+        proc.kill()
+        proc.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    for flag in ("--runtime", "--mode", "--root", "--image", "--docker-host", "--name"):
+        parser.add_argument(flag, default="")
+    args = parser.parse_args()
+    try:
+        result = cell(args)
+    except Exception as e:     # the cell's verdict, never a traceback in the table
+        result = {"state": "FAIL", "detail": f"harness: {type(e).__name__}: {e}"}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

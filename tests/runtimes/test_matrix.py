@@ -1,0 +1,68 @@
+"""The runtime matrix's verdict, table and generated documents (the cells themselves run in
+`make test-runtimes`: root filesystems of four Debian suites)."""
+
+from __future__ import annotations
+
+import json
+
+from .matrix import EXPECTED, FULL_SUITE, MODES, RUNTIMES, SUITES, cells_of, regressions, table
+from .matrix_docs import README, VERSIONS, generated, readme_table, versions_block
+
+
+def _row(version: str, **states: str) -> dict:
+    return {"version": version, **{m: {"state": s, "detail": f"why {m}", "seconds": 3.0, "split": 75.0}
+                                   for m, s in states.items()}}
+
+
+def test_a_cell_that_did_worse_than_expected_is_a_regression():
+    expected = {"ruby": {"trixie": {"version": "3.3", "chroot": "pass", "docker": "warns", "mntns": "FAIL"}}}
+    same = {"ruby": {"trixie": _row("3.3", chroot="pass", docker="warns", mntns="FAIL")}}
+    assert regressions(same, expected) == []
+    better = {"ruby": {"trixie": _row("3.3", chroot="pass", docker="pass", mntns="pass")}}
+    assert regressions(better, expected) == []
+    worse = {"ruby": {"trixie": _row("3.3", chroot="warns", docker="FAIL", mntns="FAIL")}}
+    bad = regressions(worse, expected)
+    assert len(bad) == 2 and "chroot: expected pass, got warns" in bad[0] and "docker: expected warns" in bad[1]
+    # a cell not in expected.json (a new suite) is reported in the table, not a regression
+    assert regressions({"ruby": {"sid": _row("3.4", chroot="FAIL")}}, expected) == []
+
+
+def test_every_suite_in_a_chroot_and_one_in_every_mode():
+    cells = cells_of(list(SUITES), list(RUNTIMES), list(MODES))
+    assert {(r, s) for r, s, m in cells if m == "chroot"} == {(r, s) for r in RUNTIMES for s in SUITES}
+    assert {s for _r, s, m in cells if m != "chroot"} == {FULL_SUITE}
+    assert len(cells) == len(RUNTIMES) * (len(SUITES) + len(MODES) - 1)
+
+
+def test_table_gives_each_cell_its_state_seconds_and_why():
+    text = table({"php": {"bullseye": _row("7.4", chroot="FAIL"), "trixie": _row("8.4", chroot="pass",
+                                                                                   docker="warns")}}).splitlines()
+    assert len(text) == 4
+    assert text[2].startswith("| php | 7.4 | bullseye | FAIL (3 s, 75.0% hot_a): why chroot |")
+    assert "| pass (3 s, 75.0% hot_a) | warns (3 s, 75.0% hot_a): why docker |" in text[3]
+
+
+def test_readme_and_runtime_versions_match_expected_json():
+    """`make check-runtime-table`: the README's table and runtime_versions.py's MATRIX are what
+    `matrix.py --write-versions` makes of expected.json."""
+    expected = json.loads(EXPECTED.read_text())
+    for path, text in generated(expected).items():
+        assert path.read_text() == text, f"{path.name}: run python tests/runtimes/matrix.py --write-versions"
+    from hotstack.unwind.runtime_versions import MATRIX
+    for runtime, suites in expected.items():
+        for entry in suites.values():
+            states = {entry[m] for m in MODES if m in entry}
+            key = "passes" if states == {"pass"} else "fails" if "FAIL" in states else "warns"
+            assert entry["version"] in MATRIX[runtime][key], (runtime, entry)
+
+
+def test_only_passing_cells_are_claimed():
+    expected = {"perl": {"bullseye": {"version": "5.32", "chroot": "FAIL", "chroot detail": "split 60/40"},
+                         "trixie": {"version": "5.40", "chroot": "pass", "docker": "warns",
+                                    "docker detail": "said: Perl 5.40 NOT read"}}}
+    block = versions_block(expected)
+    assert '"perl": {"passes": (), "warns": ("5.40",), "fails": ("5.32",)}' in block
+    text = readme_table(expected)
+    assert "| Perl | 5.32: FAIL (chroot) | not run | 5.40: pass (chroot); warns (Docker) | not run |" in text
+    assert "Perl 5.32 (bullseye, chroot): FAIL: split 60/40" in text
+    assert README.exists() and VERSIONS.exists()
