@@ -41,7 +41,7 @@ test-kernels: venv
 # The runtime matrix (issue 44): each runtime of Debian 11, 12, 13 and unstable (root filesystems by
 # .ci/install.d/rootfs.sh, cached) profiled in a plain chroot, and Debian 13's also in Docker and in a
 # mount namespace; a table with each cell's seconds. Fails if a cell did worse than
-# tests/runtimes/expected.json says, or if the README's table and runtime_versions.py do not match it.
+# tests/runtimes/expected.json says, or if the README's table and runtimes/versions.py do not match it.
 # Needs root and Debian's docker.io.
 test-runtimes: venv check-runtime-table
 	bash .ci/install.d/rootfs.sh

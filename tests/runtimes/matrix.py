@@ -3,7 +3,7 @@ container and a mount namespace of its own.
 
     python3 tests/runtimes/matrix.py [--suite trixie ...] [--runtime python ...] [--mode chroot ...]
     python3 tests/runtimes/matrix.py --record          # expected.json from the last run's results
-    python3 tests/runtimes/matrix.py --write-versions  # README table + runtime_versions.py from expected.json
+    python3 tests/runtimes/matrix.py --write-versions  # README table + runtimes/versions.py from expected.json
     python3 tests/runtimes/matrix.py --check-versions  # exit 1 if they do not match expected.json
 
 The root filesystems are `.ci/install.d/rootfs.sh`'s (mmdebstrap, one tar per suite under
@@ -242,7 +242,7 @@ def main() -> int:
     parser.add_argument("--runtime", action="append", choices=list(RUNTIMES))
     parser.add_argument("--mode", action="append", choices=MODES)
     parser.add_argument("--record", action="store_true", help="write expected.json from the last run's results")
-    parser.add_argument("--write-versions", action="store_true", help="README table and runtime_versions.py")
+    parser.add_argument("--write-versions", action="store_true", help="README table and runtimes/versions.py")
     parser.add_argument("--check-versions", action="store_true", help="exit 1 if they differ from expected.json")
     args = parser.parse_args()
     if args.record or args.write_versions or args.check_versions:

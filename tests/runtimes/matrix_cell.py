@@ -15,7 +15,7 @@ import time
 
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
-from hotstack.unwind.runtime_files import UNREAD
+from hotstack.runtimes.common.files import UNREAD
 
 from matrix import INSIDE, RUNTIMES
 

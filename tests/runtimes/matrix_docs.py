@@ -1,5 +1,5 @@
 """What the runtime matrix's results say elsewhere: expected.json (recorded from the last run), the
-README's support table and the MATRIX block of hotstack/unwind/runtime_versions.py (both generated
+README's support table and the MATRIX block of hotstack/runtimes/versions.py (both generated
 from expected.json, between marker comments), and the check that they match it."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ except ImportError:      # run as a script: tests/runtimes/matrix.py --write-ver
     from matrix import EXPECTED, MODES, RESULTS, ROOT, RUNTIMES, SUITES, record
 
 README = ROOT / "README.md"
-VERSIONS = ROOT / "src" / "hotstack" / "unwind" / "runtime_versions.py"
+VERSIONS = ROOT / "src" / "hotstack" / "runtimes" / "versions.py"
 START, END = "<!-- runtime-matrix: start -->", "<!-- runtime-matrix: end -->"
 PY_START, PY_END = "# runtime-matrix: start", "# runtime-matrix: end"
 NAMES = {"python": "CPython", "node": "Node.js", "ruby": "Ruby", "php": "PHP", "perl": "Perl", "java": "OpenJDK"}
@@ -84,7 +84,7 @@ def _replace(text: str, start: str, end: str, body: str) -> str:
 
 
 def generated(expected: dict) -> dict[Path, str]:
-    """README.md and runtime_versions.py as expected.json makes them."""
+    """README.md and runtimes/versions.py as expected.json makes them."""
     readme = _replace(README.read_text(), START, END, f"{START}\n{readme_table(expected)}\n{END}")
     versions = _replace(VERSIONS.read_text(), PY_START, PY_END, versions_block(expected))
     return {README: readme, VERSIONS: versions}

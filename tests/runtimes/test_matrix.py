@@ -48,7 +48,7 @@ def test_readme_and_runtime_versions_match_expected_json():
     expected = json.loads(EXPECTED.read_text())
     for path, text in generated(expected).items():
         assert path.read_text() == text, f"{path.name}: run python tests/runtimes/matrix.py --write-versions"
-    from hotstack.unwind.runtime_versions import MATRIX
+    from hotstack.runtimes.versions import MATRIX
     for runtime, suites in expected.items():
         for entry in suites.values():
             states = {entry[m] for m in MODES if m in entry}
