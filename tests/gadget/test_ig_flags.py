@@ -126,3 +126,24 @@ def test_runtimes_ask_only_the_named_runtimes_in_order(monkeypatch):
     assert [(type(r), r.endpoint) for r in asked] == [(CRIRuntime, "/var/run/crio/crio.sock"),
                                                        (DockerRuntime, "/run/podman/podman.sock"),
                                                        (DockerRuntime, "/tmp/d.sock")]
+
+
+@pytest.mark.root
+def test_runtimes_decide_which_containers_are_named_and_in_scope(docker_engine, spin_image):
+    """-r docker: the Docker container's process is in ig's default scope, named; -r containerd
+    (no containerd here): Docker is not asked, so nothing names it and it is out of scope."""
+    import os
+    import subprocess
+    import sys
+    docker_engine.run(spin_image, "hotstack-runtimes-app", ["/spin"])
+    pid = docker_engine.pid("hotstack-runtimes-app")
+    env = {**os.environ, "DOCKER_HOST": docker_engine.host, "CONTAINER_RUNTIME_ENDPOINT": "unix:///nonexistent/cri.sock"}
+    argv = [sys.executable, "-m", "hotstack", "run", "profile_cpu", "--map-fetch-interval", "0", "--timeout", "2",
+            "-o", "json"]
+    r = subprocess.run([*argv, "-r", "docker"], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr
+    named = {row["runtime.containerName"] for row in _json_rows(r.stdout) if row["proc.pid"] == pid}
+    assert named == {"hotstack-runtimes-app"}, r.stdout[-2000:]
+    r = subprocess.run([*argv, "-r", "containerd"], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr
+    assert pid not in {row["proc.pid"] for row in _json_rows(r.stdout)}, r.stdout[-2000:]
