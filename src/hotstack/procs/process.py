@@ -236,7 +236,12 @@ def root_path(pid: int) -> str:
 def map_file_path(pid: int, mapping: Mapping) -> str:
     """The file behind a mapping, as the kernel keeps it open (valid even when deleted or in
     another mount namespace)."""
-    return f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+    return map_file_at(pid, mapping.start, mapping.end)
+
+
+def map_file_at(pid: int, start: int, end: int) -> str:
+    """map_file_path of the mapping [start, end) of `pid`."""
+    return f"/proc/{pid}/map_files/{start:x}-{end:x}"
 
 
 def mapped_file_path(pid: int, mapping: Mapping) -> str | None:
@@ -283,6 +288,30 @@ def credentials(pid: int) -> tuple[int, int] | None:
     except (OSError, ValueError, IndexError):
         return None
     return (uid, gid) if uid is not None and gid is not None else None
+
+
+@dataclass(frozen=True)
+class ProcessLabels:
+    """What discovery.process labels a process with, each read only when asked ("" when not)."""
+
+    exe: str = ""
+    cwd: str = ""
+    commandline: str = ""       # its arguments joined by spaces
+    cgroup: str = ""            # /proc/PID/cgroup as it reads
+
+
+def process_labels(pid: int, exe: bool, cwd: bool, commandline: bool, cgroup: bool) -> ProcessLabels | None:
+    """The asked parts of what discovery.process shows of `pid`; None when it cannot be read (gone,
+    or a kernel thread, which has no executable)."""
+    base = f"/proc/{pid}"
+    try:
+        return ProcessLabels(
+            os.readlink(f"{base}/exe") if exe else "",
+            os.readlink(f"{base}/cwd") if cwd else "",
+            read_bytes(f"{base}/cmdline").decode(errors="replace").replace("\0", " ").strip() if commandline else "",
+            read_bytes(f"{base}/cgroup").decode(errors="replace") if cgroup else "")
+    except OSError:
+        return None
 
 
 def _read_text(path: str) -> str:

@@ -34,7 +34,7 @@ from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
 from ..ebpf.links import btf_target_id
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
-from ..procs import parent_pid
+from ..procs import map_file_at, parent_pid, root_path
 from ..procs.maps import Mapping, kernel_dev_field, read_maps
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
@@ -502,8 +502,8 @@ class NativeTables:
         mapped = _mapped_path(pid, start)
         st = os.fstat(fd)
         if mapped and mapped.startswith("/") and (st.st_ino, kernel_dev(st.st_dev)) != key:
-            self._known_paths[key] = f"/proc/{pid}/root{mapped}"
-        display = mapped or self._known_paths.get(key) or f"/proc/{pid}/map_files/{start:x}-{end:x}"
+            self._known_paths[key] = root_path(pid) + mapped
+        display = mapped or self._known_paths.get(key) or map_file_at(pid, start, end)
         return _Pending(fd, st.st_size, display)
 
     def _serve(self, key: tuple[int, int], pending: "_Pending", build: bool) -> bool | None:
@@ -698,7 +698,7 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
     swap back within that read would pass, microseconds); the numbers they show are kept as
     that file's for file_stack_hash."""
     try:
-        fd = os.open(f"/proc/{pid}/map_files/{start:x}-{end:x}", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(map_file_at(pid, start, end), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     st = os.fstat(fd)

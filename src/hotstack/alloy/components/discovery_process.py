@@ -1,12 +1,12 @@
-"""discovery.process: one target per process of this host, from /proc."""
+"""discovery.process: one target per process of this host (read by procs/)."""
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
 import threading
 
+from ... import procs
 from ..component import Component, register
 from ..schema import BOOL, DURATION, TARGETS, Arg, BlockArg, Schema
 from .targets import container_id_of_target
@@ -21,21 +21,13 @@ DISCOVER_CONFIG = Schema([
 ])
 
 
-def _read(path: str) -> str:
-    with open(path, "rb") as f:
-        return f.read().decode(errors="replace")
-
-
 def process_target(pid: int, cfg: dict, users: dict[int, str]) -> dict[str, str] | None:
     """The labels of one process, or None when it cannot be read (gone, or a kernel thread)."""
-    base = f"/proc/{pid}"
-    try:
-        exe = os.readlink(f"{base}/exe") if cfg["exe"] else ""
-        cwd = os.readlink(f"{base}/cwd") if cfg["cwd"] else ""
-        cmdline = _read(f"{base}/cmdline").replace("\0", " ").strip() if cfg["commandline"] else ""
-        cgroup = _read(f"{base}/cgroup") if cfg["container_id"] or cfg["cgroup_path"] else ""
-    except OSError:
+    read = procs.process_labels(pid, cfg["exe"], cfg["cwd"], cfg["commandline"],
+                                cfg["container_id"] or cfg["cgroup_path"])
+    if read is None:
         return None
+    exe, cwd, cmdline, cgroup = read.exe, read.cwd, read.commandline, read.cgroup
     labels = {"__process_pid__": str(pid), "__meta_process_exe": exe, "__meta_process_cwd": cwd,
               "__meta_process_commandline": cmdline}
     if cfg["container_id"]:
@@ -47,11 +39,8 @@ def process_target(pid: int, cfg: dict, users: dict[int, str]) -> dict[str, str]
     if cfg["cgroup_path"]:
         labels["__meta_process_cgroup_path"] = "|".join(cgroup.splitlines())
     if cfg["username"] or cfg["uid"]:
-        try:
-            uid = int(next(line.split()[1] for line in _read(f"{base}/status").splitlines()
-                           if line.startswith("Uid:")))
-        except (OSError, StopIteration, ValueError, IndexError):
-            uid = -1
+        ids = procs.credentials(pid)
+        uid = ids[0] if ids is not None else -1
         if uid >= 0:
             if cfg["uid"]:
                 labels["__meta_process_uid"] = str(uid)
@@ -68,11 +57,10 @@ def process_target(pid: int, cfg: dict, users: dict[int, str]) -> dict[str, str]
 def discover(cfg: dict) -> list[dict[str, str]]:
     users: dict[int, str] = {}
     out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            t = process_target(int(entry), cfg, users)
-            if t is not None:
-                out.append(t)
+    for pid in procs.all_pids():
+        t = process_target(pid, cfg, users)
+        if t is not None:
+            out.append(t)
     return out
 
 
