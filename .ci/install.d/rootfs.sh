@@ -15,7 +15,11 @@ build() {      # suite packages...
     local tar="$dir/$suite-$key.tar"
     if [ ! -s "$tar" ]; then
         echo "rootfs.sh: mmdebstrap $suite ($list)"
-        mmdebstrap --quiet --variant=apt --format=tar --include="$list" "$suite" "$tar.tmp"
+        # Unstable's Release file is valid for a week only: a mirror that lags (or a snapshot of one)
+        # serves an expired one, which apt refuses; the build takes it (the signature is still checked).
+        local valid=()
+        [ "$suite" = sid ] && valid=(--aptopt='Acquire::Check-Valid-Until "false"')
+        mmdebstrap --quiet --variant=apt --format=tar "${valid[@]}" --include="$list" "$suite" "$tar.tmp"
         mv "$tar.tmp" "$tar"
     fi
     ln -sfn "$(basename "$tar")" "$dir/$suite.tar"     # what the tests open

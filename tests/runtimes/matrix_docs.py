@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+import types
+import types
 from pathlib import Path
 
 try:
@@ -83,10 +85,27 @@ def _replace(text: str, start: str, end: str, body: str) -> str:
     return pattern.sub(lambda _m: body, text)
 
 
+def _summaries(source: str) -> dict[str, str]:
+    """Each runtime's summary ("Ruby 3.1, 3.3 (tested; ...: untested)") as this text of versions.py says."""
+    name = f"_runtime_versions_{abs(hash(source))}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module      # (dataclasses look their module up)
+    try:
+        exec(compile(source, str(VERSIONS), "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    return {runtime: v.summary() for runtime, v in module.RUNTIME_VERSIONS.items()}
+
+
 def generated(expected: dict) -> dict[Path, str]:
-    """README.md and runtimes/versions.py as expected.json makes them."""
+    """README.md and runtimes/versions.py as expected.json makes them: the matrix's table, MATRIX, and
+    the README's rows that quote each runtime's summary (`hotstack run --help` says the same)."""
+    old = VERSIONS.read_text()
+    versions = _replace(old, PY_START, PY_END, versions_block(expected))
     readme = _replace(README.read_text(), START, END, f"{START}\n{readme_table(expected)}\n{END}")
-    versions = _replace(VERSIONS.read_text(), PY_START, PY_END, versions_block(expected))
+    before, after = _summaries(old), _summaries(versions)
+    for runtime, summary in before.items():
+        readme = readme.replace(summary, after[runtime])
     return {README: readme, VERSIONS: versions}
 
 
