@@ -337,7 +337,7 @@ def test_truncated_stacks_in_the_footer_and_metrics():
 
     p = Profile([Sample((Frame("rec"), TRUNCATED, Frame("main")), 7, 1, 1, "py")], 0, 10**9, 49,
                 stats=ProfileStats(samples=7, truncated=7))
-    assert "7 samples with a runtime stack cut short ([truncated])" in footer(p, shown=1, distinct=1)
+    assert "7 samples with a stack cut short ([truncated])" in footer(p, shown=1, distinct=1)
     registry = CollectorRegistry()
     metrics = EbpfMetrics.of(registry)
 

@@ -721,23 +721,50 @@ def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_i
     assert reached >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if not rooted(x[0])]
 
 
-def test_a_deep_stack_keeps_128_frames(build_dir, workloads):
-    """300 nested calls: the walk spans its step programs (NU_FRAMES_PER_PROG frames each, chained by
-    tail calls) up to NU_MAX_FRAMES = 128 frames, leaf first, and ends as truncated: no tail call is
-    refused by the kernel's limit on the way."""
+def _deep_profile(build_dir, workloads, depth: int, seconds: float = 4.0):
+    """deep.c recursing `depth` calls, sampled by the engine: (user frames root first per sample,
+    the profile's stats, the kernel unwinder's counters)."""
     from hotstack.sampling import Engine, EngineConfig
 
     exe = compile_c(HERE / "workloads" / "deep.c", build_dir / "deep", "-O1", "-fomit-frame-pointer")
-    w = workloads([exe, "300"])
+    w = workloads([exe, str(depth)])
     engine = Engine(EngineConfig(frequency=199, pids=(w.pid,), unwind="kernel", runtime_frames=False))
     with engine:
-        time.sleep(3.0)
+        time.sleep(seconds)
         prof = engine.collect()[0]
         counters = engine.samplers[0].native.kernel_counters()
-    user = [[f.name for f in s.stack if not f.is_kernel] for s in prof.samples for _ in range(s.value)]
-    assert len(user) >= 50, counters
-    assert all(len(u) == 128 and u[0] == "spin" and set(u[1:]) == {"descend"} for u in user), \
-        Counter((len(u), u[0]) for u in user).most_common(3)
+        walks_tree = engine.samplers[0].native_vma_walk
+    user = [[f.name for f in reversed(s.stack) if not f.is_kernel] for s in prof.samples for _ in range(s.value)]
+    # the frames a walk keeps: NU_MAX_FRAMES; 31 step programs of NU_LIST_FRAMES_PER_PROG where
+    # userspace keeps the mapping lists (kernels before 6.1)
+    return user, prof.stats, counters, 1024 if walks_tree else 31 * 5
+
+
+def test_a_stack_900_calls_deep_reaches_main(build_dir, workloads):
+    """900 nested calls: the walk spans its step programs (NU_FRAMES_PER_PROG frames each, chained by
+    tail calls, within the kernel's limit) past 900 frames to the process's root, its deep part
+    stored in native_tails."""
+    user, stats, counters, limit = _deep_profile(build_dir, workloads, 900)
+    if limit < 905:
+        pytest.skip(f"this kernel's walks keep {limit} frames (no VMA tree to walk)")
+    assert len(user) >= 100, counters
+    rooted = sum(1 for u in user if u[0] == "_start" and "main" in u[:5] and u.count("descend") == 901
+                 and u[-1] == "spin")
+    assert rooted >= 0.99 * len(user), Counter((len(u), u[0], u[-1]) for u in user).most_common(3)
+    assert counters["tail_call_failed"] == 0 and counters["tail_lost"] == 0, counters
+    assert stats.truncated == 0
+
+
+def test_a_stack_3000_calls_deep_is_cut_with_a_truncated_frame(build_dir, workloads):
+    """3,000 nested calls: the walk keeps NU_MAX_FRAMES = 1024 frames (155 on kernels before 6.1),
+    leaf first, and the stack ends
+    in a [truncated] frame, counted (the footer's and /metrics' truncated samples, the kernel's
+    end_truncated): never a stack that looks complete."""
+    user, stats, counters, limit = _deep_profile(build_dir, workloads, 3000)
+    assert len(user) >= 100, counters
+    assert all(len(u) == limit + 1 and u[0] == "[truncated]" and u[-1] == "spin" and set(u[1:-1]) == {"descend"}
+               for u in user), Counter((len(u), u[0], u[-1]) for u in user).most_common(3)
+    assert stats.truncated == len(user)
     assert counters["tail_call_failed"] == 0 and counters["end_truncated"] >= len(user), counters
 
 

@@ -33,7 +33,9 @@ HS_NATIVE_MAPS
 #define NATIVE_BUFFER_WORD 10
 #define NATIVE_VALUE_WORD 11
 _Static_assert(sizeof(struct stack_key) <= NATIVE_COMM_WORD * 8, "stack_key must fit before the comm");
-_Static_assert(sizeof(struct nu_stack) == NATIVE_STACK_WORDS * 8, "native_stacks values are struct nu_stack");
+_Static_assert(__builtin_offsetof(struct nu_stack, pcs[NU_STORED_FRAMES]) == NATIVE_STACK_WORDS * 8,
+	       "native_stacks values are struct nu_stack up to its NU_STORED_FRAMES addresses");
+_Static_assert(NU_MAX_FRAMES - NU_STORED_FRAMES == NATIVE_TAIL_WORDS, "native_tails values are the addresses after");
 
 /* The sample handed from one program to the next through st->ctx_words: its key, comm, buffer word
  * (bit 0: the buffer; the includer may use higher bits) and value. */
@@ -73,7 +75,22 @@ static __always_inline int native_begin(void *ctx, struct stack_key *key, const 
 	return -1;
 }
 
-/* Store st's stack in native_stacks_<buffer> under a 31-bit id of its hash: key->user_stack_id. */
+/* A deep stack's addresses past NU_STORED_FRAMES, in native_tails_<buffer> under its id; where that
+ * fails (the map full) userspace finds none and shows the stack cut ([truncated]), counted here. */
+static __always_inline void native_store_tail(struct nu_state *st, __u32 id, __u32 buffer)
+{
+	if (st->stack.n <= NU_STORED_FRAMES)
+		return;
+	/* (the key in st, not on the BPF stack: the step program with the runtime hooks has 512 bytes
+	 * for itself and hs_step, and a key here had been 16 too many) */
+	st->tail_id = id;
+	if (bpf_map_update_elem(BUFFER_MAP(buffer & 1, native_tails), &st->tail_id, &st->stack.pcs[NU_STORED_FRAMES],
+				BPF_ANY))
+		nu_count(NU_STAT_TAIL_LOST);
+}
+
+/* Store st's stack in native_stacks_<buffer> under a 31-bit id of its hash: key->user_stack_id
+ * (its first NU_STORED_FRAMES addresses; the rest in native_tails_<buffer>). */
 static __always_inline void native_store(struct nu_state *st, struct stack_key *key, __u32 buffer)
 {
 	__u64 *stored;     /* struct nu_stack: the hash first */
@@ -85,8 +102,10 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
 	 * (the stack is there) and a lookup had been two hash operations */
 	stored = bpf_map_lookup_elem(stacks, &id);
 	if (!stored) {
-		if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST) == 0)
+		if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST) == 0) {
+			native_store_tail(st, id, buffer);
 			return;
+		}
 		stored = bpf_map_lookup_elem(stacks, &id);     /* another CPU stored it first */
 	}
 	if (!stored) {
@@ -127,6 +146,7 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 {
 	struct nu_state *st = nu_state();
 	long bytes;
+	__u32 i;
 
 	key->user_stack_id = -1;
 	if (!st)
@@ -138,6 +158,14 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 		return;            /* a kernel thread: no user stack */
 	st->stack.n = bytes / 8;
 	st->stack.end = NU_END_BAD_FP;
+	/* hashed by address: its first NU_STORED_FRAMES and its frame count (the kernel's frame-pointer
+	 * walks stop at perf_event_max_stack, 127 unless raised) */
+	st->ahash = 0xcbf29ce484222325ULL;
+	for (i = 0; i < NU_STORED_FRAMES; i++) {
+		if (i >= st->stack.n)
+			break;
+		st->ahash = nu_mix(st->ahash, st->stack.pcs[i]);
+	}
 	native_store(st, key, buffer);
 }
 

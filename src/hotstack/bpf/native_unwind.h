@@ -73,19 +73,26 @@
 #define NU_RUNTIME_JIT_STEP(st, pc, index) 1
 #endif
 
+/* Frames a walk records at most (past them the stack ends as NU_END_TRUNCATED: userspace shows a
+ * [truncated] frame); the first NU_STORED_FRAMES are stored with the stack's header in
+ * native_stacks, the rest of a deeper stack in native_tails (few stacks are: the common map's
+ * values stay 1 KiB). */
 #ifndef NU_MAX_FRAMES
-#define NU_MAX_FRAMES 128
+#define NU_MAX_FRAMES 1024
 #endif
+#define NU_STORED_FRAMES 128
 
-/* Frames per step program. The verifier checks every step of the program's unrolled loop at every
- * load: without the runtime hooks (every start) 5 steps are 39k instructions and ~0.06 CPU-s; with
- * them (profile_native_step_jit, loaded with the first JVM or Node.js process) 72k and ~0.07 CPU-s,
- * the hooks being global functions that the verifier checks once (as static ones, checked again at
- * each step's call, 5 steps were 232k and ~0.35 CPU-s). 128 frames take 26
- * programs, inside the kernel's 32 tail calls of 5.10 (33 later) with an interpreter walker in
- * front; one more tail call per 5 frames costs nothing measurable next to the steps
- * (bench/RESULTS.md, session 8). */
-#define NU_FRAMES_PER_PROG 5
+/* Frames per step program: NU_MAX_FRAMES within the kernel's tail calls (32 on 5.10, 33 later),
+ * with an interpreter walker in front: 31 programs of 34 frames. The verifier checks every step of
+ * the program's loop at every load: 34 steps are ~280k instructions (~0.5 CPU-s) without the
+ * runtime hooks, ~300k with them (global functions, checked once). A bpf_loop of one step was
+ * more (410k and 460k on 6.18, whose verifier follows a callback until its states converge). */
+#define NU_FRAMES_PER_PROG 34
+/* ... where the program walks the VMA tree (6.1+). Where userspace keeps the mapping lists (5.10 to
+ * 6.0) each step's binary search of the list makes it ~6 times the verifier's work: 34 steps were
+ * past its 1M instructions, so 5 a program, and a walk there is cut (marked truncated) past 155
+ * frames (31 programs). */
+#define NU_LIST_FRAMES_PER_PROG 5
 #define NU_INDEX_SHIFT 10           /* 1 KiB pages of file offsets: ~30 rows a page, the index ~4% of the rows */
 #define NU_PAGE_SEARCH_STEPS 11     /* log2(rows in a page) + 1: at most one row per byte offset */
 #define NU_PAGE_SHIFT 12
@@ -140,6 +147,7 @@ enum nu_stat {
 	NU_STAT_END_INVALID,
 	NU_STAT_TAIL_CALL_FAILED,
 	NU_STAT_END_EXITED,       /* walks of a task without an address space: not "short of the root" */
+	NU_STAT_TAIL_LOST,        /* deep stacks whose addresses past NU_STORED_FRAMES found no room */
 	NU_STAT_MAX,
 };
 
@@ -231,6 +239,9 @@ struct nu_state {
 	__u32 signal;      /* the current pc was interrupted (a signal frame): look it up as is */
 	__u64 xhash;       /* the hash of the frames by (file, file offset) so far (struct nu_stack) */
 	__u64 chash;       /* the same, of the frames after the leaf (struct nu_stack.callers) */
+	__u64 ahash;       /* the hash of the frames' addresses so far (a stack keyed by address) */
+	__u32 tail_id;     /* a deep stack's id, the key of its native_tails entry (native_count.h) */
+	__u32 tail_pad;
 	__u32 shared;      /* 1 while every frame is in a file: the stack is keyed by xhash */
 	__u32 seq;         /* the address space's stamp at the walk's start (nu_mm_stamp) */
 	/* A leaf pc in [leaf_start, leaf_end) is recorded as leaf_start (an interpreter's walker sets
@@ -828,6 +839,9 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 	shown = (n == 0 && pc - st->leaf_start < st->leaf_end - st->leaf_start) ? st->leaf_start : pc;
 	st->stack.pcs[n] = shown;
 	st->stack.n = n + 1;
+	/* (hashed as it goes: a loop over up to NU_MAX_FRAMES addresses at the end had been most of
+	 * the verifier's work on each step program) */
+	st->ahash = nu_mix(st->ahash, shown);
 	if (!st->mm) {
 		/* task->mm is cleared in do_exit before the address space is torn down (exit_mmap:
 		 * ~2% of an `xz -9` loop's samples); no user read can succeed from here on */
@@ -954,6 +968,7 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->signal = 0;
 	st->xhash = 0xcbf29ce484222325ULL;
 	st->chash = 0xcbf29ce484222325ULL;
+	st->ahash = 0xcbf29ce484222325ULL;
 	st->shared = 1;
 	st->leaf_start = 0;
 	st->leaf_end = 0;
@@ -993,7 +1008,8 @@ static __always_inline int nu_steps(struct nu_state *st, int runtimes)
 
 	if (!pr && st->stack.n == 0)
 		nu_count(NU_STAT_NO_RANGES);
-	for (i = 0; i < NU_FRAMES_PER_PROG; i++) {
+	/* (the bound is known at load: nu_kernel_vma_walk is read-only) */
+	for (i = 0; i < (nu_kernel_vma_walk ? NU_FRAMES_PER_PROG : NU_LIST_FRAMES_PER_PROG); i++) {
 		if (nu_step(st, pr, runtimes))
 			return 1;
 	}
@@ -1021,7 +1037,6 @@ static __always_inline void nu_count_end(struct nu_state *st)
 static __always_inline __u64 nu_hash(struct nu_state *st)
 {
 	__u64 h;
-	__u32 i;
 
 	st->stack.pid = st->tgid;
 	st->stack.by_file = st->shared && st->stack.n;
@@ -1030,13 +1045,7 @@ static __always_inline __u64 nu_hash(struct nu_state *st)
 		h = nu_mix(nu_mix(st->xhash, st->stack.n), st->stack.end);
 		st->stack.callers = nu_mix(nu_mix(st->chash, st->stack.n), st->stack.end);
 	} else {
-		h = 0xcbf29ce484222325ULL ^ st->stack.n;
-		for (i = 0; i < NU_MAX_FRAMES; i++) {
-			if (i >= st->stack.n)
-				break;
-			h = nu_mix(h, st->stack.pcs[i]);
-		}
-		h = nu_mix(h, st->tgid);
+		h = nu_mix(nu_mix(st->ahash, st->stack.n), st->tgid);
 	}
 	h = h ? h : 1;
 	st->stack.hash = h;

@@ -21,6 +21,7 @@
 #define RT_PERL 3
 #define RT_WALKERS 4
 #define NATIVE_STACK_WORDS 135
+#define NATIVE_TAIL_WORDS 896
 #define EFAULT 14
 #define EEXIST 17
 
@@ -533,6 +534,20 @@ enum hs_stat {
 		__type(key, __u32); \
 		__type(value, __u64[NATIVE_STACK_WORDS]); \
 	} native_stacks_1 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 512); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u32); \
+		__type(value, __u64[NATIVE_TAIL_WORDS]); \
+	} native_tails_0 SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 512); \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, __u32); \
+		__type(value, __u64[NATIVE_TAIL_WORDS]); \
+	} native_tails_1 SEC(".maps"); \
 	/* end */
 
 /* group python */

@@ -20,6 +20,7 @@ RT_PHP = 2
 RT_PERL = 3
 RT_WALKERS = 4
 NATIVE_STACK_WORDS = 135
+NATIVE_TAIL_WORDS = 896
 EFAULT = 14
 EEXIST = 17
 
@@ -128,7 +129,7 @@ HS_STAT_MAX = 5
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
 MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'plain_images', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
-BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
+BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'native_tails', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'self_tgid', 'task_off_group_leader', 'task_off_start_boottime', 'task_off_real_parent', 'task_off_tgid', 'task_off_comm', 'task_off_nsproxy', 'nsproxy_off_mnt_ns', 'mnt_ns_off_inum', 'task_off_mm', 'mm_off_exe_file', 'file_off_inode', 'inode_off_ino', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (runtimes/registry.py).
 RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 5, 'walker': 'profile_walk_python', 'slot': 0, 'known': 'py_known', 'stored': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4, 'step': 'profile_native_step_jit'}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5, 'step': 'profile_native_step_jit'}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}

@@ -137,7 +137,7 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
     if lost:
         parts.append("lost: " + ", ".join(lost) + f" ({st.stack_collisions} by stack-map collisions)")
     if st.truncated:
-        parts.append(f"{st.truncated} samples with a runtime stack cut short ([truncated])")
+        parts.append(f"{st.truncated} samples with a stack cut short ([truncated])")
     if st.runtimes_unread:
         parts.append(f"{st.runtimes_unread} processes of a runtime not read, without their runtime frames "
                      f"(see the warnings; hotstack doctor --pid PID)")

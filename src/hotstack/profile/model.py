@@ -99,7 +99,7 @@ class ProfileStats:
     user_stacks_lost: int = 0     # kept, but without their user stack
     kernel_stacks_lost: int = 0   # kept, but without their kernel stack
     stack_collisions: int = 0     # of those lost, by stack-map bucket collisions
-    truncated: int = 0            # kept, with a runtime stack cut short (a [truncated] frame)
+    truncated: int = 0            # kept, with a stack (native or runtime) cut short (a [truncated] frame)
     runtimes_unread: int = 0      # processes of a runtime hotstack recognized and cannot read (its
                                   # version or build): their runtime frames are missing (warned once)
     engine_failures: int = 0      # inside the engine: a background thread that raised (logged,

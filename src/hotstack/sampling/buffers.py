@@ -115,6 +115,7 @@ def parse_native_stack(raw: bytes) -> tuple[int, ...]:
 
 # struct nu_stack's header: hash, frames, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev, pad
 NATIVE_STACK_HEADER = struct.Struct("<QIIIIQQQII")
+NU_END_TRUNCATED = 3      # enum nu_end (bpf/native_unwind.h): the walk reached NU_MAX_FRAMES
 _NO_HEADER = (0,) * 10
 
 
@@ -160,6 +161,9 @@ class StackReader:
         self._users: dict[int, tuple[tuple[int, ...] | None, tuple]] = {}
         self._kernels: dict[int, tuple[int, ...] | None] = {}
         self._batched = self.user.spec.type == ebpf.MAP_TYPE_HASH
+        # a kernel-unwound stack's addresses past its first NATIVE_STORED_FRAMES (few stacks)
+        self.tails = collection.maps.get(schema.buffered("native_tails", buffer)) if self._batched else None
+        self._tail_raw: dict[int, bytes] | None = None
         self._user_raw: dict[int, bytes] | None = None
         kept = kept if kept is not None else {"user": KeptStacks(), "kernel": KeptStacks()}
         self._kept_user, self._kept_kernel = kept["user"], kept["kernel"]
@@ -178,10 +182,25 @@ class StackReader:
                 raw = self._user_stacks().get(stack_id)
                 header = NATIVE_STACK_HEADER.unpack_from(raw) if raw is not None else _NO_HEADER
                 stack = self._parse_user(raw) if raw is not None else None
+                if stack is not None and header[1] > len(stack):
+                    stack, header = self._with_tail(stack_id, stack, header)
             else:
                 stack, header = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user), _NO_HEADER
             found = self._users[stack_id] = (stack, header)
         return found
+
+    def _with_tail(self, stack_id: int, stack: tuple[int, ...], header: tuple) -> tuple[tuple[int, ...], tuple]:
+        """A deep stack with its addresses from native_tails; where the kernel found no room for
+        them, its first addresses, ended as cut (NU_END_TRUNCATED: a [truncated] frame) and not
+        keyed by file (its hash is of every frame)."""
+        if self._tail_raw is None:
+            self._tail_raw = {_U32.unpack(k)[0]: v for k, v in self.tails.items(1)} if self.tails is not None and \
+                self.tails.any_key() else {}
+        tail = self._tail_raw.get(stack_id)
+        if tail is None:
+            return stack, (0, len(stack), NU_END_TRUNCATED, header[3], 0, 0, 0, 0, 0, 0)
+        rest = min(header[1] - len(stack), len(tail) // 8)
+        return stack + struct.unpack_from(f"<{rest}Q", tail), header
 
     def kernel_stack(self, stack_id: int) -> tuple[int, ...] | None:
         if stack_id < 0:
@@ -203,6 +222,11 @@ class StackReader:
     def clear(self, keep: Iterable[tuple[int, int]] = ()) -> None:
         """Delete every stack of the buffer except the (user, kernel) ids in `keep` (still referenced)."""
         keep = list(keep)
+        if self.tails is not None and (self._tail_raw or self.tails.any_key()):
+            kept_users = {u for u, _ in keep}
+            gone = [k for k in list(self.tails.keys()) if _U32.unpack(k)[0] not in kept_users]
+            if gone:
+                self.tails.delete_batch(gone)
         for m, kept in ((self.user, {u for u, _ in keep if u >= 0}), (self.kernel, {k for _, k in keep if k >= 0})):
             # Every stack not still referenced goes, including those whose count could not be stored.
             if m is self.user and self._batched:

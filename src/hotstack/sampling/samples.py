@@ -15,7 +15,7 @@ from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_maps import file_stack_hash
 from ..runtimes.registry import FrameSource
-from .buffers import RawStack
+from .buffers import NU_END_TRUNCATED, RawStack
 from .obi import trace_labels
 
 # The leaf frames of a stack taken inside a BPF program are the program and its dispatcher.
@@ -131,6 +131,9 @@ class SampleMaker:
         """(the sample, whether a runtime stack in it was truncated)."""
         info = self.processes.get(raw.pid) if raw.pid else None
         user, truncated = self._user(raw, info) if raw.user_stack else ((), False)
+        if user and raw.user_end == NU_END_TRUNCATED:
+            # the kernel's walk reached its frame limit (or a deep stack's tail found no room)
+            user, truncated = (*user, TRUNCATED), True
         if user and not raw.kernel_stack and not raw.kernel_stack_lost:
             # a user stack alone (most samples): the named stack as kept (a tuple), shared by every
             # sample of it, which encoders can tell by identity (profile/folded.py)

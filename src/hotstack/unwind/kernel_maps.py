@@ -64,7 +64,7 @@ KNOWN_PATHS = 16384              # (ino, dev) -> path entries remembered for fil
 STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
               "signal", "vma_walks", "vma_walk_misses", "remapped", "no_ranges", "end_root", "end_zero",
               "end_truncated", "end_no_mapping", "end_bad_fp", "end_read", "end_invalid", "tail_call_failed",
-              "end_exited")
+              "end_exited", "tail_lost")
 
 
 def kernel_dev(st_dev: int) -> int:

@@ -46,7 +46,7 @@ class EngineCollector:
         full = CounterMetricFamily("hotstack_dropped_samples", "Samples dropped: aggregation map full.")
         full.add_metric([], self.counts_full)
         truncated = CounterMetricFamily("hotstack_truncated_stacks",
-                                        "Samples whose runtime (e.g. Python) stack was cut short: a [truncated] frame.")
+                                        "Samples whose stack (native, or a runtime's such as Python's) was cut short: a [truncated] frame.")
         truncated.add_metric([], self.truncated)
         native = CounterMetricFamily("hotstack_kernel_unwinder", "The kernel unwinder's shortfalls: stacks short of "
                                      "the root, PCs in files not loaded yet, frames by frame pointers.", labels=["what"])
