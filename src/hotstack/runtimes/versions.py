@@ -38,7 +38,7 @@ OTHER_TESTED = {
 # Versions read from their published layouts (or other builds); untested unless a test runs them.
 LAYOUTS = {
     "python": ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"),
-    "node": ("18", "20", "22+"),
+    "node": ("18", "20", "22", "24"),
     "ruby": ("2.7", "3.0", "3.1", "3.2", "3.3", "3.4"),
     "php": ("7.4", "8.0", "8.1", "8.2", "8.3", "8.4"),
     "java": ("17", "other JDKs"),
@@ -50,12 +50,12 @@ LAYOUTS = {
 # passes (frames named, the 75/25 split within 5 points, stacks to the root), warns (said
 # unread: a warning, the footer's count, doctor), fails.
 MATRIX = {
-    "python": {"passes": ("3.9", "3.11", "3.13"), "warns": (), "fails": ()},
-    "node": {"passes": ("18", "20"), "warns": (), "fails": ("12",)},
+    "python": {"passes": ("3.9", "3.11", "3.13"), "warns": ("3.14",), "fails": ()},
+    "node": {"passes": ("18", "20", "24", "22"), "warns": (), "fails": ("12",)},
     "ruby": {"passes": ("2.7", "3.1", "3.3"), "warns": (), "fails": ()},
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
-    "perl": {"passes": ("5.32", "5.36", "5.40"), "warns": (), "fails": ()},
-    "java": {"passes": ("17", "21"), "warns": (), "fails": ("11",)},
+    "perl": {"passes": ("5.32", "5.36", "5.40"), "warns": ("5.42",), "fails": ()},
+    "java": {"passes": ("17", "21"), "warns": (), "fails": ("11", "25")},
 }
 # runtime-matrix: end
 
@@ -68,7 +68,7 @@ def _spans(versions: list[str], known: list[str]) -> str:
     """"3.8–3.13" for three or more versions next to each other among the known ones, else a list."""
     parts, run = [], []
     for v in versions:
-        if run and known.index(v) != known.index(run[-1]) + 1:
+        if run and (v not in known or known.index(v) != known.index(run[-1]) + 1):
             parts.append(run)
             run = []
         run.append(v)
@@ -84,6 +84,8 @@ def versions_of(runtime: str) -> RuntimeVersions:
     tested = (set(OTHER_TESTED[runtime]) - failing) | set(MATRIX[runtime]["passes"])
     known = sorted(tested | set(LAYOUTS[runtime]) | failing, key=_key)
     untested = [v for v in known if v in LAYOUTS[runtime] and v not in tested | failing]
+    if runtime == "node":       # its releases are every other number: a span would claim the odd ones
+        known = []
     return RuntimeVersions(NAMES[runtime], _spans(sorted(tested, key=_key), known),
                            _spans(untested, known))
 
