@@ -290,7 +290,7 @@ const volatile __u32 nu_off_mm_vdso = 0;        /* mm_struct.context.vdso (0: un
 
 /* The vDSO: code in no file, with its own .eh_frame. The kernel's image, the same in every 64-bit
  * process: its mapping (the VMA at mm->context.vdso) gets this file key, under which userspace
- * loads the table of the image (unwind/vdso.py); a stack through it is keyed by address and
+ * loads the table of the image (symbols/vdso.py); a stack through it is keyed by address and
  * process (no file names its frames), as before. */
 #define NU_VDSO_INO 1
 #define NU_VDSO_DEV 0xffffffffU

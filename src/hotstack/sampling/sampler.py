@@ -194,6 +194,7 @@ class Sampler:
         self.buffers.user_stacks = "native_stacks"
         self.buffers.parse_user = parse_native_stack
         self.native = NativeTables(collection.maps)
+        self.native.preload_vdso()      # (tiny, and in every process: there before the first sample)
         if self.native_vma_walk and not kernel_maps.has_mm_lock_seq():
             self._count_mappings()
         for pid in self.config.pids:

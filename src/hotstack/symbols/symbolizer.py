@@ -39,6 +39,7 @@ from .gopclntab import GoPclntab, find_pclntab
 from .kallsyms import KernelSymbols
 from .perfmap import PerfMap
 from .symtab import SymbolTable
+from .vdso import VDSO_PATH, VdsoSymbols
 
 KERNEL_MODULE = "[kernel.kallsyms]"
 DEFAULT_ELF_CACHE_BYTES = 256 << 20
@@ -201,6 +202,7 @@ class Symbolizer:
                  perf_maps: bool = True, go_symbols: bool = True) -> None:
         self.processes = processes
         self.go_symbols = go_symbols    # False: .gopclntab is not read (Go names only from .symtab)
+        self.vdso = VdsoSymbols()       # [vdso] frames, named from the host's image
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -308,6 +310,11 @@ class Symbolizer:
                 continue
             mapping = self.processes.find_mapping(info, address)
             lookup = address if i == 0 or address == 0 else address - 1
+            if mapping is not None and mapping.path == VDSO_PATH:
+                found = self.vdso.lookup(lookup - mapping.start)
+                if found is not None:
+                    frames[i] = Frame(found[0], FrameKind.NATIVE, VDSO_PATH, address)
+                    continue
             if mapping is None or not mapping.is_file:
                 if self.perf_maps and (mapping is None or not mapping.path.startswith("[")
                                        or mapping.path in ("[anon]", "[heap]")):

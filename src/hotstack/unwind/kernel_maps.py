@@ -40,7 +40,7 @@ from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
 from .kernel_tables import FileTable, RuleSet, TableCache
-from .vdso import VDSO_KEY, VDSO_PATH, vdso_fd
+from ..symbols.vdso import VDSO_KEY, VDSO_PATH, vdso_fd
 
 log = logging.getLogger("hotstack.unwind")
 
@@ -187,7 +187,7 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
             stamp = {}   # (none of them: a slot lives until exec)
         for name, offset in stamp.items():
             spec.set_constant(name, offset)
-    try:   # the vDSO's mapping, whose code has its table under VDSO_KEY (unwind/vdso.py)
+    try:   # the vDSO's mapping, whose code has its table under VDSO_KEY (symbols/vdso.py)
         spec.set_constant("nu_off_mm_vdso", btf.member_offset("mm_struct", "context.vdso"))
     except KeyError:
         pass

@@ -219,7 +219,7 @@ GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcal
                       "runtime.cgocallback", "runtime.rt0_go", "runtime.goexit", "runtime.gogo")
 # The vDSO callers: they move SP to the g0 stack (nanotime1, time.now) or align it (vgetrandom1) with
 # instructions the pcsp stream does not follow, and their frame pointer stays on the goroutine's
-# stack, where the vDSO's code (its own table, unwind/vdso.py) returns into them: an SP delta read the
+# stack, where the vDSO's code (its own table, symbols/vdso.py) returns into them: an SP delta read the
 # g0 stack's stale words (a made-up runtime.newproc caller), the frame pointer finds the caller.
 # The first function of every thread the runtime starts (runtime.clone's child calls it on the new
 # stack, whose words above it are no frame): the walk ends there, as Go's own tracebacks do.

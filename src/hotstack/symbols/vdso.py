@@ -1,14 +1,18 @@
-"""The vDSO's unwind table: its code is in no file (the mapping `[vdso]`), but it is the kernel's
-own image, the same in every 64-bit process of the host, with its own .eh_frame. The kernel
+"""The vDSO's image, for its unwind table and its symbols: its code is in no file (the mapping
+`[vdso]`), but it is the kernel's own image, the same in every 64-bit process of the host, with its own .eh_frame. The kernel
 unwinder (bpf/native_unwind.h) gives the mapping at mm->context.vdso the file key VDSO_KEY, and
 userspace loads under that key the table of the image this process maps (found through the
-auxiliary vector's AT_SYSINFO_EHDR, read from our own memory: no file, no /proc)."""
+auxiliary vector's AT_SYSINFO_EHDR, read from our own memory: no file, no /proc); the symbolizer
+names a [vdso] frame from the same image's symbols, as perf does."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import struct
+
+from .elf import ElfError, ElfFile
+from .symtab import SymbolTable
 
 # NU_VDSO_INO, NU_VDSO_DEV (bpf/native_unwind.h): a device number no file has (major 4095,
 # minor 0xfffff), so the key never names a real file.
@@ -39,6 +43,38 @@ def vdso_image() -> bytes | None:
     if not 64 <= size <= MAX_VDSO_BYTES:
         return None
     return ctypes.string_at(base, size)
+
+
+class VdsoSymbols:
+    """The vDSO's function symbols (its image is the kernel's, the same in every 64-bit process):
+    built once, on first use; None where this process has no vDSO image to read."""
+
+    def __init__(self) -> None:
+        self._table: SymbolTable | None = None
+        self._elf: ElfFile | None = None
+        self._tried = False
+
+    def lookup(self, offset: int) -> tuple[str, int] | None:
+        """(function, offset into it) at `offset` from the start of the [vdso] mapping, or None."""
+        if not self._tried:
+            self._tried = True
+            self._open()
+        if self._table is None or self._elf is None:
+            return None
+        vaddr = self._elf.file_offset_to_vaddr(offset)
+        return self._table.lookup_many([vaddr])[0] if vaddr is not None else None
+
+    def _open(self) -> None:
+        fd = vdso_fd()
+        if fd is None:
+            return
+        try:
+            self._elf = ElfFile(f"/proc/self/fd/{fd}")
+            self._table = SymbolTable(self._elf, plt=False, entry=False)
+        except (ElfError, ValueError, IndexError):
+            self._elf = self._table = None
+        finally:
+            os.close(fd)
 
 
 def vdso_fd() -> int | None:
