@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from .. import procs
 from ..profile.model import Frame
+from .common.files import launched_runtimes
 from .plugin import FrameSource, RuntimeKernel
 
 
@@ -82,7 +83,7 @@ class DeferredSource(FrameSource):
 
     def _for(self, pid: int) -> FrameSource | None:
         """The source, built if pid is the first process that names one of its words; else None."""
-        if self._source is None and not names_a_word(self._words, pid):
+        if self._source is None and not names_a_word(self._words, pid, self.name):
             return None
         return self.build()
 
@@ -179,8 +180,13 @@ def runtime_words(sources: list[FrameSource]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, words))) if words else None
 
 
-def names_a_word(words: re.Pattern[str], pid: int) -> bool:
+def names_a_word(words: re.Pattern[str], pid: int, runtime: str = "") -> bool:
     """Whether the process's executable or one of its executable mappings holds one of `words`
-    (runtime_words): the first test of a process for the frame sources (the paths as read this
-    round, shared with the sources' own reads)."""
-    return bool(words.search(procs.exe_path(pid, recent=True)) or words.search(procs.exec_paths(pid, recent=True)))
+    (runtime_words), or its executable is a runtime's launcher by what the file holds (a copy or a
+    renamed one: common/files.launched_runtimes, each executable read once): the first test of a
+    process for the frame sources (the paths as read this round, shared with the sources' own reads).
+    `runtime`: that runtime's launcher only."""
+    if words.search(procs.exe_path(pid, recent=True)) or words.search(procs.exec_paths(pid, recent=True)):
+        return True
+    launched = launched_runtimes(pid)
+    return runtime in launched if runtime else bool(launched)

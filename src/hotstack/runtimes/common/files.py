@@ -173,22 +173,100 @@ def load_base(elf_path: str, mappings: list[Mapping]) -> int | None:
     return None
 
 
+# What a runtime's own executable holds in its dynamic string table, defined or imported: the
+# interpreter or its launcher's entry (the python3, ruby, perl, php, node and java programs, copied
+# or renamed as they may be). A program that only embeds a runtime library (an editor linking
+# libpython or libperl) has none of these: it is recognized by its name alone, as before.
+LAUNCHER_MARKS: dict[str, tuple[bytes, ...]] = {
+    "python": (b"\0Py_BytesMain\0",), "ruby": (b"\0ruby_run_node\0",), "php": (b"\0executor_globals\0",),
+    "perl": (b"\0perl_run\0",), "v8": (b"\0_ZN4node5StartEiPPc\0",), "hotspot": (b"\0JLI_Launch\0",),
+}
+# What the file the runtime lives in holds (the executable itself, or its library: libpython,
+# libruby, libperl, libphp, libnode, libjvm).
+RUNTIME_MARKS: dict[str, tuple[bytes, ...]] = {
+    "python": (b"\0_PyRuntime\0",), "ruby": (b"\0ruby_version\0",), "php": (b"\0executor_globals\0",),
+    "perl": (b"\0PL_version\0",), "v8": (b"\0v8dbg_",), "hotspot": (b"\0gHotSpotVMStructs\0",),
+}
+_MAX_MARKED = 16384
+# (inode, device as maps shows it) -> (runtimes it launches, runtimes it holds): each file read once
+_marked: dict[tuple[int, str], tuple[frozenset[str], frozenset[str]]] = {}
+_NO_MARKS = (frozenset(), frozenset())
+
+
+def _marks_of(path: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the runtimes whose launcher marks, the runtimes whose marks) a file's dynamic string table
+    holds; none for a file that is not ELF, or gone."""
+    try:
+        with ElfFile(path) as elf:
+            for section in elf.sections:
+                if section.type == SHT_DYNSYM and section.link < len(elf.sections):
+                    strtab = elf.sections[section.link]
+                    strings = elf.read(strtab.offset, strtab.size)
+                    return (frozenset(n for n, marks in LAUNCHER_MARKS.items() if any(m in strings for m in marks)),
+                            frozenset(n for n, marks in RUNTIME_MARKS.items() if any(m in strings for m in marks)))
+    except (ElfError, OSError, ValueError):
+        pass
+    return _NO_MARKS
+
+
+def file_marks(pid: int, mapping: Mapping) -> tuple[frozenset[str], frozenset[str]]:
+    """_marks_of the file `pid` maps at `mapping`, read through that mapping once per file (by its
+    inode and device)."""
+    key = (mapping.inode, mapping.dev)
+    marks = _marked.get(key)
+    if marks is None:
+        path = procs.mapped_file_path(pid, mapping)
+        if path is None:
+            return _NO_MARKS
+        marks = _marks_of(path)
+        if len(_marked) >= _MAX_MARKED:
+            _marked.clear()
+        _marked[key] = marks
+    return marks
+
+
+def launched_runtimes(pid: int) -> frozenset[str]:
+    """The runtimes whose launcher the process's executable is, by what the file holds (a copy of
+    python3 named myapp, a ruby renamed): its executable mapping's marks, read once per file."""
+    exe = procs.exe_path(pid, recent=True).removesuffix(" (deleted)")
+    for m in procs.read_exec_maps(pid, recent=True):
+        if m.is_file and m.file_path == exe:
+            return file_marks(pid, m)[0]
+    return frozenset()
+
+
+def runs(pid: int, runtime: str) -> bool:
+    """Whether `pid`'s executable is `runtime`'s launcher (launched_runtimes)."""
+    return runtime in launched_runtimes(pid)
+
+
 def exe_name(pid: int) -> str:
     """The file name of the process's executable ('' when gone), as the pid watcher read it: an
     interpreter's source looks into a process whose executable is named for it only."""
     return os.path.basename(procs.exe_path(pid, recent=True).removesuffix(" (deleted)"))
 
 
-def candidates(mappings: list[Mapping], name: re.Pattern[str], library_word: str) -> list[Mapping]:
-    """The first mapping of each file whose name matches `name`, files whose path holds
-    `library_word` first (an interpreter's shared library before the executable that loads it).
-    Only files the process runs (mapped executable): a profiler or a debugger also maps
-    interpreters it only reads (hotstack maps every binary it symbolizes)."""
+def holding(pid: int, mappings: list[Mapping]) -> None:
+    """Read the marks of the files `pid` runs (mapped executable) not read yet, so that candidates()
+    knows which hold a runtime: for a process whose executable is a runtime's launcher (runs()),
+    whose library may be named anything."""
+    for m in mappings:
+        if m.executable and m.is_file:
+            file_marks(pid, m)
+
+
+def candidates(mappings: list[Mapping], name: re.Pattern[str], library_word: str, runtime: str = "") -> list[Mapping]:
+    """The first mapping of each file whose name matches `name` or that holds `runtime`'s mark
+    (RUNTIME_MARKS, of a file already read: holding()), files whose path holds `library_word` first (an interpreter's shared
+    library before the executable that loads it). Only files the process runs (mapped executable):
+    a profiler or a debugger also maps interpreters it only reads (hotstack maps every binary it
+    symbolizes)."""
     running = {(m.inode, m.dev) for m in mappings if m.executable and m.is_file}
     seen: dict[tuple[int, str], Mapping] = {}
     for m in mappings:
         key = (m.inode, m.dev)
-        if m.is_file and key in running and key not in seen and name.search(m.file_path):
+        if m.is_file and key in running and key not in seen and (
+                name.search(m.file_path) or (runtime and runtime in _marked.get(key, _NO_MARKS)[1])):
             seen[key] = m
     return sorted(seen.values(), key=lambda m: library_word not in m.file_path)
 
@@ -202,5 +280,6 @@ def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator
             yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
 
 
-__all__ = ["ELF_SYM", "RUNTIME_NAMES", "UNREAD", "exe_name", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
+__all__ = ["ELF_SYM", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
+           "launched_runtimes", "runs", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
            "opened", "symbol_spans", "symbols"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
+from ..common.files import runs
 from ..common.jit_source import JitSource
 from .jvm import JvmLayout, NotReady, read_layout
 from .names import Names
@@ -59,7 +60,7 @@ class HotSpotSource(JitSource):
         """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
         launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
         paths = procs.exec_paths(pid, recent=True)
-        return "/libjvm.so" in paths or "/libjli.so" in paths
+        return "/libjvm.so" in paths or "/libjli.so" in paths or runs(pid, "hotspot")
 
     def _record(self, layout: JvmLayout) -> bytes:
         return layout.record

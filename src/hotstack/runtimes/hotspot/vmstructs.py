@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
 from ..common.memory import MemoryReadError, PagedMemory, ProcessMemory
-from ..common.files import candidates, load_base, opened
+from ..common.files import candidates, holding, load_base, opened, runs
 from ..common.files import ELF_SYM as _SYM
 
 import numpy as np
@@ -44,10 +44,11 @@ class VMStructs:
 def libjvm(pid: int) -> tuple[str, int] | None:
     """(a path that opens the process's very libjvm.so, load bias), or None."""
     # most processes of a host: one substring test (of the pid watcher's read of this round)
-    if "/libjvm.so" not in procs.exec_paths(pid, recent=True):
+    if "/libjvm.so" not in procs.exec_paths(pid, recent=True) and not runs(pid, "hotspot"):
         return None
     mappings = procs.parse_maps(procs.read_maps_text(pid, recent=True))
-    for _cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _LIBJVM, "libjvm")):
+    holding(pid, mappings)      # (libjvm is found by what it holds too)
+    for _cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _LIBJVM, "libjvm", "hotspot")):
         base = load_base(path, its_mappings)
         if base is not None:
             return path, base

@@ -23,7 +23,7 @@ from ... import procs
 from ...bpf import schema
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, exe_name, inspected_once, load_base, opened, symbols
+from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbols
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.elf_tls import dynsym_names, tls_access
 from .offsets import PerlOffsets, offsets_for
@@ -129,13 +129,16 @@ def detect(pid: int) -> PerlProcess | None:
     """The Perl interpreter running in `pid`, or None (not Perl, not started yet, or gone).
 
     Only `perl*` executables are looked into: this runs for every new process of the host."""
-    if "perl" not in exe_name(pid):
+    launcher = runs(pid, "perl")         # (its executable renamed)
+    if not launcher and "perl" not in exe_name(pid):
         return None
     text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if "perl" not in text:
+    if not launcher and "perl" not in text:
         return None
     mappings = parse_maps(text)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libperl")):
+    if launcher:
+        holding(pid, mappings)
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libperl", "perl")):
         binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Perl",
                                 shown=cand.file_path)
         if binary is None:

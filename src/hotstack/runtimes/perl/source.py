@@ -20,7 +20,7 @@ from ..common.interpreter_source import InterpreterSource
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.merge import ROOT_FRAMES, merge
 from .detect import PerlProcess, detect
-from ..common.files import exe_name
+from ..common.files import exe_name, runs
 from .frames import RawPerlFrame, parse_stack, vm_groups
 from .offsets import CVF_NAMED, SVT_MASK, SVT_PVCV, SVT_PVGV, SVT_PVHV, PerlOffsets
 
@@ -141,7 +141,7 @@ class PerlSource(InterpreterSource):
         return detect(pid)
 
     def _may_run(self, pid: int) -> bool:
-        return "perl" in exe_name(pid)    # only `perl*` executables are looked into (detect)
+        return "perl" in exe_name(pid) or runs(pid, "perl")   # its executables only (detect)
 
     def _record(self, proc: PerlProcess) -> bytes | None:
         try:

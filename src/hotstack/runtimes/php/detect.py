@@ -8,8 +8,7 @@ from dataclasses import dataclass, replace
 from ... import procs
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, inspected_once, load_base, opened, symbols
-from ..common.files import exe_name
+from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbols
 from ..common.jit import jit_regions
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")    # a version in the name
@@ -91,15 +90,18 @@ def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
 
 
 def detect(pid: int) -> PhpProcess | None:
-    """The PHP interpreter of `pid`, or None; only `php*` executables are looked into (this runs
+    """The PHP interpreter of `pid`, or None; only `php*` executables, and one that is PHP's launcher by what it holds (runs()), are looked into (this runs
     for every new process of the host)."""
-    if "php" not in exe_name(pid):
+    launcher = runs(pid, "php")         # (its executable renamed)
+    if not launcher and "php" not in exe_name(pid):
         return None
     text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if "php" not in text:
+    if not launcher and "php" not in text:
         return None
     mappings = parse_maps(text)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _FILE, "libphp")):
+    if launcher:
+        holding(pid, mappings)
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _FILE, "libphp", "php")):
         found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path), pid=pid, runtime="PHP",
                                shown=cand.file_path)
         if found is None:

@@ -26,7 +26,7 @@ from ..common.interpreter_source import InterpreterSource
 from ..common.merge import merge
 from ..common.jit import JitWatch, merge_jit
 from .detect import PhpOffsets, PhpProcess, detect
-from ..common.files import exe_name
+from ..common.files import exe_name, runs
 
 
 VM_ENTRY = "execute_ex"
@@ -150,7 +150,7 @@ class PhpSource(InterpreterSource):
         return detect(pid)
 
     def _may_run(self, pid: int) -> bool:
-        return "php" in exe_name(pid)    # only `php*` executables are looked into (detect)
+        return "php" in exe_name(pid) or runs(pid, "php")   # its executables only (detect)
 
     def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ... import procs
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, inspected_once, load_base, opened, symbol_spans
+from ..common.files import Unreadable, candidates, holding, inspected_once, load_base, opened, runs, symbol_spans
 from ..common.memory import MemoryReadError, ProcessMemory
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
@@ -134,11 +134,14 @@ def detect(pid: int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
     # cheap test first: most processes of a host are not Python (the pid watcher's read of this
     # round; the whole text is read only for a process that maps a file so named)
-    if "python" not in procs.exec_paths(pid, recent=True):
+    launcher = runs(pid, "python")       # (a copy of python3 under another name)
+    if not launcher and "python" not in procs.exec_paths(pid, recent=True):
         return None
     text = procs.read_maps_text(pid, recent=True)
     mappings = parse_maps(text)
-    chosen = candidates(mappings, _FILE, "libpython")
+    if launcher:
+        holding(pid, mappings)
+    chosen = candidates(mappings, _FILE, "libpython", "python")
     for cand, path, its_mappings in opened(pid, mappings, chosen):
         binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path), pid=pid,
                                 runtime="CPython", shown=cand.file_path)

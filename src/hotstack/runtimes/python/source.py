@@ -18,6 +18,7 @@ from .detect import PythonProcess, detect
 from .frames import RawPyFrame, split_groups
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import merge
+from ..common.files import runs
 from .offsets import FRAME_CFRAME, NONE
 
 
@@ -75,7 +76,7 @@ class CPythonSource(InterpreterSource):
         return detect(pid)
 
     def _may_run(self, pid: int) -> bool:
-        return "python" in procs.exec_paths(pid, recent=True)   # as detect's first test
+        return "python" in procs.exec_paths(pid, recent=True) or runs(pid, "python")   # as detect's first test
 
     def _record(self, proc: PythonProcess) -> bytes:
         return proc_record(proc)

@@ -25,7 +25,7 @@ from ...bpf import schema
 from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
 from ..common.elf_tls import R_X86_64_DTPMOD64, reloc_offsets, tls_access
-from ..common.files import Unreadable, candidates, exe_name, inspected_once, load_base, opened, symbol_spans, symbols
+from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbol_spans, symbols
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -204,13 +204,16 @@ def detect(pid: int) -> RubyProcess | None:
     """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone).
 
     Only `ruby*` executables are looked into: this runs for every new process of the host."""
-    if "ruby" not in exe_name(pid):
+    launcher = runs(pid, "ruby")         # (its executable renamed)
+    if not launcher and "ruby" not in exe_name(pid):
         return None
     text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if "ruby" not in text:      # cheap test first: most processes of a host are not Ruby
+    if not launcher and "ruby" not in text:
         return None
     mappings = parse_maps(text)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libruby")):
+    if launcher:
+        holding(pid, mappings)
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libruby", "ruby")):
         binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Ruby",
                                 shown=cand.file_path)
         if binary is None:

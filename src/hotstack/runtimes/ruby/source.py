@@ -19,7 +19,7 @@ from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import merge
 from .classes import ClassNames
-from ..common.files import exe_name
+from ..common.files import exe_name, runs
 from .detect import RubyProcess, detect
 from .frames import FRAME_METHOD, RawRubyFrame, vm_groups
 from .iseq import IMEMO_MENT, IseqCache, IseqInfo, imemo_type
@@ -126,7 +126,7 @@ class RubySource(InterpreterSource):
         return detect(pid)
 
     def _may_run(self, pid: int) -> bool:
-        return "ruby" in exe_name(pid)    # only `ruby*` executables are looked into (detect)
+        return "ruby" in exe_name(pid) or runs(pid, "ruby")   # its executables only (detect)
 
     def _record(self, proc: RubyProcess) -> bytes | None:
         try:

@@ -17,7 +17,7 @@ import re
 from ... import procs
 from ...bpf import schema
 from ...profile.model import UNKNOWN, Frame
-from ..common.files import UNREAD, Unreadable, UnreadProcess
+from ..common.files import UNREAD, Unreadable, UnreadProcess, file_marks, runs
 from ..common.jit_source import JitSource
 from .metadata import V8Layout, checked_binary_layout
 from .names import Names
@@ -39,20 +39,23 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
 
 
 def _v8_files(pid: int) -> list[tuple[str, str]]:
-    """Files of a `node*` process that may hold V8, each as a path that opens the very file it runs
+    """Files of a node process that may hold V8, each as a path that opens the very file it runs
     (procs.mapped_file_path), and the path its maps show: the executable, and a mapped libnode
-    (Debian's node links it). Other executables are not looked into: this runs for every new process."""
+    (Debian's node links it) or any other file that holds V8's metadata. A node process is one whose
+    executable is named node* or is node's launcher by what it holds (runs()); other executables are
+    not looked into: this runs for every new process."""
     exe = procs.exe_path(pid, recent=True)
-    if not _NODE.search(exe.removesuffix(" (deleted)")):
+    launcher = runs(pid, "v8")
+    if not launcher and not _NODE.search(exe.removesuffix(" (deleted)")):
         return []
     out = [(procs.exe_file_path(pid), exe)]
-    if "libnode.so" in procs.exec_paths(pid, recent=True):
-        for m in procs.read_exec_maps(pid, recent=True):
-            if m.is_file and "libnode.so" in m.file_path:
-                path = procs.mapped_file_path(pid, m)
-                if path is not None:
-                    out.append((path, m.file_path))
-                    break
+    for m in procs.read_exec_maps(pid, recent=True):
+        if m.is_file and m.file_path != exe.removesuffix(" (deleted)") and (
+                "libnode.so" in m.file_path or (launcher and "v8" in file_marks(pid, m)[1])):
+            path = procs.mapped_file_path(pid, m)
+            if path is not None:
+                out.append((path, m.file_path))
+                break
     return out
 
 
