@@ -110,7 +110,7 @@ class Btf:
             return False
         type_len = self._types_end - self._types_at
         # two arrays of one uint32 per type and void, each type at least 12 bytes: a file of any
-        # other size is not read (a sparse one of gigabytes had been)
+        # other size is not read (a damaged or sparse one may claim gigabytes)
         most = 8 * (type_len // 12 + 1)
 
         def misfit(size: int, _header: bytes) -> str:

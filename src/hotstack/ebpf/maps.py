@@ -145,7 +145,7 @@ class Map:
 
     def percpu_u64_sums(self) -> list[int]:
         """A per-CPU array of u64 counters, each index summed over the CPUs, read in one batch (a
-        lookup a counter had been ~30 syscalls at every collect for the samplers' and the
+        lookup a counter would be ~30 syscalls at every collect for the samplers' and the
         unwinder's counters)."""
         sums = [0] * self.spec.max_entries
         slot_words = self._slot // 8

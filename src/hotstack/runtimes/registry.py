@@ -50,8 +50,8 @@ class DeferredSource(FrameSource):
     """A frame source whose module is imported, and which is built, prepared and attached, at the
     first process whose executable or executable mappings name one of its words (the source's
     own `looks_for`, given here so that nothing is imported before). Importing and building the
-    five sources other than CPython's had been ~50 ms of CPU at every start (a tenth of
-    `hotstack run`'s), on hosts that run none of those runtimes as on those that do. Until
+    five sources other than CPython's costs ~50 ms of CPU (a tenth of a `hotstack run` start),
+    on hosts that run none of those runtimes as on those that do. Until
     then it follows no process, and its merge leaves stacks as they are."""
 
     def __init__(self, name: str, make: Callable[[], FrameSource], looks_for: tuple[str, ...], label: str) -> None:

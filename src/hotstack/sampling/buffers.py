@@ -147,8 +147,8 @@ class StackReader:
     """Looks stack ids of one buffer up, once each.
 
     The kernel unwinder's stacks (a hash map) are read in batches, ~100 a call, and deleted in one
-    call: one lookup, one next-key and one delete a stack had been ~3 syscalls per distinct stack
-    and interval (bench/RESULTS.md, session 9). The kernel's stack-trace maps have no batch
+    call, where one lookup, one next-key and one delete a stack would be ~3 syscalls per distinct
+    stack and interval. The kernel's stack-trace maps have no batch
     operations: their stacks are read one by one, those of the buffer's last interval known
     (`kept`: role -> KeptStacks, role "user" or "kernel")."""
 
@@ -285,8 +285,7 @@ def raw_stacks(drained: list[tuple[bytes, bytes]], stacks: StackReader) -> list[
     """RawStacks from a buffer's drained (stack_key, stack_count) records, their stacks from
     `stacks`. Records unpacked into plain tuples and RawStacks made by tuple.__new__ at C level: a
     drain is ~400 records a 5 s interval per sampler at 99 Hz on two CPUs, and two named tuples and
-    RawStack's Python-level constructor a record had been most of its time (bench/RESULTS.md,
-    session 26)."""
+    RawStack's Python-level constructor a record would be most of its time."""
     unpack_key, unpack_count = schema.STACK_KEY.struct.unpack_from, schema.STACK_COUNT.struct.unpack_from
     user_stack, kernel_stack = stacks.user_stack, stacks.kernel_stack
     out = []

@@ -52,8 +52,8 @@ WATCH_INTERVAL_S = 0.1
 IDLE_WAIT_S = 1.0
 # The unwind thread's look at the kernel's queues without a kick, this often: work queued comes with
 # a record that wakes the pid watcher, which kicks it (a ring found full counts as one), so the look
-# is a fallback. Once a second it had been ~20 wake-ups and queue reads a 20 s, ~2.5 ms of CPU under
-# load (bench/RESULTS.md, session 25).
+# is a fallback. Once a second it would be ~20 wake-ups and queue reads a 20 s, ~2.5 ms of CPU under
+# load.
 UNWIND_IDLE_WAIT_S = 10.0
 # Exits are reported by the programs; /proc is still read for every known process this often.
 FULL_CHECK_S = 60.0
@@ -169,7 +169,7 @@ class Engine:
         malloc.trim()           # and the start's transients (BTF, ELF reads) go back
         # The kernel's symbols once sampling is on: the first collect names kernel frames (and waits
         # for them if it comes first), nothing before it does. Parsed beside the programs' loads, they
-        # had been ~0.1 CPU-s of the ~0.5 CPU-s a start cost before the first sample (bench/startup.py).
+        # would be ~0.1 CPU-s of the ~0.5 CPU-s a start costs before the first sample (bench/startup.py).
         self._spawn(self._load_kernel_symbols, "hotstack-kallsyms")
         if self._notes_by_announcement():
             self._plain_images.quiet_in(self._started)
@@ -273,12 +273,12 @@ class Engine:
                     self._native_kick.set()
                 # The next round when a source wants it (a naming pass, a retry), at most IDLE_WAIT_S
                 # and at least two WATCH_INTERVAL_S away unless a program wakes us; after a wake-up,
-                # WATCH_INTERVAL_S more (one round serves a burst). Each wake-up of this thread had
-                # been ~130 us of CPU on a loaded host, two a round, five rounds a second while
-                # runtime processes were followed whether their sources had anything to do or not.
-                # A round that took new processes is not followed by another of its own: what
-                # comes next wakes us, a retry it needs is a source's poll_in (had been a round
-                # 0.2 s after each, half of the rounds under a loop of short commands).
+                # WATCH_INTERVAL_S more (one round serves a burst). Each wake-up of this thread
+                # costs ~130 us of CPU on a loaded host, so rounds come when a source has something
+                # to do, not at a fixed rate while runtime processes are followed. A round that
+                # took new processes is not followed by another of its own: what comes next wakes
+                # us, a retry it needs is a source's poll_in (a round 0.2 s after each would be
+                # half of the rounds under a loop of short commands).
                 woken = bool(waiter.poll(max(2 * self._watch_interval, self._next_round_in())))
                 if woken and (pause.poll(self._watch_interval) or self._stop.is_set()):
                     break
@@ -400,7 +400,7 @@ class Engine:
         """A wanted process: runtime frames if it runs one. The sources' first tests are made here
         at once, on the paths of its executable and of its executable mappings (the reads of this
         round): a process that names no runtime (most of a host's) is looked at by none of them,
-        where each source's own tests (and retry decision) had been a dozen calls for every new
+        where each source's own tests (and retry decision) would be a dozen calls for every new
         process, a quarter of the pid watcher's time for one under a loop of short commands.
         True if it names no runtime (a plain process)."""
         if pid == self._unwalked:
@@ -539,7 +539,7 @@ class Engine:
     def _forget_dead(self) -> None:
         """Processes that exited are forgotten: those the programs saw exit (bpf/exec.bpf.c), and at
         least every FULL_CHECK_S, or where the kernel does not report exits, all that /proc no
-        longer shows. Reading the start time of every known process at every interval had been
+        longer shows. Reading the start time of every known process at every interval would be
         about a tenth of the process's CPU under a loop of short commands."""
         gone = self._gone_pids()
         self.processes.forget_dead(gone)

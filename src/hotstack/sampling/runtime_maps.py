@@ -175,7 +175,7 @@ class RuntimeMaps:
 
     def take(self, buffer: int) -> list[tuple[bytes, bytes]]:
         # the walker records listed processes only: a runtime this host never ran has nothing
-        # (each empty drain had been ~0.1 ms of a collect, for each runtime)
+        # (each empty drain would cost ~0.1 ms of a collect, for each runtime)
         return self._stacks(buffer).drain(self._batch) if self._tracked else []
 
     @property

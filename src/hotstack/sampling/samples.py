@@ -95,8 +95,8 @@ def _walked_with(raw: RawStack, mappings) -> bool:
 class SampleMaker:
     """Samples from raw stacks. A process's user stack (with its runtime frames) that recurs within
     KEEP_INTERVALS intervals is named once: the symbolizer's per-address pass and a runtime's
-    merge had been ~20-50 us a repeated key under load (a Python process's stacks recur, each
-    under a key per thread and kernel stack)."""
+    merge cost ~20-50 us a key under load, and a Python process's stacks recur, each under a key
+    per thread and kernel stack."""
 
     def __init__(self, symbolizer: Symbolizer, processes: ProcessTable, runtimes: Sequence[FrameSource]) -> None:
         self.symbolizer = symbolizer

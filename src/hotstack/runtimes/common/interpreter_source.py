@@ -58,10 +58,9 @@ NAME_EVERY = 0.5
 # that has run a while has named most of what it runs (the walker skips those stacks): what it
 # may lose at its exit is what it ran first in its last NAME_EVERY_SETTLED, where a short-lived
 # process keeps its names to its last NAME_EVERY. Each pass costs its syscalls, and the walker
-# stores again each stack a pass took: on the mixed load of bench/otel_profiler.py the passes took
-# 0.014 -> 0.007-0.009 CPU-s per 20 s at 19 Hz and 0.022-0.028 -> 0.015-0.017 at 99 Hz; the stacks
-# they leave are taken by the collect, and the process's total moved within the noise
-# (bench/engine_parts.py, bench/RESULTS.md, session 16).
+# stores again each stack a pass took: on the mixed load of bench/otel_profiler.py, passes every
+# NAME_EVERY_SETTLED cost about half the CPU of passes every NAME_EVERY (bench/engine_parts.py);
+# the stacks they leave are taken by the collect.
 NAME_EVERY_SETTLED = 2.0
 SETTLED_S = 10.0
 # A pass due within this much (seconds) is made at the round at hand: the sources' passes keep to the
@@ -196,7 +195,7 @@ class InterpreterSource(RetryLadder):
                 parsed = self._early[active_buffer]
                 # Taken, not read: a pass reads only what the walker stored since the last one (a
                 # stack seen again is stored again: it was taken), not every record of the
-                # interval, which had been most of a pass's cost (4 KiB a record).
+                # interval, which would be most of a pass's cost (4 KiB a record).
                 taken = self._kernel.take(active_buffer)
                 new = []
                 for key, raw in taken:

@@ -99,7 +99,7 @@ class CodeCache:
     def frames(self, pid: int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
         """The named frame of each recorded frame (a RawPyFrame: code object, instruction, checksum,
         marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
-        a Python call and two dict lookups, had been most of the naming of a new Python stack, and
+        a Python call and two dict lookups, would be most of the naming of a new Python stack, and
         every sample of a recursion at another depth or leaf is a new stack."""
         by_record = self._by_record.get(pid)
         if by_record is None:
