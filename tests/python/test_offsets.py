@@ -1,6 +1,5 @@
 """_Py_DebugOffsets parsing: the 3.13 layout against a real 3.13 where present, the 3.14 layout
-(published in CPython's pycore_debug_offsets.h; no 3.14 interpreter here) against a block built
-from that header's field order."""
+against Debian unstable's CPython 3.14.0."""
 
 from __future__ import annotations
 
@@ -9,55 +8,41 @@ import struct
 import pytest
 
 from hotstack.runtimes.python.detect import inspect_binary
-from hotstack.runtimes.python.offsets import (DEBUG_COOKIE, DEBUG_WORDS, FROM_DEBUG_OFFSETS, from_debug_offsets,
-                                            table_offsets)
+from hotstack.runtimes.python.offsets import DEBUG_SIZE, DEBUG_WORDS, FROM_DEBUG_OFFSETS, from_debug_offsets, table_offsets
 from pyframes_helpers import INTERPRETERS
 
-# Field order of _Py_DebugOffsets in 3.14, block by block (each block starts with its size).
-LAYOUT_314 = [
-    ("cookie", "version", "free_threaded"),
-    ("size", "finalizing", "interpreters_head"),
-    ("size", "id", "next", "threads_head", "threads_main", "gc", "imports_modules", "sysdict", "builtins",
-     "ceval_gil", "gil_runtime_state", "gil_runtime_state_enabled", "gil_runtime_state_locked",
-     "gil_runtime_state_holder"),
-    ("size", "prev", "next", "interp", "current_frame", "thread_id", "native_thread_id", "datastack_chunk",
-     "status"),
-    ("size", "previous", "executable", "instr_ptr", "localsplus", "owner", "stackpointer"),
-    ("size", "filename", "name", "qualname", "linetable", "firstlineno", "argcount", "localsplusnames",
-     "localspluskinds", "co_code_adaptive"),
-    ("size", "ob_type"), ("size", "tp_name", "tp_repr", "tp_flags"), ("size", "ob_item", "ob_size"),
-    ("size", "ob_item", "ob_size"), ("size", "used", "table", "mask"), ("size", "ma_keys", "ma_values"),
-    ("size", "ob_fval"), ("size", "lv_tag", "ob_digit"), ("bytes_size", "bytes_ob_size", "bytes_ob_sval"),
-    ("size", "state", "length", "asciiobject_size"), ("size", "collecting"),
-    ("size", "gi_name", "gi_iframe", "gi_frame_state"),
-]
+def _debug_block(path) -> bytes:
+    from hotstack.runtimes.common.files import symbol_spans
+    from hotstack.symbols.elf import ElfFile
+    with ElfFile(str(path)) as elf:
+        runtime = symbol_spans(elf, (b"_PyRuntime",))[b"_PyRuntime"][0]
+        return elf.read(elf.vaddr_to_file_offset(runtime), DEBUG_SIZE)
 
 
 def test_314_layout():
-    words, values = [], {}
-    block_names = ["head", "runtime", "interp", "tstate", "frame", "code"]
-    for b, block in enumerate(LAYOUT_314):
-        for field in block:
-            values[(block_names[b] if b < len(block_names) else f"b{b}", field)] = len(words)
-            words.append(1000 + len(words))
-    words[1] = 0x030E00F0          # 3.14.0 final
-    words[2] = 0                   # not free-threaded
-    words += [0] * (DEBUG_WORDS - len(words))
-    blob = DEBUG_COOKIE + struct.pack(f"<{DEBUG_WORDS - 1}Q", *words[1:])
+    """Debian unstable's CPython 3.14.0 (a root filesystem of .ci/install.d/rootfs.sh): its
+    _Py_DebugOffsets in the released layout (the interpreter state's code_object_generation and
+    tlbc_generation, the frame's tlbc_index, the code object's co_tlbc), each field as its header
+    puts it; a block of the pre-release layout, whose fields stand a word earlier, is read too."""
+    from tests.runtimes.matrix import extracted
+    blob = _debug_block(extracted("sid") / "usr/bin/python3.14")
     o = from_debug_offsets(blob)
     assert o is not None and o.version == (3, 14)
-    w = lambda block, field: 1000 + values[(block, field)]  # noqa: E731
-    assert o.interpreters_head == w("runtime", "interpreters_head")
-    assert o.threads_head == w("interp", "threads_head")
-    assert (o.tstate_frame, o.thread_id) == (w("tstate", "current_frame"), w("tstate", "thread_id"))
-    assert (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker) == (
-        w("frame", "previous"), w("frame", "executable"), w("frame", "instr_ptr"), w("frame", "owner"))
-    assert (o.co_qualname, o.co_linetable, o.co_code_adaptive) == (
-        w("code", "qualname"), w("code", "linetable"), w("code", "co_code_adaptive"))
-    assert o.bytes_data == 1000 + values[("b14", "bytes_ob_sval")]
-    assert o.ascii_data == 1000 + values[("b15", "asciiobject_size")]
-    assert o.code_tag_mask == 7      # 3.14 frames hold tagged stack references
+    assert (o.interpreters_head, o.threads_head) == (808, 7344)
+    assert (o.tstate_next, o.tstate_interp, o.tstate_frame, o.thread_id, o.native_thread_id) == (8, 16, 72, 152, 160)
+    assert (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker) == (8, 0, 56, 74)
+    assert (o.co_filename, o.co_name, o.co_qualname, o.co_linetable, o.co_firstlineno, o.co_argcount,
+            o.co_code_adaptive) == (112, 120, 128, 136, 68, 52, 208)
+    assert (o.bytes_size, o.bytes_data, o.unicode_state, o.ascii_data) == (16, 32, 32, 40)
+    assert o.code_tag_mask == 7 and o.fits_walker
     assert o.source == FROM_DEBUG_OFFSETS and table_offsets((3, 14)).source == "table"
+    # the pre-release layout: two interpreter-state words, one frame word and one code word fewer
+    words = list(struct.unpack(f"<{DEBUG_WORDS}Q", blob))
+    pre = words[:20] + words[22:22 + 9 + 7] + words[22 + 9 + 8:22 + 9 + 8 + 10] + words[22 + 9 + 8 + 11:]
+    pre += [0] * (DEBUG_WORDS - len(pre))
+    old = from_debug_offsets(struct.pack(f"<{DEBUG_WORDS}Q", *pre))
+    assert old is not None and (old.threads_head, old.tstate_frame, old.frame_instr, old.co_qualname) == (
+        7344, 72, 56, 128)
 
 
 def test_313_from_the_interpreter():

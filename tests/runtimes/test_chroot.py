@@ -94,6 +94,33 @@ def test_runtime_frames_in_a_plain_chroot(trixie_root, program):
                                    f"{[f.name for f in samples[0].stack][-12:]}")
 
 
+SPLIT = ("def hs_a():\n    n = 0\n    for i in range(300000): n += i\n"
+         "def hs_b():\n    n = 0\n    for i in range(100000): n += i\n"
+         "while True:\n    hs_a(); hs_b()\n")
+
+
+def test_cpython_314_of_debian_unstable():
+    """Debian's CPython 3.14: its _Py_DebugOffsets in the released layout, and its evaluation loop
+    split by GCC into a part no symbol names (most of its handlers run there): frames named, in
+    place of the loop's frames (stacks reach _start), a 75/25 split within 10 points."""
+    proc = _in_chroot(extracted("sid"), ["python3.14", "-c", SPLIT])
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()
+        samples, unread = _profile(proc.pid, want=300, seconds=20)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert unread == 0
+    total = sum(s.value for s in samples)
+    a = sum(s.value for s in samples if any(f.kind is FrameKind.PYTHON and f.name == "hs_a" for f in s.stack))
+    b = sum(s.value for s in samples if any(f.kind is FrameKind.PYTHON and f.name == "hs_b" for f in s.stack))
+    assert total >= 100 and a + b >= 0.8 * total, (total, a, b)
+    assert abs(100 * a / (a + b) - 75) <= 10, (a, b)
+    rooted = sum(s.value for s in samples if s.stack and s.stack[-1].name == "_start")
+    assert rooted >= 0.9 * total, (rooted, total, [f.name for f in samples[0].stack][-12:])
+
+
 def test_a_ruby_that_cannot_be_read_is_said(trixie_root):
     """A Ruby newer than hotstack knows (Debian 13's libruby with its version string made 3.9 in a
     copy): every process of it is said, a warning, the footer's count and doctor's explanation,

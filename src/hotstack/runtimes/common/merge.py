@@ -28,6 +28,38 @@ def is_eval_frame(frame: Frame) -> bool:
     return name == EVAL_FRAME or name.startswith(_EVAL_PART)     # also its `.cold` part
 
 
+_anchor_tests: dict[tuple, Callable[[Frame], bool]] = {}
+
+
+def anchor_test(named: Callable[[Frame], bool], file_name: str, ranges: tuple[tuple[int, int], ...]
+                ) -> Callable[[Frame], bool]:
+    """A test of a runtime's entry frames (merge's `is_anchor`): `named` by name, and, for a
+    stripped file that names them not, a frame of the file `file_name` whose address lies in one of
+    `ranges` ([start, end) virtual addresses), which the symbolizer names `file_name+0xADDRESS`.
+    One test per file and ranges: merge remembers each test's answers by frame name."""
+    if not ranges or not file_name:
+        return named
+    key = (named, file_name, ranges)
+    test = _anchor_tests.get(key)
+    if test is None:
+        prefix = file_name + "+0x"
+
+        def test(frame: Frame) -> bool:
+            if named(frame):
+                return True
+            if not frame.name.startswith(prefix):
+                return False
+            try:
+                address = int(frame.name[len(prefix):], 16)
+            except ValueError:
+                return False
+            return any(lo <= address < hi for lo, hi in ranges)
+        if len(_anchor_tests) >= 256:
+            _anchor_tests.clear()
+        _anchor_tests[key] = test
+    return test
+
+
 # A native stack that reaches one of these was unwound to its root: its count of evaluation-loop
 # frames is complete.
 ROOT_FRAMES = frozenset({"_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone",

@@ -7,9 +7,12 @@ The ELF file that defines `_PyRuntime` is the interpreter; its version comes fro
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from ... import procs
 from ...procs.maps import parse_maps
@@ -36,6 +39,8 @@ class PythonBinary:
     runtime: int            # ELF virtual address of _PyRuntime
     none: int               # ELF virtual address of _Py_NoneStruct
     eval_loop: tuple[int, int] = (0, 0)   # ELF virtual address and size of the evaluation loop
+    # [start, end) of parts of the loop the compiler split out (GCC's .cold), where no symbol names them
+    eval_parts: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class PythonProcess:
     none: int
     interp: int             # the main interpreter state
     threads_head: int       # address of interp->threads.head (read each sample: threads come and go)
+    file_name: str = ""     # the interpreter file's name as the process maps it (its frames' module)
 
     @property
     def eval_loop(self) -> tuple[int, int]:
@@ -94,9 +100,49 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
                 raise Unreadable(f"no structure offsets known for CPython {shown}", shown)
             if not offsets.fits_walker:     # no Python frames, never wrong ones
                 raise Unreadable("a frame layout the kernel walker cannot read", shown)
-            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"], spans.get(_EVAL_LOOP, (0, 0)))
+            loop = spans.get(_EVAL_LOOP, (0, 0))
+            parts = () if elf.section(".symtab") is not None or not loop[1] else split_parts(elf, *loop)
+            return PythonBinary(path, version, offsets, runtime, syms[b"_Py_NoneStruct"], loop, parts)
     except (ElfError, OSError, ValueError, struct.error):
         return None
+
+
+# a jmp rel32, or a conditional jump rel32 (0f 80-8f)
+_JUMPS = re.compile(rb"\xe9(....)|\x0f[\x80-\x8f](....)", re.S)
+
+
+def _jump_targets(code: bytes, at: int):
+    """The targets of the rel32 jumps found in `code` (loaded at `at`), as bytes read (a match may
+    be the middle of another instruction: callers check what a target must be)."""
+    for m in _JUMPS.finditer(code):
+        rel = m.group(1) or m.group(2)
+        yield at + m.end() + struct.unpack("<i", rel)[0]
+
+
+def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], ...]:
+    """[start, end) of each part of the function at [start, start + size) that the compiler split
+    out (GCC's .cold partition: with computed gotos, 3.14's evaluation loop runs most of its
+    handlers there): a function of .eh_frame_hdr's table that the function jumps to and that jumps
+    back into it. Read from a stripped file, which names none of them."""
+    index = elf.function_index()
+    off = elf.vaddr_to_file_offset(start)
+    if index is None or off is None:
+        return ()
+    starts, end = index[0], start + size
+    parts = []
+    for target in set(_jump_targets(elf.read(off, size), start)):
+        if start <= target < end:
+            continue
+        j = int(np.searchsorted(starts, target, side="right")) - 1
+        if j < 0 or j + 1 >= len(starts):
+            continue
+        lo, hi = int(starts[j]), int(starts[j + 1])
+        part_off = elf.vaddr_to_file_offset(lo)
+        if (lo, hi) in parts or part_off is None or hi - lo > 1 << 22:
+            continue
+        if any(start <= back < end for back in _jump_targets(elf.read(part_off, hi - lo), lo)):
+            parts.append((lo, hi))
+    return tuple(sorted(parts))
 
 
 def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int] | None:
@@ -154,5 +200,6 @@ def detect(pid: int) -> PythonProcess | None:
         found = find_interpreter(mem, base + binary.runtime, binary.offsets)
         if found is None:
             return None
-        return PythonProcess(pid, binary, base, base + binary.runtime, base + binary.none, *found)
+        return PythonProcess(pid, binary, base, base + binary.runtime, base + binary.none, *found,
+                             os.path.basename(cand.file_path))
     return None

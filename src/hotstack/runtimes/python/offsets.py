@@ -119,12 +119,36 @@ DEBUG_WORDS = 128                 # u64 words read from the start of _PyRuntime 
 DEBUG_SIZE = 8 * DEBUG_WORDS
 
 
+# The lengths (size word included) of _Py_DebugOffsets' interpreter-state, interpreter-frame and
+# code-object blocks: 3.13's; 3.14's release (the interpreter state gained code_object_generation
+# and tlbc_generation, the frame tlbc_index, the code object co_tlbc); 3.14's pre-releases.
+_DEBUG_LAYOUTS = {(3, 13): ((13, 6, 10),), (3, 14): ((16, 8, 11), (14, 7, 10))}
+
+
+def _debug_layout(u: tuple[int, ...], version: tuple[int, int]) -> tuple[int, int, int] | None:
+    """The block lengths of this _Py_DebugOffsets: the one of its version's whose blocks read as
+    their kinds must (the thread state's first offsets prev 0, next 8, interp 16 after its size;
+    sizes of a frame and a code object in their ranges; a compact string's fields where a
+    PyASCIIObject has them), or None: a layout not known here."""
+    for layout in _DEBUG_LAYOUTS.get(version, ()):
+        tstate = 6 + layout[0]
+        frame = tstate + 9
+        code = frame + layout[1]
+        unicode_ = code + layout[2] + 2 + 4 + 3 + 3 + (4 if version >= (3, 14) else 0) + 3 + 2 + 3 + 3
+        if unicode_ + 3 >= len(u):
+            continue
+        if (u[tstate] >= 200 and u[tstate + 1:tstate + 4] == (0, 8, 16) and 40 <= u[frame] <= 256
+                and 100 <= u[code] <= 512 and 16 <= u[unicode_ + 1] <= 64 and 24 <= u[unicode_ + 3] <= 64):
+            return layout
+    return None
+
+
 def from_debug_offsets(blob: bytes) -> PyOffsets | None:
     """Offsets from the `_Py_DebugOffsets` block that starts `_PyRuntime` (3.13+), or None.
 
     The block is a sequence of u64: cookie, version, free_threaded, then per-struct blocks
-    each starting with the struct's size. 3.14 inserted `threads_main` (interpreter state),
-    `stackpointer` (frame) and a set-object block; indexes below follow each layout.
+    each starting with the struct's size, their lengths by version (_DEBUG_LAYOUTS, the one that
+    reads right: _debug_layout); 3.14 also has a set-object block.
     """
     if len(blob) < DEBUG_SIZE or blob[:8] != DEBUG_COOKIE:
         return None
@@ -133,13 +157,15 @@ def from_debug_offsets(blob: bytes) -> PyOffsets | None:
     version = ((hexversion >> 24) & 0xFF, (hexversion >> 16) & 0xFF)
     if version < (3, 13) or u[2]:       # free-threaded builds keep frames elsewhere: not supported
         return None
-    new = version >= (3, 14)
+    layout = _debug_layout(u, version)
+    if layout is None:
+        return None
     interp = 6
-    tstate = interp + (14 if new else 13)
+    tstate = interp + layout[0]
     frame = tstate + 9
-    code = frame + (7 if new else 6)
-    pyobj = code + 10
-    unicode_ = pyobj + 2 + 4 + 3 + 3 + (4 if new else 0) + 3 + 2 + 3 + 3
+    code = frame + layout[1]
+    pyobj = code + layout[2]
+    unicode_ = pyobj + 2 + 4 + 3 + 3 + (4 if version >= (3, 14) else 0) + 3 + 2 + 3 + 3
     bytes_ = unicode_ - 3
     base = table_offsets(version) or replace(_TABLE[(3, 14)], version=version)
     return replace(

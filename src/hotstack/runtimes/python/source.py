@@ -17,7 +17,7 @@ from .code import CodeCache
 from .detect import PythonProcess, detect
 from .frames import RawPyFrame, split_groups
 from ..common.interpreter_source import InterpreterSource
-from ..common.merge import merge
+from ..common.merge import anchor_test, is_eval_frame, merge
 from ..common.files import runs
 from .offsets import FRAME_CFRAME, NONE
 
@@ -126,7 +126,17 @@ class CPythonSource(InterpreterSource):
         groups, truncated, named = self._frames(pid, key)
         if not groups:
             return native, True
-        return merge(native, groups, truncated), named
+        return merge(native, groups, truncated, self._anchor(pid)), named
+
+    def _anchor(self, pid: int):
+        """The evaluation loop's frames of this process: by name, and in a stripped interpreter
+        whose compiler split the loop, its parts by address (detect.split_parts)."""
+        entry = self._procs.get(pid)
+        binary = entry[0].binary if entry is not None else None
+        if binary is None or not binary.eval_parts:
+            return is_eval_frame
+        start, size = binary.eval_loop
+        return anchor_test(is_eval_frame, entry[0].file_name, ((start, start + size),) + binary.eval_parts)
 
     def counters(self) -> list[int]:
         """The walker's counter deltas (enum py_stat order)."""

@@ -17,7 +17,7 @@ from ...bpf import schema
 from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.interpreter_source import InterpreterSource
-from ..common.merge import merge
+from ..common.merge import anchor_test, merge
 from .classes import ClassNames
 from ..common.files import exe_name, runs
 from .detect import RubyProcess, detect
@@ -35,33 +35,12 @@ def is_vm_entry(frame: Frame) -> bool:
     return frame.name == VM_ENTRY
 
 
-_vm_entry_tests: dict[tuple[str, int, int], Callable[[Frame], bool]] = {}
-
-
 def vm_entry_test(proc: RubyProcess) -> Callable[[Frame], bool]:
     """What tells a VM entry frame of this process: rb_vm_exec by name, and where a stripped
-    library names it not (Debian 13's 3.3), a frame of that library whose address lies in the
-    function found for it (detect._vm_exec_range), named `libruby-...so+0xADDRESS`. One test per
-    file and range: merge remembers each test's answers by frame name."""
+    library names it not (Debian 13's 3.3), a frame in the function found for it
+    (detect._vm_exec_range)."""
     lo, hi = proc.binary.vm_exec
-    if not hi or not proc.file_name:
-        return is_vm_entry
-    key = (proc.file_name, lo, hi)
-    test = _vm_entry_tests.get(key)
-    if test is None:
-        prefix = proc.file_name + "+0x"
-
-        def test(frame: Frame) -> bool:
-            if frame.name == VM_ENTRY:
-                return True
-            if not frame.name.startswith(prefix):
-                return False
-            try:
-                return lo <= int(frame.name[len(prefix):], 16) < hi
-            except ValueError:
-                return False
-        _vm_entry_tests[key] = test
-    return test
+    return anchor_test(is_vm_entry, proc.file_name, ((lo, hi),) if hi else ())
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
