@@ -1,9 +1,9 @@
-"""Where Perl 5.30-5.40 keep what the walker and the namer read (x86-64).
+"""Where Perl 5.30-5.42 keep what the walker and the namer read (x86-64).
 
 Debian ships no debug information for perl, so the offsets are a table. Each entry was computed by
 compiling offsetof() against that release's headers (perl5's git tags) with Debian's 5.36
-config.h (ithreads, MULTIPLICITY); 5.36 is also checked against the installed perl's own headers by
-tests/runtimes/perl/test_perl_offsets.py. Only 5.36 is tested against a running perl.
+config.h (ithreads, MULTIPLICITY); tests/runtimes/perl/test_perl_offsets.py checks the entries of
+Debian's perls (5.32, 5.36, 5.40, 5.42) against each one's own headers and compiler flags.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ _TABLE = {
     (5, 36): _V536,
     (5, 38): replace(_V536, version=(5, 38)),
     (5, 40): replace(_V536, version=(5, 40)),
+    (5, 42): replace(_V536, version=(5, 42)),
 }
 TESTED = ((5, 36),)
 
