@@ -80,27 +80,36 @@ def _start(classes: Path, seconds: float, *flags: str, threads: int = 8) -> subp
     return proc
 
 
-@pytest.mark.shares
-def test_java_shares_match_jfr(classes, tmp_path):
-    jcmd = _jdk("jcmd")
-    proc = _start(classes, 30)
-    recording = tmp_path / "rec.jfr"
+def profile_with_jfr(java: str, jcmd: str, classes: Path, recording: Path, threads: int, enough: int) -> list:
+    """HotWork's samples from hotstack with JFR recording beside it (into `recording`): until
+    `enough` samples of the two methods or 10 s (a busy machine gives the workload little CPU)."""
+    # 90 s: killed when done, but alive through jcmd's two attaches (each can take 10 s on a busy machine)
+    proc = subprocess.Popen([java, "-cp", str(classes), "HotWork", "90", str(threads)],
+                            stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout.readline().strip() == "ready"
         time.sleep(1.0)          # past the first compilations
         subprocess.run([jcmd, str(proc.pid), "JFR.start", "name=hs", "settings=profile"], check=True,
                        capture_output=True, timeout=60)
         samples = []
         with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
-            # until 800 samples of the two methods or 10 s: a busy machine gives the workload little CPU
             deadline = time.monotonic() + 10.0
-            while time.monotonic() < deadline and sum(hotstack_split(samples).values()) < 800:
+            while time.monotonic() < deadline and sum(hotstack_split(samples).values()) < enough:
                 time.sleep(1.0)
                 samples.extend(prof.collect()[0].samples)
-        subprocess.run([jcmd, str(proc.pid), "JFR.stop", "name=hs", f"filename={recording}"], check=True,
-                       capture_output=True, timeout=60)
+        stop = subprocess.run([jcmd, str(proc.pid), "JFR.stop", "name=hs", f"filename={recording}"],
+                              capture_output=True, text=True, timeout=60)
+        assert stop.returncode == 0, (stop.stdout, stop.stderr, proc.poll())
     finally:
         proc.kill()
         proc.wait()
+    return samples
+
+
+@pytest.mark.shares
+def test_java_shares_match_jfr(classes, tmp_path):
+    recording = tmp_path / "rec.jfr"
+    samples = profile_with_jfr(_jdk("java"), _jdk("jcmd"), classes, recording, threads=8, enough=800)
     ours = hotstack_split(samples)
     assert sum(ours.values()) >= 300, ours
     truth = jfr_split(recording)

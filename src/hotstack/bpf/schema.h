@@ -12,6 +12,8 @@
 #define V8_MAX_FRAMES 64
 #define HS_MAX_FRAMES 64
 #define HS_MAX_HEAPS 4
+#define HS_BLOB_CODE_OFFSET 1
+#define HS_BLOB_COMPLETE_S16 2
 #define RB_MAX_FRAMES 128
 #define PHP_MAX_FRAMES 128
 #define PERL_MAX_CONTEXTS 128
@@ -229,7 +231,7 @@ struct hs_proc {
 	__u16 blob_code_begin;
 	__u16 blob_name;
 	__u16 nmethod_method;
-	__u16 pad;
+	__u16 blob_flags;
 	struct hs_heap heaps[HS_MAX_HEAPS];
 };
 _Static_assert(sizeof(struct hs_proc) == 176, "struct hs_proc: schema layout");

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ...bpf import schema
 from ..common.memory import MemoryReadError, ProcessMemory
-from .vmstructs import VMStructs, read_vmstructs
+from ..common.files import Unreadable
+from .vmstructs import VMStructs, read_vmstructs, vm_release
 
 
 class NotReady(Exception):
@@ -37,15 +38,32 @@ class JvmLayout:
     blob_name: int             # CodeBlob::_name (const char*)
     nmethod_method: int        # CompiledMethod::_method / nmethod::_method
     record: bytes              # struct hs_proc for the kernel
+    cp_source_in_klass: bool = False  # cp_source_file is InstanceKlass's (JDK 11), not the pool's
     # inlining: an nmethod's PcDescs and scopes (-1: not known for this JVM, no inlined frames)
-    blob_code_begin: int = -1
-    nm_pcs_offset: int = -1        # nmethod::_scopes_pcs_offset (from the blob)
-    nm_pcs_end_offset: int = -1    # nmethod::_dependencies_offset: the end of the PcDescs
-    nm_metadata_offset: int = -1
-    nm_scopes_begin: int = -1      # CompiledMethod::_scopes_data_begin (an address)
+    blob_code_begin: int = -1      # CodeBlob::_code_begin (an address), or _code_offset (JDK 23 on)
+    code_begin_relative: bool = False  # blob_code_begin is _code_offset: an int from the blob
+    nm_pcs_offset: int = -1        # nmethod::_scopes_pcs_offset
+    nm_pcs_end_offset: int = -1    # the end of the PcDescs: _dependencies_offset, or _scopes_data_offset
+    nm_metadata_offset: int = -1   # nmethod::_metadata_offset (from the blob), before JDK 25
+    nm_scopes_begin: int = -1      # CompiledMethod::_scopes_data_begin (an address), before JDK 23
+    # JDK 25: PcDescs and scopes in the nmethod's immutable data (offsets from nmethod::_immutable_data,
+    # the scopes at _scopes_data_offset), its metadata in the blob's mutable data after the relocations
+    nm_immutable_data: int = -1
+    blob_mutable_data: int = -1    # CodeBlob::_mutable_data (an address)
+    blob_relocation_size: int = -1
+    stream_excess: int = 0         # CompressedReadStream's byte excess: 1 from JDK 21 (names.read_int)
     pc_desc_size: int = 16
     pc_desc_pc: int = 0
     pc_desc_scope: int = 4
+
+    @property
+    def reads_inlining(self) -> bool:
+        """Whether this JVM's nmethods' scopes can be read (inlined frames)."""
+        if min(self.nm_pcs_offset, self.nm_pcs_end_offset, self.blob_code_begin) < 0:
+            return False
+        if self.nm_immutable_data >= 0:
+            return min(self.blob_mutable_data, self.blob_relocation_size) >= 0
+        return min(self.nm_metadata_offset, self.nm_scopes_begin) >= 0
 
 
 def _offset(s: VMStructs, *candidates: tuple[str, str]) -> int:
@@ -53,6 +71,58 @@ def _offset(s: VMStructs, *candidates: tuple[str, str]) -> int:
         if key in s.offsets:
             return s.offsets[key]
     raise KeyError(candidates[0])
+
+
+def _code_begin(s: VMStructs) -> tuple[int, bool]:
+    """(offset, relative) of a code blob's code start: CodeBlob::_code_begin, an address, until
+    JDK 22; CodeBlob::_code_offset, an int from the blob, since."""
+    if ("CodeBlob", "_code_begin") in s.offsets:
+        return s.offsets[("CodeBlob", "_code_begin")], False
+    return s.offsets[("CodeBlob", "_code_offset")], True
+
+
+def _blob_flags(s: VMStructs, code_begin_relative: bool) -> int:
+    """hs_proc.blob_flags: how the kernel walker reads a CodeBlob's code begin and frame-complete offset."""
+    complete = s.field_types.get(("CodeBlob", "_frame_complete_offset"), "int")
+    if complete not in ("int", "int16_t"):
+        raise KeyError(f"CodeBlob::_frame_complete_offset of type {complete}")
+    flags = schema.HS_BLOB_COMPLETE_S16 if complete == "int16_t" else 0
+    return flags | (schema.HS_BLOB_CODE_OFFSET if code_begin_relative else 0)
+
+
+def _source_file(s: VMStructs) -> tuple[int, bool]:
+    """(offset, in the class) of the u16 pool index of a class's SourceFile: ConstantPool's since
+    JDK 13, InstanceKlass's before; (-1, False) if neither."""
+    if ("ConstantPool", "_source_file_name_index") in s.offsets:
+        return s.offsets[("ConstantPool", "_source_file_name_index")], False
+    return s.offsets.get(("InstanceKlass", "_source_file_name_index"), -1), True
+
+
+def _nmethod_sections(s: VMStructs) -> dict[str, int]:
+    """Where an nmethod's PcDescs, scopes and metadata are (JvmLayout's nm_* fields)."""
+    o = s.offsets
+    if ("nmethod", "_immutable_data") in o:
+        return dict(nm_immutable_data=o[("nmethod", "_immutable_data")],
+                    nm_pcs_offset=o.get(("nmethod", "_scopes_pcs_offset"), -1),
+                    nm_pcs_end_offset=o.get(("nmethod", "_scopes_data_offset"), -1),
+                    blob_mutable_data=o.get(("CodeBlob", "_mutable_data"), -1),
+                    blob_relocation_size=o.get(("CodeBlob", "_relocation_size"), -1))
+    return dict(nm_pcs_offset=o.get(("nmethod", "_scopes_pcs_offset"), -1),
+                nm_pcs_end_offset=o.get(("nmethod", "_dependencies_offset"), -1),
+                nm_metadata_offset=o.get(("nmethod", "_metadata_offset"), -1),
+                nm_scopes_begin=o.get(("CompiledMethod", "_scopes_data_begin"),
+                                      o.get(("nmethod", "_scopes_data_begin"), -1)))
+
+
+def _major_version(mem: ProcessMemory, s: VMStructs) -> int:
+    """The JVM's feature version (11, 17, 21, 25): Abstract_VM_Version::_vm_major_version."""
+    address = s.addresses.get(("Abstract_VM_Version", "_vm_major_version"))
+    if not address:
+        raise KeyError("Abstract_VM_Version::_vm_major_version")
+    try:
+        return mem.i32(address)
+    except MemoryReadError:
+        raise KeyError("Abstract_VM_Version::_vm_major_version") from None
 
 
 def _code_heaps(mem: ProcessMemory, s: VMStructs) -> list[tuple[int, int, int, int]]:
@@ -66,7 +136,8 @@ def _code_heaps(mem: ProcessMemory, s: VMStructs) -> list[tuple[int, int, int, i
         array = mem.u64(heaps_address)
         if not array:
             raise NotReady("no code heaps yet")
-        n = mem.i32(array + s.offsets[("GrowableArrayBase", "_len")])
+        # GrowableArrayBase::_len since JDK 16, GenericGrowableArray::_len before
+        n = mem.i32(array + _offset(s, ("GrowableArrayBase", "_len"), ("GenericGrowableArray", "_len")))
         data = mem.u64(array + _offset(s, ("GrowableArray<CodeHeap*>", "_data"), ("GrowableArray<int>", "_data")))
         pointers = [mem.u64(data + 8 * i) for i in range(max(0, min(n, schema.HS_MAX_HEAPS)))]
     else:       # JDK 8: one heap
@@ -82,7 +153,8 @@ def _code_heaps(mem: ProcessMemory, s: VMStructs) -> list[tuple[int, int, int, i
 
 
 def read_layout(pid: int) -> JvmLayout | None:
-    """The layout of a running JVM; None if `pid` is no JVM. NotReady if it is one still starting."""
+    """The layout of a running JVM; None if `pid` is no JVM. NotReady if it is one still starting,
+    Unreadable if its vmStructs lack a field this reader needs."""
     s = read_vmstructs(pid)
     if s is None:
         return None
@@ -98,18 +170,21 @@ def read_layout(pid: int) -> JvmLayout | None:
         interp_high = interp_low + mem.i32(queue + s.offsets[("StubQueue", "_buffer_limit")])
     except MemoryReadError as e:
         raise NotReady(str(e)) from e
-    except KeyError:
-        return None
+    except KeyError as e:
+        raise _unreadable(pid, s, e) from None
     try:
         nmethod_method = _offset(s, ("CompiledMethod", "_method"), ("nmethod", "_method"))
+        code_begin, code_begin_relative = _code_begin(s)
+        major = _major_version(mem, s)
+        source_file, source_in_klass = _source_file(s)
         record = schema.HS_PROC.pack(
             code_low=low, code_high=high, interp_low=interp_low, interp_high=interp_high,
             heap_block=s.sizes["HeapBlock"],
             block_used=_offset(s, ("HeapBlock", "_header")) + _offset(s, ("HeapBlock::Header", "_used")),
             blob_frame_size=s.offsets[("CodeBlob", "_frame_size")],
             blob_frame_complete=s.offsets[("CodeBlob", "_frame_complete_offset")],
-            blob_code_begin=s.offsets[("CodeBlob", "_code_begin")],
-            blob_name=s.offsets[("CodeBlob", "_name")], nmethod_method=nmethod_method)
+            blob_code_begin=code_begin, blob_name=s.offsets[("CodeBlob", "_name")], nmethod_method=nmethod_method,
+            blob_flags=_blob_flags(s, code_begin_relative))
         heap_records = b"".join(schema.HS_HEAP.pack(low=a, high=b, segmap=c, log2_segment=d) for a, b, c, d in heaps)
         record = (record[:schema.HS_PROC_TAIL_OFFSET] + heap_records).ljust(schema.HS_PROC.size, b"\0")
         return JvmLayout(
@@ -119,17 +194,21 @@ def read_layout(pid: int) -> JvmLayout | None:
             const_signature_index=s.offsets[("ConstMethod", "_signature_index")],
             cp_size=s.sizes["ConstantPool"], cp_tags=s.offsets[("ConstantPool", "_tags")],
             cp_holder=s.offsets[("ConstantPool", "_pool_holder")], cp_length=s.offsets[("ConstantPool", "_length")],
-            cp_source_file=s.offsets.get(("ConstantPool", "_source_file_name_index"), -1),
+            cp_source_file=source_file, cp_source_in_klass=source_in_klass,
             klass_name=s.offsets[("Klass", "_name")], symbol_length=s.offsets[("Symbol", "_length")],
             symbol_body=s.offsets[("Symbol", "_body")], blob_name=s.offsets[("CodeBlob", "_name")],
             nmethod_method=nmethod_method, record=record,
-            blob_code_begin=s.offsets[("CodeBlob", "_code_begin")],
-            nm_pcs_offset=s.offsets.get(("nmethod", "_scopes_pcs_offset"), -1),
-            nm_pcs_end_offset=s.offsets.get(("nmethod", "_dependencies_offset"), -1),
-            nm_metadata_offset=s.offsets.get(("nmethod", "_metadata_offset"), -1),
-            nm_scopes_begin=s.offsets.get(("CompiledMethod", "_scopes_data_begin"),
-                                          s.offsets.get(("nmethod", "_scopes_data_begin"), -1)),
+            blob_code_begin=code_begin, code_begin_relative=code_begin_relative, **_nmethod_sections(s),
+            stream_excess=1 if major >= 21 else 0,
             pc_desc_size=s.sizes.get("PcDesc", 16), pc_desc_pc=s.offsets.get(("PcDesc", "_pc_offset"), 0),
             pc_desc_scope=s.offsets.get(("PcDesc", "_scope_decode_offset"), 4))
-    except KeyError:
-        return None
+    except KeyError as e:
+        raise _unreadable(pid, s, e) from None
+
+
+def _unreadable(pid: int, s: VMStructs, missing: KeyError) -> Unreadable:
+    """A JVM whose vmStructs lack what the walker or the names need (a JDK that renamed it)."""
+    what = missing.args[0] if missing.args else "?"
+    if isinstance(what, tuple):
+        what = "::".join(what)
+    return Unreadable(f"its vmStructs lack {what}", vm_release(pid, s))

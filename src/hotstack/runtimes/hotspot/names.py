@@ -25,19 +25,21 @@ MAX_PC_DESCS = 1 << 16     # an nmethod with more is not decoded (no inlined fra
 MAX_INLINE_DEPTH = 32
 
 
-def read_int(data: bytes, pos: int) -> tuple[int, int]:
-    """One int of HotSpot's CompressedReadStream (UNSIGNED5: bytes below 192 end a number, each
-    further byte adds 6 bits more), and the position after it."""
-    b = data[pos]
+def read_int(data: bytes, pos: int, excess: int = 0) -> tuple[int, int]:
+    """One int of HotSpot's CompressedReadStream, and the position after it. UNSIGNED5: a byte
+    below 192 ends a number, each further byte adds 6 bits more; from JDK 21 every byte is
+    stored with an excess of 1 (no byte is 0), the last bytes below 192 before it."""
+    low = 192 - excess
+    b = data[pos] - excess
     pos += 1
-    if b < 192:
+    if b < low:
         return b, pos
     total, shift = b, 6
     for i in range(4):
-        b = data[pos]
+        b = data[pos] - excess
         pos += 1
         total += b << shift
-        if b < 192 or i == 3:
+        if b < low or i == 3:
             break
         shift += 6
     return total, pos
@@ -139,7 +141,8 @@ class Names:
             raise NotAMethod("class without a name")
         source = ""
         if self.l.cp_source_file >= 0:
-            index = int.from_bytes(self.mem.read(cp + self.l.cp_source_file, 2), "little")
+            where = holder if self.l.cp_source_in_klass else cp
+            index = int.from_bytes(self.mem.read(where + self.l.cp_source_file, 2), "little")
             if index:
                 try:
                     source = self._utf8(cp, index)
@@ -181,8 +184,7 @@ class Names:
         descriptors; None if unknown. The nmethod must still be the one of `method` (it is checked:
         a flushed nmethod's memory may hold another's code by now)."""
         l = self.l
-        if min(l.nm_pcs_offset, l.nm_pcs_end_offset, l.nm_metadata_offset, l.nm_scopes_begin,
-               l.blob_code_begin) < 0:
+        if not l.reads_inlining:
             return None
         key = (blob, pc)
         cached = self._scopes.get(key)
@@ -205,7 +207,7 @@ class Names:
 
     def _decode_scopes(self, blob: int, pc: int, leaf: bool) -> list[Frame] | None:
         l, mem = self.l, self.mem
-        code_begin = mem.u64(blob + l.blob_code_begin)
+        code_begin = self._code_begin(blob)
         offsets, scopes = self._descs(blob, code_begin)
         target = pc - code_begin
         # a return address has a PcDesc of its own; a sampled pc belongs to the next one
@@ -215,15 +217,14 @@ class Names:
         decode = scopes[at]
         if not decode:
             return None
-        data_begin = mem.u64(blob + l.nm_scopes_begin)
-        metadata = blob + mem.i32(blob + l.nm_metadata_offset)
+        data_begin, metadata = self._scopes_and_metadata(blob)
         frames: list[Frame] = []
         for _ in range(MAX_INLINE_DEPTH):
             if not decode:
                 break
             data = mem.read(data_begin + decode, 16)
-            sender, pos = read_int(data, 0)
-            index, pos = read_int(data, pos)
+            sender, pos = read_int(data, 0, l.stream_excess)
+            index, pos = read_int(data, pos, l.stream_excess)
             if index <= 0:
                 raise NotAMethod("scope without a method")
             frame = self.method(mem.u64(metadata + 8 * (index - 1)))
@@ -233,6 +234,20 @@ class Names:
             decode = sender
         return frames or None
 
+    def _code_begin(self, blob: int) -> int:
+        l = self.l
+        if l.code_begin_relative:
+            return blob + self.mem.i32(blob + l.blob_code_begin)
+        return self.mem.u64(blob + l.blob_code_begin)
+
+    def _scopes_and_metadata(self, blob: int) -> tuple[int, int]:
+        """(the scopes data's address, the metadata array's) of an nmethod."""
+        l, mem = self.l, self.mem
+        if l.nm_immutable_data >= 0:
+            scopes = mem.u64(blob + l.nm_immutable_data) + mem.i32(blob + l.nm_pcs_end_offset)
+            return scopes, mem.u64(blob + l.blob_mutable_data) + mem.i32(blob + l.blob_relocation_size)
+        return mem.u64(blob + l.nm_scopes_begin), blob + mem.i32(blob + l.nm_metadata_offset)
+
     def _descs(self, blob: int, code_begin: int) -> tuple[list[int], list[int]]:
         """The (pc offsets, scope decode offsets) of an nmethod's PcDescs, sorted by pc."""
         key = (blob, code_begin)
@@ -240,11 +255,12 @@ class Names:
         if found is not None:
             return found
         l, mem = self.l, self.mem
+        base = mem.u64(blob + l.nm_immutable_data) if l.nm_immutable_data >= 0 else blob
         begin, end = mem.i32(blob + l.nm_pcs_offset), mem.i32(blob + l.nm_pcs_end_offset)
         n = (end - begin) // l.pc_desc_size
         if not 0 < n <= MAX_PC_DESCS:
             raise ValueError("no PcDescs")
-        raw = mem.read(blob + begin, n * l.pc_desc_size)
+        raw = mem.read(base + begin, n * l.pc_desc_size)
         offsets, scopes = [], []
         for i in range(n):
             base = i * l.pc_desc_size

@@ -13,10 +13,12 @@ The lifecycle (detect, attach, observe with retries, poll, collect, merge, forge
 
 from __future__ import annotations
 
+import os
+
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame
-from ..common.files import runs
+from ..common.files import UNREAD, Unreadable, UnreadProcess, runs
 from ..common.jit_source import JitSource
 from .jvm import JvmLayout, NotReady, read_layout
 from .names import Names
@@ -49,11 +51,22 @@ class HotSpotSource(JitSource):
     retry_ages = RETRY_AGES
 
     def _layout(self, pid: int) -> JvmLayout | None:
-        if libjvm(pid) is None:
+        """The JVM's layout (None if none yet); a JVM whose vmStructs this reader cannot take is
+        noted once (common/files.py: UNREAD) with what it lacks."""
+        found = libjvm(pid)
+        if found is None:
             return None
         try:
             return read_layout(pid)
         except NotReady:
+            return None
+        except Unreadable as e:
+            try:
+                st = os.stat(found[0])
+                identity: tuple = (st.st_dev, st.st_ino)
+            except OSError:
+                identity = (found[0],)
+            UNREAD.note(identity, UnreadProcess(pid, self.label, e.version, found[0], e.reason))
             return None
 
     def _may_run(self, pid: int) -> bool:

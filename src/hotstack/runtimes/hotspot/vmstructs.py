@@ -37,6 +37,7 @@ class VMStructs:
     """Field offsets (or static addresses) by (type, field), type sizes by name."""
 
     offsets: dict[tuple[str, str], int] = field(default_factory=dict)
+    field_types: dict[tuple[str, str], str] = field(default_factory=dict)    # C type of each field
     addresses: dict[tuple[str, str], int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
 
@@ -119,6 +120,8 @@ def read_vmstructs(pid: int) -> VMStructs | None:
             if not type_name:
                 break
             field_name = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMStructEntryFieldNameOffset"]:][:8], "little"))
+            field_type = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMStructEntryTypeStringOffset"]:][:8], "little"))
+            out.field_types[(type_name, field_name)] = field_type
             is_static = int.from_bytes(raw[g["gHotSpotVMStructEntryIsStaticOffset"]:][:4], "little")
             if is_static:
                 out.addresses[(type_name, field_name)] = int.from_bytes(
