@@ -75,7 +75,12 @@ TIERS = {"turbofan": [], "ignition": ["--no-opt", "--no-sparkplug"], "sparkplug"
 @pytest.mark.shares
 @pytest.mark.parametrize("tier", TIERS)
 def test_node_shares_match_cpu_prof(tmp_path, tier):
-    node = _need_node()
+    check_shares_against_cpu_prof(_need_node(), tier, tmp_path)
+
+
+def check_shares_against_cpu_prof(node: str, tier: str, tmp_path: Path) -> None:
+    """node_work.js in one of V8's tiers: hotstack's split of the two hot functions against
+    --cpu-prof's and the script's own CPU accounting, caller order, names with script and line."""
     proc = subprocess.Popen([node, *TIERS[tier], "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(WORK), "12"],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -23,6 +23,8 @@ import pytest
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
+from .test_node import check_shares_against_cpu_prof
+
 pytestmark = pytest.mark.root
 
 HERE = Path(__file__).parent
@@ -96,3 +98,10 @@ def test_node_call_paths_match_cpu_prof(tmp_path, version):
         names = [frame[0] for frame in heaviest]
         assert "runner.start" in names and names[-2:] == ["main", leaf], names
         assert all(line > 0 for _name, _file, line in heaviest), heaviest
+
+
+@pytest.mark.shares
+@pytest.mark.parametrize("tier", ["turbofan", "jitless"])
+def test_node24_shares_match_cpu_prof(tmp_path, tier):
+    """test_node.py's share, caller-order and name checks, with Node 24."""
+    check_shares_against_cpu_prof(node_binary("24"), tier, tmp_path)
