@@ -265,7 +265,7 @@ def table(results: dict) -> str:
                     continue
                 text = f"{c['state']} ({c['seconds']:.0f} s"
                 if "split" in c:
-                    text += f", {c['split']:.1f}% hot_a"
+                    text += f", {c['split']:.1f}% hot_a, lines {100 * c.get('lines', 0):.0f}%"
                 text += ")"
                 if c["state"] != "pass":
                     text += ": " + c.get("detail", "")[:160]

@@ -22,6 +22,7 @@ from matrix import INSIDE
 KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
         "perl": FrameKind.PERL, "java": FrameKind.JAVA}
 HOT = {name: re.compile(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])") for name in ("hot_a", "hot_b", "work")}
+LINE = re.compile(r":[1-9][0-9]*\)?$")    # a line in the frame's name ("hot_a (/hs-matrix/work.js:2)")
 # The first frame of a process's threads: the entry code of the main thread, the C library's of others.
 ROOTS = {"_start", "__clone3", "__clone", "clone3", "clone", "start_thread"}
 WANT = 800              # samples of the work thread to judge a cell by
@@ -94,11 +95,12 @@ def _in_libc(frame) -> bool:
 def reaches_root(stack) -> bool:
     """The stack ends at its thread's first frame: the entry code, the C library's thread start; or,
     in a C library stripped of its local symbols (Debian's: no `start_thread`, no `__clone3`), two
-    unnamed frames of the C library below the thread's own start routine."""
+    unnamed frames of the C library below the thread's own start routine (a named native function)."""
     if stack and stack[-1].name in ROOTS:
         return True
     tail = stack[-3:]
-    return len(tail) == 3 and not _in_libc(tail[0]) and _in_libc(tail[1]) and _in_libc(tail[2])
+    return (len(tail) == 3 and tail[0].kind is FrameKind.NATIVE and tail[0].resolved and not _in_libc(tail[0])
+            and _in_libc(tail[1]) and _in_libc(tail[2]))
 
 
 def has(sample, hot: str, kind: FrameKind) -> bool:
@@ -125,7 +127,10 @@ def judge(runtime: str, samples: list) -> dict:
     rooted = sum(s.value for s in mine if reaches_root(s.stack))
     split = 100.0 * a / (a + b) if a + b else 0.0
     example = max(mine, key=lambda s: s.value).stack
+    lined = sum(s.value for s in mine if any(f.kind is kind and (HOT["hot_a"].search(f.name) or HOT["hot_b"].search(f.name))
+                                             and (f.line > 0 or LINE.search(f.name)) for f in s.stack))
     out = {"samples": total, "named": round(named / total, 3), "split": round(split, 1),
+           "lines": round(lined / (a + b), 3) if a + b else 0.0,
            "rooted": round(rooted / total, 3), "root end": stack_text(example[-3:])}
     why = []
     if named < 0.9 * total:

@@ -44,8 +44,8 @@ def test_table_gives_each_cell_its_state_seconds_and_why():
     text = table({"php": {"bullseye": _row("7.4", chroot="FAIL"), "trixie": _row("8.4", chroot="pass",
                                                                                    docker="warns")}}).splitlines()
     assert len(text) == 4
-    assert text[2].startswith("| php | 7.4 | bullseye | FAIL (3 s, 75.0% hot_a): why chroot |")
-    assert "| pass (3 s, 75.0% hot_a) | warns (3 s, 75.0% hot_a): why docker |" in text[3]
+    assert text[2].startswith("| php | 7.4 | bullseye | FAIL (3 s, 75.0% hot_a, lines 0%): why chroot |")
+    assert "| pass (3 s, 75.0% hot_a, lines 0%) | warns (3 s, 75.0% hot_a, lines 0%): why docker |" in text[3]
 
 
 def test_readme_and_runtime_versions_match_expected_json():
@@ -81,3 +81,34 @@ def test_a_version_the_matrix_does_not_pass_is_never_claimed_tested(monkeypatch)
     assert (v.tested, v.untested) == ("5.32", "5.30, 5.34, 5.38")
     monkeypatch.setitem(versions.MATRIX, "python", {"passes": ("3.14",), "warns": (), "fails": ()})
     assert versions.versions_of("python").summary() == "CPython 3.8–3.14 (tested)"
+
+
+def _stack(*frames) -> tuple:
+    from hotstack.profile.model import Frame, FrameKind
+    return tuple(Frame(name, FrameKind.JAVA if not module else FrameKind.NATIVE, module=module, line=line)
+                 for name, module, line in frames)
+
+
+def test_judge_counts_named_frames_the_split_and_stacks_to_the_root():
+    """matrix_cell.judge over samples as the engine gives them (leaf first): a JVM's work thread with
+    Debian's stripped C library at its root (two unnamed libc frames below the thread's routine)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hotstack.profile.model import Sample
+    from matrix_cell import judge, reaches_root
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    root = [("ThreadJavaMain", "/usr/lib/jvm/bin/java", 0), ("libc.so.6+0x928bb", libc, 0),
+            ("libc.so.6+0x110778", libc, 0)]
+    a = Sample(_stack(("Work.hot_a", "", 8), ("Work.work", "", 25), *root), 75, 10, 11, "java")
+    b = Sample(_stack(("Work.hot_b", "", 14), ("Work.work", "", 25), *root), 25, 10, 11, "java")
+    gc = Sample(_stack(("GC", "/usr/lib/jvm/libjvm.so", 0)), 50, 10, 12, "GC Thread")
+    verdict = judge("java", [a, b, gc])
+    assert verdict["state"] == "pass" and (verdict["split"], verdict["lines"], verdict["samples"]) == (75.0, 1.0, 100)
+    assert not reaches_root(_stack(("Work.hot_a", "", 0), ("libc.so.6+0x1", libc, 0), ("libc.so.6+0x2", libc, 0)))
+    assert reaches_root(_stack(("main", "/bin/x", 0), ("_start", "/bin/x", 0)))
+    cut = Sample(_stack(("Work.hot_a", "", 8), ("[unknown]", "", 0)), 75, 10, 11, "java")
+    bad = judge("java", [cut, b])
+    assert bad["state"] == "FAIL" and "split 75.0/25.0" not in bad["detail"] and "reach the root" in bad["detail"]
+    lost = judge("java", [Sample(_stack(("[unknown]", "", 0)), 100, 10, 11, "java")])
+    assert lost["state"] == "FAIL" and "0 of 100 samples with java frames" in lost["detail"]
