@@ -104,7 +104,9 @@ class DockerEngine:
             points = [line.split()[4] for line in f]
         return sorted((p for p in points if p.startswith(root)), key=len, reverse=True)
 
-    def stop(self) -> None:
+    def stop(self, keep_images: bool = False) -> None:
+        """Stop dockerd and remove its state; `keep_images`: leave its data root (the images) for the
+        next engine on the same root (the runtime matrix caches its imported images so)."""
         if self.proc.poll() is None:
             self.remove_containers()
             terminate(self.proc)
@@ -114,5 +116,6 @@ class DockerEngine:
         subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)
         for mount in self._mounts_under_root():
             subprocess.run(["umount", mount], capture_output=True)
-        shutil.rmtree(self.root / "data", ignore_errors=True)
+        if not keep_images:
+            shutil.rmtree(self.root / "data", ignore_errors=True)
         shutil.rmtree(self.root / "exec", ignore_errors=True)

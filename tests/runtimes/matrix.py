@@ -221,7 +221,7 @@ def run_matrix(cells: list[tuple[str, str, str]], expected: dict) -> dict:
                                           f"{before.get('detail', '')[:200]})").strip()
     finally:
         if engine is not None:
-            engine.stop()
+            engine.stop(keep_images=True)
         for root in mounted:
             subprocess.run(["umount", "-l", str(root / "proc")], check=False)
     return results
