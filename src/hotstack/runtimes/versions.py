@@ -50,12 +50,12 @@ LAYOUTS = {
 # passes (frames named, the 75/25 split within 5 points, stacks to the root), warns (said
 # unread: a warning, the footer's count, doctor), fails.
 MATRIX = {
-    "python": {"passes": ("3.9", "3.11", "3.13"), "warns": ("3.14",), "fails": ()},
-    "node": {"passes": ("18", "20", "24", "22"), "warns": (), "fails": ("12",)},
+    "python": {"passes": ("3.9", "3.11", "3.13", "3.14"), "warns": (), "fails": ()},
+    "node": {"passes": ("12", "18", "20", "24", "22"), "warns": (), "fails": ()},
     "ruby": {"passes": ("2.7", "3.1", "3.3"), "warns": (), "fails": ()},
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
-    "perl": {"passes": ("5.32", "5.36", "5.40"), "warns": ("5.42",), "fails": ()},
-    "java": {"passes": ("17", "21"), "warns": (), "fails": ("11", "25")},
+    "perl": {"passes": ("5.32", "5.36", "5.40", "5.42"), "warns": (), "fails": ()},
+    "java": {"passes": ("11", "17", "21", "25"), "warns": (), "fails": ()},
 }
 # runtime-matrix: end
 

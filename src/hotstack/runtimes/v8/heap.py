@@ -123,19 +123,20 @@ class Heap:
 def scope_info_name(heap: Heap, tagged: int) -> tuple[str, int]:
     """(function name, start position in the script) from a ScopeInfo.
 
-    Its slots (after the map): flags, parameter count, context local count, then, from
+    Its slots (after the map, and a FixedArray's length where it is one: V8Layout.scopeinfo_slots):
+    flags, parameter count, context local count, then, from
     v8dbg_scopeinfo_idx_first_vars on, the context locals' names and infos (2 slots each). After
     them come the function variable (its name, a Smi) and the inferred name (`Module._load` of
     `Module._load = function ...`, the name an anonymous function gets). The start and end
     positions (Smis) are two fixed slots before the locals where first_vars leaves room for them
     (V8 12 on), and follow the inferred name before."""
     l = heap.l
-    locals_ = smi(heap.field(tagged, 8 + 8 * l.scopeinfo_ncontextlocals))
+    locals_ = smi(heap.field(tagged, l.scopeinfo_slots + 8 * l.scopeinfo_ncontextlocals))
     if not 0 <= locals_ <= MAX_CONTEXT_LOCALS:
         return "", -1
     start = l.scopeinfo_first_vars + 2 * locals_
     count = start + TAIL_SLOTS
-    slots = struct.unpack(f"<{count}Q", heap.mem.read(tagged - 1 + 8, 8 * count))
+    slots = struct.unpack(f"<{count}Q", heap.mem.read(tagged - 1 + l.scopeinfo_slots, 8 * count))
     fixed_positions = l.scopeinfo_first_vars - l.scopeinfo_ncontextlocals > 2
     tail = slots[start:start + NAME_SLOTS]
     name = _function_name(heap, tail)

@@ -96,6 +96,9 @@ class V8Layout:
     scopeinfo_first_vars: int
     scopeinfo_ncontextlocals: int
     frame_types: dict
+    # where a ScopeInfo's slots start: after its map (V8 9 on), or after a FixedArray's map and
+    # length where ScopeInfo is a FixedArray (v8dbg_parent_ScopeInfo__FixedArray: Node 12-14)
+    scopeinfo_slots: int = 8
 
 
 def _one(meta: dict[str, int], *names: str) -> int:
@@ -193,6 +196,8 @@ def checked_layout(meta: dict[str, int]) -> V8Layout:
             scopeinfo_first_vars=_one(meta, "v8dbg_scopeinfo_idx_first_vars"),
             scopeinfo_ncontextlocals=_one(meta, "v8dbg_scopeinfo_idx_ncontextlocals"),
             frame_types={v: k[len("v8dbg_frametype_"):] for k, v in meta.items() if k.startswith("v8dbg_frametype_")},
+            scopeinfo_slots=(_field(meta, "FixedArray", "data", 16) if "v8dbg_parent_ScopeInfo__FixedArray" in meta
+                             else 8),
         )
     except KeyError as e:
         raise Unreadable(f"the metadata lacks {e.args[0]}") from None
