@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from .containers import container_id_from_cgroup
+from .held_files import HeldFiles
 from .maps import Mapping, MappingIndex, dev_field, parse_maps, read_maps
 from .proc_files import read_bytes, read_text
 
@@ -50,6 +51,9 @@ class Process:
     lazy: bool = False
     told: Announced | None = None   # the announcement it was noted from
     settled_gone: bool = False      # noted, and gone when its mappings were needed (settle)
+    # the files of its mappings held open for it (ProcessTable.held: those no host path reaches
+    # after it exits), given back when it is forgotten
+    held: tuple = ()
 
     @property
     def key(self) -> tuple[int, int]:
@@ -410,6 +414,11 @@ class ProcessTable:
         # another clock, a mount namespace the reads would not show, and they are not used); None:
         # not checked yet
         self._told_agrees: bool | None = None
+        # descriptors of the files of processes whose files no host path reaches (a container's)
+        self.held = HeldFiles()
+        # the held files of entries replaced or forgotten since the last forget_dead (an exec, a
+        # reused pid): given back there, after the samples they were taken for are named
+        self._retired: list[tuple] = []
 
     def observe(self, pid: int, told: Announced | None = None) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged); `told`:
@@ -433,7 +442,10 @@ class ProcessTable:
             self.maps_gone += 1
             return known
         info.read_at = read_at
+        info.held = self.held.hold(pid, info.mappings.mappings, info.root_is_host)
         with self._lock:
+            if known is not None and known.held:
+                self._retired.append(known.held)
             self._by_pid[pid] = info
         return info
 
@@ -461,6 +473,7 @@ class ProcessTable:
         if fresh is not None and fresh.start_time == info.start_time:
             info.exe, info.container_id, info.root_is_host = fresh.exe, fresh.container_id, fresh.root_is_host
             info.image, info.mappings = fresh.image, fresh.mappings
+            info.held = self.held.hold(info.pid, info.mappings.mappings, info.root_is_host)
             with self._lock:
                 self._remapped.add(info.pid)
         else:
@@ -591,7 +604,9 @@ class ProcessTable:
     def forget(self, pid: int) -> None:
         """Drop what is known of `pid` (it exec'ed: the next observe reads the new image)."""
         with self._lock:
-            self._by_pid.pop(pid, None)
+            info = self._by_pid.pop(pid, None)
+            if info is not None and info.held:
+                self._retired.append(info.held)
 
     def forget_dead(self, gone: dict[int, float] | None = None) -> int:
         """Drop processes that have exited; call between intervals, after their samples are resolved.
@@ -605,9 +620,16 @@ class ProcessTable:
             else:
                 dead = [pid for pid, info in self._by_pid.items()
                         if not info.alive or gone.get(pid, 0.0) >= info.read_at]
+            retired, self._retired = self._retired, []
             for pid in dead:
-                del self._by_pid[pid]
+                retired.append(self._by_pid.pop(pid).held)
+        for keys in retired:
+            self.held.release(keys)
         return len(dead)
+
+    def held_path(self, mapping: Mapping) -> str | None:
+        """A path that opens the file of `mapping` held for its process (see HeldFiles), or None."""
+        return self.held.path(mapping.dev, mapping.inode) if len(self.held) else None
 
     def __len__(self) -> int:
         return len(self._by_pid)

@@ -539,8 +539,12 @@ class Symbolizer:
 
     def _candidates(self, info: Process, mapping: Mapping) -> list[str]:
         path = mapping.file_path
-        out = [map_file_path(info.pid, mapping),
-               f"{info.root}{path}" if info.root else path]
+        out = [map_file_path(info.pid, mapping)]
+        # (a container's file held open while its process ran: no path opens it once it exited)
+        held = self.processes.held_path(mapping)
+        if held is not None:
+            out.append(held)
+        out.append(f"{info.root}{path}" if info.root else path)
         if info.root_is_host:
             out.append(path)
         return out
