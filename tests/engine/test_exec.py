@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from hotstack.profile.model import FrameKind
+from hotstack.sampling import Engine, EngineConfig
+
 from ..conftest import compile_c, wait_until_sampling
 from .test_profile_cpu import folded_lines
 
@@ -80,3 +83,27 @@ def test_exec_of_another_binary_with_the_same_comm(exec_binaries):
     b = share(lines, "in_prog_B_other")
     assert b >= 0.5, (b, lines[:5])
     assert share(lines, "in_prog_A") < 0.5, lines[:5]
+
+
+def _user(sample) -> list:
+    return [f for f in sample.stack if f.kind is not FrameKind.KERNEL]
+
+
+def test_a_process_that_re_execs_itself_every_few_hundred_ms_is_named(build_dir):
+    """A process that execs itself again every ~0.28 s (issue 47, item 4), collected after it
+    ended: every image's samples are named with that image's mappings (each a new load address),
+    not only the last one's."""
+    prog = compile_c(HERE / "workloads" / "reexec_loop.c", build_dir / "reexecloop", *FLAGS)
+    with Engine(EngineConfig(frequency=199)) as prof:
+        prof.collect()
+        subprocess.run([str(prog), "0", "16"], check=True, timeout=60)    # 16 images, ~4.5 s
+        time.sleep(0.3)
+        samples = [s for s in prof.collect()[0].samples if s.comm == prog.name]
+    total = sum(s.value for s in samples)
+    assert total >= 30, total      # ~199 a second for ~4.5 s, far fewer on a loaded machine
+
+    def named(sample) -> bool:
+        user = _user(sample)
+        return bool(user) and all(f.resolved for f in user) and any(f.name.startswith("reexec_") for f in user)
+    good = sum(s.value for s in samples if named(s))
+    assert good >= 0.9 * total, (good, total, [[f.name for f in s.stack] for s in samples if not named(s)][:5])

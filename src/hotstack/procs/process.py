@@ -9,6 +9,7 @@ read still has its frames resolved.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -75,6 +76,11 @@ ProcessInfo = Process
 # unload and the next load: with the one read before the last kept, a library seen two reads ago
 # had all of its samples of an interval left unnamed (tests/kernels smoke: remap, under emulation).
 EARLIER_MAPPINGS = 8
+# The images of a process that execs again and again (itself, every fraction of a second) kept for
+# its samples of an interval: the kernel stores a stack once for every image of the same files, with
+# the addresses of the image that stored it first, so an interval's stacks are mostly its first
+# images' addresses.
+EXEC_IMAGES_KEPT = 64
 log = logging.getLogger("hotstack.procs")
 
 
@@ -419,6 +425,10 @@ class ProcessTable:
         # the held files of entries replaced or forgotten since the last forget_dead (an exec, a
         # reused pid): given back there, after the samples they were taken for are named
         self._retired: list[tuple] = []
+        # pid -> (its entry before it exec'ed its own executable again, the mappings of the images
+        # it left, the latest first): the entry of its next image takes them as `earlier` (the
+        # samples of those images are named with them, by the kernel's file hash)
+        self._before_exec: dict[int, tuple[Process, tuple]] = {}
 
     def observe(self, pid: int, told: Announced | None = None) -> Process | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged); `told`:
@@ -440,12 +450,13 @@ class ProcessTable:
         info = read_process(pid, stat, told) if stat is not None else None
         if info is None:
             self.maps_gone += 1
-            return known
+            return known if known is not None else self._gone_after_exec(pid)
         info.read_at = read_at
         info.held = self.held.hold(pid, info.mappings.mappings, info.root_is_host)
         with self._lock:
             if known is not None and known.held:
                 self._retired.append(known.held)
+            self._after_exec(info)
             self._by_pid[pid] = info
         return info
 
@@ -460,6 +471,7 @@ class ProcessTable:
                        container_id=parent.container_id, root=root_path(pid), root_is_host=parent.root_is_host,
                        mntns=told.mntns, lazy=True, told=told)
         with self._lock:
+            self._after_exec(info)
             self._by_pid[pid] = info
         return info
 
@@ -601,12 +613,52 @@ class ProcessTable:
             taken, self._remapped = self._remapped, set()
         return taken
 
-    def forget(self, pid: int) -> None:
-        """Drop what is known of `pid` (it exec'ed: the next observe reads the new image)."""
+    def forget(self, pid: int, exec_of: int = 0) -> bool:
+        """Drop what is known of `pid` (it exec'ed: the next observe reads the new image). `exec_of`:
+        the inode of the executable it exec'ed; where that is its own again (a program that
+        restarts itself), the mappings of the image it left (and those it kept of earlier ones)
+        go to the entry of its next image, as its `earlier` mappings: then True."""
         with self._lock:
             info = self._by_pid.pop(pid, None)
-            if info is not None and info.held:
+            if info is None:
+                return False
+            if info.held:
                 self._retired.append(info.held)
+            ino = info.image[1] if info.image else (info.told.exe_ino if info.told else 0)
+            if not exec_of or ino != exec_of:
+                return False
+            images = info.earlier if info.lazy else (info.mappings, *info.earlier)
+            if images:
+                if len(self._before_exec) >= 1024:
+                    self._before_exec.clear()
+                self._before_exec[pid] = (info, images[:EXEC_IMAGES_KEPT])
+            return True
+
+    def _after_exec(self, info: Process) -> None:
+        """A new entry of a pid that exec'ed: the images it left are its `earlier` mappings, and it
+        is taken as remapped now (naming picks, by the kernel's file hash, the image each stack was
+        walked in). Under the lock."""
+        before = self._before_exec.pop(info.pid, None)
+        if before is not None and before[0].start_time == info.start_time:
+            info.earlier = before[1]
+            info.remapped_at = time.monotonic()
+
+    def _gone_after_exec(self, pid: int) -> Process | None:
+        """The entry of a process that exec'ed and exited before its new image was read: the
+        images it left name their samples (`earlier`), its last one is named with the mappings
+        the kernel kept (gone_mappings). None if it did not exec since it was known."""
+        before = self._before_exec.get(pid)
+        if before is None:
+            return None
+        mappings = self.gone_mappings(pid) if self.gone_mappings is not None else []
+        info = dataclasses.replace(before[0], mappings=MappingIndex(mappings), root="", root_is_host=True,
+                                   alive=False, lazy=False, held=(), image=None, exe="", changed=())
+        with self._lock:
+            if pid in self._by_pid:
+                return self._by_pid[pid]
+            self._after_exec(info)
+            self._by_pid[pid] = info
+        return info
 
     def forget_dead(self, gone: dict[int, float] | None = None) -> int:
         """Drop processes that have exited; call between intervals, after their samples are resolved.
@@ -623,6 +675,7 @@ class ProcessTable:
             retired, self._retired = self._retired, []
             for pid in dead:
                 retired.append(self._by_pid.pop(pid).held)
+                self._before_exec.pop(pid, None)
         for keys in retired:
             self.held.release(keys)
         return len(dead)

@@ -306,7 +306,7 @@ class Engine:
             busy = busy or bool(pids)
             for pid, exec_ed, told in pids:
                 if exec_ed:
-                    self._forget_image(pid)
+                    self._forget_image(pid, told)
                 if self._noted(pid, told):
                     self.wants(pid)
                     continue
@@ -389,10 +389,14 @@ class Engine:
                 wait = min(wait, due)
         return max(0.0, wait)
 
-    def _forget_image(self, pid: int) -> None:
+    def _forget_image(self, pid: int, told) -> None:
         """`pid` exec'ed: what was read of its old image (maps, runtime state) goes, and the new
-        image is read as a new process is."""
-        self.processes.forget(pid)
+        image is read as a new process is. A process that exec'ed its own executable again (a
+        program that restarts itself, every fraction of a second): each image's mappings name its
+        samples, so the processes of that image are read, not noted, and announced with a wake-up
+        (the kernel's cache of its mappings is emptied at each exec)."""
+        if self.processes.forget(pid, exec_of=told.exe_ino if told is not None else 0):
+            self._plain_images.lost_mappings(told)
         for source in self.runtimes:
             source.forget(pid)
 
