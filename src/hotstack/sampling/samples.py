@@ -270,6 +270,13 @@ class SampleMaker:
             return self._merged(raw, info, named, False, None)
         walked_in = self._walked_in(raw, owner_info)
         if walked_in is None:
+            # (a stack of an image whose mappings were not read, a process that execs itself
+            # again and again: named where its callers were, by their hash, and its leaf's file)
+            named = self._named_by_callers(raw)
+            if named is not None:
+                self._keep_by_file(raw, named)
+                return self._merged(raw, info, named, False, None)
+        if walked_in is None:
             kept = {m.span for m in owner_info.earlier[0].mappings} if owner_info.earlier else None
             same = [m for m in owner_info.mappings.mappings
                     if (kept is None or m.span in kept)
