@@ -21,7 +21,7 @@ from typing import TypeVar
 import numpy as np
 
 from ... import procs
-from ...procs.maps import Mapping
+from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
 
 T = TypeVar("T")
@@ -271,6 +271,50 @@ def candidates(mappings: list[Mapping], name: re.Pattern[str], library_word: str
     return sorted(seen.values(), key=lambda m: library_word not in m.file_path)
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """An interpreter file a process runs: its first mapping, a path that opens the very file, where
+    the process loaded it, and the process's maps it was found in."""
+
+    mapping: Mapping
+    path: str
+    base: int                   # load bias: address - ELF virtual address
+    text: str                   # /proc/PID/maps as read (the pid watcher's read of this round)
+    mappings: list[Mapping]
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.mapping.file_path)
+
+
+def interpreter_files(pid: int, runtime: str, label: str, named: Callable[[int], bool], word: str,
+                      name: re.Pattern[str], library_word: str, cache: dict,
+                      inspect: Callable[[str, str], T]) -> Iterator[tuple[T, Loaded]]:
+    """For an interpreter's detect(): (what `inspect(path, shown path)` tells, where it is loaded)
+    of each file of `pid` that may be `runtime`'s interpreter, inspected once per file
+    (inspected_once: a file it recognizes and cannot read is noted as `label`'s). Only a process
+    that `named` says is the runtime's by its names, and whose maps hold `word`, or whose executable
+    is the runtime's launcher by what it holds (runs()), is looked into: this runs for every new
+    process of the host."""
+    launcher = runs(pid, runtime)        # (its executable renamed or copied)
+    if not launcher and not named(pid):
+        return
+    text = procs.read_maps_text(pid, recent=True)
+    if not launcher and word not in text:
+        return
+    mappings = parse_maps(text)
+    if launcher:
+        holding(pid, mappings)
+    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, name, library_word, runtime)):
+        found = inspected_once(cache, path, lambda: inspect(path, cand.file_path), pid=pid, runtime=label,
+                               shown=cand.file_path)
+        if found is None:
+            continue
+        base = load_base(path, its_mappings)
+        if base is not None:
+            yield found, Loaded(cand, path, base, text, mappings)
+
+
 def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator[tuple[Mapping, str, list[Mapping]]]:
     """(candidate, a path that opens its very file, every mapping of that file) for each of
     `chosen` that can be opened now."""
@@ -280,6 +324,6 @@ def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator
             yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
 
 
-__all__ = ["ELF_SYM", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
+__all__ = ["ELF_SYM", "Loaded", "interpreter_files", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
            "launched_runtimes", "runs", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
            "opened", "symbol_spans", "symbols"]

@@ -19,11 +19,9 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ... import procs
 from ...bpf import schema
-from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbols
+from ..common.files import Unreadable, exe_name, interpreter_files, symbols
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.elf_tls import dynsym_names, tls_access
 from .offsets import PerlOffsets, offsets_for
@@ -126,33 +124,16 @@ _binaries: dict[tuple, PerlBinary | None] = {}
 
 
 def detect(pid: int) -> PerlProcess | None:
-    """The Perl interpreter running in `pid`, or None (not Perl, not started yet, or gone).
-
-    Only `perl*` executables are looked into: this runs for every new process of the host."""
-    launcher = runs(pid, "perl")         # (its executable renamed)
-    if not launcher and "perl" not in exe_name(pid):
-        return None
-    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if not launcher and "perl" not in text:
-        return None
-    mappings = parse_maps(text)
-    if launcher:
-        holding(pid, mappings)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libperl", "perl")):
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Perl",
-                                shown=cand.file_path)
-        if binary is None:
-            continue
-        base = load_base(path, its_mappings)
-        if base is None:
-            continue
-        if "ld-musl" in text and binary.interp_mode == schema.PERL_INTERP_DTV:
+    """The Perl interpreter running in `pid`, or None (not Perl, not started yet, or gone)."""
+    for binary, at in interpreter_files(pid, "perl", "Perl", lambda pid: "perl" in exe_name(pid), "perl", _NAME,
+                                        "libperl", _binaries, lambda path, _shown: inspect_binary(path)):
+        if "ld-musl" in at.text and binary.interp_mode == schema.PERL_INTERP_DTV:
             return None       # musl's DTV differs in layout: not tested
         try:
-            fields = record_fields(binary, base, ProcessMemory(pid))
+            fields = record_fields(binary, at.base, ProcessMemory(pid))
         except MemoryReadError:
             return None
         if fields is None:
             return None
-        return PerlProcess(pid, binary, base, fields)
+        return PerlProcess(pid, binary, at.base, fields)
     return None

@@ -5,10 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ... import procs
-from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbols
+from ..common.files import Unreadable, exe_name, interpreter_files, symbols
 from ..common.jit import jit_regions
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")    # a version in the name
@@ -90,24 +88,8 @@ def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
 
 
 def detect(pid: int) -> PhpProcess | None:
-    """The PHP interpreter of `pid`, or None; only `php*` executables, and one that is PHP's launcher by what it holds (runs()), are looked into (this runs
-    for every new process of the host)."""
-    launcher = runs(pid, "php")         # (its executable renamed)
-    if not launcher and "php" not in exe_name(pid):
-        return None
-    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if not launcher and "php" not in text:
-        return None
-    mappings = parse_maps(text)
-    if launcher:
-        holding(pid, mappings)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _FILE, "libphp", "php")):
-        found = inspected_once(_binaries, path, lambda: _inspect(path, cand.file_path), pid=pid, runtime="PHP",
-                               shown=cand.file_path)
-        if found is None:
-            continue
-        base = load_base(path, its_mappings)
-        if base is None:
-            continue
-        return PhpProcess(pid, path, found[0], base + found[1], jit_regions(mappings))
+    """The PHP interpreter of `pid`, or None (not PHP, or gone)."""
+    for (offsets, executor_globals), at in interpreter_files(
+            pid, "php", "PHP", lambda pid: "php" in exe_name(pid), "php", _FILE, "libphp", _binaries, _inspect):
+        return PhpProcess(pid, at.path, offsets, at.base + executor_globals, jit_regions(at.mappings))
     return None

@@ -7,7 +7,6 @@ The ELF file that defines `_PyRuntime` is the interpreter; its version comes fro
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass
@@ -15,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import procs
-from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, candidates, holding, inspected_once, load_base, opened, runs, symbol_spans
+from ..common.files import Unreadable, interpreter_files, symbol_spans
 from ..common.memory import MemoryReadError, ProcessMemory
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
@@ -177,29 +175,15 @@ _binaries: dict[tuple, PythonBinary | None] = {}
 
 
 def detect(pid: int) -> PythonProcess | None:
-    """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone)."""
-    # cheap test first: most processes of a host are not Python (the pid watcher's read of this
-    # round; the whole text is read only for a process that maps a file so named)
-    launcher = runs(pid, "python")       # (a copy of python3 under another name)
-    if not launcher and "python" not in procs.exec_paths(pid, recent=True):
-        return None
-    text = procs.read_maps_text(pid, recent=True)
-    mappings = parse_maps(text)
-    if launcher:
-        holding(pid, mappings)
-    chosen = candidates(mappings, _FILE, "libpython", "python")
-    for cand, path, its_mappings in opened(pid, mappings, chosen):
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path, cand.file_path), pid=pid,
-                                runtime="CPython", shown=cand.file_path)
-        if binary is None:
-            continue
-        base = load_base(path, its_mappings)
-        if base is None:
-            continue
-        mem = ProcessMemory(pid)
-        found = find_interpreter(mem, base + binary.runtime, binary.offsets)
+    """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone).
+    A process is looked into if a file it runs is named for Python (libpython in an embedding
+    program too), or its executable is CPython's by what it holds."""
+    for binary, at in interpreter_files(pid, "python", "CPython",
+                                        lambda pid: "python" in procs.exec_paths(pid, recent=True), "python",
+                                        _FILE, "libpython", _binaries, inspect_binary):
+        found = find_interpreter(ProcessMemory(pid), at.base + binary.runtime, binary.offsets)
         if found is None:
             return None
-        return PythonProcess(pid, binary, base, base + binary.runtime, base + binary.none, *found,
-                             os.path.basename(cand.file_path))
+        return PythonProcess(pid, binary, at.base, at.base + binary.runtime, at.base + binary.none, *found,
+                             at.file_name)
     return None

@@ -13,19 +13,16 @@ the way Ruby finds it:
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ... import procs
 from ...bpf import schema
-from ...procs.maps import parse_maps
 from ...symbols.elf import ElfError, ElfFile
 from ..common.elf_tls import R_X86_64_DTPMOD64, reloc_offsets, tls_access
-from ..common.files import Unreadable, candidates, exe_name, holding, inspected_once, load_base, opened, runs, symbol_spans, symbols
+from ..common.files import Unreadable, exe_name, interpreter_files, symbol_spans, symbols
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -201,35 +198,18 @@ def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | N
 
 
 def detect(pid: int) -> RubyProcess | None:
-    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone).
-
-    Only `ruby*` executables are looked into: this runs for every new process of the host."""
-    launcher = runs(pid, "ruby")         # (its executable renamed)
-    if not launcher and "ruby" not in exe_name(pid):
-        return None
-    text = procs.read_maps_text(pid, recent=True)   # the pid watcher's read of this round
-    if not launcher and "ruby" not in text:
-        return None
-    mappings = parse_maps(text)
-    if launcher:
-        holding(pid, mappings)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _NAME, "libruby", "ruby")):
-        binary = inspected_once(_binaries, path, lambda: inspect_binary(path), pid=pid, runtime="Ruby",
-                                shown=cand.file_path)
-        if binary is None:
-            continue
-        base = load_base(path, its_mappings)
-        if base is None:
-            continue
-        if "ld-musl" in text and binary.ec_mode == schema.RB_EC_DTV:
+    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone)."""
+    for binary, at in interpreter_files(pid, "ruby", "Ruby", lambda pid: "ruby" in exe_name(pid), "ruby", _NAME,
+                                        "libruby", _binaries, lambda path, _shown: inspect_binary(path)):
+        if "ld-musl" in at.text and binary.ec_mode == schema.RB_EC_DTV:
             return None       # musl's DTV holds 8-byte entries and differs in layout: not tested
         try:
-            fields = record_fields(binary, base, ProcessMemory(pid))
+            fields = record_fields(binary, at.base, ProcessMemory(pid))
         except MemoryReadError:
             return None
         if fields is None:
             return None
         # the cached facts were read through the first process's mapping: this one's path opens the file
-        return RubyProcess(pid, replace(binary, path=path) if binary.path != path else binary, base, fields,
-                           jit_regions(mappings), os.path.basename(cand.file_path))
+        return RubyProcess(pid, replace(binary, path=at.path) if binary.path != at.path else binary, at.base, fields,
+                           jit_regions(at.mappings), at.file_name)
     return None
