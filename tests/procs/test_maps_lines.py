@@ -101,3 +101,23 @@ time.sleep(60)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_files_past_the_bound_are_counted_and_said():
+    """procs/held_files.py holds the files of a process in its own root open up to a bound; those
+    past it are counted (hotstack_files_not_held_total, the footer), never dropped unsaid."""
+    from hotstack.gadget.output import footer
+    from hotstack.procs.held_files import HeldFiles
+    from hotstack.profile.model import Profile, ProfileStats
+    files = [m for m in parse_maps(procs.read_maps_text(os.getpid())) if m.is_file and m.executable]
+    files = list({(m.dev, m.inode): m for m in files}.values())
+    assert len(files) >= 3
+    held = HeldFiles(max_files=1)
+    keys = held.hold(os.getpid(), files, root_is_host=False)
+    try:
+        assert len(keys) == 1 and len(held) == 1 and held.refused == len(files) - 1
+    finally:
+        held.release(keys)
+    stats = ProfileStats(files_not_held=held.refused)
+    text = footer(Profile([], 0, 10**9, 99, stats=stats), 0, 0)
+    assert f"{held.refused} files of containers' processes not held open" in text

@@ -143,6 +143,9 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
                      f"(see the warnings; hotstack doctor --pid PID)")
     if st.engine_failures:
         parts.append(f"{st.engine_failures} failures inside the engine, each logged and gone on from (see the log)")
+    if st.files_not_held:
+        parts.append(f"{st.files_not_held} files of containers' processes not held open (past the bound of "
+                     f"held files): their frames are named only while the process runs")
     if st.counts_full:
         parts.append(f"{st.counts_full} samples dropped: aggregation map full")
     if st.native_incomplete or st.native_no_table:

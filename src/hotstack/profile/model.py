@@ -104,6 +104,8 @@ class ProfileStats:
                                   # version or build): their runtime frames are missing (warned once)
     engine_failures: int = 0      # inside the engine: a background thread that raised (logged,
                                   # restarted), a frame source that raised on a process (logged)
+    files_not_held: int = 0       # files of processes in their own root (or deleted ones) not held
+                                  # open past a bound (procs/held_files.py): named only while they run
     # --unwind kernel (bpf/native_unwind.h): walks that stopped short of the process root (no
     # mapping, a fault, a rule it cannot follow, 128 frames), PCs met in a file whose table was not
     # loaded yet (queued; the next samples have it), frames found with frame pointers for want of a table

@@ -99,6 +99,7 @@ class Engine:
         self._new_failures = 0
         self._failures_lock = threading.Lock()
         self.failure = ""               # why the engine stopped working (a thread gave up), or ""
+        self._refused_seen = 0          # processes.held.refused at the last profile
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
         self._native_kick = Wakeup()        # the pid watcher wakes the unwind thread
         self._threads: list[threading.Thread] = []
@@ -516,6 +517,8 @@ class Engine:
             batch.stats.runtimes_unread = UNREAD.take_new()
             with self._failures_lock:
                 batch.stats.engine_failures, self._new_failures = self._new_failures, 0
+            refused = self.processes.held.refused
+            batch.stats.files_not_held, self._refused_seen = refused - self._refused_seen, refused
         return Profile(samples=samples, start_ns=batch.start_ns, duration_ns=batch.end_ns - batch.start_ns,
                        frequency_hz=sampler.frequency_hz, name=sampler.profile_name,
                        sample_type=sampler.sample_type, period_type=sampler.period_type, stats=batch.stats)

@@ -99,7 +99,21 @@ class EngineCollector:
                 failures[name] = failures.get(name, 0) + count
         for name, count in sorted(failures.items()):
             failed.add_metric([name], count)
-        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread, failed)
+        held = GaugeMetricFamily("hotstack_held_files", "Files of processes in their own root (or deleted) held "
+                                 "open now, to name their frames after the processes exit.")
+        not_held = CounterMetricFamily("hotstack_files_not_held", "Files of such processes not held: past the "
+                                       "bound of held files, or gone before they could be opened.", labels=["why"])
+        counts = [0, 0, 0]
+        for p in profilers:
+            table = getattr(getattr(p, "processes", None), "held", None)
+            if table is not None:
+                counts[0] += len(table)
+                counts[1] += table.refused
+                counts[2] += table.failed
+        held.add_metric([], counts[0])
+        not_held.add_metric(["bound"], counts[1])
+        not_held.add_metric(["gone"], counts[2])
+        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread, failed, held, not_held)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)
