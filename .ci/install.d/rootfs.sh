@@ -13,16 +13,20 @@ build() {      # suite packages...
     local list; list=$(IFS=,; echo "$*")
     local key; key=$(printf '%s' "$list" | sha256sum | cut -c1-12)
     local tar="$dir/$suite-$key.tar"
-    if [ ! -s "$tar" ]; then
-        echo "rootfs.sh: mmdebstrap $suite ($list)"
-        # Unstable's Release file is valid for a week only: a mirror that lags (or a snapshot of one)
-        # serves an expired one, which apt refuses; the build takes it (the signature is still checked).
-        local valid=()
-        [ "$suite" = sid ] && valid=(--aptopt='Acquire::Check-Valid-Until "false"')
-        mmdebstrap --quiet --variant=apt --format=tar "${valid[@]}" --include="$list" "$suite" "$tar.tmp"
-        mv "$tar.tmp" "$tar"
-    fi
-    ln -sfn "$(basename "$tar")" "$dir/$suite.tar"     # what the tests open
+    (
+        flock 9        # (a build of this suite in progress elsewhere: .ci/run's early one)
+        if [ ! -s "$tar" ]; then
+            echo "rootfs.sh: mmdebstrap $suite ($list)"
+            # Unstable's Release file is valid for a week only: a mirror that lags (or a snapshot of
+            # one) serves an expired one, which apt refuses; the build takes it (the signature is
+            # still checked).
+            local valid=()
+            [ "$suite" = sid ] && valid=(--aptopt='Acquire::Check-Valid-Until "false"')
+            mmdebstrap --quiet --variant=apt --format=tar "${valid[@]}" --include="$list" "$suite" "$tar.tmp"
+            mv "$tar.tmp" "$tar"
+        fi
+        ln -sfn "$(basename "$tar")" "$dir/$suite.tar"     # what the tests open
+    ) 9>"$dir/$suite.lock"
 }
 # Suites to build: all by default; HOTSTACK_ROOTFS_SUITES="trixie" (test-peers) for fewer.
 suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid} "
