@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -122,12 +123,6 @@ class UnreadRuntimes:
         with self._lock:
             new, self._new = self._new, 0
         return new
-
-    def forget(self, pid: int) -> None:
-        """A process gone or exec'ed: it may be noted again with its next image."""
-        with self._lock:
-            for key in [k for k in self._by_pid if k[0] == pid]:
-                del self._by_pid[key]
 
 
 UNREAD = UnreadRuntimes()
@@ -240,6 +235,21 @@ def runs(pid: int, runtime: str) -> bool:
     return runtime in launched_runtimes(pid)
 
 
+# a jmp rel32, or a conditional jump rel32 (0f 80-8f), at every byte (a lookahead: matches overlap)
+_JUMPS = re.compile(rb"(?=\xe9(....)|\x0f[\x80-\x8f](....))", re.S)
+
+
+def jump_targets(code: bytes, at: int, conditional: bool = True) -> Iterator[int]:
+    """The targets of the x86-64 rel32 jumps (jmp, and jcc where `conditional`) found in `code`
+    loaded at `at`, as bytes read: a match may be the middle of another instruction, so callers
+    check what a target must be (a function's start, a jump back)."""
+    for m in _JUMPS.finditer(code):
+        if m.group(1) is not None:
+            yield at + m.start() + 5 + struct.unpack("<i", m.group(1))[0]
+        elif conditional:
+            yield at + m.start() + 6 + struct.unpack("<i", m.group(2))[0]
+
+
 def exe_name(pid: int) -> str:
     """The file name of the process's executable ('' when gone), as the pid watcher read it: an
     interpreter's source looks into a process whose executable is named for it only."""
@@ -324,6 +334,6 @@ def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator
             yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
 
 
-__all__ = ["ELF_SYM", "Loaded", "interpreter_files", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
+__all__ = ["jump_targets", "ELF_SYM", "Loaded", "interpreter_files", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
            "launched_runtimes", "runs", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
            "opened", "symbol_spans", "symbols"]

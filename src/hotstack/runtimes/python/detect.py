@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import procs
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, interpreter_files, symbol_spans
+from ..common.files import Unreadable, interpreter_files, jump_targets, symbol_spans
 from ..common.memory import MemoryReadError, ProcessMemory
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
@@ -105,18 +105,6 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
         return None
 
 
-# a jmp rel32, or a conditional jump rel32 (0f 80-8f)
-_JUMPS = re.compile(rb"\xe9(....)|\x0f[\x80-\x8f](....)", re.S)
-
-
-def _jump_targets(code: bytes, at: int):
-    """The targets of the rel32 jumps found in `code` (loaded at `at`), as bytes read (a match may
-    be the middle of another instruction: callers check what a target must be)."""
-    for m in _JUMPS.finditer(code):
-        rel = m.group(1) or m.group(2)
-        yield at + m.end() + struct.unpack("<i", rel)[0]
-
-
 def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], ...]:
     """[start, end) of each part of the function at [start, start + size) that the compiler split
     out (GCC's .cold partition: with computed gotos, 3.14's evaluation loop runs most of its
@@ -128,7 +116,7 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
         return ()
     starts, end = index[0], start + size
     parts = []
-    for target in set(_jump_targets(elf.read(off, size), start)):
+    for target in set(jump_targets(elf.read(off, size), start)):
         if start <= target < end:
             continue
         j = int(np.searchsorted(starts, target, side="right")) - 1
@@ -138,7 +126,7 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
         part_off = elf.vaddr_to_file_offset(lo)
         if (lo, hi) in parts or part_off is None or hi - lo > 1 << 22:
             continue
-        if any(start <= back < end for back in _jump_targets(elf.read(part_off, hi - lo), lo)):
+        if any(start <= back < end for back in jump_targets(elf.read(part_off, hi - lo), lo)):
             parts.append((lo, hi))
     return tuple(sorted(parts))
 

@@ -22,7 +22,7 @@ import numpy as np
 from ...bpf import schema
 from ...symbols.elf import ElfError, ElfFile
 from ..common.elf_tls import R_X86_64_DTPMOD64, reloc_offsets, tls_access
-from ..common.files import Unreadable, exe_name, interpreter_files, symbol_spans, symbols
+from ..common.files import Unreadable, exe_name, interpreter_files, jump_targets, symbol_spans, symbols
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
@@ -108,14 +108,11 @@ def _tail_jump_targets(elf: ElfFile, name: bytes, starts: np.ndarray) -> set[int
     off = elf.vaddr_to_file_offset(span[0]) if span and span[1] else None
     if off is None:
         return set()
-    code = elf.read(off, span[1])
     out = set()
-    for i in range(len(code) - 4):
-        if code[i] == 0xE9:
-            target = span[0] + i + 5 + struct.unpack_from("<i", code, i + 1)[0]
-            j = int(np.searchsorted(starts, target))
-            if j < len(starts) and starts[j] == target:
-                out.add(target)
+    for target in jump_targets(elf.read(off, span[1]), span[0], conditional=False):
+        j = int(np.searchsorted(starts, target))
+        if j < len(starts) and starts[j] == target:
+            out.add(target)
     return out
 
 
