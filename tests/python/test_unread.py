@@ -52,3 +52,19 @@ def test_a_process_whose_interpreter_is_never_found_is_said(tmp_path, caplog):
     assert noted.runtime == "CPython" and "runtime state was not found" in noted.reason, noted
     assert unread == 1
     assert any(f"pid {proc.pid}: CPython" in r.getMessage() for r in caplog.records)
+
+
+def test_an_exec_makes_the_pid_a_new_process_to_note():
+    """A pid whose image could not be read, then exec'ed into another unreadable runtime image (or
+    reused by one): noted again and counted, not taken for the process noted before."""
+    from hotstack.runtimes.common.files import UnreadProcess, UnreadRuntimes
+
+    unread = UnreadRuntimes()
+    unread.note(("a",), UnreadProcess(4242, "Ruby", "3.9.0", "/usr/lib/libruby.so", "unknown version"))
+    unread.note(("a",), UnreadProcess(4242, "Ruby", "3.9.0", "/usr/lib/libruby.so", "unknown version"))
+    assert unread.counts == {"Ruby": 1} and unread.take_new() == 1
+    unread.forget(4242)
+    assert unread.of(4242) == []
+    unread.note(("b",), UnreadProcess(4242, "Ruby", "3.9.1", "/opt/libruby.so", "unknown version"))
+    assert unread.counts == {"Ruby": 2} and unread.take_new() == 1
+    assert [u.version for u in unread.of(4242)] == ["3.9.1"]

@@ -398,6 +398,7 @@ class Engine:
         (the kernel's cache of its mappings is emptied at each exec)."""
         if self.processes.forget(pid, exec_of=told.exe_ino if told is not None else 0):
             self._plain_images.lost_mappings(told)
+        UNREAD.forget(pid)
         for source in self.runtimes:
             source.forget(pid)
 

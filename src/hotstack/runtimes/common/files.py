@@ -118,6 +118,13 @@ class UnreadRuntimes:
         with self._lock:
             return [u for (p, _r), u in self._by_pid.items() if p == pid]
 
+    def forget(self, pid: int) -> None:
+        """`pid` exec'ed: its new image is a new process to read (and to note again if unreadable).
+        Exited processes stay, for the agent's debug info, until KEEP newer ones push them out."""
+        with self._lock:
+            for key in [k for k in self._by_pid if k[0] == pid]:
+                del self._by_pid[key]
+
     def take_new(self) -> int:
         """Processes noted since the last call (for one interval's footer)."""
         with self._lock:
