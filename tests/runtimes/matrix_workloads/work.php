@@ -21,4 +21,5 @@ function work() {
     }
 }
 
-work();
+// (PHP-FPM's requests, fpm.php, run these functions their own way)
+if (PHP_SAPI === 'cli') { work(); }
