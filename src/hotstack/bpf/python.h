@@ -59,7 +59,7 @@ static __always_inline __u64 py_read_u64(__u64 addr)
 
 static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 tid)
 {
-	__u64 fsbase = 0, tstate, *cached;
+	__u64 fsbase = 0, tstate, head, interp, *cached;
 	void *task = (void *)bpf_get_current_task();
 	int i;
 
@@ -69,7 +69,14 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 	cached = bpf_map_lookup_elem(&py_tstates, &tid);
 	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(py_read_u64(*cached + proc->thread_id), fsbase))
 		return *cached;
-	tstate = py_read_u64(proc->threads_head);
+	head = proc->threads_head;
+	if (!head) {            /* listed before its interpreter was made: found through _PyRuntime */
+		interp = py_read_u64(proc->interp_ptr);
+		if (!interp)
+			return 0;
+		head = interp + proc->threads_head_off;
+	}
+	tstate = py_read_u64(head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
 		if (ARCH_PTHREAD_IS_THREAD(py_read_u64(tstate + proc->thread_id), fsbase)) {
 			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
@@ -178,6 +185,106 @@ static long py_loop_step(__u32 i, void *ctx)
 	return py_walk_frame(i, s, s->stack, s->w);
 }
 
+/* Copies of the code objects of a stack new to the walker (py_code_snap, through the py_codes ring):
+ * what names a frame (the code object's first bytes, its name, file name and line table) read while
+ * the process runs, so that a process that exits before userspace reads its memory (a run of a
+ * fraction of a second, or the last moments of any) still has its frames named. Each (process, code
+ * object, checksum) is copied once (py_code_sent); a recursion's repeated code object is looked up
+ * once. No count of copies bounds a walk but its frames: a count the step compares would be a
+ * state of its own to the verifier at each value (3x its work on the walker). Only in the bpf_loop
+ * walker (5.17+): unrolled, the steps would be checked frame by frame. */
+struct py_snap_walk {
+	struct py_stack *stack;
+	__u64 prev_code;
+	__u32 pid, n;
+	__u32 code_len, co_name, co_filename, co_linetable;
+};
+
+/* `size` bytes at `addr` into `dst`, or the bytes to the end of its page where the rest is not
+ * mapped (an object near the end of a mapping); the count copied (0: none). */
+static __always_inline __u32 py_snap_read(__u8 *dst, __u32 size, __u64 addr)
+{
+	__u64 n;        /* (64 bits: a 32-bit count is widened between its check and the call) */
+
+	if (!addr)
+		return 0;
+	if (!bpf_probe_read_user(dst, size, (void *)addr))
+		return size;
+	n = 4096 - (addr & 4095);
+	asm volatile("" : "+r"(n));
+	if (n >= size)
+		return 0;
+	return bpf_probe_read_user(dst, n, (void *)addr) ? 0 : n;
+}
+
+static __always_inline __u64 py_snap_u64(const __u8 *code, __u32 off)
+{
+	return *(const __u64 *)(code + (off & (PY_SNAP_CODE - 8)));
+}
+
+static long py_snap_step(__u32 i, void *ctx)
+{
+	struct py_snap_walk *w = ctx;
+	struct py_code_seen key = {};
+	struct py_code_snap *snap;
+	struct py_frame *f;
+	__u32 len = w->code_len;
+	__u8 one = 1;
+
+	if (i >= w->n)
+		return 1;
+	/* (the bound checked on the register that indexes, apart from the others) */
+	asm volatile("" : "+r"(i));
+	if (i >= PY_MAX_FRAMES)
+		return 1;
+	f = &w->stack->frames[i];
+	if (!f->code || !f->checksum || f->code == w->prev_code)
+		return 0;       /* unreadable (checksum 0), or a recursion's code met one frame ago */
+	w->prev_code = f->code;
+	key.code = f->code;
+	key.pid = w->pid;
+	key.checksum = f->checksum;
+	if (bpf_map_lookup_elem(&py_code_sent, &key))
+		return 0;
+	snap = bpf_ringbuf_reserve(&py_codes, sizeof(*snap), 0);
+	if (!snap) {
+		py_count(PY_STAT_SNAPS_LOST);
+		return 1;
+	}
+	snap->pid = w->pid;
+	snap->checksum = f->checksum;
+	snap->code = f->code;
+	/* 1..PY_SNAP_CODE bytes, as the verifier can see (userspace gives 8..PY_SNAP_CODE) */
+	len -= 1;
+	asm volatile("" : "+r"(len));
+	len = (len & (PY_SNAP_CODE - 1)) + 1;
+	if (bpf_probe_read_user(snap->code_bytes, len, (void *)f->code)) {
+		bpf_ringbuf_discard(snap, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	snap->code_len = len;
+	snap->name_addr = py_snap_u64(snap->code_bytes, w->co_name);
+	snap->file_addr = py_snap_u64(snap->code_bytes, w->co_filename);
+	snap->lines_addr = py_snap_u64(snap->code_bytes, w->co_linetable);
+	snap->name_len = py_snap_read(snap->name_bytes, PY_SNAP_NAME, snap->name_addr);
+	snap->file_len = py_snap_read(snap->file_bytes, PY_SNAP_FILE, snap->file_addr);
+	snap->lines_len = py_snap_read(snap->lines_bytes, PY_SNAP_LINES, snap->lines_addr);
+	bpf_ringbuf_submit(snap, BPF_RB_NO_WAKEUP);
+	bpf_map_update_elem(&py_code_sent, &key, &one, BPF_ANY);
+	py_count(PY_STAT_SNAPS);
+	return 0;
+}
+
+static __always_inline void py_snap_codes(__u32 pid, struct py_stack *stack, __u32 n, const struct py_proc *proc)
+{
+	struct py_snap_walk w = {
+		.stack = stack, .pid = pid, .n = n, .code_len = proc->snap_code_len,
+		.co_name = proc->co_name, .co_filename = proc->co_filename, .co_linetable = proc->co_linetable,
+	};
+
+	bpf_loop(PY_MAX_FRAMES, py_snap_step, &w, 0);
+}
+
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
  * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
  * 5.17, which have no bpf_loop: the program that calls it would not load there). */
@@ -278,6 +385,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 	stacks = buffer ? (void *)&py_stacks_1 : (void *)&py_stacks_0;
 	if (bpf_map_lookup_elem(stacks, &hash))
 		return hash; /* the same stack was stored earlier in this interval */
+	if (use_loop && proc->snap_code_len)
+		py_snap_codes(pid, stack, s.n, proc);
 	if (bpf_map_update_elem(stacks, &hash, stack, BPF_ANY)) {
 		py_count(PY_STAT_STACKS_FULL);
 		return 0;

@@ -9,6 +9,10 @@
 #define PY_MAX_THREADS 256
 #define PY_NONE 65535
 #define PY_WINDOW 128
+#define PY_SNAP_CODE 256
+#define PY_SNAP_NAME 160
+#define PY_SNAP_FILE 320
+#define PY_SNAP_LINES 512
 #define V8_MAX_FRAMES 64
 #define HS_MAX_FRAMES 64
 #define HS_MAX_HEAPS 4
@@ -82,6 +86,7 @@ _Static_assert(sizeof(struct off_cpu) == 64, "struct off_cpu: schema layout");
 
 struct py_proc {
 	__u64 threads_head;
+	__u64 interp_ptr;
 	__u64 code_tag_mask;
 	__u16 thread_id;
 	__u16 tstate_next;
@@ -94,11 +99,15 @@ struct py_proc {
 	__u16 co_argcount;
 	__u16 co_flags;
 	__u16 co_firstlineno;
-	__u16 pad;
+	__u16 threads_head_off;
+	__u16 snap_code_len;
+	__u16 co_name;
+	__u16 co_filename;
+	__u16 co_linetable;
 	__u64 eval_start;
 	__u64 eval_end;
 };
-_Static_assert(sizeof(struct py_proc) == 56, "struct py_proc: schema layout");
+_Static_assert(sizeof(struct py_proc) == 72, "struct py_proc: schema layout");
 
 struct py_frame {
 	__u64 code;
@@ -108,6 +117,31 @@ struct py_frame {
 	__u8 pad[3];
 };
 _Static_assert(sizeof(struct py_frame) == 24, "struct py_frame: schema layout");
+
+struct py_code_snap {
+	__u32 pid;
+	__u32 checksum;
+	__u64 code;
+	__u64 name_addr;
+	__u64 file_addr;
+	__u64 lines_addr;
+	__u16 code_len;
+	__u16 name_len;
+	__u16 file_len;
+	__u16 lines_len;
+	__u8 code_bytes[PY_SNAP_CODE];
+	__u8 name_bytes[PY_SNAP_NAME];
+	__u8 file_bytes[PY_SNAP_FILE];
+	__u8 lines_bytes[PY_SNAP_LINES];
+};
+_Static_assert(sizeof(struct py_code_snap) == 1296, "struct py_code_snap: schema layout");
+
+struct py_code_seen {
+	__u64 code;
+	__u32 pid;
+	__u32 checksum;
+};
+_Static_assert(sizeof(struct py_code_seen) == 16, "struct py_code_seen: schema layout");
 
 struct py_stack {
 	__u32 len;
@@ -319,7 +353,9 @@ enum py_stat {
 	PY_STAT_TRUNCATED = 2,
 	PY_STAT_STACKS_FULL = 3,
 	PY_STAT_STORED = 4,
-	PY_STAT_MAX = 5,
+	PY_STAT_SNAPS = 5,
+	PY_STAT_SNAPS_LOST = 6,
+	PY_STAT_MAX = 7,
 };
 
 enum rb_ec_mode {
@@ -601,6 +637,16 @@ enum hs_stat {
 		__type(key, __u64); \
 		__type(value, __u8); \
 	} py_known SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_RINGBUF); \
+		__uint(max_entries, 524288); \
+	} py_codes SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH); \
+		__uint(max_entries, 16384); \
+		__type(key, struct py_code_seen); \
+		__type(value, __u8); \
+	} py_code_sent SEC(".maps"); \
 	struct { \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); \
 		__uint(max_entries, PY_STAT_MAX); \

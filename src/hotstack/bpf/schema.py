@@ -8,6 +8,10 @@ PY_MAX_FRAMES = 96
 PY_MAX_THREADS = 256
 PY_NONE = 65535
 PY_WINDOW = 128
+PY_SNAP_CODE = 256
+PY_SNAP_NAME = 160
+PY_SNAP_FILE = 320
+PY_SNAP_LINES = 512
 V8_MAX_FRAMES = 64
 HS_MAX_FRAMES = 64
 HS_MAX_HEAPS = 4
@@ -32,8 +36,10 @@ STACK_COUNT = Record('stack_count', '<Q16s', ('value', 'comm'), 24)
 ANNOUNCEMENT = Record('announcement', '<IIQII16sQ', ('pid', 'kind', 'start_ns', 'ppid', 'mntns', 'comm', 'exe_ino'), 48)
 PLAIN_IMAGE = Record('plain_image', '<QI4x16s', ('exe_ino', 'mntns', 'comm'), 32)
 OFF_CPU = Record('off_cpu', '<QiiII16s16s8s', ('since', 'user_stack_id', 'kern_stack_id', 'pid', 'buffer', 'comm', 'trace_id', 'span_id'), 64)
-PY_PROC = Record('py_proc', '<QQHHHHHHHHHHH2xQQ', ('threads_head', 'code_tag_mask', 'thread_id', 'tstate_next', 'tstate_frame', 'cframe_current', 'frame_code', 'frame_previous', 'frame_instr', 'frame_marker', 'co_argcount', 'co_flags', 'co_firstlineno', 'eval_start', 'eval_end'), 56)
+PY_PROC = Record('py_proc', '<QQQHHHHHHHHHHHHHHHHQQ', ('threads_head', 'interp_ptr', 'code_tag_mask', 'thread_id', 'tstate_next', 'tstate_frame', 'cframe_current', 'frame_code', 'frame_previous', 'frame_instr', 'frame_marker', 'co_argcount', 'co_flags', 'co_firstlineno', 'threads_head_off', 'snap_code_len', 'co_name', 'co_filename', 'co_linetable', 'eval_start', 'eval_end'), 72)
 PY_FRAME = Record('py_frame', '<QQIB3x', ('code', 'instr', 'checksum', 'marker'), 24)
+PY_CODE_SNAP = Record('py_code_snap', '<IIQQQQHHHH256s160s320s512s', ('pid', 'checksum', 'code', 'name_addr', 'file_addr', 'lines_addr', 'code_len', 'name_len', 'file_len', 'lines_len', 'code_bytes', 'name_bytes', 'file_bytes', 'lines_bytes'), 1296)
+PY_CODE_SEEN = Record('py_code_seen', '<QII', ('code', 'pid', 'checksum'), 16)
 PY_STACK = Record('py_stack', '<III4x', ('len', 'truncated', 'pid'), 2320)
 V8_PROC = Record('v8_proc', '<HH4x', ('off_function', 'off_marker'), 8)
 V8_FRAME = Record('v8_frame', '<I4xQQQ', ('index', 'pc', 'function', 'marker'), 32)
@@ -79,7 +85,9 @@ PY_STAT_NO_THREAD = 1
 PY_STAT_TRUNCATED = 2
 PY_STAT_STACKS_FULL = 3
 PY_STAT_STORED = 4
-PY_STAT_MAX = 5
+PY_STAT_SNAPS = 5
+PY_STAT_SNAPS_LOST = 6
+PY_STAT_MAX = 7
 
 RB_EC_NONE = 0
 RB_EC_DTV = 1
@@ -130,11 +138,11 @@ HS_STAT_STACKS_FULL = 4
 HS_STAT_MAX = 5
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
-MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'plain_images', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
+MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'plain_images', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_codes', 'py_code_sent', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'native_tails', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'self_tgid', 'task_off_group_leader', 'task_off_start_boottime', 'task_off_real_parent', 'task_off_tgid', 'task_off_comm', 'task_off_nsproxy', 'nsproxy_off_mnt_ns', 'mnt_ns_off_inum', 'task_off_mm', 'mm_off_exe_file', 'file_off_inode', 'inode_off_ino', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (runtimes/registry.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 5, 'walker': 'profile_walk_python', 'slot': 0, 'known': 'py_known', 'stored': 4}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4, 'step': 'profile_native_step_jit'}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5, 'step': 'profile_native_step_jit'}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 7, 'walker': 'profile_walk_python', 'slot': 0, 'known': 'py_known', 'stored': 4, 'snapshots': 'py_codes'}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4, 'step': 'profile_native_step_jit'}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5, 'step': 'profile_native_step_jit'}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}
 
 
 def buffered(name: str, buffer: int) -> str:

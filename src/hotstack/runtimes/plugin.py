@@ -78,6 +78,10 @@ class RuntimeKernel(Protocol):
     def stored(self) -> int:
         """The stacks the walker stored so far; the same value: nothing new to name."""
 
+    def snapshots(self) -> list[bytes]:
+        """What the walker copied of the objects that name frames since the last call (Python's
+        code objects, bpf/python.h); [] for a walker that copies none."""
+
 
 class FrameSource:
     """The base of every runtime's frame source; see the module's lifecycle."""

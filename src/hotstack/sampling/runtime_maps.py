@@ -20,6 +20,7 @@ import threading
 from .. import ebpf
 from ..ebpf import features
 from ..bpf import schema
+from .ringbuf import RingBuffer
 from .buffers import BATCH_BYTES   # (Ruby, PHP, Perl records of 4 KiB: 29 a call, ~30 us empty, ~2.5 us each)
 
 _PID = struct.Struct("<I")
@@ -30,11 +31,12 @@ _URGENT_NICE = -10          # ~9x the CPU share of a thread at nice 0
 
 
 @contextlib.contextmanager
-def _urgent():
+def urgent():
     """This thread at a raised priority for a while (where it may: CAP_SYS_NICE). The kernel verifies
     a runtime's program in the loading thread, for 0.1-0.35 s of CPU, while the runtime's first
     process waits for its names; on a host whose CPUs that process keeps busy, at the default
-    priority that took 1.4 s (8 busy JVM threads on 2 CPUs)."""
+    priority that took 1.4 s (8 busy JVM threads on 2 CPUs). The pid watcher runs so throughout
+    (sampling/engine.py)."""
     tid = threading.get_native_id()
     try:
         before = os.getpriority(os.PRIO_PROCESS, tid)
@@ -99,6 +101,8 @@ class RuntimeMaps:
         self._tracked = False       # a process was listed once
         self._tunable_value: int | None = None     # set when the step program is in place (configure)
         self._batch = max(1, BATCH_BYTES // self._stacks(0).buffer_value_size)
+        self._snapshots: RingBuffer | None = None   # the walker's copies of what names frames, if it makes them
+        self._snapshots_lock = threading.Lock()
 
     def configure(self, value: int) -> None:
         """Set the runtime's tunable. A runtime hooked into the kernel unwinder's steps (V8,
@@ -120,7 +124,7 @@ class RuntimeMaps:
             if self._walker_ready is None:
                 name, table, slot = self._slot
                 try:
-                    with _urgent():
+                    with urgent():
                         program = self._load(name)
                     self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
                     if table == "rt_progs":      # the sampler looks its processes up from now on
@@ -202,6 +206,24 @@ class RuntimeMaps:
         """The walker's walks so far, over every CPU (one syscall): a stack is recorded only by a
         walk, so while this stays the same nothing new was recorded."""
         return sum(_U64.unpack_from(v)[0] for v in self._counters.lookup_percpu(_WALKS))
+
+    def snapshots(self) -> list[bytes]:
+        """The records the walker copied into its `snapshots` ring since the last call (Python's
+        py_codes: code objects with their names); [] for a walker that makes none."""
+        name = self._roles.get("snapshots")
+        if name is None or not self._tracked:
+            return []
+        with self._snapshots_lock:
+            if self._snapshots is None:
+                ring = self._collection.maps[name]
+                self._snapshots = RingBuffer(ring.fd, ring.spec.max_entries)
+            return self._snapshots.read()
+
+    def close(self) -> None:
+        with self._snapshots_lock:
+            if self._snapshots is not None:
+                self._snapshots.close()
+                self._snapshots = None
 
     def counters(self) -> list[int]:
         totals = self._counters.percpu_u64_sums()[:len(self._totals)]

@@ -7,6 +7,12 @@ host's other processes are looked at once, not seven times).
 A source supplies `_find(pid)` (what it needs to list the process, or None: not (yet) one),
 `_may_run(pid)` and `_list(pid, found)` (lists it for the kernel walker; False if it could not),
 and keeps `_kernel` (None before attach) and `_procs` (the processes listed).
+
+What `_find` returns may be provisional (`_is_provisional(found)`): the runtime's file is mapped and
+its state not made yet, and the walker can find the state itself once it is (CPython at its exec).
+Such a process is listed at once and stays on the ladder until a look finds it made (then it is
+listed again with what was found) or the ladder ends (then it is unlisted and said, as a process
+never found is).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class RetryLadder(FrameSource):
 
     def __init__(self) -> None:
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
+        self._provisional: set[int] = set()               # listed, their state not confirmed yet
 
     def _find(self, pid: int):
         raise NotImplementedError
@@ -45,19 +52,29 @@ class RetryLadder(FrameSource):
     def _list(self, pid: int, found) -> bool:
         raise NotImplementedError
 
+    def _is_provisional(self, found) -> bool:
+        """Whether what `_find` returned is listed before its runtime state is made (see above)."""
+        return False
+
     def observe(self, pid: int) -> bool:
         """Look at a newly seen process; list it for the walker if it runs the runtime."""
-        if self._kernel is None or pid in self._procs:
+        if self._kernel is None or (pid in self._procs and pid not in self._provisional):
             return False
         found = self._find(pid)
-        if found is None:
-            if pid not in self._retry and self._may_run(pid):
+        if found is None or self._is_provisional(found):
+            if pid not in self._retry and (found is not None or self._may_run(pid)):
                 self._retry[pid] = (time.monotonic(), 0)
                 # its walker verified now, while the runtime starts, and not once it runs: the
                 # first JVM's code ran unnamed until the verifier was done (0.1-0.3 s here)
                 self._kernel.ready()
-            return False
+            if found is None or pid in self._provisional:
+                return False
+            listed = self._list(pid, found)
+            if listed:
+                self._provisional.add(pid)
+            return listed
         self._retry.pop(pid, None)
+        self._provisional.discard(pid)
         return self._list(pid, found)
 
     def _retry_pending(self) -> None:
@@ -68,7 +85,11 @@ class RetryLadder(FrameSource):
         for pid, (first, tries) in list(self._retry.items()):
             if tries >= len(self.retry_ages):
                 self._retry.pop(pid, None)
-                if procs.exists(pid) and self._may_run(pid):
+                if pid in self._provisional:
+                    self.forget(pid)      # (its state never made: not left listed on a guess)
+                    if procs.exists(pid):
+                        self._gave_up(pid)
+                elif procs.exists(pid) and self._may_run(pid):
                     self._gave_up(pid)
             elif now - first >= self.retry_ages[tries]:
                 if not procs.exists(pid):
@@ -99,8 +120,9 @@ class RetryLadder(FrameSource):
 
     def _forget_retry(self, pid: int) -> None:
         self._retry.pop(pid, None)
+        self._provisional.discard(pid)
 
     def _drop_dead_retries(self) -> None:
         for pid in list(self._retry):
             if not procs.exists(pid):
-                self._retry.pop(pid, None)
+                self._forget_retry(pid)

@@ -1,4 +1,5 @@
-"""Code objects -> qualified name, file and line, read from the target's memory.
+"""Code objects -> qualified name, file and line, read from the target's memory, or from the copies
+the kernel walker made of them (bpf/python.h py_snap_codes) while the process ran.
 
 A code object is identified by (pid, address, checksum): the checksum, taken when the frame
 was sampled, folds co_argcount, co_flags and co_firstlineno, so an address freed and reused
@@ -34,6 +35,7 @@ class CodeInfo:
     firstlineno: int
     linetable: bytes
     checksum: int
+    complete: bool = True       # False: `linetable` is its first part (a copy cut short)
 
 
 def read_str(mem: ProcessMemory, o: PyOffsets, address: int) -> str:
@@ -70,6 +72,47 @@ def read_code(mem: ProcessMemory, o: PyOffsets, address: int) -> CodeInfo:
         checksum=checksum(argcount, flags, firstlineno & 0xFFFFFFFF))
 
 
+class CopiedMemory:
+    """The memory of a process as the walker copied parts of it (a py_code_snap): reads inside a
+    copied part are served, others raise MemoryReadError, as ProcessMemory's of freed memory do."""
+
+    def __init__(self, parts: Sequence[tuple[int, bytes]]) -> None:
+        self._parts = [(address, data) for address, data in parts if address and data]
+
+    def read(self, address: int, size: int) -> bytes:
+        for start, data in self._parts:
+            if start <= address and address + size <= start + len(data):
+                return data[address - start:address - start + size]
+        raise MemoryReadError(f"{size} bytes at {address:#x} not copied")
+
+    def u64(self, address: int) -> int:
+        return struct.unpack("<Q", self.read(address, 8))[0]
+
+    def u32(self, address: int) -> int:
+        return struct.unpack("<I", self.read(address, 4))[0]
+
+    def i32(self, address: int) -> int:
+        return struct.unpack("<i", self.read(address, 4))[0]
+
+
+def copied_code(o: PyOffsets, snap) -> CodeInfo | None:
+    """A code object from the walker's copy (a schema.PY_CODE_SNAP record), or None if its name or
+    file name was not copied whole; a line table longer than the copy is kept as its first part."""
+    mem = CopiedMemory(((snap.code, snap.code_bytes[:snap.code_len]), (snap.name_addr, snap.name_bytes[:snap.name_len]),
+                        (snap.file_addr, snap.file_bytes[:snap.file_len]),
+                        (snap.lines_addr, snap.lines_bytes[:snap.lines_len])))
+    try:
+        argcount, flags = mem.u32(snap.code + o.co_argcount), mem.u32(snap.code + o.co_flags)
+        firstlineno = mem.i32(snap.code + o.co_firstlineno)
+        name, filename = read_str(mem, o, snap.name_addr), read_str(mem, o, snap.file_addr)
+        size = mem.u64(snap.lines_addr + o.bytes_size)
+    except (MemoryReadError, UnicodeDecodeError, struct.error):
+        return None
+    table = bytes(snap.lines_bytes[o.bytes_data:snap.lines_len][:size])
+    return CodeInfo(name, filename, firstlineno, table, checksum(argcount, flags, firstlineno & 0xFFFFFFFF),
+                    complete=len(table) == size)
+
+
 def lasti_of(o: PyOffsets, code: int, instr: int) -> int:
     """The frame's instruction offset in the unit its line table uses."""
     if o.instr_is_pointer:
@@ -89,8 +132,11 @@ class CodeCache:
         self._codes: dict[int, dict[tuple[int, int], CodeInfo | None]] = {}
         # per process, a recorded frame (the tuple the walker stored) -> its named frame: see frames()
         self._by_record: dict[int, dict[tuple, Frame]] = {}
+        # per process, copies whose line table was cut short: used when the process cannot be read
+        self._partial: dict[int, dict[tuple[int, int], CodeInfo]] = {}
         self.reads = 0
         self.misses = 0
+        self.copies = 0         # code objects named from the walker's copies
 
     def frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
         """The named frame of one (code object, instruction); `sampled_checksum` None: not checked."""
@@ -116,6 +162,24 @@ class CodeCache:
                     by_record[record] = made
         return out
 
+    def add_copies(self, o_of, snaps: Sequence) -> None:
+        """Code objects the walker copied (schema.PY_CODE_SNAP records), `o_of(pid)` the offsets of a
+        listed process (None: not listed now, dropped). A whole copy names its frames with no read of
+        the process; one whose line table was cut short is used only if the process cannot be read."""
+        for snap in snaps:
+            o = o_of(snap.pid)
+            info = copied_code(o, snap) if o is not None else None
+            if info is None or info.checksum != snap.checksum:
+                continue
+            codes = self._codes.setdefault(snap.pid, {})
+            if len(codes) >= MAX_CODES_PER_PROCESS:
+                codes.clear()
+            if info.complete:
+                codes[(snap.code, snap.checksum)] = info
+            else:
+                self._partial.setdefault(snap.pid, {})[(snap.code, snap.checksum)] = info
+            self.copies += 1
+
     def _make_frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
         codes = self._codes.setdefault(pid, {})
         key = (code, sampled_checksum if sampled_checksum is not None else -1)
@@ -125,7 +189,7 @@ class CodeCache:
             try:
                 info = read_code(ProcessMemory(pid), o, code)
             except (MemoryReadError, UnicodeDecodeError, struct.error):
-                info = None
+                info = self._partial.get(pid, {}).get(key)     # (the process is gone: the copy)
             if info is not None and sampled_checksum is not None and info.checksum != sampled_checksum:
                 info = None     # freed and reused by another code object since the sample
             if len(codes) >= MAX_CODES_PER_PROCESS:
@@ -135,9 +199,10 @@ class CodeCache:
         if info is None:
             self.misses += 1
             return Frame("[unknown python]", FrameKind.PYTHON, resolved=False)
-        line = line_for(o.version, info.linetable, info.firstlineno, lasti_of(o, code, instr))
+        line = line_for(o.version, info.linetable, info.firstlineno, lasti_of(o, code, instr), info.complete)
         return Frame(info.name, FrameKind.PYTHON, file=info.filename, line=line)
 
     def forget(self, pid: int) -> None:
         self._codes.pop(pid, None)
+        self._partial.pop(pid, None)
         self._by_record.pop(pid, None)

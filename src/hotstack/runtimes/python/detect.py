@@ -48,9 +48,16 @@ class PythonProcess:
     base: int               # load bias of the interpreter file
     runtime: int            # _PyRuntime in the process
     none: int
-    interp: int             # the main interpreter state
-    threads_head: int       # address of interp->threads.head (read each sample: threads come and go)
+    interp: int             # the main interpreter state; 0: not made yet (provisional)
+    threads_head: int       # address of interp->threads.head (read each sample: threads come and go); 0: not known
     file_name: str = ""     # the interpreter file's name as the process maps it (its frames' module)
+    interp_ptr: int = 0     # where _PyRuntime holds the interpreter pointer
+
+    @property
+    def provisional(self) -> bool:
+        """Listed before its interpreter was made (a process seen at its exec): the walker finds the
+        interpreter through interp_ptr until a later look confirms it (runtimes/common/retries.py)."""
+        return self.interp == 0
 
     @property
     def eval_loop(self) -> tuple[int, int]:
@@ -131,13 +138,14 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
     return tuple(sorted(parts))
 
 
-def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int] | None:
-    """(interp, address of interp->threads.head), checked through the back pointer tstate->interp.
+def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int, int] | None:
+    """(interp, address of interp->threads.head, where _PyRuntime holds interp), checked through the
+    back pointer tstate->interp.
 
     The table's interpreters_head can drift between patch releases; when the check fails, nearby
     slots of _PyRuntime are tried (the interpreter is the one its threads point back to).
     """
-    def check(head_off: int) -> tuple[int, int] | None:
+    def check(head_off: int) -> tuple[int, int, int] | None:
         try:
             interp = mem.u64(runtime + head_off)
             if interp == 0 or interp & 7:
@@ -145,7 +153,7 @@ def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[in
             tstate = mem.u64(interp + o.threads_head)
             if tstate == 0 or tstate & 7 or mem.u64(tstate + o.tstate_interp) != interp:
                 return None
-            return interp, interp + o.threads_head
+            return interp, interp + o.threads_head, runtime + head_off
         except MemoryReadError:
             return None
 
@@ -159,6 +167,15 @@ def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[in
     return None
 
 
+def not_started(mem: ProcessMemory, runtime: int, o: PyOffsets) -> bool:
+    """Whether the interpreter of this _PyRuntime is not made yet: its interpreters.head still the
+    NULL of the file's data (a process seen at its exec, in the loader or the interpreter's start)."""
+    try:
+        return mem.u64(runtime + o.interpreters_head) == 0
+    except MemoryReadError:
+        return False
+
+
 _binaries: dict[tuple, PythonBinary | None] = {}
 
 
@@ -169,9 +186,16 @@ def detect(pid: int) -> PythonProcess | None:
     for binary, at in interpreter_files(pid, "python", "CPython",
                                         lambda pid: "python" in procs.exec_paths(pid, recent=True), "python",
                                         _FILE, "libpython", _binaries, inspect_binary):
-        found = find_interpreter(ProcessMemory(pid), at.base + binary.runtime, binary.offsets)
-        if found is None:
+        mem, runtime, o = ProcessMemory(pid), at.base + binary.runtime, binary.offsets
+        found = find_interpreter(mem, runtime, o)
+        if found is not None:
+            interp, threads_head, interp_ptr = found
+        elif not_started(mem, runtime, o):
+            # listed now, so that its first samples have Python frames (a run of 0.15 s is over
+            # before a retry): the walker finds the interpreter once it is made
+            interp, threads_head, interp_ptr = 0, 0, runtime + o.interpreters_head
+        else:
             return None
-        return PythonProcess(pid, binary, at.base, at.base + binary.runtime, at.base + binary.none, *found,
-                             at.file_name)
+        return PythonProcess(pid, binary, at.base, runtime, at.base + binary.none, interp, threads_head,
+                             at.file_name, interp_ptr)
     return None

@@ -22,10 +22,23 @@ from ..common.files import runs
 from .offsets import FRAME_CFRAME, NONE
 
 
+def copy_layout(o) -> dict[str, int]:
+    """What the walker copies of a code object (py_proc's snap_* fields): its bytes up to the last
+    field read_code reads, and the offsets of its name, file name and line table pointers; a code
+    length of 0 (no copies) where a field lies past what a copy holds or a pointer is not 8-aligned."""
+    name = o.co_qualname if o.co_qualname != NONE else o.co_name
+    pointers = (name, o.co_filename, o.co_linetable)
+    end = max(max(pointers) + 8, o.co_argcount + 4, o.co_flags + 4, o.co_firstlineno + 4)
+    fits = end <= schema.PY_SNAP_CODE and all(p % 8 == 0 for p in pointers)
+    return dict(snap_code_len=end if fits else 0, co_name=name, co_filename=o.co_filename,
+                co_linetable=o.co_linetable)
+
+
 def proc_record(proc: PythonProcess) -> bytes:
     o = proc.offsets
-    return schema.PY_PROC.pack(
-        threads_head=proc.threads_head, code_tag_mask=o.code_tag_mask, thread_id=o.thread_id,
+    return schema.PY_PROC.pack(**copy_layout(o),
+        threads_head=proc.threads_head, interp_ptr=proc.interp_ptr, threads_head_off=o.threads_head,
+        code_tag_mask=o.code_tag_mask, thread_id=o.thread_id,
         tstate_next=o.tstate_next, tstate_frame=o.tstate_frame,
         cframe_current=o.cframe_current if o.frame_kind == FRAME_CFRAME else NONE, frame_code=o.frame_code,
         frame_previous=o.frame_previous, frame_instr=o.frame_instr, frame_marker=o.frame_marker,
@@ -78,11 +91,36 @@ class CPythonSource(InterpreterSource):
     def _may_run(self, pid: int) -> bool:
         return "python" in procs.exec_paths(pid, recent=True) or runs(pid, "python")   # as detect's first test
 
+    def _is_provisional(self, found: PythonProcess) -> bool:
+        return found.provisional
+
     def _record(self, proc: PythonProcess) -> bytes:
         return proc_record(proc)
 
     def _parse(self, raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
         return parse_stack(raw)
+
+    def _take_copies(self) -> None:
+        """The code objects the walker copied since the last call, kept for naming (the pid
+        watcher's rounds and the engine's drain both call it)."""
+        if self._kernel is None:
+            return
+        raw = self._kernel.snapshots()
+        if raw:
+            def offsets_of(pid: int):
+                entry = self._procs.get(pid)
+                return entry[0].offsets if entry is not None else None
+            self.codes.add_copies(offsets_of, [schema.PY_CODE_SNAP.unpack(r) for r in raw])
+
+    def poll(self, active_buffer: int) -> None:
+        self._take_copies()
+        super().poll(active_buffer)
+
+    def collect(self, buffer: int) -> None:
+        self._take_copies()
+        super().collect(buffer)
+        self._named_before = {k: v for k, v in self._named.items() if v[2]}
+        self._named = {}
 
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
         self.codes.frames(pid, entry[0].offsets, list(set(frames)))   # (a recursion's frames repeat)
@@ -108,11 +146,6 @@ class CPythonSource(InterpreterSource):
                 named = (proc, groups, self.codes.misses == misses)
             self._named[(pid, key)] = named
         return named[1], raw[1], named[2]
-
-    def collect(self, buffer: int) -> None:
-        super().collect(buffer)
-        self._named_before = {k: v for k, v in self._named.items() if v[2]}
-        self._named = {}
 
     def merge(self, pid: int, key: int, native: list[Frame]) -> list[Frame]:
         return self.final_merge(pid, key, native)[0]
@@ -150,7 +183,7 @@ class CPythonSource(InterpreterSource):
             found = self._procs.pop(pid, None)
         self._unknow(pid)
         self.codes.forget(pid)
-        self._retry.pop(pid, None)
+        self._forget_retry(pid)
         if found is not None and self._kernel is not None:
             self._kernel.untrack(pid)
 
@@ -168,9 +201,7 @@ class CPythonSource(InterpreterSource):
                 self._kernel.untrack(pid)
             if process is not None and procs.exists(pid):
                 self.observe(pid)      # same pid, new program: look again
-        for pid in list(self._retry):
-            if not procs.exists(pid):
-                self._retry.pop(pid, None)
+        self._drop_dead_retries()
 
 
 __all__ = ["CPythonSource", "parse_stack", "proc_record"]
