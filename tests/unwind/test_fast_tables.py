@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hotstack.symbols.elf import ElfFile
-from hotstack.unwind import cfi, fastcfi, kernel_tables
+from hotstack.unwind import cfi, cfi_rows, kernel_tables
 from hotstack.unwind.builder import build_table_fast
 from hotstack.unwind.kernel_tables import KIND_FP_GO, TableCache, build_file_table, content_key
 from hotstack.unwind.table import build_table
@@ -115,12 +115,12 @@ def test_go_functions_get_frame_pointer_rows(build_dir, monkeypatch):
 
 
 def test_rows_name_their_rules_when_the_rules_mixed_keys_collide(monkeypatch):
-    """A part's rows are told apart by one 64-bit mix of their rules' two keys (fastcfi.RuleIds),
+    """A part's rows are told apart by one 64-bit mix of their rules' two keys (cfi_rows.RuleIds),
     checked row by row: with a mix that ignores the first key (most rules then share a mix with
     another), the check sends every part to the two-key sort, and the table is the same."""
     elf = ElfFile(system_libraries()[0])
     mixed = build_table_fast(elf)
-    monkeypatch.setattr(fastcfi, "_MIX", np.int64(0))
+    monkeypatch.setattr(cfi_rows, "_MIX", np.int64(0))
     sorted_keys = build_table_fast(elf)
     assert len(mixed) > 100 and np.array_equal(mixed.pcs, sorted_keys.pcs)
     assert np.array_equal(expanded(mixed)[1], expanded(sorted_keys)[1])

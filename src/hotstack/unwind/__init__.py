@@ -3,8 +3,9 @@
 Userspace builds per-file tables; bpf/native_unwind.h walks them in the kernel:
 - cfi.py: .eh_frame / .debug_frame records and CFA programs (the shared walk, cfi.records);
 - fastcfi.py + builder.py: every FDE's CFA program evaluated at once with numpy -> an UnwindTable
-  (table.py: the sorted compact form of one file's rows; table.build_table is the one-opcode-at-a-
-  time reference builder the tests compare with);
+  (cfi_headers.py: the FDEs located; cfi_decode.py: their instructions; cfi_state.py: the rules at
+  each row; cfi_rows.py: rows in compact columns. table.py: the sorted compact form of one file's
+  rows; table.build_table is the one-opcode-at-a-time reference builder the tests compare with);
 - kernel_tables.py: rows keyed by file offset with rule ids (Go's .gopclntab gives frame-pointer
   rows), cached on disk by content;
 - kernel_maps.py: loads them into the BPF maps the program walks (per-process mapping cache filled
@@ -13,9 +14,8 @@ Userspace builds per-file tables; bpf/native_unwind.h walks them in the kernel:
 Measured (bench/RESULTS.md, "Unwinding in the kernel"): 98.8-100% of samples reach the process root
 on Debian's python3, -fomit-frame-pointer C chains and xz -9 loops (from each process's first
 sample), callers of libc leaves kept in frame-pointer programs, 2-4 us of BPF time per sample.
-An earlier path copied 16-20 KB of user stack per sample to userspace and unwound it there (like
-`perf --call-graph dwarf`); it was removed once the kernel path matched it on completeness and beat
-it on cost (whole host: 108 MB against 558 MB of RSS at 19 Hz).
+Stacks are unwound in the kernel, not copied to userspace and unwound there (as `perf --call-graph
+dwarf` does): that copy is 16-20 KB of user stack per sample, and costs several times the memory.
 
 Known limits: x86-64 rules only; CFA expressions other than the PLT one, and a DW_CFA_register
 return address (e.g. __vfork), fall back to frame pointers (counted).

@@ -13,7 +13,8 @@ import numpy as np
 from .. import malloc
 from ..symbols.elf import ElfError, ElfFile
 from . import cfi
-from .fastcfi import RuleIds, join_columns, parse_fast, rule_keys
+from .cfi_rows import RuleIds, join_columns, rule_keys
+from .fastcfi import parse_fast
 from .table import Rule, UnwindTable, _decompressed
 
 
