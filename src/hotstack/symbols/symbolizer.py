@@ -26,161 +26,32 @@ import os
 import posixpath
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..procs import Mapping, Process, ProcessTable, exe_identity, map_file_path, namespace_pid
+from ..procs import Mapping, Process, ProcessTable, exe_identity, namespace_pid
 from ..procs.maps import MappingIndex, dev_field, kernel_dev_field, read_maps
 from ..profile.model import UNKNOWN, Frame, FrameKind
 from .cache import ByteLRU
-from .debugfile import DEFAULT_DEBUG_DIRS, find_debug_file
+from .cache_entries import ModuleSymbols, ProcessSymbols, file_frame, file_identity
+from .debugfile import DEFAULT_DEBUG_DIRS
 from .demangle import Demangler
-from .elf import ElfError, ElfFile
-from .gopclntab import GoPclntab, find_pclntab
 from .kallsyms import KernelSymbols
+from .module_files import IDENTITY_RECHECK_S, ModuleFiles
 from .perfmap import PerfMap
-from .symtab import SymbolTable
+from .symbolizer_report import SymbolizerReport
 from .vdso import VDSO_PATH, VdsoSymbols
+
+__all__ = ["KERNEL_MODULE", "ModuleSymbols", "ProcessSymbols", "Symbolizer", "SymbolizerStats"]
 
 KERNEL_MODULE = "[kernel.kallsyms]"
 DEFAULT_ELF_CACHE_BYTES = 256 << 20
 DEFAULT_PID_CACHE_BYTES = 64 << 20
-MAX_RESULT_CACHE = 65536       # resolved addresses remembered per file (profiles repeat them)
-RESULT_BYTES = 160             # what one remembered address costs, for the byte budget
 MAX_FRAMES_PER_PROCESS = 100_000
-IDENTITY_RECHECK_S = 1.0       # a file's (device, inode) stands for the file opened this long
 PERF_MAP_RECHECK_S = 0.5       # a perf map is looked at (stat) at most this often per process
 EXEC_RECHECK_S = 1.0           # how often a process's executable is checked for exec
-FRAME_BYTES = 200              # a remembered Frame and its dict slot
 MAX_FILE_FRAMES = 16384        # frames remembered by file and offset, for every process (~3 MB)
 MAX_KERNEL_FRAMES = 16384      # kernel frames remembered by address
 _RESOLVED = operator.attrgetter("resolved")
-_MISSING = object()
-
-
-@dataclass
-class ModuleSymbols:
-    """What we know of one mapped file (an elf_cache entry)."""
-
-    path: str
-    elf: ElfFile | None
-    table: SymbolTable | None
-    build_id: str
-    error: str = ""
-    go: GoPclntab | None = None
-    debug_file: str = ""
-    sources: tuple[str, ...] = ()
-    checked_at: float = 0.0      # when the files were last seen intact (see ElfFile.intact)
-    refused: list[str] = field(default_factory=list)
-    key: tuple = ()
-    _results: dict[int, tuple | None] = field(default_factory=dict)
-    _accounted: int = 0            # len(_results) when the cache last weighed this entry
-    _debug: ElfFile | None = None
-    # whether a lookup may have read the files' pages since release_pages: a host's symbolizer holds
-    # tens to hundreds of files, of which an interval's new addresses touch a few
-    touched: bool = True
-
-    @property
-    def nbytes(self) -> int:
-        n = 512 + RESULT_BYTES * len(self._results)
-        if self.table is not None:
-            n += self.table.nbytes
-        if self.go is not None:
-            n += self.go.nbytes
-        return n
-
-    @property
-    def symbols(self) -> int:
-        return (len(self.table) if self.table is not None else 0) + (len(self.go) if self.go is not None else 0)
-
-    def intact(self, now: float) -> bool:
-        """Files still safe to read (checked at most once a second)."""
-        if now - self.checked_at < 1.0:
-            return True
-        self.checked_at = now
-        files = [self.elf] + ([self._debug] if self._debug is not None else [])
-        return all(f is None or f.intact() for f in files)
-
-    def release_pages(self) -> None:
-        if not self.touched:
-            return
-        self.touched = False
-        for elf in (self.elf, self._debug):
-            if elf is not None:
-                elf.release_pages()
-
-    def lookup_many(self, vaddrs: list[int]) -> list[tuple[str, int, str, int] | None]:
-        """(name, offset, file, line) for each address, or None."""
-        out: list[tuple[str, int, str, int] | None] = [None] * len(vaddrs)
-        todo = list(range(len(vaddrs)))
-        if self.go is not None:
-            rest = []
-            for i, found in zip(todo, self.go.lookup_many(vaddrs)):
-                if found is None:
-                    rest.append(i)
-                else:
-                    out[i] = (found[0], found[1], "", 0)
-            todo = rest
-        if self.table is not None and todo:
-            for i, found in zip(todo, self.table.lookup_many([vaddrs[i] for i in todo])):
-                if found is not None:
-                    out[i] = (found[0], found[1], "", 0)
-        return out
-
-    def resolve(self, vaddrs: list[int], demangle) -> list[tuple[str, int, str, int] | None]:
-        """lookup_many with shown names (demangled) and file:line, remembered per address."""
-        cache = self._results
-        out = [cache.get(v, _MISSING) for v in vaddrs]
-        missing = [i for i, r in enumerate(out) if r is _MISSING]
-        if missing:
-            self.touched = True
-            for i, found in zip(missing, self.lookup_many([vaddrs[i] for i in missing])):
-                if found is not None:
-                    if self.go is not None and not found[2]:
-                        file, line = self.go.line(vaddrs[i])
-                        found = (found[0], found[1], file, line)
-                    found = (demangle(found[0]),) + tuple(found[1:])
-                out[i] = found
-                if len(cache) < MAX_RESULT_CACHE:
-                    cache[vaddrs[i]] = found
-        return out
-
-
-@dataclass
-class ProcessSymbols:
-    """A pid_cache entry: what one process's mappings resolved to."""
-
-    pid: int
-    start_time: int
-    # the procs.MappingIndex these frames were named with, held: an id() compared instead could be a
-    # freed index's, reused by another one (a remapped process's mappings, read again or chosen per
-    # stack), whose addresses then got the frames of the other's code
-    mappings: object
-    modules: dict[tuple, tuple] = field(default_factory=dict)   # mapping -> elf_cache key
-    perf_map: PerfMap | None = None
-    frames: dict[int, Frame] = field(default_factory=dict)   # address*2 + is_leaf -> file frame
-    exe: tuple | None = None       # (dev, inode) of /proc/PID/exe: changes on exec
-    exe_checked_at: float = 0.0
-    accounted: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        return (256 + 200 * len(self.modules) + FRAME_BYTES * len(self.frames)
-                + (self.perf_map.nbytes if self.perf_map is not None else 0))
-
-
-def _identity(st: os.stat_result) -> tuple:
-    """A file's identity: which file (device, inode) and which content of it. ctime too: a file
-    rewritten in place with its mtime put back is still another file."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _file_frame(module: ModuleSymbols, path: str, address: int, found: tuple | None) -> Frame:
-    """The frame of `address` (an ELF virtual address of the file at `path`) from what the
-    module's lookup found there: its function, or `file+0xADDRESS` without a symbol."""
-    if found is None:
-        return Frame(f"{posixpath.basename(path)}+0x{address:x}", FrameKind.NATIVE, path, address,
-                     module.build_id, resolved=False)
-    return Frame(found[0], FrameKind.NATIVE, path, address, module.build_id, found[2], found[3])
 
 
 @dataclass
@@ -193,7 +64,7 @@ class SymbolizerStats:
     jit_hits: int = 0
 
 
-class Symbolizer:
+class Symbolizer(ModuleFiles, SymbolizerReport):
     def __init__(self, processes: ProcessTable, kernel: KernelSymbols | None = None,
                  max_files: int = 512, demangle: str = "full",
                  elf_cache_bytes: int = DEFAULT_ELF_CACHE_BYTES,
@@ -325,7 +196,7 @@ class Symbolizer:
                 continue
             file_offset = lookup - mapping.start + mapping.offset
             path = mapping.file_path
-            shared, module, fkey = self._met_before(info, proc, mapping, path, file_offset, i == 0)
+            shared, module, fkey = self._shared_file_frame(info, proc, mapping, path, file_offset, i == 0)
             if shared is not None:
                 frames[i] = shared
                 if len(known) < MAX_FRAMES_PER_PROCESS:
@@ -346,7 +217,7 @@ class Symbolizer:
             self._weigh(module)
             for i, vaddr, found, fkey in zip(indexes, vaddrs, results, fkeys):
                 # Report the frame's own address (undo the -1 applied for the lookup).
-                frames[i] = _file_frame(module, path, vaddr + (1 if i else 0), found)
+                frames[i] = file_frame(module, path, vaddr + (1 if i else 0), found)
                 if len(known) < MAX_FRAMES_PER_PROCESS:
                     known[keys[i]] = frames[i]
                 if fkey is not None:
@@ -364,7 +235,7 @@ class Symbolizer:
             module._accounted = len(module._results)
             self.elf_cache.resize(module.key)
 
-    def _met_before(self, info: Process, proc: ProcessSymbols, mapping: Mapping, path: str, file_offset: int,
+    def _shared_file_frame(self, info: Process, proc: ProcessSymbols, mapping: Mapping, path: str, file_offset: int,
                     leaf: bool) -> tuple[Frame | None, ModuleSymbols | None, tuple | None]:
         """(the frame any process met at this offset of the mapping's file, or None; the module,
         where it had to be opened to look (None where the process's own key found the frame); the
@@ -390,7 +261,7 @@ class Symbolizer:
             return None
         file_offset = address - mapping.start + mapping.offset
         path = mapping.file_path
-        frame, module, fkey = self._met_before(info, proc, mapping, path, file_offset, True)
+        frame, module, fkey = self._shared_file_frame(info, proc, mapping, path, file_offset, True)
         if frame is None:
             if fkey is None:
                 return None
@@ -425,7 +296,7 @@ class Symbolizer:
                 except OSError:
                     return None
                 if ((dev_field(os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino) != files_key
-                        or self._keys_by_identity.get(_identity(st)) != ekey):
+                        or self._keys_by_identity.get(file_identity(st)) != ekey):
                     return None
                 self._recent_files[files_key] = (ekey, now, path)
             fkey = (ekey, path, file_offset, True)
@@ -447,7 +318,7 @@ class Symbolizer:
         vaddr = module.elf.file_offset_to_vaddr(file_offset)
         if vaddr is None:
             return None
-        frame = _file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
+        frame = file_frame(module, path, vaddr, module.resolve([vaddr], self.demangler)[0])
         self._weigh(module)
         if len(self._file_frames) >= MAX_FILE_FRAMES:
             self._file_frames.clear()
@@ -507,189 +378,3 @@ class Symbolizer:
             proc.exe_checked_at = now
         return proc
 
-    def _module(self, info: Process, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
-        mkey = (mapping.start, mapping.end, mapping.offset, mapping.inode)
-        ekey = proc.modules.get(mkey)
-        if ekey is None:
-            # A file another process mapped, opened (stat) less than IDENTITY_RECHECK_S ago: the
-            # same entry, without the stat of this process's map_files link. New processes of
-            # the same programs (a shell loop's commands) had paid one stat a file, each.
-            seen = self._recent_files.get((mapping.dev, mapping.inode))
-            if seen is not None and time.monotonic() - seen[1] < IDENTITY_RECHECK_S:
-                ekey = seen[0]
-                proc.modules[mkey] = ekey
-                self.pid_cache.resize((info.pid, info.start_time))
-        if ekey is not None:
-            module = self.elf_cache.get(ekey)
-            if module is not None and module.intact(time.monotonic()):
-                return module
-            if module is not None:     # truncated in place: reading it could kill us (SIGBUS)
-                self.elf_cache.pop(ekey)
-                self._keys_by_identity = {k: v for k, v in self._keys_by_identity.items() if v != ekey}
-                self._recent_files = {k: v for k, v in self._recent_files.items() if v[0] != ekey}
-        module, ekey = self._open(info, mapping)
-        if module.elf is not None:
-            if len(self._recent_files) >= self._max_files * 8:
-                self._recent_files.clear()
-            self._recent_files[(mapping.dev, mapping.inode)] = (ekey, time.monotonic(), mapping.file_path)
-        if proc.modules.get(mkey) != ekey:
-            proc.modules[mkey] = ekey
-            self.pid_cache.resize((info.pid, info.start_time))
-        return module
-
-    def _candidates(self, info: Process, mapping: Mapping) -> list[str]:
-        path = mapping.file_path
-        out = [map_file_path(info.pid, mapping)]
-        # (a container's file held open while its process ran: no path opens it once it exited)
-        held = self.processes.held_path(mapping)
-        if held is not None:
-            out.append(held)
-        out.append(f"{info.root}{path}" if info.root else path)
-        if info.root_is_host:
-            out.append(path)
-        return out
-
-    def _open(self, info: Process, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
-        path = mapping.file_path
-        error = "file not found"
-        for n, candidate in enumerate(self._candidates(info, mapping)):
-            try:
-                st = os.stat(candidate)
-            except OSError as e:
-                error = f"{candidate}: {e.strerror}"
-                continue
-            if mapping.inode and st.st_ino != mapping.inode:
-                # map_files opens what is mapped at those addresses now: another file since the
-                # maps were read (a library unloaded, another loaded there); a path, what is there
-                # now: another file once the process is gone (a program rebuilt, a package
-                # upgraded), whose symbols at those offsets are another program's functions
-                error = f"{candidate}: another file is {'mapped' if n == 0 else 'there'} now"
-                continue
-            identity = _identity(st)
-            known = self._keys_by_identity.get(identity)
-            if known is not None:
-                module = self.elf_cache.get(known)
-                if module is not None:
-                    return module, known
-            try:
-                elf = ElfFile(candidate)
-            except ElfError as e:
-                error = str(e)
-                continue
-            if mapping.inode and elf.identity[1] != mapping.inode:
-                elf.close()      # (swapped between the stat and the open)
-                error = f"{candidate}: another file is {'mapped' if n == 0 else 'there'} now"
-                continue
-            self.stats.files_opened += 1
-            build_id = elf.build_id()
-            # A build id names the code, not the file: a stripped copy shares it with the original,
-            # and a corrupted or patched copy keeps it too. Files share one entry only when what
-            # symbols are read from is the same bytes (size and a hash of those sections).
-            try:
-                digest = elf.symbol_digest()
-            except ElfError as e:
-                elf.close()
-                error = str(e)
-                continue
-            ekey = ("build-id", build_id, st.st_size, digest) if build_id else ("file", identity)
-            module = self.elf_cache.get(ekey)
-            if module is None:
-                root = info.root if info.root and not info.root_is_host else ""
-                module = self._load(elf, path, build_id, root)
-                module.release_pages()       # loading read whole sections (digest, tables)
-                module.key = ekey
-                self.elf_cache.put(ekey, module)
-            else:
-                elf.close()
-            if len(self._keys_by_identity) >= self._max_files * 8:
-                self._keys_by_identity.clear()
-            self._keys_by_identity[identity] = ekey
-            return module, ekey
-        self.stats.file_errors += 1
-        module = ModuleSymbols(path, None, None, "", error)
-        ekey = ("missing", path, mapping.inode)
-        self.elf_cache.put(ekey, module)
-        return module, ekey
-
-    def _load(self, elf: ElfFile, path: str, build_id: str, root: str) -> ModuleSymbols:
-        """All symbol sources of one file, in the seed's order."""
-        module = ModuleSymbols(path, elf, None, build_id)
-        sources: list[str] = []
-        errors: list[str] = []
-        try:
-            module.go = find_pclntab(elf) if self.go_symbols else None
-            if module.go is not None:
-                sources.append(f"gopclntab {module.go.version}")
-        except ElfError as e:
-            errors.append(str(e))
-        debug = None
-        try:
-            debug, module.refused = find_debug_file(elf, path, root, self.debug_dirs)
-        except ElfError as e:
-            errors.append(str(e))
-        if debug is not None:
-            module._debug = debug
-            module.debug_file = debug.path
-            self.stats.debug_files += 1
-            sources.append("debug file")
-        try:
-            module.table = SymbolTable(elf, debug)
-            sources.append("symtab/dynsym")
-        except ElfError as e:
-            errors.append(str(e))
-        module.sources = tuple(sources)
-        module.error = "; ".join(errors)
-        return module
-
-    # -- debug info and metrics ----------------------------------------------------------------
-    def cached_files(self) -> list[ModuleSymbols]:
-        return self.elf_cache.values()
-
-    def debug_info(self) -> dict:
-        """Plain data for the front doors: the two caches (Alloy's elf_cache / pid_cache) and counters."""
-        files = []
-        for key, module, size in self.elf_cache.items():
-            files.append({"key": f"{key[0]}:{key[1]}" if key[0] == "build-id" else key[0],
-                          "path": module.path, "build_id": module.build_id, "symbols": module.symbols,
-                          "bytes": size, "sources": list(module.sources), "debug_file": module.debug_file,
-                          "error": module.error})
-        procs = []
-        for (pid, start), proc, size in self.pid_cache.items():
-            # As Alloy's pid_cache: the process's ELF symbol tables and their sizes in symbols.
-            tables: dict[str, int] = {}
-            for ekey in set(proc.modules.values()):
-                module = self.elf_cache.peek(ekey)
-                if module is not None:
-                    tables[module.path] = module.symbols
-            procs.append({"pid": pid, "start_time": start, "mappings": len(proc.modules), "bytes": size,
-                          "symbols": sum(tables.values()),
-                          "symbol_tables": [{"path": k, "symbols": v} for k, v in sorted(tables.items())],
-                          "perf_map_symbols": len(proc.perf_map) if proc.perf_map is not None else 0})
-        return {
-            "demangle": self.demangle,
-            "elf_cache": {**self._cache_numbers(self.elf_cache),
-                          "symbols": sum(f["symbols"] for f in files), "files": files},
-            "pid_cache": {**self._cache_numbers(self.pid_cache), "processes": procs},
-            "frames": {"named": self.stats.hits, "unnamed": self.stats.misses, "jit": self.stats.jit_hits},
-            "files_opened": self.stats.files_opened, "file_errors": self.stats.file_errors,
-            "debug_files": self.stats.debug_files,
-        }
-
-    def metrics(self) -> dict[str, int]:
-        """Flat counters and gauges (name -> value) for a metrics endpoint."""
-        out: dict[str, int] = {}
-        for name, cache in (("elf_cache", self.elf_cache), ("pid_cache", self.pid_cache)):
-            for k, v in self._cache_numbers(cache).items():
-                out[f"{name}_{k}"] = v
-        out["frames_named"] = self.stats.hits
-        out["frames_unnamed"] = self.stats.misses
-        out["frames_jit"] = self.stats.jit_hits
-        out["files_opened"] = self.stats.files_opened
-        out["file_errors"] = self.stats.file_errors
-        return out
-
-    @staticmethod
-    def _cache_numbers(cache: ByteLRU) -> dict[str, int]:
-        s = cache.stats
-        return {"hits": s.hits, "misses": s.misses, "evictions": s.evictions, "bytes": s.bytes,
-                "max_bytes": cache.max_bytes, "entries": len(cache)}
