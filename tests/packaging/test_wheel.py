@@ -1,4 +1,5 @@
-"""`pip install .` must give a working package: the committed BPF objects ship inside the wheel."""
+"""`pip install .` must give a working package: the committed BPF objects and the viewer page's
+template ship inside the wheel."""
 
 from __future__ import annotations
 
@@ -20,5 +21,6 @@ def test_wheel_contains_bpf_objects_and_entry_point(tmp_path):
     for source in sources:
         assert f"hotstack/bpf/{source[:-2]}.o" in names, source
         assert f"hotstack/bpf/{source}" in names, source
+    assert "hotstack/profile/ui_page.html" in names      # the viewer page's template (package data)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "hotstack = hotstack.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

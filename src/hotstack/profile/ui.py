@@ -126,7 +126,7 @@ def render_page(slices: Iterable[Slice], *, title: str, subtitle: str = "", seri
                 unit: str = "samples", frequency_hz: int = 0, nav: str = "") -> str:
     """The page for `slices`. `series` names the label the timeline stacks by; `nav` is trusted
     HTML put in the header (the agent's links and form), empty for a file."""
-    from .ui_page import TEMPLATE
+    from .ui_page import page_template
 
     data = PageData()
     for sl in slices:
@@ -135,7 +135,7 @@ def render_page(slices: Iterable[Slice], *, title: str, subtitle: str = "", seri
     values = {"TITLE": html.escape(title), "SUBTITLE": html.escape(subtitle), "NAV": nav, "CONFIG": config,
               "DATA": data.to_json()}
     # One pass, so that a title or a frame name that reads "__DATA__" stays text.
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], TEMPLATE)
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], page_template())
 
 
 _PLACEHOLDER = re.compile(r"__(TITLE|SUBTITLE|NAV|CONFIG|DATA)__")
