@@ -222,7 +222,6 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
     stack: list[_State] = []
     pos, n = 0, len(ins)
     ca, da = cie.code_align, cie.data_align
-    fp_reg, arm64 = cie.arch.fp, cie.arch is AARCH64
     while pos < n:
         op = ins[pos]
         pos += 1
@@ -249,87 +248,95 @@ def _execute(ins: bytes, state: _State, initial: _State | None, cie: _Cie, loc: 
             _restore(state, initial, cie, low)
         elif op == 0x00:
             pass
-        elif op in (0x05, 0x11, 0x2F):                        # offset_extended(_sf), GNU_negative
-            reg, pos = _uleb(ins, pos)
-            if op == 0x11:
-                off, pos = _sleb(ins, pos)
-                _set_saved(state, cie, reg, off * da)
-            else:
-                off, pos = _uleb(ins, pos)
-                _set_saved(state, cie, reg, (-off if op == 0x2F else off) * da)
-        elif op == 0x06:
-            reg, pos = _uleb(ins, pos)
-            _restore(state, initial, cie, reg)
-        elif op == 0x07:                                      # undefined
-            reg, pos = _uleb(ins, pos)
-            if reg == cie.ra_reg:
-                state.ra_off = None
-            elif reg == fp_reg:
-                state.rbp_off = RBP_SAME
-        elif op == 0x08:                                      # same_value
-            reg, pos = _uleb(ins, pos)
-            if reg == fp_reg:
-                state.rbp_off = RBP_SAME
-            elif reg == cie.ra_reg and arm64:
-                state.ra_off = RA_SAME
-        elif op == 0x09:                                      # register(reg, reg2)
-            reg, pos = _uleb(ins, pos)
-            _, pos = _uleb(ins, pos)
-            if reg == cie.ra_reg:
-                state.kind = KIND_INVALID
-        elif op == 0x0A:
+        elif op == 0x0A:                                      # remember_state
             stack.append(state.copy())
-        elif op == 0x0B:
+        elif op == 0x0B:                                      # restore_state
             if stack:
                 saved = stack.pop()
                 state.kind, state.cfa_reg, state.cfa_off, state.rbp_off, state.ra_off, state.plt_k = \
                     saved.kind, saved.cfa_reg, saved.cfa_off, saved.rbp_off, saved.ra_off, saved.plt_k
-        elif op == 0x2D and arm64:
-            pass       # AARCH64_negate_ra_state: return addresses signed (PAC); the unwinder strips it
-        elif op in (0x0C, 0x12):                              # def_cfa(_sf)
+        elif op == 0x0C:                                      # def_cfa
             reg, pos = _uleb(ins, pos)
-            if op == 0x0C:
-                off, pos = _uleb(ins, pos)
-            else:
-                off, pos = _sleb(ins, pos)
-                off *= da
+            off, pos = _uleb(ins, pos)
             state.cfa_reg, state.cfa_off, state.kind = reg, off, KIND_CFA_SP
-        elif op == 0x0D:
+        elif op == 0x0D:                                      # def_cfa_register
             state.cfa_reg, pos = _uleb(ins, pos)
             if state.kind not in (KIND_CFA_SP, KIND_CFA_FP):
                 state.kind = KIND_CFA_SP
-        elif op in (0x0E, 0x13):
-            if op == 0x0E:
-                state.cfa_off, pos = _uleb(ins, pos)
-            else:
-                off, pos = _sleb(ins, pos)
-                state.cfa_off = off * da
-        elif op == 0x0F:                                      # def_cfa_expression
-            length, pos = _uleb(ins, pos)
-            plt = _plt_threshold(ins[pos:pos + length])
-            pos += length
-            if plt is not None:
-                state.kind, state.cfa_off, state.plt_k = KIND_PLT, plt[0], plt[1]
-            else:
-                state.kind = KIND_INVALID
-        elif op in (0x10, 0x16):                              # (val_)expression(reg)
-            reg, pos = _uleb(ins, pos)
-            length, pos = _uleb(ins, pos)
-            pos += length
-            if reg == cie.ra_reg:
-                state.kind = KIND_INVALID
-            elif reg == fp_reg:
-                state.rbp_off = RBP_SAME   # rare (hand-written asm): keep the register as it is
-        elif op in (0x14, 0x15):                              # val_offset(_sf)
-            reg, pos = _uleb(ins, pos)
-            _, pos = (_uleb if op == 0x14 else _sleb)(ins, pos)
-            if reg == cie.ra_reg:
-                state.kind = KIND_INVALID
-        elif op == 0x2E:                                      # GNU_args_size
-            _, pos = _uleb(ins, pos)
+        elif op == 0x0E:                                      # def_cfa_offset
+            state.cfa_off, pos = _uleb(ins, pos)
         else:
-            raise CfiError(f"CFA opcode {op:#x}")
+            pos = _execute_rare(op, ins, pos, state, initial, cie)
     return loc
+
+
+def _execute_rare(op: int, ins: bytes, pos: int, state: _State, initial: _State | None, cie: _Cie) -> int:
+    """The CFA instructions compilers emit seldom (the common ones are _execute's own): run one,
+    return the position after it."""
+    da, fp_reg, arm64 = cie.data_align, cie.arch.fp, cie.arch is AARCH64
+    if op in (0x05, 0x11, 0x2F):                              # offset_extended(_sf), GNU_negative
+        reg, pos = _uleb(ins, pos)
+        if op == 0x11:
+            off, pos = _sleb(ins, pos)
+            _set_saved(state, cie, reg, off * da)
+        else:
+            off, pos = _uleb(ins, pos)
+            _set_saved(state, cie, reg, (-off if op == 0x2F else off) * da)
+    elif op == 0x06:                                          # restore_extended
+        reg, pos = _uleb(ins, pos)
+        _restore(state, initial, cie, reg)
+    elif op == 0x07:                                          # undefined
+        reg, pos = _uleb(ins, pos)
+        if reg == cie.ra_reg:
+            state.ra_off = None
+        elif reg == fp_reg:
+            state.rbp_off = RBP_SAME
+    elif op == 0x08:                                          # same_value
+        reg, pos = _uleb(ins, pos)
+        if reg == fp_reg:
+            state.rbp_off = RBP_SAME
+        elif reg == cie.ra_reg and arm64:
+            state.ra_off = RA_SAME
+    elif op == 0x09:                                          # register(reg, reg2)
+        reg, pos = _uleb(ins, pos)
+        _, pos = _uleb(ins, pos)
+        if reg == cie.ra_reg:
+            state.kind = KIND_INVALID
+    elif op == 0x2D and arm64:
+        pass       # AARCH64_negate_ra_state: return addresses signed (PAC); the unwinder strips it
+    elif op == 0x12:                                          # def_cfa_sf
+        reg, pos = _uleb(ins, pos)
+        off, pos = _sleb(ins, pos)
+        state.cfa_reg, state.cfa_off, state.kind = reg, off * da, KIND_CFA_SP
+    elif op == 0x13:                                          # def_cfa_offset_sf
+        off, pos = _sleb(ins, pos)
+        state.cfa_off = off * da
+    elif op == 0x0F:                                          # def_cfa_expression
+        length, pos = _uleb(ins, pos)
+        plt = _plt_threshold(ins[pos:pos + length])
+        pos += length
+        if plt is not None:
+            state.kind, state.cfa_off, state.plt_k = KIND_PLT, plt[0], plt[1]
+        else:
+            state.kind = KIND_INVALID
+    elif op in (0x10, 0x16):                                  # (val_)expression(reg)
+        reg, pos = _uleb(ins, pos)
+        length, pos = _uleb(ins, pos)
+        pos += length
+        if reg == cie.ra_reg:
+            state.kind = KIND_INVALID
+        elif reg == fp_reg:
+            state.rbp_off = RBP_SAME   # rare (hand-written asm): keep the register as it is
+    elif op in (0x14, 0x15):                                  # val_offset(_sf)
+        reg, pos = _uleb(ins, pos)
+        _, pos = (_uleb if op == 0x14 else _sleb)(ins, pos)
+        if reg == cie.ra_reg:
+            state.kind = KIND_INVALID
+    elif op == 0x2E:                                          # GNU_args_size
+        _, pos = _uleb(ins, pos)
+    else:
+        raise CfiError(f"CFA opcode {op:#x}")
+    return pos
 
 
 def _set_saved(state: _State, cie: _Cie, reg: int, off: int) -> None:
