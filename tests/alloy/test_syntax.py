@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hotstack.alloy.syntax import parse
-from hotstack.alloy.syntax.errors import SyntaxError_
+from hotstack.alloy.syntax.errors import AlloySyntaxError
 from hotstack.alloy.syntax.eval import Evaluator
 from hotstack.alloy.syntax.stdlib import build
 
@@ -84,7 +84,7 @@ def test_comments_and_trailing_commas():
     ("/* open\n", "1:1", "comment not terminated"),
 ])
 def test_syntax_errors_have_line_and_column(text, where, message):
-    with pytest.raises(SyntaxError_) as err:
+    with pytest.raises(AlloySyntaxError) as err:
         parse(text, "cfg.alloy")
     assert str(err.value).startswith(f"cfg.alloy:{where}: "), str(err.value)
     assert message in str(err.value)
@@ -100,7 +100,7 @@ def test_syntax_errors_have_line_and_column(text, where, message):
     ("1 / 0", "division by zero"),
 ])
 def test_evaluation_errors(expr, message):
-    with pytest.raises(SyntaxError_) as err:
+    with pytest.raises(AlloySyntaxError) as err:
         ev(expr)
     assert message in str(err.value)
     assert str(err.value).startswith("<config>:1:")

@@ -14,7 +14,7 @@ from .component import NOT_IMPLEMENTED_PREFIXES, REGISTRY, Component
 from .schema import decode
 from .syntax import parse
 from .syntax.ast import Block, body_references
-from .syntax.errors import SyntaxError_
+from .syntax.errors import AlloySyntaxError
 from .syntax.eval import Evaluator
 from .syntax.stdlib import build as build_stdlib
 
@@ -52,7 +52,7 @@ class Controller:
 
     def load(self, body) -> None:
         for attr in body.attributes:
-            raise SyntaxError_(attr.pos, f"unexpected attribute {attr.name!r} at the top level "
+            raise AlloySyntaxError(attr.pos, f"unexpected attribute {attr.name!r} at the top level "
                                          "(only component blocks are allowed here)")
         for block in body.blocks:
             if block.name in _SERVICE_BLOCKS and not block.label:
@@ -62,15 +62,15 @@ class Controller:
             if cls is None:
                 if block.name.startswith(NOT_IMPLEMENTED_PREFIXES):
                     have = ", ".join(sorted(n for n in REGISTRY if not n.startswith("hotstack.")))
-                    raise SyntaxError_(block.pos, f"component {block.name!r} is not implemented by hotstack "
+                    raise AlloySyntaxError(block.pos, f"component {block.name!r} is not implemented by hotstack "
                                                   f"(available: {have})")
-                raise SyntaxError_(block.pos, f"unknown component {block.name!r}")
+                raise AlloySyntaxError(block.pos, f"unknown component {block.name!r}")
             if not block.label:
-                raise SyntaxError_(block.pos, f"component {block.name!r} must have a label, "
+                raise AlloySyntaxError(block.pos, f"component {block.name!r} must have a label, "
                                               f"e.g. {block.name} \"default\" {{ ... }}")
             node_id = block.id
             if node_id in self.nodes:
-                raise SyntaxError_(block.pos, f"component {node_id!r} is declared more than once "
+                raise AlloySyntaxError(block.pos, f"component {node_id!r} is declared more than once "
                                               f"(first at {self.nodes[node_id].block.pos})")
             self.nodes[node_id] = Node(block, cls(self, block.label), set())
         namespaces = {n.split(".")[0] for n in REGISTRY} | {i.split(".")[0] for i in self.nodes}
@@ -83,11 +83,11 @@ class Controller:
                     if parts[0] in self.stdlib:
                         continue
                     if parts[0] in namespaces:
-                        raise SyntaxError_(pos, f"component {'.'.join(parts[:-1] or parts)!r} does not exist "
+                        raise AlloySyntaxError(pos, f"component {'.'.join(parts[:-1] or parts)!r} does not exist "
                                                 f"(referenced as {'.'.join(parts)})")
-                    raise SyntaxError_(pos, f"identifier {parts[0]!r} does not exist")
+                    raise AlloySyntaxError(pos, f"identifier {parts[0]!r} does not exist")
                 if target == node_id:
-                    raise SyntaxError_(pos, f"{node_id} refers to itself")
+                    raise AlloySyntaxError(pos, f"{node_id} refers to itself")
                 node.deps.add(target)
         self.order = self._topological_order()
 
@@ -107,7 +107,7 @@ class Controller:
                 return
             if state.get(node_id) == 1:
                 cycle = path[path.index(node_id):] + [node_id]
-                raise SyntaxError_(self.nodes[node_id].block.pos, "cycle between components: " + " -> ".join(cycle))
+                raise AlloySyntaxError(self.nodes[node_id].block.pos, "cycle between components: " + " -> ".join(cycle))
             state[node_id] = 1
             for dep in sorted(self.nodes[node_id].deps):
                 visit(dep, path + [node_id])
@@ -149,7 +149,7 @@ class Controller:
             try:
                 node.component.update(args)
             except ValueError as e:
-                raise SyntaxError_(node.block.pos, f"{node_id}: {e}") from None
+                raise AlloySyntaxError(node.block.pos, f"{node_id}: {e}") from None
 
     def evaluate_all(self) -> None:
         """First evaluation, in dependency order: any error is a config error (exit 2). Every

@@ -12,7 +12,7 @@ from typing import Callable
 from ..units import go_duration
 from .secret import Secret
 from .syntax.ast import Attribute, Block, Body
-from .syntax.errors import Pos, SyntaxError_
+from .syntax.errors import Pos, AlloySyntaxError
 from .syntax.eval import Evaluator
 from .syntax.values import Capsule, type_name
 
@@ -216,9 +216,9 @@ def decode(schema: Schema, body: Body, evaluator: Evaluator, where: str, pos: Po
             if not isinstance(spec, Arg):
                 kind = "block" if isinstance(spec, BlockArg) else "argument"
                 hint = f" (it is a {kind}, write `{stmt.name} {{ ... }}`)" if spec is not None else ""
-                raise SyntaxError_(stmt.pos, f"{where}: unrecognized argument {stmt.name!r}{hint}")
+                raise AlloySyntaxError(stmt.pos, f"{where}: unrecognized argument {stmt.name!r}{hint}")
             if stmt.name in seen:
-                raise SyntaxError_(stmt.pos, f"{where}: argument {stmt.name!r} is set more than once")
+                raise AlloySyntaxError(stmt.pos, f"{where}: argument {stmt.name!r} is set more than once")
             seen.add(stmt.name)
             value = evaluator.eval(stmt.value)
             if value is None and not spec.required:
@@ -226,31 +226,31 @@ def decode(schema: Schema, body: Body, evaluator: Evaluator, where: str, pos: Po
             try:
                 values[stmt.name] = spec.type.check(value)
             except TypeMismatch as e:
-                raise SyntaxError_(stmt.value.pos, f"{where}: argument {stmt.name!r}: {e}") from None
+                raise AlloySyntaxError(stmt.value.pos, f"{where}: argument {stmt.name!r}: {e}") from None
         else:
             assert isinstance(stmt, Block)
             if not isinstance(spec, BlockArg):
                 hint = " (it is an argument, write `name = value`)" if isinstance(spec, Arg) else ""
-                raise SyntaxError_(stmt.pos, f"{where}: unrecognized block {stmt.id!r}{hint}")
+                raise AlloySyntaxError(stmt.pos, f"{where}: unrecognized block {stmt.id!r}{hint}")
             if stmt.label:
-                raise SyntaxError_(stmt.pos, f"{where}: block {stmt.name!r} does not take a label")
+                raise AlloySyntaxError(stmt.pos, f"{where}: block {stmt.name!r} does not take a label")
             inner = decode(spec.schema, stmt.body, evaluator, f"{where} > {stmt.name}", stmt.pos, warn)
             if spec.repeated:
                 values[stmt.name].append(inner)
             else:
                 if stmt.name in seen:
-                    raise SyntaxError_(stmt.pos, f"{where}: block {stmt.name!r} may appear only once")
+                    raise AlloySyntaxError(stmt.pos, f"{where}: block {stmt.name!r} may appear only once")
                 values[stmt.name] = inner
             seen.add(stmt.name)
     for it in schema.items:
         if it.required and it.name not in seen:
             kind = "block" if isinstance(it, BlockArg) else "argument"
-            raise SyntaxError_(pos, f"{where}: missing required {kind} {it.name!r}")
+            raise AlloySyntaxError(pos, f"{where}: missing required {kind} {it.name!r}")
     if schema.track_set:
         values["_set"] = seen
     if schema.validate is not None:
         try:
             schema.validate(values)
         except ValueError as e:
-            raise SyntaxError_(pos, f"{where}: {e}") from None
+            raise AlloySyntaxError(pos, f"{where}: {e}") from None
     return values

@@ -69,10 +69,10 @@ class RuntimeKernel(Protocol):
     # A walker that can be told which stacks userspace holds (Python's py_known):
     remembers: bool
 
-    def know(self, keys: list[bytes]) -> None:
+    def hold_keys(self, keys: list[bytes]) -> None:
         """These stacks are held by userspace: the walker stores them no more."""
 
-    def unknow(self, keys: list[bytes]) -> None:
+    def release_keys(self, keys: list[bytes]) -> None:
         """These are not held any longer: the walker stores them again."""
 
     def stored(self) -> int:

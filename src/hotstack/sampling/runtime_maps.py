@@ -188,12 +188,12 @@ class RuntimeMaps:
         counter then tells whether it stored anything new."""
         return "known" in self._roles
 
-    def know(self, keys: list[bytes]) -> None:
+    def hold_keys(self, keys: list[bytes]) -> None:
         """Keys of stacks userspace holds (parsed): the walker stores them no more (one syscall)."""
         if keys:
             self._collection.maps[self._roles["known"]].update_batch(b"".join(keys), b"\1" * len(keys), len(keys))
 
-    def unknow(self, keys: list[bytes]) -> None:
+    def release_keys(self, keys: list[bytes]) -> None:
         """Keys userspace no longer holds: the walker stores them again when it meets them."""
         if keys:
             self._collection.maps[self._roles["known"]].delete_batch(keys)

@@ -86,7 +86,7 @@ class RecentlyUsed:
         return len(self._items)
 
 
-def _walked_with(raw: RawStack, mappings) -> bool:
+def _file_hash_matches(raw: RawStack, mappings) -> bool:
     """Whether the kernel walked raw's stack of files with these mappings (procs.MappingIndex): its
     file hash is the one they give its addresses."""
     return raw.user_hash == file_stack_hash(mappings, raw.user_stack, raw.user_end)
@@ -214,12 +214,12 @@ class SampleMaker:
             return None
         if info.lazy:
             self.processes.settle(info)
-        if _walked_with(raw, info.mappings):
+        if _file_hash_matches(raw, info.mappings):
             return None       # (its own: a thread's name)
         parent = self.processes.get(info.ppid)
         if parent is not None and parent.lazy:
             self.processes.settle(parent)
-        return parent if parent is not None and _walked_with(raw, parent.mappings) else None
+        return parent if parent is not None and _file_hash_matches(raw, parent.mappings) else None
 
     def _named_by_file(self, raw: RawStack) -> list[Frame] | None:
         """The native frames named for raw's file hash within KEEP_INTERVALS intervals, if any."""
@@ -296,10 +296,10 @@ class SampleMaker:
         last rereads: the latest whose file hash is the stack's), or None if that cannot be told."""
         if not raw.user_hash:
             return None
-        if _walked_with(raw, owner_info.mappings):
+        if _file_hash_matches(raw, owner_info.mappings):
             return owner_info
         for earlier in owner_info.earlier:
-            if _walked_with(raw, earlier):
+            if _file_hash_matches(raw, earlier):
                 return dataclasses.replace(owner_info, mappings=earlier, earlier=(), alive=False)
         return None
 

@@ -17,7 +17,7 @@ class Pos:
         return f"{self.file}:{self.line}:{self.column}"
 
 
-class SyntaxError_(ConfigError):
+class AlloySyntaxError(ConfigError):
     """A config error located at file:line:column."""
 
     def __init__(self, pos: Pos | None, message: str) -> None:

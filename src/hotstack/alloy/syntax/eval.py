@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .ast import Access, ArrayExpr, Binary, Call, Expr, Ident, Index, Literal, ObjectExpr, Unary
-from .errors import SyntaxError_
+from .errors import AlloySyntaxError
 from .stdlib import CallError
 from .values import Function, type_name
 
@@ -31,52 +31,52 @@ class Evaluator:
 
     def _Ident(self, e: Ident) -> object:
         if e.name not in self.scope:
-            raise SyntaxError_(e.pos, f"identifier {e.name!r} does not exist")
+            raise AlloySyntaxError(e.pos, f"identifier {e.name!r} does not exist")
         return self.scope[e.name]
 
     def _Access(self, e: Access) -> object:
         value = self.eval(e.value)
         if isinstance(value, dict):
             if e.name not in value:
-                raise SyntaxError_(e.pos, f"field {e.name!r} does not exist")
+                raise AlloySyntaxError(e.pos, f"field {e.name!r} does not exist")
             return value[e.name]
-        raise SyntaxError_(e.pos, f"cannot access field {e.name!r} on a value of type {type_name(value)}")
+        raise AlloySyntaxError(e.pos, f"cannot access field {e.name!r} on a value of type {type_name(value)}")
 
     def _Index(self, e: Index) -> object:
         value, index = self.eval(e.value), self.eval(e.index)
         if isinstance(value, list):
             if not _number(index) or int(index) != index:
-                raise SyntaxError_(e.index.pos, f"array index must be a whole number, got {type_name(index)}")
+                raise AlloySyntaxError(e.index.pos, f"array index must be a whole number, got {type_name(index)}")
             if not 0 <= int(index) < len(value):
-                raise SyntaxError_(e.index.pos, f"index {int(index)} is out of range (array of {len(value)})")
+                raise AlloySyntaxError(e.index.pos, f"index {int(index)} is out of range (array of {len(value)})")
             return value[int(index)]
         if isinstance(value, dict):
             if not isinstance(index, str):
-                raise SyntaxError_(e.index.pos, f"object key must be a string, got {type_name(index)}")
+                raise AlloySyntaxError(e.index.pos, f"object key must be a string, got {type_name(index)}")
             return value.get(index)
-        raise SyntaxError_(e.pos, f"cannot index a value of type {type_name(value)}")
+        raise AlloySyntaxError(e.pos, f"cannot index a value of type {type_name(value)}")
 
     def _Call(self, e: Call) -> object:
         fn = self.eval(e.func)
         if not isinstance(fn, Function):
-            raise SyntaxError_(e.pos, f"cannot call a value of type {type_name(fn)}")
+            raise AlloySyntaxError(e.pos, f"cannot call a value of type {type_name(fn)}")
         args = [self.eval(a) for a in e.args]
         if len(args) < fn.min_args or (fn.max_args is not None and len(args) > fn.max_args):
             want = str(fn.min_args) if fn.max_args == fn.min_args else f"at least {fn.min_args}"
-            raise SyntaxError_(e.pos, f"{fn.name}: expected {want} argument(s), got {len(args)}")
+            raise AlloySyntaxError(e.pos, f"{fn.name}: expected {want} argument(s), got {len(args)}")
         try:
             return fn.call(*args)
         except CallError as err:
-            raise SyntaxError_(e.pos, str(err)) from None
+            raise AlloySyntaxError(e.pos, str(err)) from None
 
     def _Unary(self, e: Unary) -> object:
         v = self.eval(e.value)
         if e.op == "!":
             if not isinstance(v, bool):
-                raise SyntaxError_(e.pos, f"'!' needs a bool, got {type_name(v)}")
+                raise AlloySyntaxError(e.pos, f"'!' needs a bool, got {type_name(v)}")
             return not v
         if not _number(v):
-            raise SyntaxError_(e.pos, f"'-' needs a number, got {type_name(v)}")
+            raise AlloySyntaxError(e.pos, f"'-' needs a number, got {type_name(v)}")
         return -v
 
     def _Binary(self, e: Binary) -> object:
@@ -84,12 +84,12 @@ class Evaluator:
         left = self.eval(e.left)
         if op in ("&&", "||"):
             if not isinstance(left, bool):
-                raise SyntaxError_(e.pos, f"{op!r} needs bools, got {type_name(left)}")
+                raise AlloySyntaxError(e.pos, f"{op!r} needs bools, got {type_name(left)}")
             if (op == "&&" and not left) or (op == "||" and left):
                 return left
             right = self.eval(e.right)
             if not isinstance(right, bool):
-                raise SyntaxError_(e.pos, f"{op!r} needs bools, got {type_name(right)}")
+                raise AlloySyntaxError(e.pos, f"{op!r} needs bools, got {type_name(right)}")
             return right
         right = self.eval(e.right)
         if op == "==":
@@ -101,7 +101,7 @@ class Evaluator:
         if op in ("<", "<=", ">", ">=") and isinstance(left, str) and isinstance(right, str):
             pass
         elif not (_number(left) and _number(right)):
-            raise SyntaxError_(e.pos, f"{op!r} cannot combine {type_name(left)} and {type_name(right)}")
+            raise AlloySyntaxError(e.pos, f"{op!r} cannot combine {type_name(left)} and {type_name(right)}")
         if op == "+":
             return left + right
         if op == "-":
@@ -110,7 +110,7 @@ class Evaluator:
             return left * right
         if op in ("/", "%"):
             if right == 0:
-                raise SyntaxError_(e.pos, "division by zero")
+                raise AlloySyntaxError(e.pos, "division by zero")
             if op == "%":
                 return left % right
             q = left / right

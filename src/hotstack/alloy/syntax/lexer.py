@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import Pos, SyntaxError_
+from .errors import Pos, AlloySyntaxError
 
 # Longest operators first so that `==` is not read as `=` `=`.
 OPERATORS = ("==", "!=", "<=", ">=", "&&", "||", "+", "-", "*", "/", "%", "^", "!", "<", ">", "=",
@@ -99,12 +99,12 @@ class Lexer:
                     start = self.pos()
                     end = text.find("*/", self.i + 2)
                     if end < 0:
-                        raise SyntaxError_(start, "comment not terminated")
+                        raise AlloySyntaxError(start, "comment not terminated")
                     if "\n" in text[self.i:end]:
                         newline = True
                     self._advance(end + 2 - self.i)
                 elif c == "#":
-                    raise SyntaxError_(self.pos(), "illegal character '#' (comments start with // or /*)")
+                    raise AlloySyntaxError(self.pos(), "illegal character '#' (comments start with // or /*)")
                 else:
                     break
             pos = self.pos()
@@ -130,7 +130,7 @@ class Lexer:
             elif c == "`":
                 end = text.find("`", self.i + 1)
                 if end < 0:
-                    raise SyntaxError_(pos, "raw string literal not terminated")
+                    raise AlloySyntaxError(pos, "raw string literal not terminated")
                 value = text[self.i + 1:end]
                 self._advance(end + 1 - self.i)
                 yield Token("STRING", value, pos, newline)
@@ -139,7 +139,7 @@ class Lexer:
                 if op not in _TWO_CHAR_OPS:
                     op = c
                     if op not in _ONE_CHAR_OPS:
-                        raise SyntaxError_(pos, f"illegal character {c!r}")
+                        raise AlloySyntaxError(pos, f"illegal character {c!r}")
                 self._advance(len(op))
                 yield Token("OP", op, pos, newline)
             newline = False
@@ -164,7 +164,7 @@ class Lexer:
                 while j < len(text) and text[j] in _DIGITS:
                     j += 1
             else:
-                raise SyntaxError_(pos, "exponent has no digits")
+                raise AlloySyntaxError(pos, "exponent has no digits")
         literal = text[self.i:j]
         self._advance(j - self.i)
         return float(literal) if is_float else int(literal)
@@ -175,7 +175,7 @@ class Lexer:
         out: list[str] = []
         while True:
             if self.i >= len(text) or text[self.i] == "\n":
-                raise SyntaxError_(pos, "string literal not terminated")
+                raise AlloySyntaxError(pos, "string literal not terminated")
             c = text[self.i]
             if c == '"':
                 self._advance()
@@ -188,7 +188,7 @@ class Lexer:
             esc_pos = self.pos()
             self._advance()
             if self.i >= len(text):
-                raise SyntaxError_(esc_pos, "escape sequence not terminated")
+                raise AlloySyntaxError(esc_pos, "escape sequence not terminated")
             e = text[self.i]
             if e in _SIMPLE_ESCAPES:
                 out.append(_SIMPLE_ESCAPES[e])
@@ -196,21 +196,21 @@ class Lexer:
             elif e in "01234567":
                 digits = text[self.i:self.i + 3]
                 if len(digits) < 3 or any(d not in "01234567" for d in digits):
-                    raise SyntaxError_(esc_pos, "invalid octal escape")
+                    raise AlloySyntaxError(esc_pos, "invalid octal escape")
                 out.append(chr(int(digits, 8)))
                 self._advance(3)
             elif e in "xuU":
                 n = {"x": 2, "u": 4, "U": 8}[e]
                 digits = text[self.i + 1:self.i + 1 + n]
                 if len(digits) < n or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                    raise SyntaxError_(esc_pos, f"invalid \\{e} escape")
+                    raise AlloySyntaxError(esc_pos, f"invalid \\{e} escape")
                 code = int(digits, 16)
                 if code > 0x10FFFF or 0xD800 <= code < 0xE000:
-                    raise SyntaxError_(esc_pos, "escape is an invalid Unicode code point")
+                    raise AlloySyntaxError(esc_pos, "escape is an invalid Unicode code point")
                 out.append(chr(code))
                 self._advance(n + 1)
             else:
-                raise SyntaxError_(esc_pos, f"unknown escape sequence \\{e}")
+                raise AlloySyntaxError(esc_pos, f"unknown escape sequence \\{e}")
 
 
 def tokenize(text: str, filename: str = "<config>") -> list[Token]:

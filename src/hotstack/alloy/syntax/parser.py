@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from .ast import (Access, ArrayExpr, Attribute, Binary, Block, Body, Call, Expr, Ident, Index, Literal,
                   ObjectExpr, Unary)
-from .errors import SyntaxError_
+from .errors import AlloySyntaxError
 from .lexer import Token, iter_tokens
 
 # How deep a config may nest: brackets, parentheses, blocks, unary operators and chains of
@@ -39,7 +39,7 @@ class Parser:
     def _enter(self, pos) -> None:
         self.depth += 1
         if self.depth > MAX_NESTING:
-            raise SyntaxError_(pos, f"nested deeper than {MAX_NESTING} levels")
+            raise AlloySyntaxError(pos, f"nested deeper than {MAX_NESTING} levels")
 
     def _leave(self) -> None:
         self.depth -= 1
@@ -49,7 +49,7 @@ class Parser:
         """Record how deep the tree under `node` is (evaluation recurses that deep)."""
         node.depth = 1 + max((c.depth for c in children), default=0)
         if node.depth > MAX_NESTING:
-            raise SyntaxError_(node.pos, f"expression nested deeper than {MAX_NESTING} levels")
+            raise AlloySyntaxError(node.pos, f"expression nested deeper than {MAX_NESTING} levels")
         return node
 
     @property
@@ -66,7 +66,7 @@ class Parser:
         t = self.tok
         if not t.is_op(op):
             where = f" {context}" if context else ""
-            raise SyntaxError_(t.pos, f"expected {op!r}{where}, got {t.describe()}")
+            raise AlloySyntaxError(t.pos, f"expected {op!r}{where}, got {t.describe()}")
         return self.next()
 
     # -- statements ------------------------------------------------------------------------
@@ -77,22 +77,22 @@ class Parser:
             t = self.tok
             if t.kind == "EOF":
                 if closing:
-                    raise SyntaxError_(t.pos, "expected '}' to close the block, got end of file")
+                    raise AlloySyntaxError(t.pos, "expected '}' to close the block, got end of file")
                 return body
             if closing and t.is_op("}"):
                 return body
             if not first and not t.newline_before:
-                raise SyntaxError_(t.pos, f"expected a newline before {t.describe()}")
+                raise AlloySyntaxError(t.pos, f"expected a newline before {t.describe()}")
             body.statements.append(self.parse_statement())
             first = False
             if not closing and len(body.statements) > MAX_COMPONENTS:
-                raise SyntaxError_(t.pos, f"more than {MAX_COMPONENTS} blocks at the top level "
+                raise AlloySyntaxError(t.pos, f"more than {MAX_COMPONENTS} blocks at the top level "
                                           f"(hotstack's limit of components in one config)")
 
     def parse_statement(self) -> Attribute | Block:
         t = self.next()
         if t.kind != "IDENT":
-            raise SyntaxError_(t.pos, f"expected an attribute or block name, got {t.describe()}")
+            raise AlloySyntaxError(t.pos, f"expected an attribute or block name, got {t.describe()}")
         if self.tok.is_op("="):
             self.next()
             return Attribute(str(t.value), self.parse_expr(), t.pos)
@@ -101,20 +101,20 @@ class Parser:
             self.next()
             part = self.next()
             if part.kind != "IDENT":
-                raise SyntaxError_(part.pos, f"expected an identifier after '.', got {part.describe()}")
+                raise AlloySyntaxError(part.pos, f"expected an identifier after '.', got {part.describe()}")
             parts.append(str(part.value))
         label = ""
         if self.tok.kind == "STRING":
             lt = self.next()
             label = str(lt.value)
             if not _is_identifier(label):
-                raise SyntaxError_(lt.pos, f"block label {label!r} must be a valid identifier "
+                raise AlloySyntaxError(lt.pos, f"block label {label!r} must be a valid identifier "
                                            "(letters, digits and underscores, not starting with a digit)")
         elif self.tok.kind == "IDENT" and len(parts) > 1:
-            raise SyntaxError_(self.tok.pos, "block labels must be double-quoted strings")
+            raise AlloySyntaxError(self.tok.pos, "block labels must be double-quoted strings")
         if not self.tok.is_op("{"):
             what = "'=' or '{'" if len(parts) == 1 and not label else "'{'"
-            raise SyntaxError_(self.tok.pos, f"expected {what} after {'.'.join(parts)}, got {self.tok.describe()}")
+            raise AlloySyntaxError(self.tok.pos, f"expected {what} after {'.'.join(parts)}, got {self.tok.describe()}")
         self._enter(self.next().pos)
         body = self.parse_body(closing=True)
         self.expect_op("}")
@@ -158,7 +158,7 @@ class Parser:
                 self.next()
                 name = self.next()
                 if name.kind != "IDENT":
-                    raise SyntaxError_(name.pos, f"expected a field name after '.', got {name.describe()}")
+                    raise AlloySyntaxError(name.pos, f"expected a field name after '.', got {name.describe()}")
                 expr = self._node(Access(expr, str(name.value), name.pos), expr)
             elif t.is_op("[") and not t.newline_before:
                 self._enter(self.next().pos)
@@ -187,16 +187,16 @@ class Parser:
                 continue
             if self.tok.is_op(closing):
                 if self.tok.newline_before:
-                    raise SyntaxError_(self.tok.pos, f"missing ',' in {what} (a comma is needed after the last "
+                    raise AlloySyntaxError(self.tok.pos, f"missing ',' in {what} (a comma is needed after the last "
                                                      f"element when {closing!r} is on a new line)")
                 self.next()
                 return items
-            raise SyntaxError_(self.tok.pos, f"expected ',' or {closing!r} in {what}, got {self.tok.describe()}")
+            raise AlloySyntaxError(self.tok.pos, f"expected ',' or {closing!r} in {what}, got {self.tok.describe()}")
 
     def parse_field(self) -> tuple[str, Expr]:
         key = self.next()
         if key.kind not in ("IDENT", "STRING"):
-            raise SyntaxError_(key.pos, f"expected an object key, got {key.describe()}")
+            raise AlloySyntaxError(key.pos, f"expected an object key, got {key.describe()}")
         self.expect_op("=", "after the object key")
         return str(key.value), self.parse_expr()
 
@@ -226,7 +226,7 @@ class Parser:
             fields = self.parse_list("}", "field list", self.parse_field)
             self._leave()
             return self._node(ObjectExpr(fields, t.pos), *(v for _, v in fields))
-        raise SyntaxError_(t.pos, f"expected an expression, got {t.describe()}")
+        raise AlloySyntaxError(t.pos, f"expected an expression, got {t.describe()}")
 
 
 def parse(text: str, filename: str = "<config>") -> Body:
@@ -238,5 +238,5 @@ def parse(text: str, filename: str = "<config>") -> Body:
 
 def check_size(size: int, filename: str) -> None:
     if size > MAX_CONFIG_BYTES:
-        raise SyntaxError_(None, f"{filename}: {size} bytes is larger than hotstack's limit of a config "
+        raise AlloySyntaxError(None, f"{filename}: {size} bytes is larger than hotstack's limit of a config "
                                  f"({MAX_CONFIG_BYTES >> 20} MiB)")

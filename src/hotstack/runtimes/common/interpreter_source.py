@@ -241,7 +241,7 @@ class InterpreterSource(RetryLadder):
                 self._known[_U64.unpack_from(key)[0]] = parsed[key]
                 self._known_keys.setdefault(pid, []).append(key)
                 keys.append(key)
-        self._kernel.know(keys)
+        self._kernel.hold_keys(keys)
 
     def _stack(self, key: int) -> tuple[list, bool] | None:
         """A sample's recorded stack: stored in the drained buffer, or held from before."""
@@ -265,7 +265,7 @@ class InterpreterSource(RetryLadder):
                         keys.append(key)
         if keys:
             try:
-                self._kernel.unknow(keys)
+                self._kernel.release_keys(keys)
             except Exception:   # closing under us
                 pass
 
