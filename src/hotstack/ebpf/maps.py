@@ -53,9 +53,9 @@ def _count_cpu_list(text: str) -> int:
 
 class _Scratch:
     """The key and value buffers of batch reads, shared by every map (one batch at a time: the
-    syscall is short). A batch read had allocated and zeroed ~120 KiB for its values, and copied
-    all of it out, at every call: most of the cost of a call that finds a few elements or none
-    (the pid watcher and the naming passes make several a second)."""
+    syscall is short). Buffers of its own would make a batch read allocate and zero ~120 KiB for
+    its values, and copy all of it out, at every call: most of the cost of a call that finds a few
+    elements or none (the pid watcher and the naming passes make several a second)."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()     # a batch that grows (ENOSPC) asks again under the lock

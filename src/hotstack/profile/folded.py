@@ -23,7 +23,7 @@ def folded_key(sample: Sample, comm: bool = True, kernel_suffix: str = "_[k]", e
     `kernel_suffix`; a sample with nothing to show reads `empty`.
 
     Made of C-level passes over the frames (names, kinds, one join), cleaned only when a name
-    holds a separator: a Python step per frame (a deep Python stack has ~80) had made writing
+    holds a separator: a Python step per frame (a deep Python stack has ~80) would make writing
     `-o folded` every few seconds about a tenth of the profiler's own CPU."""
     stack = sample.stack
     names = list(map(_NAME, reversed(stack)))       # root first

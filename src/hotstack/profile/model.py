@@ -67,7 +67,7 @@ class Sample(NamedTuple):
     """A distinct stack of one thread with its count. `stack` is leaf first: kernel frames, then user.
 
     A named tuple, not a frozen dataclass: one is made for every counted stack of every interval,
-    and a frozen dataclass's __init__ (an object.__setattr__ a field) had cost 2.2-2.7 us a sample
+    and a frozen dataclass's __init__ (an object.__setattr__ a field) costs 2.2-2.7 us a sample
     against 0.7-1.0 (timeit): ~4 ms of the engine's ~100 a 20 s under bench/otel_profiler.py's load.
     Copies with other fields: `sample._replace(...)`."""
 

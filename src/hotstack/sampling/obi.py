@@ -75,7 +75,7 @@ _NO_TRACE, _NO_SPAN = bytes(16), bytes(8)
 
 def trace_labels(trace_id: bytes, span_id: bytes) -> tuple[tuple[str, str], ...]:
     """Sample labels for a trace context; none when the thread had no span (all zero)."""
-    # (two comparisons of bytes: any() over them had made an int of each byte, at every sample)
+    # (two comparisons of bytes first: any() over them makes an int of each byte)
     if trace_id == _NO_TRACE and span_id == _NO_SPAN:
         return ()
     if not any(trace_id) and not any(span_id):     # (zero, of another length)

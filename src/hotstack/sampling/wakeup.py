@@ -1,9 +1,9 @@
 """A flag one thread raises and another waits on, with a timeout, for little CPU.
 
 A timed threading.Event.wait acquires a lock with a timeout: on a loaded host each such wake-up
-had cost ~80 us of the waiting thread's CPU, where an epoll wait on an eventfd costs ~45 (and
-time.sleep about as much), measured on this project's test machine (a VM: every timer wake-up
-is an exit to the hypervisor). The engine's background threads wake several times a second.
+costs ~80 us of the waiting thread's CPU, where an epoll wait on an eventfd costs ~45 (and
+time.sleep about as much). That is on this project's test machine, a VM where every timer
+wake-up is an exit to the hypervisor. The engine's background threads wake several times a second.
 """
 
 from __future__ import annotations

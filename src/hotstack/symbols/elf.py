@@ -267,10 +267,9 @@ class ElfFile:
 
     def hash_into(self, h, offset: int, size: int) -> None:
         """h.update() with the file's bytes [offset, offset + size): no copy (a pclntab is
-        megabytes), a slice at a time, each slice's pages let go once hashed. A large Go binary's
-        sections had all been resident at once: +13 MB of max RSS for its symbol digest and +16 MB
-        for its unwind table's content key, when the profiler first met the OpenTelemetry
-        Collector."""
+        megabytes), a slice at a time, each slice's pages let go once hashed. Hashing a large Go
+        binary's sections whole would make them all resident at once: +13 MB of max RSS for its
+        symbol digest and +16 MB for its unwind table's content key (the OpenTelemetry Collector)."""
         for pos in range(offset, offset + size, _HASH_SLICE):
             n = min(_HASH_SLICE, offset + size - pos)
             h.update(self.view(pos, n))

@@ -50,9 +50,9 @@ if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists the
 
 # After a naming pass that took stacks, the next one waits this long (seconds); V8 and HotSpot
 # (runtimes/v8/source.py) name at most this often too. A process that exits keeps the names of what it
-# ran until this long before its end (and of all it ran before, which repeats). Interpreters had
-# been passed over at every round of the pid watcher (~0.2 s), each pass taking again, mostly, the
-# stacks the last one had named (the walker stores a stack again once a pass took it).
+# ran until this long before its end (and of all it ran before, which repeats). A pass at every
+# round of the pid watcher (~0.2 s) would mostly take again the stacks the last pass named (the
+# walker stores a stack again once a pass took it).
 NAME_EVERY = 0.5
 # ... while a process was listed less than SETTLED_S ago; after that, NAME_EVERY_SETTLED. A process
 # that has run a while has named most of what it runs (the walker skips those stacks): what it

@@ -71,8 +71,8 @@ _NAME = attrgetter("name")
 
 class _AnchorNames(dict):
     """Frame name -> whether `is_anchor` takes a frame of that name, asked once per name: the
-    anchors of every interpreter are told by name, and a merge had called the predicate on each
-    native frame of each sample (a tenth of a Python stack's naming)."""
+    anchors of every interpreter are told by name, and calling the predicate on each native frame
+    of each sample costs a tenth of a Python stack's naming."""
 
     def __init__(self, is_anchor: Callable[[Frame], bool]) -> None:
         super().__init__()
