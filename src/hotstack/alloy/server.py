@@ -1,7 +1,7 @@
 """The agent's HTTP server: /metrics, /-/ready, /-/healthy, a JSON and an HTML page per
 component, and the flame graph page of the local store.
 
-It listens where a DaemonSet exposes it to the pod network, so it is built for that: GET only
+It listens where a DaemonSet exposes it to the pod network, so it is built for that. GET only
 (other methods get 405), no route reads a file or changes state, secrets are shown as
 `(secret)` (component.py), a slow or idle client is dropped after SOCKET_TIMEOUT_S, at most
 MAX_CONNECTIONS are served at once (more are closed at once), query values are bounded, and

@@ -2,7 +2,7 @@
 
 A program that passes one of its functions to a helper (bpf_loop), or calls a global function,
 must tell the verifier, for each of its functions, where it starts, whether it is static (a
-callback must be) and, for a global function, its prototype: the verifier checks a global function
+callback must be) and, for a global function, its prototype. The verifier checks a global function
 once, on its own, from the argument types of its prototype, where a static one is checked again at
 every call with the caller's state. These are func_info records, (instruction offset, BTF FUNC
 type id), into a BTF object loaded beside the program. The objects are built without .BTF.ext (it

@@ -103,7 +103,7 @@ def _prog_load(spec: ProgramSpec, instructions: bytes, log_level: int, log=None)
 
 def _prog_load_attr(spec: ProgramSpec, attr) -> int:
     # The verifier gives up with EAGAIN when a signal arrives while it works (a child exits, the
-    # terminal is resized, a tracer stops us), and our largest program takes it seconds: signals
+    # terminal is resized, a tracer stops us), and our largest program takes it seconds. So signals
     # wait (blocked in this thread, delivered when the load returns, so Ctrl-C still stops the start
     # after at most one program), and a load cut short anyway (a ptrace stop) is tried again.
     with _signals_blocked():

@@ -47,7 +47,7 @@ def _clean(name: str) -> str:
 
 
 # The frames' part of folded keys, by the identity of the stack tuple: the engine gives every sample
-# of a stack it named before the same tuple (sampling/samples.py), so the ~70% of an interval's samples
+# of a stack it named before the same tuple (sampling/samples.py). So the ~70% of an interval's samples
 # that repeat a stack are folded with one dict lookup instead of a pass over their frames (a pass
 # costs ~4 us a sample, a twentieth of the profiler's CPU under bench/otel_profiler.py's load).
 # Each entry holds its tuple, so no other object can have its id while it is here; cleared when full.

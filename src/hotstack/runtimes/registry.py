@@ -183,7 +183,7 @@ def runtime_words(sources: list[FrameSource]) -> re.Pattern[str] | None:
 def names_a_word(words: re.Pattern[str], pid: int, runtime: str = "") -> bool:
     """Whether the process's executable or one of its executable mappings holds one of `words`
     (runtime_words), or its executable is a runtime's launcher by what the file holds (a copy or a
-    renamed one: common/files.launched_runtimes, each executable read once): the first test of a
+    renamed one: common/files.launched_runtimes, each executable read once). It is the first test of a
     process for the frame sources (the paths as read this round, shared with the sources' own reads).
     `runtime`: that runtime's launcher only."""
     if words.search(procs.exe_path(pid, recent=True)) or words.search(procs.exec_paths(pid, recent=True)):

@@ -1,7 +1,7 @@
 """A frame source's kernel half, by role (runtimes/registry.RuntimeKernel), over a loaded collection.
 
 The roles come from bpf/schema.yaml (a group with `runtime:`): the tunable the walker needs, the
-map of processes to walk, the double-buffered map of recorded stacks and the counters; for an
+map of processes to walk, the double-buffered map of recorded stacks and the counters. For an
 interpreter walked by a program of its own (`walker`, tail-called through rt_progs[`slot`]),
 that program, and for a runtime walked by the kernel unwinder's hooks (`step`: V8, HotSpot), the
 step program built with them, which replaces the plain one in nu_progs[0]. Either is loaded when
@@ -106,7 +106,7 @@ class RuntimeMaps:
 
     def configure(self, value: int) -> None:
         """Set the runtime's tunable. A runtime hooked into the kernel unwinder's steps (V8,
-        HotSpot) has it set only once its step program is in place, at its first process: the
+        HotSpot) has it set only once its step program is in place, at its first process. The
         tunable turns on its look-up of the sampled process in profile_cpu (v8_begin, hs_begin:
         five map lookups between them, two in hash maps, on every sample of every process), on
         hosts that never run it too."""

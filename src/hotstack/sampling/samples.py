@@ -36,8 +36,8 @@ MAX_NAMED_STACKS = 20_000
 # ... and until this many intervals have passed without them. A busy process's stacks recur over
 # more than two intervals: under the mixed load of bench/otel_profiler.py a Python recursion's
 # stacks named again because they were last met 2-12 intervals before were as many as those met in
-# the last one (65-78 against 70 a 5 s interval, with 41-46 truly new), and each was a symbolizer
-# pass or a runtime merge again (30-70 us).
+# the last one (65-78 against 70 a 5 s interval, with 41-46 truly new). Each of them named again
+# costs a symbolizer pass or a runtime merge (30-70 us).
 KEEP_INTERVALS = 12
 # A process that put another file where one was (ProcessTable.reread) has its stacks checked against
 # the kernel's hash until an interval begins this long after its maps were read again: samples
@@ -259,8 +259,8 @@ class SampleMaker:
 
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
-        the mappings the kernel walked them in (read now, or earlier: the stack's hash tells),
-        or, where neither is (the process changed its mappings and back between two reads) or the
+        the mappings the kernel walked them in (read now, or earlier: the stack's hash tells).
+        Where neither is (the process changed its mappings and back between two reads) or the
         stack has no file hash to tell (a frame in the vDSO or JIT code), with what did not change:
         the ranges the kernel saw change, and the mappings that differ between the two reads, are
         left unnamed rather than named as another file's code. Not kept for reuse by address: the

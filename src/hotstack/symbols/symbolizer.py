@@ -2,7 +2,7 @@
 
 Kernel addresses resolve through /proc/kallsyms. A user address is mapped to its file through
 the process's mappings (read when the process was first seen), to the ELF virtual address
-through the file's load segments, and to a function through the sources the seed lists, in its
+through the file's load segments, and to a function through the sources the seed lists. In its
 order: `.gopclntab` (Go), the `.symtab`/`.dynsym` of a separate debug file (found as GDB finds
 it), then those of the file itself (plus its PLT stubs). Addresses in anonymous memory resolve
 through the process's perf map (JIT code). Files are read through /proc/PID/root so that
@@ -254,7 +254,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
     def _leaf_frame(self, info: Process, proc: ProcessSymbols, address: int) -> Frame | None:
         """The leaf's frame where it is the one address of a stack not named in this process
         before (a hot function's every instruction is a leaf in turn, each a new stack above frames
-        named long ago), named as the general pass would and remembered as it does; None where that
+        named long ago), named as the general pass would and remembered as it does. None where that
         pass is needed (no file, no symbols, JIT code)."""
         mapping = self.processes.find_mapping(info, address)
         if mapping is None or not mapping.is_file:
@@ -278,8 +278,8 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
 
     def file_leaf_frame(self, inode: int, dev: int, file_offset: int) -> Frame | None:
         """The frame of a leaf at `file_offset` of the file the kernel knows as (inode, device: its
-        dev_t, major << 20 | minor), with no process's mappings: named as a process's leaf there
-        would be (the same frame, shared), where a process's mapping of that very file was opened
+        dev_t, major << 20 | minor), with no process's mappings. It is named as a process's
+        leaf there would be (the same frame, shared), where a process's mapping of that very file was opened
         before (its path still holds that file: checked by a stat once IDENTITY_RECHECK_S passed);
         else None (a process's mappings name it)."""
         with self._lock:

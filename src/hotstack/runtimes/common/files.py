@@ -2,7 +2,7 @@
 detection (CPython, Ruby, PHP, Perl).
 
 A runtime's file (an interpreter executable or its library) is opened through the process's own
-mapping (procs.mapped_file_path), not by the path its maps show: a process in a chroot shows
+mapping (procs.mapped_file_path), not by the path its maps show. A process in a chroot shows
 paths from hotstack's root, one in a container paths of its own root, and a file replaced or
 deleted on disk since the process started (a package upgrade) is still the one it runs. What a
 file tells is read once per file (its device, inode, size and modification time) and cached.

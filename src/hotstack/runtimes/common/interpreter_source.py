@@ -216,7 +216,7 @@ class InterpreterSource(RetryLadder):
     def _due(self, active_buffer: int) -> bool:
         """Whether a naming pass can find anything: not if the walker has not stored a stack (one
         that remembers) or walked (one that does not) since the last pass, and that pass was itself
-        a second look (a walk counted just before a pass's counter read may store its stack just
+        a second look. (A walk counted just before a pass's counter read may store its stack just
         after the pass read the map: the next pass sees it). The read of the map is most of a
         pass's cost; the counter is one syscall."""
         count = self._kernel.stored() if self._remembers() else self._kernel.walks()

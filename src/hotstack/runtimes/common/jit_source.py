@@ -3,9 +3,9 @@ the native stack, the frames of a runtime that runs JIT code (V8, HotSpot): each
 its layout, kernel record, names reader, stack parser and frame naming (the hooks below).
 
 Processes are listed for the walker once their layout reads (a process first seen before it runs
-the runtime is looked at again on the retry ladder); every ~NAME_EVERY the stacks recorded so far
+the runtime is looked at again on the retry ladder). Every ~NAME_EVERY the stacks recorded so far
 are named from the target's memory (so a process that exits mid-interval keeps its names), each
-recorded stack once, with every distinct frame of a pass read once; collect takes the drained
+recorded stack once, with every distinct frame of a pass read once. collect() takes the drained
 buffer's stacks, and merge puts the names in place of the native frames at the same positions.
 """
 

@@ -1,6 +1,6 @@
 """The retry ladder every frame source (interpreters, V8, HotSpot) shares: a process first seen
 before it runs the runtime (still in its parent's code before exec, the interpreter not
-initialized, a JVM's code cache not made yet) is looked at again at `retry_ages`, if
+initialized, a JVM's code cache not made yet) is looked at again at `retry_ages`. That is only if
 `_may_run(pid)` says it could still become one (its maps or its executable name the runtime: a
 host's other processes are looked at once, not seven times).
 
