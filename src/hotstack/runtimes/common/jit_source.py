@@ -20,6 +20,7 @@ from ... import procs
 from ...profile.model import TRUNCATED, UNKNOWN, Frame
 from .interpreter_source import NAME_EVERY
 from .retries import RetryLadder
+from .walker_totals import WalkerTotals
 
 if TYPE_CHECKING:
     from ..registry import RuntimeKernel
@@ -95,7 +96,7 @@ class JitSource(RetryLadder):
         self._merge_memo: dict = {}
         self._named_at = 0.0
         self.attached = 0
-        self._kernel_totals = [0] * self.stat_max
+        self._kernel_totals = WalkerTotals(self.stat_max)
         self._gone = [0, 0]      # functions named, read errors: of processes no longer listed
 
     def prepare(self) -> bool:
@@ -242,15 +243,10 @@ class JitSource(RetryLadder):
     def stats(self) -> dict[str, int]:
         """For the agent's debug info and /metrics: processes listed now; since the start, frames the
         kernel recorded, functions named and memory reads that failed."""
-        if self._kernel is not None:
-            try:
-                for i, delta in enumerate(self._kernel.counters()):
-                    self._kernel_totals[i] += delta
-            except Exception:       # the session is closing
-                pass
+        totals = self._kernel_totals.update(self._kernel)
         with self._lock:
             entries = [e[0] for e in self._procs.values()]
-        return {"processes": len(entries), "frames": self._kernel_totals[self.stat_frames],
+        return {"processes": len(entries), "frames": totals[self.stat_frames],
                 "functions_named": self._gone[0] + sum(n.named for n in entries),
                 "read_errors": self._gone[1] + sum(n.read_errors for n in entries)}
 

@@ -19,6 +19,7 @@ from ...profile.model import Frame, FrameKind
 from ..common.interpreter_source import InterpreterSource
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.merge import ROOT_FRAMES, merge
+from ..common.walker_totals import WalkerTotals
 from .detect import PerlProcess, detect
 from ..common.files import exe_name, runs
 from .frames import RawPerlFrame, parse_stack, vm_groups
@@ -131,7 +132,7 @@ class PerlSource(InterpreterSource):
     def __init__(self) -> None:
         super().__init__()
         self._procs: dict[int, _Process] = {}
-        self._totals = [0] * schema.PERL_STAT_MAX
+        self._totals = WalkerTotals(schema.PERL_STAT_MAX)
         self.reads = self.misses = 0
 
     def prepare(self) -> bool:
@@ -243,13 +244,7 @@ class PerlSource(InterpreterSource):
     def stats(self) -> dict[str, int]:
         """For the agent's debug info and /metrics: processes listed now; since the start, the kernel
         walker's counters (perl_stat) and the subs named or left unknown."""
-        if self._kernel is not None:
-            try:
-                for i, delta in enumerate(self._kernel.counters()):
-                    self._totals[i] += delta
-            except Exception:       # the session is closing
-                pass
-        t = self._totals
+        t = self._totals.update(self._kernel)
         return {"processes": len(self._procs), "walks": t[schema.PERL_STAT_WALKS],
                 "no_interpreter": t[schema.PERL_STAT_NO_INTERP], "truncated": t[schema.PERL_STAT_TRUNCATED],
                 "stacks_full": t[schema.PERL_STAT_STACKS_FULL], "subs_read": self.reads, "unknown": self.misses}

@@ -24,6 +24,7 @@ from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import merge
+from ..common.walker_totals import WalkerTotals
 from ..common.jit import JitWatch, merge_jit
 from .detect import PhpOffsets, PhpProcess, detect
 from ..common.files import exe_name, runs
@@ -136,7 +137,7 @@ class PhpSource(InterpreterSource):
         super().__init__()
         self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
         self._funcs: dict[int, dict[int, FuncInfo]] = {}      # pid -> identity -> function
-        self._totals = [0] * schema.PHP_STAT_MAX
+        self._totals = WalkerTotals(schema.PHP_STAT_MAX)
         self._jit: dict[int, JitWatch] = {}
         self.reads = self.misses = self.jit_stacks = 0
 
@@ -221,13 +222,7 @@ class PhpSource(InterpreterSource):
         return self._kernel.counters()
 
     def stats(self) -> dict[str, int]:
-        if self._kernel is not None:
-            try:
-                for i, delta in enumerate(self._kernel.counters()):
-                    self._totals[i] += delta
-            except Exception:
-                pass
-        t = self._totals
+        t = self._totals.update(self._kernel)
         return {"processes": len(self._procs), "walks": t[schema.PHP_STAT_WALKS],
                 "no_frame": t[schema.PHP_STAT_NO_FRAME], "truncated": t[schema.PHP_STAT_TRUNCATED],
                 "functions_read": self.reads, "unknown": self.misses, "jit_stacks": self.jit_stacks}

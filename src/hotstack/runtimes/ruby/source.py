@@ -18,6 +18,7 @@ from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, ProcessMemory
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import anchor_test, merge
+from ..common.walker_totals import WalkerTotals
 from .classes import ClassNames
 from ..common.files import exe_name, runs
 from .detect import RubyProcess, detect
@@ -95,7 +96,7 @@ class RubySource(InterpreterSource):
         super().__init__()
         self._procs: dict[int, _Process] = {}
         self.iseqs = IseqCache()
-        self._kernel_totals = [0] * schema.RB_STAT_MAX
+        self._kernel_totals = WalkerTotals(schema.RB_STAT_MAX)
         self.jit_stacks = 0         # samples merged through JIT code (runtimes/common/jit.py)
 
     def prepare(self) -> bool:
@@ -239,13 +240,7 @@ class RubySource(InterpreterSource):
     def stats(self) -> dict[str, int]:
         """For the agent's debug info and /metrics: processes listed now; since the start, the kernel
         walker's counters (rb_stat) and the frames named or left unknown."""
-        if self._kernel is not None:
-            try:
-                for i, delta in enumerate(self._kernel.counters()):
-                    self._kernel_totals[i] += delta
-            except Exception:       # the session is closing
-                pass
-        t = self._kernel_totals
+        t = self._kernel_totals.update(self._kernel)
         return {"processes": len(self._procs), "walks": t[schema.RB_STAT_WALKS], "no_ec": t[schema.RB_STAT_NO_EC],
                 "truncated": t[schema.RB_STAT_TRUNCATED], "stacks_full": t[schema.RB_STAT_STACKS_FULL],
                 "iseqs_read": self.iseqs.reads, "unknown": self.iseqs.misses, "jit_stacks": self.jit_stacks}
