@@ -43,10 +43,9 @@ test-kernels: venv
 # profiled in Docker containers, Debian's also in plain chroots, Debian 13's in mount namespaces; a
 # table with each cell's seconds. Fails if a cell did worse than tests/runtimes/expected.json says,
 # or if the README's table and runtimes/versions.py do not match it. Needs root, Debian's docker.io
-# and npm (its client fetches the official Node.js builds).
+# and npm (rootfs.sh installs it: its client fetches the official Node.js builds).
 test-runtimes: venv check-runtime-table
 	bash .ci/install.d/rootfs.sh
-	command -v npm >/dev/null || .ci/apt-install npm
 	$(VPY) tests/runtimes/matrix.py $(RUNTIMES_ARGS)
 
 check-runtime-table:

@@ -6,6 +6,7 @@ unread) is this cell's alone."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -19,13 +20,16 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 from hotstack.runtimes.common.files import UNREAD
 
-from matrix import INSIDE
+from matrix import INSIDE, WORKLOADS
 
 KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
         "php-fpm": FrameKind.PHP, "perl": FrameKind.PERL, "java": FrameKind.JAVA}
 # Runtimes whose frames carry their source file and line: the check asks for both. The JVM's file:line
 # is not read yet: its frames pass with or without them (the lines share is shown either way).
 WITHOUT_LINES = {"java"}
+# Runtimes whose frames carry the function's own line, not yet the line being executed (V8's JIT and
+# bytecode positions are not read: README): that line passes too.
+FUNCTION_LINE = {"node"}
 HOT = {name: re.compile(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])") for name in ("hot_a", "hot_b", "work")}
 LINE = re.compile(r":[1-9][0-9]*\)?$")    # a line in the frame's name ("hot_a (/hs-matrix/work.js:2)")
 # The first frame of a process's threads: the entry code of the main thread, the C library's of others.
@@ -138,12 +142,30 @@ def has(sample, hot: str, kind: FrameKind) -> bool:
     return any(f.kind is kind and HOT[hot].search(f.name) for f in sample.stack)
 
 
-def has_line(frame, runtime: str) -> bool:
-    """The frame's source file and line, in its fields (for the JVM, not read yet: in its fields or
+def has_line(frame, runtime: str, hot: str) -> bool:
+    """The frame of `hot` has its source file and a line of the function's loop, in its fields (Node's:
+    the function's own line too, all it reads yet; the JVM's, not read yet: any line, in its fields or
     its name)."""
     if runtime in WITHOUT_LINES:
         return frame.line > 0 or bool(LINE.search(frame.name))
-    return frame.line > 0 and bool(frame.file)
+    header, loop = function_lines(frame.file.rpartition("/")[2], hot)
+    return bool(frame.file) and (frame.line in loop or runtime in FUNCTION_LINE and frame.line == header)
+
+
+@functools.cache
+def function_lines(workload: str, function: str) -> tuple[int, range]:
+    """The function's first line in its workload file and the lines of its loop, where its samples
+    are: from the loop's first line to the one before the function's result (`return t`, Ruby's `t`).
+    A stale line (the previous call's `return`) or none is not one of them."""
+    path = WORKLOADS / workload
+    lines = path.read_text().splitlines() if path.is_file() else []
+    header = next((i for i, text in enumerate(lines)
+                   if re.search(rf"\b(def|function|sub|static long) {function}\b", text)), None)
+    if header is None:
+        return 0, range(0)
+    loop = next(i for i in range(header + 1, len(lines)) if re.search(r"\b(for|while)\b", lines[i]))
+    result = next(i for i in range(loop + 1, len(lines)) if re.match(r"\s*(return\b|t\s*$)", lines[i]))
+    return header + 1, range(loop + 1, result + 1)      # (1-based: the loop's line to the result's, less it)
 
 
 def judge(runtime: str, samples: list) -> dict:
@@ -166,8 +188,8 @@ def judge(runtime: str, samples: list) -> dict:
     rooted = sum(s.value for s in mine if reaches_root(s.stack))
     split = 100.0 * a / (a + b) if a + b else 0.0
     example = max(mine, key=lambda s: s.value).stack
-    lined = sum(s.value for s in mine if any(f.kind is kind and (HOT["hot_a"].search(f.name) or HOT["hot_b"].search(f.name))
-                                             and has_line(f, runtime) for f in s.stack))
+    lined = sum(s.value for s in mine if any(f.kind is kind and HOT[hot].search(f.name) and has_line(f, runtime, hot)
+                                             for f in s.stack for hot in ("hot_a", "hot_b")))
     out = {"samples": total, "named": round(named / total, 3), "split": round(split, 1),
            "lines": round(lined / (a + b), 3) if a + b else 0.0,
            "rooted": round(rooted / total, 3), "root end": stack_text(example[-3:])}
@@ -177,7 +199,7 @@ def judge(runtime: str, samples: list) -> dict:
     if a + b and abs(split - 75) > 5 or not a + b:
         why.append(f"split {split:.1f}/{100 - split:.1f} (hot_a {a}, hot_b {b})")
     if runtime not in WITHOUT_LINES and lined < 0.9 * (a + b):
-        why.append(f"{lined} of {a + b} hot_a/hot_b samples with their file and line")
+        why.append(f"{lined} of {a + b} hot_a/hot_b samples with their file and a line of their loop")
     if rooted < 0.9 * total:
         why.append(f"{rooted} of {total} samples reach the root ({stack_text(example[-4:])})")
     if why:

@@ -119,8 +119,9 @@ def test_judge_counts_named_frames_the_split_and_stacks_to_the_root():
 
 
 def test_judge_asks_for_file_and_line_where_the_runtime_keeps_them():
-    """A Python cell whose hot frames lack their file and line fails; the JVM's frames pass without
-    them (its file:line not read yet) and with them."""
+    """A Python cell whose hot frames lack their file and line, or show a line out of the function's
+    loop (a stale one: the previous call's `return`), fails; the JVM's frames pass without them (its
+    file:line not read yet) and with them."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
@@ -134,10 +135,14 @@ def test_judge_asks_for_file_and_line_where_the_runtime_keeps_them():
     def samples(file: str, line: int) -> list:
         return [Sample((py("hot_a", file, line), py("work", file, 20), *root), 75, 10, 10, "python3"),
                 Sample((py("hot_b", file, line), py("work", file, 20), *root), 25, 10, 10, "python3")]
-    assert judge("python", samples("/hs-matrix/work.py", 6))["state"] == "pass"
-    for file, line in (("", 6), ("/hs-matrix/work.py", 0)):
+    # work.py: hot_a's loop is lines 7-8, hot_b's 14-15 (the same offsets from each `def`)
+    good = [Sample((py(h, "/hs-matrix/work.py", line), py("work", "/hs-matrix/work.py", 30), *root), v, 10, 10, "p")
+            for h, line, v in (("hot_a", 8, 75), ("hot_b", 14, 25))]
+    assert judge("python", good)["state"] == "pass" and judge("python", good)["lines"] == 1.0
+    for file, line in (("", 8), ("/hs-matrix/work.py", 0), ("/hs-matrix/work.py", 9)):
         bad = judge("python", samples(file, line))
-        assert bad["state"] == "FAIL" and "0 of 100 hot_a/hot_b samples with their file and line" in bad["detail"]
+        assert bad["state"] == "FAIL" and "0 of 100 hot_a/hot_b samples with their file and a line of their loop" \
+            in bad["detail"], (file, line, bad)
     java = [Sample((Frame("Work.hot_a", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 75, 10, 10, "java"),
             Sample((Frame("Work.hot_b", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 25, 10, 10, "java")]
     assert judge("java", java)["state"] == "pass" and judge("java", java)["lines"] == 0.0
@@ -148,3 +153,24 @@ def test_record_keeps_only_the_cells_the_matrix_has():
     results = {"java": {"pypi-jdk25": _row("25", chroot="pass", docker="FAIL")},
                "php-fpm": {"sid": _row("8.4", chroot="pass")}}
     assert record(results) == {"java": {"pypi-jdk25": {"version": "25", "docker": "FAIL", "docker detail": "why docker"}}}
+
+
+def test_judge_takes_the_function_line_from_node_only():
+    """Node's frames carry their function's line (the executing line not read yet): that passes for
+    Node; the same line fails a Python cell."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hotstack.profile.model import Frame, FrameKind, Sample
+    from matrix_cell import judge
+
+    def stack(kind: FrameKind, file: str, hot: str, line: int) -> tuple:
+        return (Frame(hot, kind, file=file, line=line), Frame("work", kind, file=file, line=30),
+                Frame("main", module="/usr/bin/x"), Frame("_start", module="/usr/bin/x"))
+    # work.js: hot_a at line 1, hot_b at 7; work.py: hot_a at 5, hot_b at 12
+    js = [Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_a", 1), 75, 10, 10, "node"),
+          Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_b", 7), 25, 10, 10, "node")]
+    assert judge("node", js)["state"] == "pass"
+    py = [Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_a", 5), 75, 10, 10, "python3"),
+          Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_b", 12), 25, 10, 10, "python3")]
+    assert judge("python", py)["state"] == "FAIL" and judge("python", py)["lines"] == 0.0
