@@ -41,7 +41,7 @@ def test_a_process_seen_at_its_exec_is_listed_before_its_interpreter_is_made(pyt
     """An interpreter whose executable holds _PyRuntime, seen at its exec: provisional (no
     interpreter yet, and where the walker will find it); once it runs, the same pointer holds the
     interpreter that detect confirms. One that links libpython is not listed on a guess."""
-    proc = _traced_at_exec([python, "-c", "import sys; sys.stdin.readline()"])
+    proc = _traced_at_exec([python, "-c", "import time; time.sleep(60)"])
     try:
         early = detect(proc.pid)
         static = inspect_binary(os.path.realpath(python)) is not None
@@ -119,7 +119,8 @@ def test_runs_of_a_fraction_of_a_second_have_their_python_frames_named(tmp_path)
             assert proc.wait(timeout=30) == 0
             time.sleep(0.05)
         time.sleep(0.3)
-        samples = [s for _ in range(2) for s in prof.collect()[0].samples if s.pid in pids]
+        every = [s for _ in range(2) for s in prof.collect()[0].samples]
+        samples = [s for s in every if s.pid in pids]
         copies = source.codes.copies
     running = named = leaf = leaf_right = 0
     for s in samples:
@@ -134,6 +135,36 @@ def test_runs_of_a_fraction_of_a_second_have_their_python_frames_named(tmp_path)
             if any(f.name == "hot_leaf" and f.file == str(script) and f.line in LEAF_LINES for f in python):
                 leaf_right += s.value
     assert copies > 0, "no code object was named from the walker's copies"
-    assert running >= 60, f"{running} samples ran Python code in 15 runs of 0.15 s at 199 Hz"
+    assert running >= 60, (f"{running} samples ran Python code in 15 runs of 0.15 s at 199 Hz "
+                           f"({len(samples)} of the runs', {len(every)} in all)")
     assert named >= 0.6 * running, f"{named} of {running} samples that run Python code have it named"
     assert leaf >= 0.25 * running and leaf_right >= 0.95 * leaf, (leaf, leaf_right, running)
+
+
+def test_a_runtime_that_execs_is_announced_at_its_exec_not_at_its_first_sample():
+    """Once a python3 process was found, a process that execs into python3 is announced by the exec
+    itself (bpf/pids.h announce_exec: runtime_comms) and listed: here one stopped at its exec, which
+    never runs and so is never sampled, is listed all the same (provisionally: its interpreter is
+    not made)."""
+    with Engine(EngineConfig(frequency=49)) as prof:
+        source = next(src for src in prof.runtimes if src.name == "python")
+        first = subprocess.Popen(["/usr/bin/python3", "-c", "import time\nend = time.time() + 5\n"
+                                  "while time.time() < end: pass"])
+        try:
+            deadline = time.monotonic() + 10
+            while "python3" not in prof._runtime_comms and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "python3" in prof._runtime_comms, prof._runtime_comms
+        finally:
+            first.kill()
+            first.wait()
+        proc = _traced_at_exec(["/usr/bin/python3", "-c", "pass"])
+        try:
+            deadline = time.monotonic() + 5
+            while proc.pid not in source._procs and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert proc.pid in source._procs, "a python3 stopped at its exec was not listed"
+            assert source._procs[proc.pid][0].provisional
+        finally:
+            proc.kill()
+            proc.wait()

@@ -184,16 +184,26 @@ static __always_inline void announce_pid(__u32 pid, __u32 tid, const char *comm)
 	bpf_map_update_elem(&new_pids, &pid, &kind, kind == ANNOUNCE_EXEC ? BPF_ANY : BPF_NOEXIST);
 }
 
-/* After an exec, in the new image: the pid's next sample announces it (ANNOUNCE_EXEC). Loaded
- * where the kernel has BTF (else exec shows only through a changed comm); `allowed` is the
- * program's pid filter. */
+/* After an exec, in the new image: the pid's next sample announces it (ANNOUNCE_EXEC), or this
+ * exec does where its comm is a runtime's (runtime_comms). Loaded where the kernel has BTF (else
+ * exec shows only through a changed comm); `allowed` is the program's pid filter. */
 static __always_inline void announce_exec(int allowed)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	__u64 execed[2] = {SEEN_EXECED, SEEN_EXECED};
 
+	__u64 comm[2] = {};
+
 	if (!allowed)
 		return;
+	/* A runtime's comm (the new image's: set before this tracepoint): announced now, with the
+	 * comm its first sample then finds, so that userspace lists it while it starts. */
+	if (bpf_get_current_comm(comm, sizeof(comm)) == 0 && bpf_map_lookup_elem(&runtime_comms, comm)) {
+		bpf_map_update_elem(&seen_pids, &pid, comm, BPF_ANY);
+		if (announce(pid, ANNOUNCE_EXEC) != 0)
+			bpf_map_update_elem(&new_pids, &pid, &(__u8){ANNOUNCE_EXEC}, BPF_ANY);
+		return;
+	}
 	/* ANY, not EXIST: a process never sampled may be known to userspace all the same (listed
 	 * when the sampler attached, a Python process blocked in a read): its exec must reach it */
 	bpf_map_update_elem(&seen_pids, &pid, execed, BPF_ANY);

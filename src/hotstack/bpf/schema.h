@@ -524,6 +524,12 @@ enum hs_stat {
 		__type(key, struct plain_image); \
 		__type(value, __u8); \
 	} plain_images SEC(".maps"); \
+	struct { \
+		__uint(type, BPF_MAP_TYPE_HASH); \
+		__uint(max_entries, 64); \
+		__type(key, char[COMM_LEN]); \
+		__type(value, __u8); \
+	} runtime_comms SEC(".maps"); \
 	/* end */
 
 /* group obi */

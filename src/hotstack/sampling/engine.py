@@ -53,6 +53,7 @@ WATCH_INTERVAL_S = 0.1
 # has its frames from its first samples on (a 0.15 s Python run lost its first ~100 ms to the
 # burst pause). Wake-ups within WATCH_INTERVAL_S of the last one are a burst: WATCH_INTERVAL_S.
 FIRST_PAUSE_S = 0.01
+RUNTIME_COMMS = 64
 # With nothing queued by the programs (they wake us: bpf/pids.h wake_userspace) and no runtime
 # process to name frames of, the watcher sleeps this long: an idle host costs no polling.
 IDLE_WAIT_S = 1.0
@@ -109,6 +110,9 @@ class Engine:
         self._stop_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the pid watcher's epoll
         self._native_kick = Wakeup()        # the pid watcher wakes the unwind thread
         self._runtime_kernels: list[RuntimeMaps] = []
+        # comms of the processes found to run a runtime (python3, node ...), at most RUNTIME_COMMS:
+        # a new process announced with one ends the pid watcher's pause (_pause)
+        self._runtime_comms: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._started: list[Sampler] = []
         self._lock = threading.Lock()     # one drain at a time
@@ -273,13 +277,16 @@ class Engine:
         # the pause after a wake-up waits on the stop descriptor alone (as sampling/wakeup.py: a
         # timed Event.wait had cost ~80 us of CPU a round on a loaded host, this ~45)
         pause = select.epoll()
+        # ... or on the rings too, to end the pause at a runtime's new process (_pause)
+        pause_rings = select.epoll()
         try:
-            pause.register(self._stop_fd, select.EPOLLIN)
-            waiter.register(self._stop_fd, select.EPOLLIN)
+            for epoll in (pause, pause_rings, waiter):
+                epoll.register(self._stop_fd, select.EPOLLIN)
             for sampler in self._started:
                 fd = sampler.wakeup_fd()
                 if fd is not None:
                     waiter.register(fd, select.EPOLLIN)
+                    pause_rings.register(fd, select.EPOLLIN)
             woken = True        # the first round serves what was queued before this thread ran
             last_woken = 0.0
             while not self._stop.is_set():
@@ -306,7 +313,7 @@ class Engine:
                     now = time.monotonic()
                     burst = now - last_woken < self._watch_interval
                     last_woken = now
-                    if pause.poll(self._watch_interval if burst else FIRST_PAUSE_S) or self._stop.is_set():
+                    if self._pause(self._watch_interval if burst else FIRST_PAUSE_S, pause, pause_rings):
                         break
         except (OSError, ValueError):
             if self._stop.is_set() or any(s.collection is None for s in self._started):
@@ -315,6 +322,30 @@ class Engine:
         finally:
             waiter.close()
             pause.close()
+            pause_rings.close()
+
+    def _pause(self, seconds: float, pause, pause_rings) -> bool:
+        """The pause after a wake-up (True: stop). It ends early when a program announces a process
+        whose comm is one a runtime's processes had (python3, node, java ...: _runtime_comms): the
+        runtime is listed while it starts, not a burst's pause later. The rings are looked at at
+        most every FIRST_PAUSE_S (what they announce is kept for the next round), so a burst of
+        other processes wakes this thread at most that often."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not self._runtime_comms:
+                return bool(pause.poll(left)) or self._stop.is_set()
+            if not pause_rings.poll(left):
+                return False
+            if self._stop.is_set():
+                return True
+            if any(told is not None and told.comm in self._runtime_comms
+                   for sampler in self._started for told in sampler.clear_wakeups()):
+                return False
+            if pause.poll(min(FIRST_PAUSE_S, deadline - time.monotonic())) or self._stop.is_set():
+                return True
 
     def observe_new_pids(self) -> bool:
         """True if there was something to do, or runtime processes are being followed."""
@@ -340,6 +371,11 @@ class Engine:
                 if self.wants(pid):
                     if self._take_on(pid):
                         self._plain_images.learn(told, info)
+                    elif told is not None and told.comm not in self._runtime_comms \
+                            and len(self._runtime_comms) < RUNTIME_COMMS:
+                        self._runtime_comms.add(told.comm)
+                        for each in self._started:
+                            each.mark_runtime_comm(told.comm)
                     sampler.native_process(pid, info)
             busy = self._observe_remaps(sampler) or busy
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have

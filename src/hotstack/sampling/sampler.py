@@ -35,7 +35,7 @@ _U64 = struct.Struct("<Q")
 _NATIVE_MAPS = ("nu_rows", "nu_rules", "nu_files", "nu_procs", "nu_missing", "nu_remap", "native_stacks_0", "native_stacks_1")
 EXEC_PROGRAM = "hotstack_exec"     # bpf/exec.bpf.c: announces execs
 EXIT_PROGRAM = "hotstack_exit"     # ... and exits
-EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "gone_pids", "wakeups")
+EXEC_SHARED_MAPS = ("filter_pids", "seen_pids", "new_pids", "gone_pids", "wakeups", "runtime_comms")
 # filter_pids: its key 0 opens the filter to every pid (bpf/pids.h pid_allowed); a filter set at
 # run time holds up to this many pids, and is left open for more
 RUN_TIME_PIDS_MAX = 8192
@@ -269,6 +269,7 @@ class Sampler:
         exits through /proc (gone_pids() answers None)."""
         def prepare(spec: ebpf.CollectionSpec) -> None:
             spec.set_constant("filter_by_pid", self._filters_pids())
+            announcement_offsets(spec)     # (a runtime's exec is announced with its facts)
             spec.programs[EXEC_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exec")
             spec.programs[EXIT_PROGRAM].attach_btf_id = ebpf_links.btf_target_id("tp_btf", "sched_process_exit")
         try:
@@ -415,6 +416,17 @@ class Sampler:
         a file without unwind table, a stale mapping list): bpf/pids.h wake_userspace."""
         return self.collection.maps["wakeups"].fd if self.collection is not None and self._wakeups else None
 
+    def mark_runtime_comm(self, comm: str) -> None:
+        """A process named `comm` ran a runtime: one that execs into that name is announced at its
+        exec (bpf/pids.h announce_exec), not at its first sample."""
+        if self.collection is None:
+            return
+        key = comm.encode("utf-8", "surrogateescape")[:15].ljust(16, b"\0")
+        try:
+            self.collection.maps["runtime_comms"].update(key, b"\x01")
+        except (ebpf.EbpfError, OSError, ValueError):     # full, or closing under us
+            pass
+
     def mark_plain(self, image: tuple[int, str, int], plain: bool) -> None:
         """Whether the program announces processes of `image` (executable inode, comm, mount
         namespace: sampling/plain_images.py) without waking the pid watcher."""
@@ -431,28 +443,33 @@ class Sampler:
         except ebpf.EbpfError:     # full (the announcements wake as before), or closing under us
             pass
 
-    def clear_wakeups(self) -> None:
+    def clear_wakeups(self) -> list[procs.Announced | None]:
         """Read the ring (it polls readable again only once read): the pids it announces, kept for
         new_pids, and whether work was queued. A ring found half full or more may have refused
-        records: then the new_pids map is drained and the queues looked at, as after a record."""
+        records: then the new_pids map is drained and the queues looked at, as after a record.
+        Returns what the records read now told of their processes."""
         ring = self._wakeups     # (closed under us: its read raises ValueError, which callers expect)
         if ring is None:
-            return
+            return []
         unpack = _ANNOUNCEMENT.unpack_from
+        told_now = []
         with self._announce_lock:     # (the pid watcher's thread and a collect's read it)
             records = ring.read()
             if not records:
-                return
+                return []
             full = 2 * ring.backlog >= ring.size
             pids = self._ring_pids
             for record in records:
                 pid, kind, start_ns, ppid, mntns, comm, exe_ino = unpack(record)
                 if pid:
-                    _note_announced(pids, pid, kind, procs.announced(start_ns, comm, ppid, mntns, exe_ino))
+                    told = procs.announced(start_ns, comm, ppid, mntns, exe_ino)
+                    told_now.append(told)
+                    _note_announced(pids, pid, kind, told)
                 else:
                     self._remap_due = self._work_due = True
             if full:
                 self._announced = self._remap_due = self._work_due = True
+        return told_now
 
     def close(self) -> None:
         """Release everything it holds: links, rings, collections (programs and maps), tables. A

@@ -240,6 +240,10 @@ PROFILER_METRICS = [
     ("UnwindPythonAttempts", "counter", "Number of attempted python unwinds", _python_counter("PY_STAT_WALKS")),
     ("UnwindPythonErrZeroThreadState", "counter", "Number of PyThreadState being 0x0",
      _python_counter("PY_STAT_NO_THREAD")),
+    ("UnwindPythonCodeCopies", "counter", "Number of Python code objects the kernel walker copied for naming "
+     "(a process that exits keeps its names)", _python_counter("PY_STAT_SNAPS")),
+    ("UnwindPythonErrCodeCopiesLost", "counter", "Number of Python code objects not copied: the ring was full "
+     "(read from the process, if it still runs)", _python_counter("PY_STAT_SNAPS_LOST")),
     ("UnwindV8Frames", "counter", "Number of unwound V8 frames", _v8_frames),
     ("UnwindRubyAttempts", "counter", "Number of attempted Ruby unwinds", _runtime_stat("ruby", "walks")),
     ("UnwindRubyErrNoProcInfo", "counter", "Number of Ruby threads without an execution context",
