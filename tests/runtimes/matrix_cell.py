@@ -86,26 +86,41 @@ def workload_pid(proc: subprocess.Popen, runtime: str, mode: str, docker_host: s
                              capture_output=True, text=True, check=True)
         pid = int(out.stdout.strip())
     if runtime == "php-fpm":
-        return fpm_worker(pid)
+        workers = [p for p, args in descendants(pid) if args.startswith("php-fpm: pool hsm")]
+        if len(workers) != 1:
+            raise RuntimeError(f"{len(workers)} FPM workers below pid {pid}")
+        return workers[0]
     return pid
 
 
-def fpm_worker(top: int) -> int:
-    """The pid of the FPM pool's worker ("php-fpm: pool hsm") among the descendants of top."""
+def descendants(top: int) -> list[tuple[int, str]]:
+    """(pid, command line) of each process below top."""
     table = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True)
     children: dict[int, list[tuple[int, str]]] = {}
     for line in table.stdout.splitlines():
         fields = line.split(None, 2)
         children.setdefault(int(fields[1]), []).append((int(fields[0]), fields[2] if len(fields) > 2 else ""))
-    below, workers = [top], []
+    below, found = [top], []
     while below:
         for pid, args in children.get(below.pop(), []):
             below.append(pid)
-            if args.startswith("php-fpm: pool hsm"):
-                workers.append(pid)
-    if len(workers) != 1:
-        raise RuntimeError(f"{len(workers)} FPM workers below pid {top}")
-    return workers[0]
+            found.append((pid, args))
+    return found
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """The workload's processes, by their pids: its session, and those below it that made sessions of
+    their own (PHP-FPM's master and worker)."""
+    for pid in [p for p, _args in descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def profile(pid: int) -> tuple[list, float]:
@@ -239,11 +254,7 @@ def cell(args: argparse.Namespace) -> dict:
     finally:
         if args.mode == "docker":
             subprocess.run(["docker", "-H", args.docker_host, "kill", args.name], capture_output=True)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)      # the session started for it: PHP-FPM's master and worker too
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        stop(proc)
 
 
 def main() -> int:
