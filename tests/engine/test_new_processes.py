@@ -65,7 +65,7 @@ def test_a_process_that_runs_no_runtime_has_its_maps_read_once_and_the_next_of_i
     or executable, they share the process table's read and none of them looks again later (the
     retries at 0.1-6.4 s are for interpreters still starting). Before: 17 reads for a busy shell.
     The next process of that image (a loop's commands) is noted from its announcement with no read
-    at all where the kernel unwinder keeps the mappings it walks (Engine._noted); its stacks are
+    at all where the kernel unwinder keeps the mappings it walks (Engine._noted_from_announcement); its stacks are
     still named, with its mappings read when naming needs them."""
     with Engine(EngineConfig(frequency=499)) as prof:
         assert len(prof.runtimes) >= 2, [s.name for s in prof.runtimes]

@@ -131,7 +131,7 @@ def test_a_plain_image_is_announced_quietly_and_others_wake_the_watcher_behind_i
     epoll = select.epoll()
     try:
         with _NoWatcher(EngineConfig(frequency=499, comms=("quiet_one", "loud_one"), runtime_frames=False)) as engine:
-            if not engine._notes_by_announcement():
+            if not engine._can_note_from_announcements():
                 pytest.skip("processes are noted only where the kernel unwinder walks the VMAs itself (6.1+)")
             sampler = engine.cpu
             epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
@@ -163,7 +163,7 @@ def test_a_child_started_into_another_mount_namespace_wakes_the_watcher(tmp_path
     epoll = select.epoll()
     try:
         with _NoWatcher(EngineConfig(frequency=499, comms=("quiet_one",), runtime_frames=False)) as engine:
-            if not engine._notes_by_announcement():
+            if not engine._can_note_from_announcements():
                 pytest.skip("processes are noted only where the kernel unwinder walks the VMAs itself (6.1+)")
             sampler = engine.cpu
             epoll.register(sampler.wakeup_fd(), select.EPOLLIN)
