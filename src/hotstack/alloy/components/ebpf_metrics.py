@@ -18,7 +18,7 @@ class EngineCollector:
 
     def __init__(self) -> None:
         self.profilers: "weakref.WeakSet" = weakref.WeakSet()
-        # what the profilers closed since had counted (retire): lookups hit, missed, BPF run time
+        # what the profilers closed so far counted (retire): lookups hit, missed, BPF run time
         self._retired = [0, 0, 0.0]
         self._retired_lock = threading.Lock()
         self.samples = 0
