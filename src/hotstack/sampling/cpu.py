@@ -39,21 +39,18 @@ class CpuSampler(Sampler):
         spec.set_constant("collect_user_stacks", int(c.user_stacks))
         spec.set_constant("collect_kernel_stacks", int(c.kernel_stacks))
         self.native_spec(spec, NATIVE_STEP, *RUNTIME_STEPS)
-        collection = self.load(spec)
+        return self.load_and_start(spec, NATIVE_STEP, self._prepare)
+
+    def _prepare(self) -> None:
+        """After loading: the command names filtered, run-time stats on, the first interval begun."""
+        for comm in self.config.comms:
+            self.collection.maps["filter_comms"].update(
+                comm.encode()[:schema.COMM_LEN - 1].ljust(schema.COMM_LEN, b"\0"), b"\x01")
         try:
-            self.native_start(NATIVE_STEP)
-            for comm in c.comms:
-                collection.maps["filter_comms"].update(comm.encode()[:schema.COMM_LEN - 1].ljust(schema.COMM_LEN, b"\0"),
-                                                       b"\x01")
-            try:
-                self._stats_fd = ebpf.enable_run_time_stats()
-            except ebpf.SyscallError:
-                self._stats_fd = -1   # run-time stats are a nicety; sampling works without them
-            self.buffers.interval()   # the first interval starts now
-        except BaseException:
-            self.close()
-            raise
-        return collection
+            self._stats_fd = ebpf.enable_run_time_stats()
+        except ebpf.SyscallError:
+            self._stats_fd = -1   # run-time stats are a nicety; sampling works without them
+        self.buffers.interval()   # the first interval starts now
 
     def attach(self) -> None:
         """Start the perf events: sampling begins."""

@@ -52,13 +52,8 @@ class OffCpuSampler(Sampler):
             raise HotstackError(f"off-CPU profiling needs the sched_switch BTF tracepoint and the kernel's BTF "
                                 f"(CONFIG_DEBUG_INFO_BTF): {e}") from None
         spec.set_constant("threshold", threshold_u32(self.config.off_cpu_threshold))
-        self.load(spec)
-        try:
-            self.native_start(NATIVE_STEP)
-            self._links.append(ebpf_links.attach_tracing(self.collection.programs[PROGRAM]))
-        except BaseException:
-            self.close()
-            raise
+        self.load_and_start(spec, NATIVE_STEP,
+                            lambda: self._links.append(ebpf_links.attach_tracing(self.collection.programs[PROGRAM])))
 
     def still_referenced(self, buffer: int) -> list[tuple[int, int]]:
         """Stack ids, in `buffer`, of threads that left the CPU and have not come back yet."""

@@ -42,14 +42,11 @@ class ProbeSampler(Sampler):
         spec = self.spec()
         templates = {kind: spec.programs.pop(f"probe_{kind}") for kind in ("fentry", "fexit")}
         self.native_spec(spec, "probe_native_step")
-        self.load(spec)
-        try:
-            self.native_start("probe_native_step")
+
+        def attach_all() -> None:
             for link in self.config.probe_links:
-                self._links.append(self._attach(link, templates))
-        except BaseException:
-            self.close()
-            raise
+                self._links.append(self._attach(link, templates))     # (each kept at once: close() detaches it)
+        self.load_and_start(spec, "probe_native_step", attach_all)
 
     def _attach(self, link: ProbeLink, templates: dict[str, ebpf.ProgramSpec]) -> ebpf_links.Link:
         programs = self.collection.programs

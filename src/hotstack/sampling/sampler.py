@@ -167,6 +167,18 @@ class Sampler:
             raise
         return self.collection
 
+    def load_and_start(self, spec: ebpf.CollectionSpec, step_program: str, then) -> ebpf.Collection:
+        """Load, start the kernel unwinder's step program (native_start) and run `then()` (links
+        attached, maps filled); a failure of any of them closes what was loaded."""
+        collection = self.load(spec)
+        try:
+            self.native_start(step_program)
+            then()
+        except BaseException:
+            self.close()
+            raise
+        return collection
+
     # -- user stacks unwound in the kernel (unwind mode "kernel") -----------------------------------
     def native_spec(self, spec: ebpf.CollectionSpec, *step_programs: str) -> None:
         """Before loading: the unwinder's offsets and sizes in "kernel" mode (and the frame-pointer
