@@ -2,7 +2,7 @@
 
 An image is what a program's announcement tells of a process (bpf/pids.h announcement_facts):
 its executable's inode, its name, its mount namespace. One whose process, read once its libraries
-were loaded, named no runtime (a shell loop's commands, a build's compiler passes) is plain: the
+were loaded, named no runtime (a shell loop's commands, a build's compiler passes) is plain. The
 engine records its next processes from their announcement alone (Engine._noted_from_announcement), and the kernel
 announces them without waking the pid watcher (the set is copied into each sampler's
 plain_images map): nothing about them is urgent, the next round takes them.

@@ -364,8 +364,8 @@ class Sampler:
 
     def new_pids(self) -> list[tuple[int, bool, procs.Announced | None]]:
         """(pid, exec'ed, what its record told) of processes the program saw for the first time,
-        with a new comm, or after an exec (a new image under the same pid), since the last call:
-        those the ring's records announced (clear_wakeups read them), and those in the new_pids map
+        with a new comm, or after an exec (a new image under the same pid), since the last call.
+        They are those the ring's records announced (clear_wakeups read them), and those in the new_pids map
         where the ring was found full (or every NEW_PIDS_DRAIN_S, for a record the kernel could
         not write; they tell nothing)."""
         if self.collection is None:
