@@ -36,7 +36,7 @@ def urgent():
     a runtime's program in the loading thread, for 0.1-0.35 s of CPU, while the runtime's first
     process waits for its names; on a host whose CPUs that process keeps busy, at the default
     priority that took 1.4 s (8 busy JVM threads on 2 CPUs). The pid watcher runs so throughout
-    (sampling/engine.py)."""
+    (sampling/process_watch.py)."""
     tid = threading.get_native_id()
     try:
         before = os.getpriority(os.PRIO_PROCESS, tid)
