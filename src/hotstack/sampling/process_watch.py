@@ -24,8 +24,8 @@ WATCH_INTERVAL_S = 0.1
 # The pause after a wake-up that comes out of a quiet spell (none in the last WATCH_INTERVAL_S): the
 # records of a fork and its exec come a millisecond or two apart and are served by one round this
 # soon after, while the new process is in its loader or its runtime's start. A runtime listed then
-# has its frames from its first samples on (a 0.15 s Python run lost its first ~100 ms to the
-# burst pause). Wake-ups within WATCH_INTERVAL_S of the last one are a burst: WATCH_INTERVAL_S.
+# has its frames from its first samples on (with the burst's pause, a 0.15 s Python run loses its
+# first ~100 ms). Wake-ups within WATCH_INTERVAL_S of the last one are a burst: WATCH_INTERVAL_S.
 FIRST_PAUSE_S = 0.01
 RUNTIME_COMMS = 64
 # With nothing queued by the programs (they wake us: bpf/pids.h wake_userspace) and no runtime

@@ -35,7 +35,7 @@ def urgent():
     """This thread at a raised priority for a while (where it may: CAP_SYS_NICE). The kernel verifies
     a runtime's program in the loading thread, for 0.1-0.35 s of CPU, while the runtime's first
     process waits for its names; on a host whose CPUs that process keeps busy, at the default
-    priority that took 1.4 s (8 busy JVM threads on 2 CPUs). The pid watcher runs so throughout
+    priority that takes 1.4 s (8 busy JVM threads on 2 CPUs). The pid watcher runs so throughout
     (sampling/process_watch.py)."""
     tid = threading.get_native_id()
     try:
