@@ -94,7 +94,7 @@ class InterpreterSource(RetryLadder):
         # count they were forgotten at.
         self._known: dict[int, tuple[list, bool]] = {}
         self._known_keys: dict[int, list[bytes]] = {}
-        self._unknowing: dict[int, int] = {}
+        self._releasing_known: dict[int, int] = {}     # pid -> the collect after which its known stacks go
         self._collects = 0
         self._polled_buffer = -1
         self._next_pass = 0.0      # monotonic time before which no pass runs (after one that took stacks)
@@ -237,7 +237,7 @@ class InterpreterSource(RetryLadder):
             return
         keys = []
         for key, pid in new[:max(0, MAX_KNOWN - len(self._known))]:
-            if pid in self._procs and pid not in self._unknowing:
+            if pid in self._procs and pid not in self._releasing_known:
                 self._known[_U64.unpack_from(key)[0]] = parsed[key]
                 self._known_keys.setdefault(pid, []).append(key)
                 keys.append(key)
@@ -248,18 +248,18 @@ class InterpreterSource(RetryLadder):
         found = self._stacks.get(key)
         return found if found is not None else self._known.get(key)
 
-    def _unknow(self, pid: int) -> None:
+    def _release_known_stacks(self, pid: int) -> None:
         """`pid` exited or exec'ed: its stacks go at the first forget_dead after the next collect."""
         if pid in self._known_keys:
-            self._unknowing.setdefault(pid, self._collects)
+            self._releasing_known.setdefault(pid, self._collects)
 
     def _prune_known(self) -> None:
         """Drop the stacks of processes forgotten before the last collect (its samples are named)."""
         keys = []
         with self._drain_lock:
-            for pid, at in list(self._unknowing.items()):
+            for pid, at in list(self._releasing_known.items()):
                 if at < self._collects:
-                    del self._unknowing[pid]
+                    del self._releasing_known[pid]
                     for key in self._known_keys.pop(pid, ()):
                         self._known.pop(_U64.unpack_from(key)[0], None)
                         keys.append(key)

@@ -181,7 +181,7 @@ class CPythonSource(InterpreterSource):
         """`pid` exec'ed or exited: its interpreter state is gone (a new one is observed anew)."""
         with self._lock:
             found = self._procs.pop(pid, None)
-        self._unknow(pid)
+        self._release_known_stacks(pid)
         self.codes.forget(pid)
         self._forget_retry(pid)
         if found is not None and self._kernel is not None:
@@ -195,7 +195,7 @@ class CPythonSource(InterpreterSource):
                 continue
             with self._lock:
                 self._procs.pop(pid, None)
-            self._unknow(pid)
+            self._release_known_stacks(pid)
             self.codes.forget(pid)
             if self._kernel is not None:
                 self._kernel.untrack(pid)
