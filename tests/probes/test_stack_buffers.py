@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from hotstack.sampling.obi import trace_labels
 from hotstack.bpf import object_path, schema
 from hotstack.sampling.buffers import parse_stack, with_caller
@@ -65,3 +67,47 @@ def test_schema_layout_has_c_alignment():
                                  "b": [{"name": "inner", "type": "a"}, {"name": "c", "type": "u8"}]}})
     assert (layout.size["a"], layout.size["b"]) == (16, 24)
     assert layout.flat["a"] == ("I4xQ", ["x", "y"])
+
+
+def test_native_unwinder_layouts_match_the_committed_objects():
+    """The native unwinder's records (bpf/schema.yaml) against the maps its programs declare."""
+    import numpy as np
+
+    from hotstack.ebpf import load_spec
+    from hotstack.unwind.kernel_maps import STAT_NAMES
+    from hotstack.unwind.kernel_tables import RULE_DTYPE
+
+    for name in ("profile", "probe", "offcpu"):
+        maps = load_spec(object_path(name)).maps
+        assert (maps["nu_files"].key_size, maps["nu_files"].value_size) == (schema.NU_FILE_KEY.size,
+                                                                            schema.NU_FILE.size), name
+        assert maps["nu_missing"].value_size == schema.NU_MISSING_VALUE.size
+        assert maps["nu_rules"].value_size == schema.NU_RULE.size == RULE_DTYPE.itemsize == 8
+        assert maps["nu_procs"].value_size == schema.NU_RANGES.size
+        assert maps["nu_remap"].value_size == schema.NU_REMAP_VALUE.size
+        assert maps["nu_stats"].max_entries == schema.NU_STAT_MAX == len(STAT_NAMES)
+        assert maps["nu_rule_cache"].max_entries == schema.NU_RULE_CACHE_SLOTS
+        assert maps["native_stacks_0"].value_size == schema.NU_STACK_TAIL_OFFSET + 8 * schema.NU_STORED_FRAMES
+        assert maps["native_tails_0"].value_size == 8 * (schema.NU_MAX_FRAMES - schema.NU_STORED_FRAMES)
+    assert load_spec(object_path("mappings")).maps["nu_procs"].value_size == schema.NU_RANGES.size
+    rule = np.array([(schema.NU_KIND_CFA_SP, 0, 16, schema.NU_RBP_SAME, -8)], RULE_DTYPE).tobytes()
+    assert schema.NU_RULE.unpack(rule) == (schema.NU_KIND_CFA_SP, 16, schema.NU_RBP_SAME, -8)
+
+
+def test_generated_constants_keep_their_c_type():
+    """A constant reaches C with the type a hand-written literal had: negative ones parenthesized,
+    ones past int's range unsigned, ones past 32 bits unsigned long long."""
+    from hotstack.bpf.generate import c_constant
+    assert [c_constant(v) for v in (-32768, 10, 0xFFFF, 0xFFFFFFFF, 0xCBF29CE484222325)] == [
+        "(-32768)", "10", "65535", "0xffffffffU", "0xcbf29ce484222325ULL"]
+
+
+def test_numpy_columns_cover_every_byte():
+    """A struct read as a numpy array names each byte: implicit padding is refused."""
+    from hotstack.bpf.generate import Layout, columns
+    layout = Layout({"structs": {"named": [{"name": "kind", "type": "u8"}, {"name": "pad", "type": "u8"},
+                                           {"name": "cfa", "type": "s16"}],
+                                 "gap": [{"name": "kind", "type": "u8"}, {"name": "cfa", "type": "s16"}]}})
+    assert columns(layout, "named") == (("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"))
+    with pytest.raises(SystemExit):
+        columns(layout, "gap")

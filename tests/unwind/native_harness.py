@@ -8,15 +8,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from hotstack.bpf import schema
 from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
-from hotstack.sampling.buffers import NATIVE_STACK_HEADER
 from hotstack.unwind.kernel_maps import NativeTables, configure
 from hotstack.unwind.kernel_tables import TableCache
 
 HERE = Path(__file__).resolve().parent
 BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"
 MAX_FRAMES = 128
-STACK = NATIVE_STACK_HEADER       # struct nu_stack: hash, n, end, pid (whose addresses), ..., then the pcs
+STACK = schema.NU_STACK           # struct nu_stack: hash, n, end, pid (whose addresses), ..., then the pcs
 
 
 def build_object(out_dir: Path) -> Path:
@@ -80,8 +80,9 @@ class NativeSampler:
         stacks = {}
         for key, value in self.collection.maps["stacks"].items():
             (h,) = struct.unpack("<Q", key)
-            _hash, n, end, owner = STACK.unpack_from(value)[:4]
-            pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, STACK.size))[:n]
+            header = STACK.unpack(value)
+            n, end, owner = header.n, header.end, header.pid
+            pcs = list(struct.unpack_from(f"<{MAX_FRAMES}Q", value, schema.NU_STACK_TAIL_OFFSET))[:n]
             stacks[h] = (pcs, end, owner)
         out = []
         for key, value in self.collection.maps["counts"].items():

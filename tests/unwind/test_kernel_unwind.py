@@ -227,7 +227,8 @@ def test_userspace_mapping_list_holds_every_executable_mapping(native_object, ch
     """The list is searched, not hashed: each executable mapping of the process is in it, in order
     (a direct-mapped cache lost the program's own text about half the time, when ASLR put it in
     the same slot as a chunk of libc)."""
-    from hotstack.unwind.kernel_maps import RANGE, RANGES_HEADER, _exec_mappings
+    from hotstack.bpf import schema
+    from hotstack.unwind.kernel_maps import _exec_mappings
 
     w = workloads([chain, "busy"])
     sampler = NativeSampler(native_object, target=w.pid, kernel_vma_walk=False)
@@ -236,8 +237,9 @@ def test_userspace_mapping_list_holds_every_executable_mapping(native_object, ch
         raw = sampler.collection.maps["nu_procs"].lookup(w.pid.to_bytes(4, "little"))
     finally:
         sampler.close()
-    count = RANGES_HEADER.unpack_from(raw)[2]
-    written = [RANGE.unpack_from(raw, RANGES_HEADER.size + i * RANGE.size)[:2] for i in range(count)]
+    count = schema.NU_RANGES.unpack(raw).count
+    written = [schema.NU_RANGE.unpack(raw, schema.NU_RANGES_TAIL_OFFSET + i * schema.NU_RANGE.size)[:2]
+               for i in range(count)]
     assert written == sorted((s, e) for s, e, *_ in _exec_mappings(w.pid))
     assert any(path == str(chain) for *_, path in _exec_mappings(w.pid))
 
@@ -392,7 +394,8 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
     import os
     import struct
 
-    from hotstack.unwind.kernel_maps import FILE_KEY, kernel_dev
+    from hotstack.bpf import schema
+    from hotstack.unwind.kernel_maps import kernel_dev
 
     libs = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libc.so.6", "/usr/lib/*-linux-gnu/libstdc++.so.6",
                                                "/usr/lib/*-linux-gnu/libpython3*.so.1.0")]
@@ -412,7 +415,8 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
         ok, cxx_key = add(libstdcxx)                  # ~34k rows: libc must go
         assert ok and tables.counters.files_evicted == 1
         assert libc_key not in tables.loaded and cxx_key in tables.loaded
-        assert sampler.collection.maps["nu_files"].lookup(FILE_KEY.pack(*libc_key, 0)) is None
+        libc_file = schema.NU_FILE_KEY.pack(ino=libc_key[0], dev=libc_key[1])
+        assert sampler.collection.maps["nu_files"].lookup(libc_file) is None
         ok, _ = add(libpython)                        # ~74k rows: more than the whole arena
         assert not ok and tables.counters.rows_full == 1
         assert cxx_key in tables.loaded               # nothing evicted for a table that cannot fit
@@ -431,7 +435,8 @@ def test_a_table_is_written_to_the_arena_the_same_through_a_mapping_and_batch_up
 
     import numpy as np
 
-    from hotstack.unwind.kernel_maps import FILE_KEY, FILE_VALUE, kernel_dev
+    from hotstack.bpf import schema
+    from hotstack.unwind.kernel_maps import kernel_dev
 
     libc = sorted(glob.glob("/usr/lib/*-linux-gnu/libc.so.6"))
     if not libc:
@@ -446,8 +451,8 @@ def test_a_table_is_written_to_the_arena_the_same_through_a_mapping_and_batch_up
             assert tables._rows_mappable      # (this kernel maps the arena; the fallback is forced)
             tables._rows_mappable = mappable
             assert tables.add_path(libc[0], *key)
-            first_row, count, first, base, pages = FILE_VALUE.unpack(
-                sampler.collection.maps["nu_files"].lookup(FILE_KEY.pack(*key, 0)))[:5]
+            first_row, count, first, base, pages = schema.NU_FILE.unpack(
+                sampler.collection.maps["nu_files"].lookup(schema.NU_FILE_KEY.pack(ino=key[0], dev=key[1])))[:5]
             assert first_row == first + pages and count > 20_000
             rows_map = sampler.collection.maps["nu_rows"]
             words = np.array([struct.unpack("<Q", rows_map.lookup(struct.pack("<I", i)))[0]
@@ -586,7 +591,8 @@ def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_obj
 
     from hotstack.procs.maps import Mapping
     from hotstack.symbols.elf import ElfFile
-    from hotstack.unwind.kernel_maps import FILE_KEY, MISSING_VALUE, kernel_dev
+    from hotstack.bpf import schema
+    from hotstack.unwind.kernel_maps import kernel_dev
     from hotstack.unwind.kernel_tables import TableCache
 
     paths = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libstdc++.so.6", "/usr/lib/*-linux-gnu/libc.so.6",
@@ -608,7 +614,8 @@ def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_obj
             keys[path] = key
             dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
             sampler.tables.learn_paths([Mapping(0x1000, 0x2000, 0, "r-xp", dev, st.st_ino, path)])
-            sampler.collection.maps["nu_missing"].update(FILE_KEY.pack(*key, 0), MISSING_VALUE.pack(gone, 0, 0x1000, 0x2000))
+            sampler.collection.maps["nu_missing"].update(schema.NU_FILE_KEY.pack(ino=key[0], dev=key[1]),
+                                                       schema.NU_MISSING_VALUE.pack(pid=gone, start=0x1000, end=0x2000))
         waiting = sampler.tables.serve_missing(build_budget_s=0.0)
         first_round = set(sampler.tables.loaded)
         assert keys[big] in first_round, first_round                   # cached: loaded at once

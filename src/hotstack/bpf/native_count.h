@@ -160,7 +160,7 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 	st->stack.end = NU_END_BAD_FP;
 	/* hashed by address: its first NU_STORED_FRAMES and its frame count (the kernel's frame-pointer
 	 * walks stop at perf_event_max_stack, 127 unless raised) */
-	st->ahash = 0xcbf29ce484222325ULL;
+	st->ahash = NU_HASH_BASIS;
 	for (i = 0; i < NU_STORED_FRAMES; i++) {
 		if (i >= st->stack.n)
 			break;

@@ -2,7 +2,7 @@
 /*
  * Native user-stack unwinding in the kernel, with .eh_frame-derived tables in BPF maps.
  *
- * Tables (filled by userspace, unwind/kernel_maps.py; layouts mirrored there):
+ * Tables (filled by userspace, unwind/kernel_maps.py; their records in schema.yaml):
  *   nu_rows   ARRAY of u64, one arena for every file: a row is (file offset << 32 | rule id),
  *             each file's rows sorted and contiguous, so a binary search is one u64 compare
  *             per step. Rows are keyed by file offset, not address: a PC's file offset comes
@@ -46,6 +46,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "arch.h"
+#include "schema.h"
 #include "nu_procs.h"
 
 /* How a queued request (a file without a table, a stale mapping list) wakes userspace: the
@@ -73,14 +74,10 @@
 #define NU_RUNTIME_JIT_STEP(st, pc, index) 1
 #endif
 
-/* Frames a walk records at most (past them the stack ends as NU_END_TRUNCATED: userspace shows a
- * [truncated] frame); the first NU_STORED_FRAMES are stored with the stack's header in
- * native_stacks, the rest of a deeper stack in native_tails (few stacks are: the common map's
- * values stay 1 KiB). */
-#ifndef NU_MAX_FRAMES
-#define NU_MAX_FRAMES 1024
-#endif
-#define NU_STORED_FRAMES 128
+/* Frames a walk records at most: NU_MAX_FRAMES (schema.yaml); past them the stack ends as
+ * NU_END_TRUNCATED (userspace shows a [truncated] frame). The first NU_STORED_FRAMES are stored with
+ * the stack's header in native_stacks, the rest of a deeper stack in native_tails (few stacks are:
+ * the common map's values stay 1 KiB). */
 
 /* Frames per step program: NU_MAX_FRAMES within the kernel's tail calls (32 on 5.10, 33 later),
  * with an interpreter walker in front: 31 programs of 34 frames. The verifier checks every step of
@@ -93,87 +90,8 @@
  * past its 1M instructions, so 5 a program, and a walk there is cut (marked truncated) past 155
  * frames (31 programs). */
 #define NU_LIST_FRAMES_PER_PROG 5
-#define NU_INDEX_SHIFT 10           /* 1 KiB pages of file offsets: ~30 rows a page, the index ~4% of the rows */
 #define NU_PAGE_SEARCH_STEPS 11     /* log2(rows in a page) + 1: at most one row per byte offset */
 #define NU_PAGE_SHIFT 12
-
-/* Rule kinds; the same numbers as unwind/cfi.py (+ KIND_FP_GO, unwind/kernel_tables.py). */
-#define NU_KIND_INVALID 0
-#define NU_KIND_CFA_SP 1
-#define NU_KIND_CFA_FP 2
-#define NU_KIND_PLT 3
-#define NU_KIND_STOP 4
-#define NU_KIND_SIGNAL 5
-#define NU_KIND_FP_GO 7
-#define NU_RBP_SAME (-32768)
-#define NU_RA_SAME (-32768)   /* the return address is still in the link register (arm64) */
-
-/* How a walk ended (struct nu_state.end). */
-enum nu_end {
-	NU_END_NONE = 0,
-	NU_END_ROOT,          /* a STOP row: the process or thread root */
-	NU_END_ZERO,          /* return address 0 (the outermost frame of code without CFI) */
-	NU_END_TRUNCATED,     /* NU_MAX_FRAMES reached */
-	NU_END_NO_MAPPING,    /* a PC in no executable mapping */
-	NU_END_BAD_FP,        /* a frame-pointer step found no frame */
-	NU_END_READ,          /* a stack read faulted */
-	NU_END_INVALID,       /* a rule we cannot evaluate, and no frame pointer */
-	NU_END_EXITED,        /* the task has no address space left (exiting, past exit_mm): its
-	                       * user memory can no longer be read, by this walk or any other
-	                       * (perf's copy of the user stack fails the same way); only the leaf */
-};
-
-/* Per-CPU counters (nu_stats); mirrored in unwind/kernel_maps.py. */
-enum nu_stat {
-	NU_STAT_WALKS = 0,
-	NU_STAT_FRAMES,           /* frames found from tables */
-	NU_STAT_FP_FRAMES,        /* frames found with frame pointers: no table / JIT / invalid rule */
-	NU_STAT_GO_FRAMES,        /* frames found with frame pointers where the table says so (Go) */
-	NU_STAT_NO_TABLE,         /* PCs in a file without a table yet (file queued) */
-	NU_STAT_QUEUE_FULL,       /* ... and the queue was full */
-	NU_STAT_JIT,              /* PCs in anonymous executable memory */
-	NU_STAT_INVALID_RULE,
-	NU_STAT_SIGNAL,           /* signal frames crossed */
-	NU_STAT_RANGES_BUILT,     /* mapping-cache misses: VMA tree walks */
-	NU_STAT_RANGES_BUSY,      /* ... that found no executable VMA */
-	NU_STAT_REMAPPED,         /* ... that found another file (or offset) where a cached mapping was */
-	NU_STAT_NO_RANGES,        /* walks with no mapping cache for the process */
-	NU_STAT_END_ROOT,
-	NU_STAT_END_ZERO,
-	NU_STAT_END_TRUNCATED,
-	NU_STAT_END_NO_MAPPING,
-	NU_STAT_END_BAD_FP,
-	NU_STAT_END_READ,
-	NU_STAT_END_INVALID,
-	NU_STAT_TAIL_CALL_FAILED,
-	NU_STAT_END_EXITED,       /* walks of a task without an address space: not "short of the root" */
-	NU_STAT_TAIL_LOST,        /* deep stacks whose addresses past NU_STORED_FRAMES found no room */
-	NU_STAT_MAX,
-};
-
-struct nu_rule {
-	__u8 kind;
-	__u8 pad;
-	__s16 cfa;      /* CFA offset (from RSP, RBP); PLT: from RSP */
-	__s16 rbp;      /* caller's frame pointer (RBP, x29) at CFA + rbp, NU_RBP_SAME: unchanged; PLT: the (RIP & 15) threshold */
-	__s16 ra;       /* return address at CFA + ra; NU_RA_SAME: in the link register (arm64 x30) */
-};
-
-struct nu_file_key {
-	__u64 ino;
-	__u32 dev;      /* the kernel's dev_t: major << 20 | minor */
-	__u32 pad;
-};
-
-struct nu_file {
-	__u32 first;    /* first row in nu_rows */
-	__u32 count;    /* rows */
-	__u32 index;    /* first page-index word in nu_rows */
-	__u32 base;     /* the page of the first row: its offset >> NU_INDEX_SHIFT */
-	__u32 pages;    /* page-index words */
-	__u32 serial;   /* this load of the table (userspace numbers each from 1): nu_rule_cache's key */
-	__u64 last_use; /* ktime of the last lookup (approximate: updated at most every ~1 s) */
-};
 
 /* A looked-up rule, in a per-CPU direct-mapped cache keyed by (table serial, file offset): the
  * stacks a CPU walks repeat the same return addresses, and one cache line then replaces the search's
@@ -190,44 +108,10 @@ struct nu_cached_rule {
 	struct nu_rule rule;
 };
 
-#define NU_RULE_CACHE_SLOTS 1024
 
 #ifndef barrier
 #define barrier() asm volatile("" ::: "memory")
 #endif
-
-struct nu_missing_value {
-	__u32 pid;
-	__u32 pad;
-	__u64 start;       /* the VMA, for /proc/PID/map_files/START-END */
-	__u64 end;
-};
-
-/* A walked stack: what the includer stores (keyed by its hash). A stack whose every frame is in a
- * file is hashed by (file, file offset) per frame (nu_state.xhash), so the same stack in other
- * processes of the same files (a shell loop's commands, workers of one program) has the same key:
- * stored once, named once. Its addresses are those of the process that stored it first (`pid`),
- * which userspace names it with. A stack with a frame in no file (JIT code, an address in no
- * mapping, an exiting task) is hashed by its addresses and its process. */
-struct nu_stack {
-	__u64 hash;
-	__u32 n;           /* frames in pcs, leaf first */
-	__u32 end;         /* enum nu_end */
-	__u32 pid;         /* the process whose addresses pcs holds */
-	__u32 by_file;     /* 1: hashed by (file, file offset) per frame, 0: by address and process */
-	/* A stack hashed by file: the hash of its callers (every frame but the leaf, by file and file
-	 * offset, with the frame count and the end), and its leaf's file and file offset. A hot
-	 * function's every instruction is a leaf in turn, each a new stack above the same callers: in
-	 * any process of those files, userspace names such a stack from its callers' names and its
-	 * leaf's file offset, with no mappings (a short command's process may be gone by then). 0
-	 * where by_file is 0. */
-	__u64 callers;
-	__u64 leaf_offset;
-	__u64 leaf_ino;
-	__u32 leaf_dev;
-	__u32 pad;
-	__u64 pcs[NU_MAX_FRAMES];
-};
 
 struct nu_state {
 	__u64 pc;
@@ -288,13 +172,6 @@ const volatile __u32 nu_off_task_stack = 0;      /* task_struct.stack (0: unknow
 const volatile __u32 nu_thread_size = 16384;    /* THREAD_SIZE without KASAN (x86-64, arm64 with 4K pages) */
 const volatile __u32 nu_off_mm_vdso = 0;        /* mm_struct.context.vdso (0: unknown) */
 
-/* The vDSO: code in no file, with its own .eh_frame. The kernel's image, the same in every 64-bit
- * process: its mapping (the VMA at mm->context.vdso) gets this file key, under which userspace
- * loads the table of the image (symbols/vdso.py); a stack through it is keyed by address and
- * process (no file names its frames), as before. */
-#define NU_VDSO_INO 1
-#define NU_VDSO_DEV 0xffffffffU
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1 << 20);   /* resized by userspace before loading */
@@ -322,14 +199,6 @@ struct {
 	__type(key, struct nu_file_key);
 	__type(value, struct nu_missing_value);
 } nu_missing SEC(".maps");
-
-/* Processes whose mapping list userspace should write again (a PC in none of them), or, where the
- * program walks the VMA tree, whose addresses [start, end) now hold another file (or offset) than
- * the one met there before (the first such change since userspace last looked). */
-struct nu_remap_value {
-	__u64 start;
-	__u64 end;
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -552,9 +421,9 @@ static __always_inline int nu_lookup_range(struct nu_ranges *pr, struct nu_state
 	}
 	if (!pr->mm)
 		return -1;
-	nu_count(NU_STAT_RANGES_BUILT);
+	nu_count(NU_STAT_VMA_WALKS);
 	if (nu_maple_find(st->mm, pc, out)) {
-		nu_count(NU_STAT_RANGES_BUSY);
+		nu_count(NU_STAT_VMA_WALK_MISSES);
 		return -1;
 	}
 	out->seq = st->seq;
@@ -799,8 +668,8 @@ static __always_inline int nu_signal_step(struct nu_state *st)
 static __always_inline __u64 nu_mix(__u64 h, __u64 word)
 {
 	h ^= word;
-	h *= 0x100000001b3ULL;
-	return h ^ (h >> 29);
+	h *= NU_HASH_PRIME;
+	return h ^ (h >> NU_HASH_SHIFT);
 }
 
 /* The leaf's file and file offset (the first frame), and the callers' hash (struct nu_stack.callers)
@@ -966,9 +835,9 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->stack.n = 0;
 	st->stack.end = NU_END_NONE;
 	st->signal = 0;
-	st->xhash = 0xcbf29ce484222325ULL;
-	st->chash = 0xcbf29ce484222325ULL;
-	st->ahash = 0xcbf29ce484222325ULL;
+	st->xhash = NU_HASH_BASIS;
+	st->chash = NU_HASH_BASIS;
+	st->ahash = NU_HASH_BASIS;
 	st->shared = 1;
 	st->leaf_start = 0;
 	st->leaf_end = 0;

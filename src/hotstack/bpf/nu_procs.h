@@ -10,21 +10,14 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "schema.h"
+
 #define NU_VM_EXEC 0x4
 
 /* struct vm_area_struct's offsets (from the kernel's BTF, written by userspace before loading). */
 const volatile __u32 nu_off_vma_mm = 16;
 const volatile __u32 nu_off_vma_flags = 0;
 const volatile __u32 nu_off_vma_file = 0;
-
-struct nu_range {
-	__u64 start;
-	__u64 end;
-	__s64 to_offset;   /* file offset = pc + to_offset */
-	__u64 ino;         /* 0: anonymous (JIT) */
-	__u32 dev;
-	__u32 seq;         /* walk layout: the address space's stamp when read (nu_mm_stamp) */
-};
 
 /*
  * Per process, its executable mappings, in one of two layouts:
@@ -41,16 +34,6 @@ struct nu_range {
  *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of
  *   them unreachable for good. A PC found in none asks userspace for a fresh list (nu_remap).
  */
-#define NU_CACHE_SLOTS 64
-#define NU_CACHE_SHIFT 16
-struct nu_ranges {
-	__u64 mm;          /* the mm the cache belongs to; 0: written by userspace (no tree walk) */
-	__u32 mapped;      /* executable file mappings made in mm (mappings.bpf.c), where the stamp
-	                    * has no mm_lock_seq: mixed into it */
-	__u32 count;       /* written by userspace: the sorted ranges in r */
-	struct nu_range r[NU_CACHE_SLOTS];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1024);

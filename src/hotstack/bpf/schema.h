@@ -30,6 +30,26 @@
 #define NATIVE_TAIL_WORDS 896
 #define EFAULT 14
 #define EEXIST 17
+#define NU_MAX_FRAMES 1024
+#define NU_STORED_FRAMES 128
+#define NU_CACHE_SLOTS 64
+#define NU_CACHE_SHIFT 16
+#define NU_RULE_CACHE_SLOTS 1024
+#define NU_INDEX_SHIFT 10
+#define NU_KIND_INVALID 0
+#define NU_KIND_CFA_SP 1
+#define NU_KIND_CFA_FP 2
+#define NU_KIND_PLT 3
+#define NU_KIND_STOP 4
+#define NU_KIND_SIGNAL 5
+#define NU_KIND_FP_GO 7
+#define NU_RBP_SAME (-32768)
+#define NU_RA_SAME (-32768)
+#define NU_VDSO_INO 1
+#define NU_VDSO_DEV 0xffffffffU
+#define NU_HASH_BASIS 0xcbf29ce484222325ULL
+#define NU_HASH_PRIME 0x100000001b3ULL
+#define NU_HASH_SHIFT 29
 
 struct trace_context {
 	__u8 trace_id[16];
@@ -329,6 +349,80 @@ struct perl_stack {
 };
 _Static_assert(sizeof(struct perl_stack) == 4120, "struct perl_stack: schema layout");
 
+struct nu_rule {
+	__u8 kind;
+	__u8 pad;
+	__s16 cfa;
+	__s16 rbp;
+	__s16 ra;
+};
+_Static_assert(sizeof(struct nu_rule) == 8, "struct nu_rule: schema layout");
+
+struct nu_file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct nu_file_key) == 16, "struct nu_file_key: schema layout");
+
+struct nu_file {
+	__u32 first;
+	__u32 count;
+	__u32 index;
+	__u32 base;
+	__u32 pages;
+	__u32 serial;
+	__u64 last_use;
+};
+_Static_assert(sizeof(struct nu_file) == 32, "struct nu_file: schema layout");
+
+struct nu_missing_value {
+	__u32 pid;
+	__u32 pad;
+	__u64 start;
+	__u64 end;
+};
+_Static_assert(sizeof(struct nu_missing_value) == 24, "struct nu_missing_value: schema layout");
+
+struct nu_remap_value {
+	__u64 start;
+	__u64 end;
+};
+_Static_assert(sizeof(struct nu_remap_value) == 16, "struct nu_remap_value: schema layout");
+
+struct nu_range {
+	__u64 start;
+	__u64 end;
+	__s64 to_offset;
+	__u64 ino;
+	__u32 dev;
+	__u32 seq;
+};
+_Static_assert(sizeof(struct nu_range) == 40, "struct nu_range: schema layout");
+
+struct nu_ranges {
+	__u64 mm;
+	__u32 mapped;
+	__u32 count;
+	struct nu_range r[NU_CACHE_SLOTS];
+};
+_Static_assert(sizeof(struct nu_ranges) == 2576, "struct nu_ranges: schema layout");
+
+struct nu_stack {
+	__u64 hash;
+	__u32 n;
+	__u32 end;
+	__u32 pid;
+	__u32 by_file;
+	__u64 callers;
+	__u64 leaf_offset;
+	__u64 leaf_ino;
+	__u32 leaf_dev;
+	__u32 pad;
+	__u64 pcs[NU_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct nu_stack) == 8248, "struct nu_stack: schema layout");
+
 enum stat {
 	STAT_SAMPLES = 0,
 	STAT_IDLE = 1,
@@ -420,6 +514,45 @@ enum hs_stat {
 	HS_STAT_TRUNCATED = 3,
 	HS_STAT_STACKS_FULL = 4,
 	HS_STAT_MAX = 5,
+};
+
+enum nu_end {
+	NU_END_NONE = 0,
+	NU_END_ROOT = 1,
+	NU_END_ZERO = 2,
+	NU_END_TRUNCATED = 3,
+	NU_END_NO_MAPPING = 4,
+	NU_END_BAD_FP = 5,
+	NU_END_READ = 6,
+	NU_END_INVALID = 7,
+	NU_END_EXITED = 8,
+};
+
+enum nu_stat {
+	NU_STAT_WALKS = 0,
+	NU_STAT_FRAMES = 1,
+	NU_STAT_FP_FRAMES = 2,
+	NU_STAT_GO_FRAMES = 3,
+	NU_STAT_NO_TABLE = 4,
+	NU_STAT_QUEUE_FULL = 5,
+	NU_STAT_JIT = 6,
+	NU_STAT_INVALID_RULE = 7,
+	NU_STAT_SIGNAL = 8,
+	NU_STAT_VMA_WALKS = 9,
+	NU_STAT_VMA_WALK_MISSES = 10,
+	NU_STAT_REMAPPED = 11,
+	NU_STAT_NO_RANGES = 12,
+	NU_STAT_END_ROOT = 13,
+	NU_STAT_END_ZERO = 14,
+	NU_STAT_END_TRUNCATED = 15,
+	NU_STAT_END_NO_MAPPING = 16,
+	NU_STAT_END_BAD_FP = 17,
+	NU_STAT_END_READ = 18,
+	NU_STAT_END_INVALID = 19,
+	NU_STAT_TAIL_CALL_FAILED = 20,
+	NU_STAT_END_EXITED = 21,
+	NU_STAT_TAIL_LOST = 22,
+	NU_STAT_MAX = 23,
 };
 
 /* group counts */

@@ -29,6 +29,26 @@ NATIVE_STACK_WORDS = 135
 NATIVE_TAIL_WORDS = 896
 EFAULT = 14
 EEXIST = 17
+NU_MAX_FRAMES = 1024
+NU_STORED_FRAMES = 128
+NU_CACHE_SLOTS = 64
+NU_CACHE_SHIFT = 16
+NU_RULE_CACHE_SLOTS = 1024
+NU_INDEX_SHIFT = 10
+NU_KIND_INVALID = 0
+NU_KIND_CFA_SP = 1
+NU_KIND_CFA_FP = 2
+NU_KIND_PLT = 3
+NU_KIND_STOP = 4
+NU_KIND_SIGNAL = 5
+NU_KIND_FP_GO = 7
+NU_RBP_SAME = -32768
+NU_RA_SAME = -32768
+NU_VDSO_INO = 1
+NU_VDSO_DEV = 4294967295
+NU_HASH_BASIS = 14695981039346656037
+NU_HASH_PRIME = 1099511628211
+NU_HASH_SHIFT = 29
 
 TRACE_CONTEXT = Record('trace_context', '<16s8s', ('trace_id', 'span_id'), 24)
 STACK_KEY = Record('stack_key', '<IIiiQQ16s8s', ('pid', 'tid', 'user_stack_id', 'kern_stack_id', 'runtime_stack', 'caller', 'trace_id', 'span_id'), 56)
@@ -57,6 +77,14 @@ HS_STACK = Record('hs_stack', '<IIBB6x', ('len', 'pid', 'walking', 'truncated'),
 PERL_PROC = Record('perl_proc', '<QqQQIHHHHHHHHH2x', ('interp_address', 'tls_offset', 'curcop', 'curstackinfo', 'tls_module', 'interp_mode', 'dtv_entry', 'si_cxstack', 'si_prev', 'si_cxix', 'cx_size', 'cx_oldcop', 'cx_sub_cv', 'cx_retop'), 56)
 PERL_CONTEXT = Record('perl_context', '<QQQBB6x', ('cv', 'oldcop', 'retop', 'type', 'runlevel'), 32)
 PERL_STACK = Record('perl_stack', '<III4xQ', ('len', 'truncated', 'pid', 'curcop'), 4120)
+NU_RULE = Record('nu_rule', '<B1xhhh', ('kind', 'cfa', 'rbp', 'ra'), 8)
+NU_FILE_KEY = Record('nu_file_key', '<QI4x', ('ino', 'dev'), 16)
+NU_FILE = Record('nu_file', '<IIIIIIQ', ('first', 'count', 'index', 'base', 'pages', 'serial', 'last_use'), 32)
+NU_MISSING_VALUE = Record('nu_missing_value', '<I4xQQ', ('pid', 'start', 'end'), 24)
+NU_REMAP_VALUE = Record('nu_remap_value', '<QQ', ('start', 'end'), 16)
+NU_RANGE = Record('nu_range', '<QQqQII', ('start', 'end', 'to_offset', 'ino', 'dev', 'seq'), 40)
+NU_RANGES = Record('nu_ranges', '<QII', ('mm', 'mapped', 'count'), 2576)
+NU_STACK = Record('nu_stack', '<QIIIIQQQI4x', ('hash', 'n', 'end', 'pid', 'by_file', 'callers', 'leaf_offset', 'leaf_ino', 'leaf_dev'), 8248)
 
 PY_STACK_TAIL_OFFSET = 16
 V8_STACK_TAIL_OFFSET = 16
@@ -65,6 +93,11 @@ PHP_STACK_TAIL_OFFSET = 16
 HS_PROC_TAIL_OFFSET = 48
 HS_STACK_TAIL_OFFSET = 16
 PERL_STACK_TAIL_OFFSET = 24
+NU_RANGES_TAIL_OFFSET = 16
+NU_STACK_TAIL_OFFSET = 56
+
+# (field, numpy type) of every byte of the structs read as numpy arrays: np.dtype(list(...))
+NU_RULE_COLUMNS = (('kind', 'u1'), ('pad', 'u1'), ('cfa', '<i2'), ('rbp', '<i2'), ('ra', '<i2'))
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
@@ -136,6 +169,58 @@ HS_STAT_NO_BLOB = 2
 HS_STAT_TRUNCATED = 3
 HS_STAT_STACKS_FULL = 4
 HS_STAT_MAX = 5
+
+NU_END_NONE = 0
+NU_END_ROOT = 1
+NU_END_ZERO = 2
+NU_END_TRUNCATED = 3
+NU_END_NO_MAPPING = 4
+NU_END_BAD_FP = 5
+NU_END_READ = 6
+NU_END_INVALID = 7
+NU_END_EXITED = 8
+
+NU_STAT_WALKS = 0
+NU_STAT_FRAMES = 1
+NU_STAT_FP_FRAMES = 2
+NU_STAT_GO_FRAMES = 3
+NU_STAT_NO_TABLE = 4
+NU_STAT_QUEUE_FULL = 5
+NU_STAT_JIT = 6
+NU_STAT_INVALID_RULE = 7
+NU_STAT_SIGNAL = 8
+NU_STAT_VMA_WALKS = 9
+NU_STAT_VMA_WALK_MISSES = 10
+NU_STAT_REMAPPED = 11
+NU_STAT_NO_RANGES = 12
+NU_STAT_END_ROOT = 13
+NU_STAT_END_ZERO = 14
+NU_STAT_END_TRUNCATED = 15
+NU_STAT_END_NO_MAPPING = 16
+NU_STAT_END_BAD_FP = 17
+NU_STAT_END_READ = 18
+NU_STAT_END_INVALID = 19
+NU_STAT_TAIL_CALL_FAILED = 20
+NU_STAT_END_EXITED = 21
+NU_STAT_TAIL_LOST = 22
+NU_STAT_MAX = 23
+
+# Each enum's names in the order of their values.
+ENUMS = {
+    'stat': ('STAT_SAMPLES', 'STAT_IDLE', 'STAT_FILTERED', 'STAT_COUNTS_FULL', 'STAT_USTACK_COLLISION', 'STAT_KSTACK_COLLISION', 'STAT_USTACK_ERROR', 'STAT_KSTACK_ERROR', 'STAT_MAX'),
+    'announce': ('ANNOUNCE_NONE', 'ANNOUNCE_NEW', 'ANNOUNCE_EXEC'),
+    'py_stat': ('PY_STAT_WALKS', 'PY_STAT_NO_THREAD', 'PY_STAT_TRUNCATED', 'PY_STAT_STACKS_FULL', 'PY_STAT_STORED', 'PY_STAT_SNAPS', 'PY_STAT_SNAPS_LOST', 'PY_STAT_MAX'),
+    'rb_ec_mode': ('RB_EC_NONE', 'RB_EC_DTV', 'RB_EC_TP', 'RB_EC_GLOBAL', 'RB_EC_RACTOR'),
+    'rb_stat': ('RB_STAT_WALKS', 'RB_STAT_NO_EC', 'RB_STAT_TRUNCATED', 'RB_STAT_STACKS_FULL', 'RB_STAT_MAX'),
+    'php_stat': ('PHP_STAT_WALKS', 'PHP_STAT_NO_FRAME', 'PHP_STAT_TRUNCATED', 'PHP_STAT_STACKS_FULL', 'PHP_STAT_MAX'),
+    'perl_interp_mode': ('PERL_INTERP_NONE', 'PERL_INTERP_DTV', 'PERL_INTERP_TP', 'PERL_INTERP_GLOBAL', 'PERL_INTERP_STATIC'),
+    'perl_stat': ('PERL_STAT_WALKS', 'PERL_STAT_NO_INTERP', 'PERL_STAT_TRUNCATED', 'PERL_STAT_STACKS_FULL', 'PERL_STAT_MAX'),
+    'v8_stat': ('V8_STAT_WALKS', 'V8_STAT_FRAMES', 'V8_STAT_TRUNCATED', 'V8_STAT_STACKS_FULL', 'V8_STAT_MAX'),
+    'hs_kind': ('HS_KIND_NONE', 'HS_KIND_INTERPRETED', 'HS_KIND_COMPILED', 'HS_KIND_BLOB_FP'),
+    'hs_stat': ('HS_STAT_WALKS', 'HS_STAT_FRAMES', 'HS_STAT_NO_BLOB', 'HS_STAT_TRUNCATED', 'HS_STAT_STACKS_FULL', 'HS_STAT_MAX'),
+    'nu_end': ('NU_END_NONE', 'NU_END_ROOT', 'NU_END_ZERO', 'NU_END_TRUNCATED', 'NU_END_NO_MAPPING', 'NU_END_BAD_FP', 'NU_END_READ', 'NU_END_INVALID', 'NU_END_EXITED'),
+    'nu_stat': ('NU_STAT_WALKS', 'NU_STAT_FRAMES', 'NU_STAT_FP_FRAMES', 'NU_STAT_GO_FRAMES', 'NU_STAT_NO_TABLE', 'NU_STAT_QUEUE_FULL', 'NU_STAT_JIT', 'NU_STAT_INVALID_RULE', 'NU_STAT_SIGNAL', 'NU_STAT_VMA_WALKS', 'NU_STAT_VMA_WALK_MISSES', 'NU_STAT_REMAPPED', 'NU_STAT_NO_RANGES', 'NU_STAT_END_ROOT', 'NU_STAT_END_ZERO', 'NU_STAT_END_TRUNCATED', 'NU_STAT_END_NO_MAPPING', 'NU_STAT_END_BAD_FP', 'NU_STAT_END_READ', 'NU_STAT_END_INVALID', 'NU_STAT_TAIL_CALL_FAILED', 'NU_STAT_END_EXITED', 'NU_STAT_TAIL_LOST', 'NU_STAT_MAX'),
+}
 
 # Map names; BUFFERED maps exist as NAME_0 and NAME_1 (see buffered()).
 MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups', 'plain_images', 'runtime_comms', 'traces_ctx_v1', 'filter_comms', 'python_procs', 'py_scratch', 'py_window', 'py_tstates', 'py_known', 'py_codes', 'py_code_sent', 'py_stats', 'v8_procs', 'v8_scratch', 'v8_stats', 'ruby_procs', 'rb_scratch', 'rb_stats', 'php_procs', 'php_scratch', 'php_stats', 'hs_procs', 'hs_current', 'hs_scratch', 'hs_stats', 'perl_procs', 'perl_scratch', 'perl_stats', 'off_cpu_threads')

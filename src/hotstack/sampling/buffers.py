@@ -108,15 +108,20 @@ def is_lost(stack_id: int, stack: tuple | None) -> bool:
 
 
 def parse_native_stack(raw: bytes) -> tuple[int, ...]:
-    """A native_stacks_<b> value (struct nu_stack, bpf/native_unwind.h): its header, then addresses."""
-    n = NATIVE_STACK_HEADER.unpack_from(raw)[1]
-    return struct.unpack_from(f"<{min(n, (len(raw) - NATIVE_STACK_HEADER.size) // 8)}Q", raw, NATIVE_STACK_HEADER.size)
+    """A native_stacks_<b> value (struct nu_stack): its header, then addresses."""
+    n = NATIVE_STACK_HEADER.unpack_from(raw)[_H_N]
+    return struct.unpack_from(f"<{min(n, (len(raw) - _PCS) // 8)}Q", raw, _PCS)
 
 
-# struct nu_stack's header: hash, frames, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev, pad
-NATIVE_STACK_HEADER = struct.Struct("<QIIIIQQQII")
-NU_END_TRUNCATED = 3      # enum nu_end (bpf/native_unwind.h): the walk reached NU_MAX_FRAMES
-_NO_HEADER = (0,) * 10
+# struct nu_stack's header (hash, n, end, pid, by_file, callers, leaf_offset, leaf_ino, leaf_dev),
+# unpacked into a plain tuple and read by position; its addresses from _PCS on
+NATIVE_STACK_HEADER = schema.NU_STACK.struct
+_PCS = schema.NU_STACK_TAIL_OFFSET
+_H_HASH, _H_N, _H_END, _H_PID, _H_BY_FILE, _H_CALLERS, _H_LEAF_OFFSET, _H_LEAF_INO, _H_LEAF_DEV = (
+    schema.NU_STACK.fields.index(name) for name in ("hash", "n", "end", "pid", "by_file", "callers", "leaf_offset",
+                                                    "leaf_ino", "leaf_dev"))
+NU_END_TRUNCATED = schema.NU_END_TRUNCATED
+_NO_HEADER = (0,) * len(schema.NU_STACK.fields)
 
 
 # The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next
@@ -170,9 +175,9 @@ class StackReader:
 
     def user_stack(self, stack_id: int) -> tuple[tuple[int, ...] | None, tuple[int, int, int, int, int]]:
         """(the user stack of an id (None: asked for and not stored; empty: not asked for), its
-        header: (hash, frames, end, pid, by file, callers, leaf offset, leaf inode, leaf device, pad) of a
-        kernel-unwound stack (struct nu_stack; pid:
-        the process whose addresses it holds), zeros for the kernel's stack maps (--unwind fp),
+        header: (hash, frames, end, pid, by file, callers, leaf offset, leaf inode, leaf device) of a
+        kernel-unwound stack (struct nu_stack; pid: the process whose addresses it holds), zeros for
+        the kernel's stack maps (--unwind fp),
         whose stacks are each sample's own). Each id is parsed once, its header with it."""
         found = self._users.get(stack_id)
         if found is None:
@@ -182,7 +187,7 @@ class StackReader:
                 raw = self._user_stacks().get(stack_id)
                 header = NATIVE_STACK_HEADER.unpack_from(raw) if raw is not None else _NO_HEADER
                 stack = self._parse_user(raw) if raw is not None else None
-                if stack is not None and header[1] > len(stack):
+                if stack is not None and header[_H_N] > len(stack):
                     stack, header = self._with_tail(stack_id, stack, header)
             else:
                 stack, header = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user), _NO_HEADER
@@ -198,8 +203,10 @@ class StackReader:
                 self.tails.any_key() else {}
         tail = self._tail_raw.get(stack_id)
         if tail is None:
-            return stack, (0, len(stack), NU_END_TRUNCATED, header[3], 0, 0, 0, 0, 0, 0)
-        rest = min(header[1] - len(stack), len(tail) // 8)
+            cut = schema.NU_STACK.tuple._make(_NO_HEADER)._replace(n=len(stack), end=NU_END_TRUNCATED,
+                                                                  pid=header[_H_PID])
+            return stack, tuple(cut)
+        rest = min(header[_H_N] - len(stack), len(tail) // 8)
         return stack + struct.unpack_from(f"<{rest}Q", tail), header
 
     def kernel_stack(self, stack_id: int) -> tuple[int, ...] | None:
@@ -303,13 +310,14 @@ def raw_stacks(drained: list[tuple[bytes, bytes]], stacks: StackReader) -> list[
         if not ustack:
             header = _NO_HEADER
         kstack = kernel_stack(kern_id)
-        owner = header[3]
+        owner = header[_H_PID]
         # (a caller put in is not in the kernel's hash: such a stack is not checked)
-        by_file = header[4] and user is ustack
+        by_file = header[_H_BY_FILE] and user is ustack
         append(_new_raw_stack(RawStack, (
             pid, k[_K_TID], comm, user, kstack or (), count[_C_VALUE], is_lost(user_id, ustack),
             is_lost(kern_id, kstack), k[_K_RUNTIME], k[_K_TRACE], k[_K_SPAN], owner if owner != pid else 0,
-            header[0] if by_file else 0, header[2], header[5] if by_file else 0, header[7], header[8], header[6])))
+            header[_H_HASH] if by_file else 0, header[_H_END], header[_H_CALLERS] if by_file else 0,
+            header[_H_LEAF_INO], header[_H_LEAF_DEV], header[_H_LEAF_OFFSET])))
     return out
 
 

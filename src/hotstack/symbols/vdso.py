@@ -11,12 +11,13 @@ import ctypes
 import os
 import struct
 
+from ..bpf import schema
 from .elf import ElfError, ElfFile
 from .symtab import SymbolTable
 
 # NU_VDSO_INO, NU_VDSO_DEV (bpf/native_unwind.h): a device number no file has (major 4095,
 # minor 0xfffff), so the key never names a real file.
-VDSO_KEY = (1, 0xFFFFFFFF)
+VDSO_KEY = (schema.NU_VDSO_INO, schema.NU_VDSO_DEV)
 VDSO_PATH = "[vdso]"
 AT_SYSINFO_EHDR = 33
 MAX_VDSO_BYTES = 1 << 20

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import struct
 
-# Row kinds (also the table's `kind` column).
-KIND_INVALID = 0     # no rule we can evaluate: fall back to frame pointers
-KIND_CFA_SP = 1      # CFA = RSP + cfa_offset
-KIND_CFA_FP = 2      # CFA = RBP + cfa_offset
-KIND_PLT = 3         # CFA = RSP + cfa_offset + ((RIP & 15) >= rbp_offset) * 8  (PLT stubs)
-KIND_STOP = 4        # return address undefined: outermost frame
-KIND_SIGNAL = 5      # signal trampoline: registers are in the rt_sigframe at RSP
+from ..bpf import schema
+
+# Row kinds (also the table's `kind` column): the kernel unwinder's numbers (struct nu_rule.kind),
+# so that a rule reaches it as is.
+KIND_INVALID = schema.NU_KIND_INVALID   # no rule we can evaluate: fall back to frame pointers
+KIND_CFA_SP = schema.NU_KIND_CFA_SP     # CFA = RSP + cfa_offset
+KIND_CFA_FP = schema.NU_KIND_CFA_FP     # CFA = RBP + cfa_offset
+KIND_PLT = schema.NU_KIND_PLT           # CFA = RSP + cfa_offset + ((RIP & 15) >= rbp_offset) * 8  (PLT stubs)
+KIND_STOP = schema.NU_KIND_STOP         # return address undefined: outermost frame
+KIND_SIGNAL = schema.NU_KIND_SIGNAL     # signal trampoline: registers are in the rt_sigframe at RSP
 KIND_END = 6         # parser-internal: the end of an FDE (INVALID unless another FDE starts there)
 KIND_NAMES = ("invalid", "cfa=sp", "cfa=fp", "plt", "stop", "signal")
 

@@ -9,11 +9,8 @@
   tables of files no sample has touched for the longest when the arena is full. Every drop is
   counted (`counters()`).
 
-Layouts mirrored from native_unwind.h: struct nu_file_key {u64 ino; u32 dev; u32 pad},
-struct nu_file {u32 first, count, index, base, pages, serial; u64 last_use} (a file's arena space
-is its page index, then its rows), struct nu_range {u64 start, end; s64
-to_offset; u64 ino; u32 dev, seq}, struct nu_ranges {u64 mm; u32 mapped, count; nu_range r[64]}
-(slot = (pc >> 16) % 64), struct nu_missing_value {u32 pid, pad; u64 start, end}.
+The maps' records (struct nu_file_key, nu_file, nu_rule, nu_range, nu_ranges, nu_missing_value,
+nu_remap_value) and the constants both sides use come from bpf/schema.yaml (bpf/schema.py here).
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..bpf import schema
 from ..ebpf.btf import kernel_btf
 from ..ebpf.errors import SyscallError
 from ..ebpf.links import btf_target_id
@@ -45,14 +43,6 @@ from ..symbols.vdso import VDSO_KEY, VDSO_PATH, vdso_fd
 log = logging.getLogger("hotstack.unwind")
 
 MAPPED_PROGRAM = "hotstack_mapped"   # bpf/mappings.bpf.c
-CACHE_SLOTS = 64                 # NU_CACHE_SLOTS: the mappings one process's list holds
-RULE_CACHE_SLOTS = 1024          # NU_RULE_CACHE_SLOTS: looked-up rules each CPU remembers
-FILE_KEY = struct.Struct("<QII")
-FILE_VALUE = struct.Struct("<IIIIIIQ")
-LAST_USE = 6                     # FILE_VALUE's last_use field
-RANGE = struct.Struct("<QQqQII")
-RANGES_HEADER = struct.Struct("<QII")
-MISSING_VALUE = struct.Struct("<IIQQ")
 # 32 MiB of rows: ~120 files the size of libc, hundreds of small ones; one large C++ library
 # (libLLVM: 1M rows) took half of the former 16 MiB on a developer host, and evictions churned.
 DEFAULT_ROWS = 1 << 22
@@ -61,10 +51,9 @@ DEFAULT_ROWS = 1 << 22
 BUILD_BUDGET_S = 0.2
 KNOWN_PATHS = 16384              # (ino, dev) -> path entries remembered for files of exited processes
 
-STAT_NAMES = ("walks", "frames", "fp_frames", "go_frames", "no_table", "queue_full", "jit", "invalid_rule",
-              "signal", "vma_walks", "vma_walk_misses", "remapped", "no_ranges", "end_root", "end_zero",
-              "end_truncated", "end_no_mapping", "end_bad_fp", "end_read", "end_invalid", "tail_call_failed",
-              "end_exited", "tail_lost")
+# the nu_stats counters by index: enum nu_stat's names, in lower case without NU_STAT_
+STAT_NAMES = tuple(name.removeprefix("NU_STAT_").lower() for name in schema.ENUMS["nu_stat"] if name != "NU_STAT_MAX")
+_U32 = struct.Struct("<I")       # the maps keyed by tgid or index
 
 
 def kernel_dev(st_dev: int) -> int:
@@ -79,14 +68,13 @@ def maps_dev(field: str) -> int:
     return (major << 20) | minor
 
 
-_HASH_BASIS = 0xcbf29ce484222325
 _U64 = (1 << 64) - 1
 
 
 def _mix(h: int, word: int) -> int:
     """nu_mix (bpf/native_unwind.h): one word more into a running hash."""
-    h = ((h ^ word) * 0x100000001b3) & _U64
-    return h ^ (h >> 29)
+    h = ((h ^ word) * schema.NU_HASH_PRIME) & _U64
+    return h ^ (h >> schema.NU_HASH_SHIFT)
 
 
 # (inode, device) as /proc/PID/maps shows a file on an overlay -> (inode, device) the kernel
@@ -101,7 +89,7 @@ def file_stack_hash(mappings, pcs: tuple[int, ...], end: int) -> int | None:
     procs.MappingIndex); None if an address is in none of its file mappings. Equal to the
     kernel's: the addresses were walked in those files (a file on an overlay by the numbers of
     the layer's file under it, once its table was opened through a mapping)."""
-    h = _HASH_BASIS
+    h = schema.NU_HASH_BASIS
     layers = _LAYER_FILES
     for i, pc in enumerate(pcs):
         m = mappings.find(pc - 1 if i else pc)     # (a return address: its call is before it)
@@ -196,7 +184,7 @@ def configure(spec, rows: int = DEFAULT_ROWS, kernel_vma_walk: bool | None = Non
     except KeyError:
         pass
     spec.set_constant("nu_kernel_vma_walk", int(walk))
-    spec.maps["nu_rule_cache"].max_entries = RULE_CACHE_SLOTS * possible_cpus()   # each CPU its own slots
+    spec.maps["nu_rule_cache"].max_entries = schema.NU_RULE_CACHE_SLOTS * possible_cpus()   # each CPU its own slots
     spec.maps["nu_rows"].max_entries = rows
     # rows are written through a shared mapping of the array: a table of 500k rows took ~0.5 s
     # of kernel time as a batch update (the kernel updates element by element), a copy takes ms
@@ -320,7 +308,7 @@ class NativeTables:
             ids, new_rules = self.rules.ids_for(table.rules)
             self.counters.rules_full = self.rules.dropped
             for gid, raw in new_rules:
-                self.rules_map.update(struct.pack("<I", gid), raw)
+                self.rules_map.update(_U32.pack(gid), raw)
             rows = table.rows_u64(ids) if len(table) else np.zeros(1, np.uint64)
             # (an empty table gets one invalid row, so that the file is known: frame pointers)
             # the page index, then the rows after it: two writes, no joined copy of the rows
@@ -329,9 +317,9 @@ class NativeTables:
             # each load its own serial: the kernel's per-CPU rule cache keys on it, so that no entry
             # of an evicted table can match the table loaded in its place
             self._serial += 1
-            value = FILE_VALUE.pack(first + len(index), len(rows), first, base, len(index), self._serial,
-                                    time.monotonic_ns())
-            self.files_map.update(FILE_KEY.pack(ino, dev, 0), value)
+            value = schema.NU_FILE.pack(first=first + len(index), count=len(rows), index=first, base=base,
+                                        pages=len(index), serial=self._serial, last_use=time.monotonic_ns())
+            self.files_map.update(_file_key(ino, dev), value)
             self.loaded[(ino, dev)] = _Loaded(first, count, table.key, path)
             self.counters.files_loaded += 1
             return True
@@ -388,8 +376,8 @@ class NativeTables:
         `count` contiguous rows are free or nothing is left to drop."""
         ages = []
         for key, loaded in self.loaded.items():
-            raw = self.files_map.lookup(FILE_KEY.pack(key[0], key[1], 0))
-            last_use = FILE_VALUE.unpack_from(raw)[LAST_USE] if raw else 0
+            raw = self.files_map.lookup(_file_key(*key))
+            last_use = schema.NU_FILE.unpack(raw).last_use if raw else 0
             ages.append((last_use, key))
         ages.sort()
         for _, key in ages:
@@ -402,7 +390,7 @@ class NativeTables:
         if loaded is None:
             return
         # the file map entry goes first: no walk starts a search in rows about to be reused
-        self.files_map.delete(FILE_KEY.pack(key[0], key[1], 0))
+        self.files_map.delete(_file_key(*key))
         self._release(loaded.first, loaded.count)
         self.counters.files_evicted += 1
 
@@ -456,10 +444,10 @@ class NativeTables:
 
     def _take_queued(self, limit: int) -> None:
         for raw_key, raw_value in self.missing_map.items():
-            ino, dev, _ = FILE_KEY.unpack(raw_key)
-            pid, _, start, end = MISSING_VALUE.unpack(raw_value)
+            file, missing = schema.NU_FILE_KEY.unpack(raw_key), schema.NU_MISSING_VALUE.unpack(raw_value)
+            pid, start, end = missing.pid, missing.start, missing.end
             self.missing_map.delete(raw_key)
-            key = (ino, dev)
+            key = (file.ino, file.dev)
             if key in self.loaded or key in self._pending:
                 continue
             if len(self._pending) >= limit:
@@ -555,21 +543,21 @@ class NativeTables:
 
     def write_process(self, pid: int) -> bool:
         """The userspace path (kernels without a VMA tree to walk): pid's executable mappings, sorted
-        by start, for the program's binary search. A process with more than CACHE_SLOTS of them
+        by start, for the program's binary search. A process with more than NU_CACHE_SLOTS of them
         keeps the largest; PCs in the others end the walk, counted as no mapping."""
         ranges = _exec_mappings(pid)
         if not ranges:
             return False
-        kept = sorted(sorted(ranges, key=lambda r: r[1] - r[0], reverse=True)[:CACHE_SLOTS])
-        body = bytearray(RANGES_HEADER.size + RANGE.size * CACHE_SLOTS)
-        RANGES_HEADER.pack_into(body, 0, 0, 0, len(kept))
+        kept = sorted(sorted(ranges, key=lambda r: r[1] - r[0], reverse=True)[:schema.NU_CACHE_SLOTS])
+        body = bytearray(schema.NU_RANGES.size)
+        body[:schema.NU_RANGES_TAIL_OFFSET] = schema.NU_RANGES.pack(count=len(kept))
         for i, (start, end, offset, ino, dev, path) in enumerate(kept):
             if not ino and path == VDSO_PATH:
                 ino, dev = VDSO_KEY
             # pc + to_offset wraps in 64 bits in the kernel: store the difference the same way
             to_offset = (offset - start + (1 << 63)) % (1 << 64) - (1 << 63)
-            RANGE.pack_into(body, RANGES_HEADER.size + i * RANGE.size, start, end, to_offset, ino, dev, 0)
-        self.procs_map.update(struct.pack("<I", pid), bytes(body))
+            schema.NU_RANGE.struct.pack_into(body, _range_offset(i), start, end, to_offset, ino, dev, 0)
+        self.procs_map.update(_U32.pack(pid), bytes(body))
         self._written[pid] = time.monotonic()
         return True
 
@@ -579,7 +567,7 @@ class NativeTables:
         call (struct nu_remap_value)."""
         if self.remap_map is None or not self.remap_map.any_key():
             return []
-        return [(struct.unpack("<I", key)[0], *struct.unpack("<QQ", value)) for key, value in self.remap_map.drain()]
+        return [(_U32.unpack(key)[0], *schema.NU_REMAP_VALUE.unpack(value)) for key, value in self.remap_map.drain()]
 
     def serve_remaps(self, min_interval: float = 1.0) -> int:
         """The userspace path: write again the mapping lists of processes the program met a PC
@@ -589,7 +577,7 @@ class NativeTables:
         done, now = 0, time.monotonic()
         for raw_key, _ in self.remap_map.items():
             self.remap_map.delete(raw_key)
-            (pid,) = struct.unpack("<I", raw_key)
+            (pid,) = _U32.unpack(raw_key)
             if now - self._written.get(pid, -min_interval) >= min_interval and self.write_process(pid):
                 done += 1
         if len(self._written) > 4 * 1024:       # forget processes written long ago
@@ -602,12 +590,12 @@ class NativeTables:
         start, end, file offset, inode, device), as procs.Mapping objects with a path checked to
         open that very file; for a process that exited before userspace read its maps (a short
         command on a loaded host), whose frames are otherwise unnamed. Empty if none is known."""
-        raw = self.procs_map.lookup(struct.pack("<I", pid))
+        raw = self.procs_map.lookup(_U32.pack(pid))
         if raw is None:
             return []
         found = {}
-        for i in range(CACHE_SLOTS):
-            start, end, to_offset, ino, dev, _ = RANGE.unpack_from(raw, RANGES_HEADER.size + i * RANGE.size)
+        for i in range(schema.NU_CACHE_SLOTS):
+            start, end, to_offset, ino, dev, _ = schema.NU_RANGE.unpack(raw, _range_offset(i))
             if end <= start or not ino or start in found:
                 continue
             path = self.path_of(ino, dev)
@@ -651,6 +639,16 @@ class NativeTables:
         for m in (self.rows_map, self.rules_map, self.files_map, self.procs_map, self.missing_map):
             sizes[m.name] = m.spec.max_entries * (m.spec.value_size + (m.spec.key_size if m.spec.type != 2 else 0))
         return sizes
+
+
+def _file_key(ino: int, dev: int) -> bytes:
+    """A key of nu_files and nu_missing (struct nu_file_key)."""
+    return schema.NU_FILE_KEY.pack(ino=ino, dev=dev)
+
+
+def _range_offset(slot: int) -> int:
+    """Where struct nu_ranges holds its `slot`th struct nu_range."""
+    return schema.NU_RANGES_TAIL_OFFSET + slot * schema.NU_RANGE.size
 
 
 def _exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:

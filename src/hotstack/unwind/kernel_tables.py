@@ -30,18 +30,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cache_files
+from ..bpf import schema
 from ..symbols.elf import ElfError, ElfFile
 from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
 from .builder import build_table_fast
 from .table import UnwindTable
 
-KIND_FP_GO = 7              # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
-RBP_SAME_K = -32768          # kernel encoding of "RBP unchanged" (s16)
-RA_SAME_K = -32768           # ... of "the return address is in the link register" (arm64; NU_RA_SAME)
-RULE_DTYPE = np.dtype([("kind", "u1"), ("pad", "u1"), ("cfa", "<i2"), ("rbp", "<i2"), ("ra", "<i2")])
+KIND_FP_GO = schema.NU_KIND_FP_GO      # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
+RBP_SAME_K = schema.NU_RBP_SAME        # the kernel's "RBP unchanged" (s16)
+RA_SAME_K = schema.NU_RA_SAME          # ... "the return address is in the link register" (arm64)
+RULE_DTYPE = np.dtype(list(schema.NU_RULE_COLUMNS))     # struct nu_rule
 MAX_ROWS_PER_FILE = 1 << 22
-INDEX_SHIFT = 10            # NU_INDEX_SHIFT: the page index's pages, 1 KiB of file offsets
+INDEX_SHIFT = schema.NU_INDEX_SHIFT    # the page index's pages, 1 KiB of file offsets
 CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
 DEFAULT_MAX_BYTES = 32 << 20
 
