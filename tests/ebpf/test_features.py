@@ -35,10 +35,10 @@ def test_unknown_helper_is_read_from_verifier_logs():
 
 def _profile_spec():
     """The CPU sampler's object as the default (--unwind kernel) loads it."""
-    from hotstack.unwind import kernel_maps
+    from hotstack.unwind import kernel_config
 
     spec = ebpf.load_spec(object_path("profile"), map_prefix="hstest")
-    kernel_maps.configure(spec)
+    kernel_config.configure(spec)
     spec.set_constant("unwind_in_kernel", 1)
     return spec
 

@@ -20,10 +20,10 @@ def configured_spec() -> ebpf.CollectionSpec:
     """The sampling object as the engine loads it on this kernel: the kernel unwinder's constants
     set from this kernel's BTF (left at zero, it would be the path for kernels without a VMA
     tree, which the kernel matrix loads on the kernels that take it: tests/kernels)."""
-    from hotstack.unwind import kernel_maps
+    from hotstack.unwind import kernel_config
 
     spec = ebpf.load_spec(object_path(), map_prefix="hstest")
-    kernel_maps.configure(spec)
+    kernel_config.configure(spec)
     return spec
 
 

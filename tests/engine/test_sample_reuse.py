@@ -171,7 +171,7 @@ def test_a_stack_new_only_by_its_leaf_is_named_from_its_callers_and_its_leaf_off
     and file offset (a hot function's every instruction is a leaf in turn, in a short command's
     process that may be gone by then). Its frames are those its own process's mappings give; a leaf
     in a file no process's mapping named before, or callers of another depth, take the pass."""
-    from hotstack.unwind.kernel_maps import maps_dev
+    from hotstack.unwind.kernel_files import maps_dev
 
     maker, symbolizer, processes, (one, at_one), (two, at_two) = two_sleepers
     libc = processes.get(two).mappings.find(at_two[0])
@@ -218,7 +218,7 @@ def test_a_remapped_process_never_names_a_changed_range_with_maps_that_do_not_fi
     names = [f.name for f in sample.stack]
     assert names[:2] == [UNKNOWN, UNKNOWN] and names[2] != UNKNOWN, names
     # a stack whose hash fits the maps is named in full
-    from hotstack.unwind.kernel_maps import file_stack_hash
+    from hotstack.unwind.kernel_files import file_stack_hash
     fits = file_stack_hash(info.mappings, stack, 1)
     sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_hash=fits, user_end=1),
                              strip_bpf=True)

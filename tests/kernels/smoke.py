@@ -144,20 +144,20 @@ def item_programs(w: Path) -> str:
     from hotstack.ebpf import links
     from hotstack.ebpf import features
     from hotstack.sampling.runtime_maps import LOOP_SUFFIX
-    from hotstack.unwind import kernel_maps
-    from hotstack.unwind.kernel_maps import has_maple_tree
+    from hotstack.unwind import kernel_config
+    from hotstack.unwind.kernel_config import has_maple_tree
 
     loaded, notes = [], []
     names = ["profile", "offcpu", "probe", "exec"]
-    if has_maple_tree() and not kernel_maps.has_mm_lock_seq():
+    if has_maple_tree() and not kernel_config.has_mm_lock_seq():
         names.append("mappings")     # beside the unwinder where it walks the VMA tree before 6.4
     for name in names:
         spec = ebpf.load_spec(object_path(name), map_prefix="smoke")
         if "unwind_in_kernel" in spec.variables:      # as the default, --unwind kernel, loads it
-            kernel_maps.configure(spec)
+            kernel_config.configure(spec)
             spec.set_constant("unwind_in_kernel", 1)
         if name == "mappings":
-            kernel_maps.configure_mapped(spec)       # (a KeyError: no vma_store tracepoint)
+            kernel_config.configure_mapped(spec)       # (a KeyError: no vma_store tracepoint)
         links.resolve_btf_targets(spec)              # tp_btf/sched_switch
         for key in [k for k, p in spec.programs.items() if p.section in ("fentry", "fexit")]:
             del spec.programs[key]
@@ -227,7 +227,7 @@ def item_remap(w: Path) -> str:
     executable mappings made (bpf/mappings.bpf.c, on the vma_store tracepoint of 6.1-6.3): the
     libraries are of equal page counts there too, unless that tracepoint is missing."""
     from hotstack.ebpf import links
-    from hotstack.unwind.kernel_maps import has_maple_tree, has_mm_lock_seq
+    from hotstack.unwind.kernel_config import has_maple_tree, has_mm_lock_seq
 
     if not has_maple_tree():
         raise Off("no maple tree: the kernel unwinder cannot tell a library loaded where another was")

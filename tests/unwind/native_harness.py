@@ -10,7 +10,8 @@ from pathlib import Path
 
 from hotstack.bpf import schema
 from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
-from hotstack.unwind.kernel_maps import NativeTables, configure
+from hotstack.unwind.kernel_config import configure
+from hotstack.unwind.kernel_maps import NativeTables
 from hotstack.unwind.kernel_tables import TableCache
 
 HERE = Path(__file__).resolve().parent

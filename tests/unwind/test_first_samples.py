@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _key(path: str) -> tuple[int, int]:
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
 
     st = os.stat(path)
     return st.st_ino, kernel_dev(st.st_dev)
@@ -78,9 +78,10 @@ def test_a_forked_childs_file_is_opened_through_its_parent(build_dir, workloads,
 def test_the_loader_and_c_library_are_loaded_as_sampling_begins():
     """Before any process of them is sampled (no process has the comm sampled)."""
     from hotstack.sampling import Engine, EngineConfig
-    from hotstack.unwind.kernel_maps import SHARED_FILES, _exec_mappings
+    from hotstack.unwind.kernel_files import exec_mappings
+    from hotstack.unwind.kernel_maps import SHARED_FILES
 
-    shared = {(ino, dev): path for _s, _e, _o, ino, dev, path in _exec_mappings(os.getpid())
+    shared = {(ino, dev): path for _s, _e, _o, ino, dev, path in exec_mappings(os.getpid())
               if ino and SHARED_FILES.match(os.path.basename(path))}
     assert any("ld-" in path for path in shared.values()) and any("libc" in path for path in shared.values()), shared
     engine = Engine(EngineConfig(frequency=99, comms=("no-such-comm",), unwind="kernel", runtime_frames=False))

@@ -228,7 +228,7 @@ def test_userspace_mapping_list_holds_every_executable_mapping(native_object, ch
     (a direct-mapped cache lost the program's own text about half the time, when ASLR put it in
     the same slot as a chunk of libc)."""
     from hotstack.bpf import schema
-    from hotstack.unwind.kernel_maps import _exec_mappings
+    from hotstack.unwind.kernel_files import exec_mappings
 
     w = workloads([chain, "busy"])
     sampler = NativeSampler(native_object, target=w.pid, kernel_vma_walk=False)
@@ -240,8 +240,8 @@ def test_userspace_mapping_list_holds_every_executable_mapping(native_object, ch
     count = schema.NU_RANGES.unpack(raw).count
     written = [schema.NU_RANGE.unpack(raw, schema.NU_RANGES_TAIL_OFFSET + i * schema.NU_RANGE.size)[:2]
                for i in range(count)]
-    assert written == sorted((s, e) for s, e, *_ in _exec_mappings(w.pid))
-    assert any(path == str(chain) for *_, path in _exec_mappings(w.pid))
+    assert written == sorted((s, e) for s, e, *_ in exec_mappings(w.pid))
+    assert any(path == str(chain) for *_, path in exec_mappings(w.pid))
 
 
 def test_profiler_kernel_mode_end_to_end(build_dir, workloads):
@@ -395,7 +395,7 @@ def test_row_arena_is_bounded_evicts_least_recently_used_and_counts_drops(native
     import struct
 
     from hotstack.bpf import schema
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
 
     libs = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libc.so.6", "/usr/lib/*-linux-gnu/libstdc++.so.6",
                                                "/usr/lib/*-linux-gnu/libpython3*.so.1.0")]
@@ -436,7 +436,7 @@ def test_a_table_is_written_to_the_arena_the_same_through_a_mapping_and_batch_up
     import numpy as np
 
     from hotstack.bpf import schema
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
 
     libc = sorted(glob.glob("/usr/lib/*-linux-gnu/libc.so.6"))
     if not libc:
@@ -448,8 +448,8 @@ def test_a_table_is_written_to_the_arena_the_same_through_a_mapping_and_batch_up
         sampler = NativeSampler(native_object, rows=60_000)
         try:
             tables = sampler.tables
-            assert tables._rows_mappable      # (this kernel maps the arena; the fallback is forced)
-            tables._rows_mappable = mappable
+            assert tables.arena.mappable      # (this kernel maps the arena; the fallback is forced)
+            tables.arena.mappable = mappable
             assert tables.add_path(libc[0], *key)
             first_row, count, first, base, pages = schema.NU_FILE.unpack(
                 sampler.collection.maps["nu_files"].lookup(schema.NU_FILE_KEY.pack(ino=key[0], dev=key[1])))[:5]
@@ -478,7 +478,7 @@ def test_a_table_loaded_again_replaces_every_rule_the_kernel_cached(native_objec
     import numpy as np
 
     from hotstack.symbols.elf import ElfFile
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
     from hotstack.unwind.cfi import KIND_CFA_SP
     from hotstack.unwind.kernel_tables import RBP_SAME_K, RULE_DTYPE, build_file_table
 
@@ -592,7 +592,7 @@ def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_obj
     from hotstack.procs.maps import Mapping
     from hotstack.symbols.elf import ElfFile
     from hotstack.bpf import schema
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
     from hotstack.unwind.kernel_tables import TableCache
 
     paths = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libstdc++.so.6", "/usr/lib/*-linux-gnu/libc.so.6",

@@ -77,7 +77,7 @@ def test_userspace_computes_the_kernels_stack_hash(chain, workloads):
     """file_stack_hash (what naming checks a remapped process's stacks with) is the kernel's own key
     for a stack of files: equal for every such stack of a process whose mappings did not change."""
     from hotstack.sampling import Engine, EngineConfig
-    from hotstack.unwind.kernel_maps import file_stack_hash
+    from hotstack.unwind.kernel_files import file_stack_hash
 
     w = workloads([chain, "busy"])
     engine = Engine(EngineConfig(frequency=199, pids=(w.pid,), unwind="kernel", runtime_frames=False))
@@ -124,7 +124,7 @@ for path in sys.argv[1:]:
 
 def kernel_key(path: Path) -> tuple[int, int]:
     """What the kernel unwinder knows a file by (its inode, and its filesystem's device)."""
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
 
     st = os.stat(path)
     return st.st_ino, kernel_dev(st.st_dev)
@@ -133,7 +133,7 @@ def kernel_key(path: Path) -> tuple[int, int]:
 def swapped_at_one_address(argv: list[str], a: Path, b: Path) -> None:
     """Run argv (mapping a, then b at a's addresses), checking what open_mapped opens for each file's
     kernel key before and after the swap."""
-    from hotstack.unwind.kernel_maps import open_mapped
+    from hotstack.unwind.kernel_files import open_mapped
 
     def opened(key):
         fd = open_mapped(proc.pid, start, end, key)
@@ -173,7 +173,7 @@ def test_a_file_swapped_at_its_addresses_is_not_opened_for_the_one_the_kernel_me
 def test_a_file_on_an_overlay_swapped_at_its_addresses(swap_libs, tmp_path):
     """The same on an overlay (a container's files): the process's maps and map_files show the
     overlay's device, the kernel unwinder reads the layer's under it; the inode tells them apart."""
-    from hotstack.unwind.kernel_maps import kernel_dev
+    from hotstack.unwind.kernel_files import kernel_dev
 
     prefix, merged, lower = on_overlay(tmp_path, {"liba.so": swap_libs["a"], "libb.so": swap_libs["b"]})
     shown = subprocess.run([*prefix, "stat", "-c", "%d", merged / "liba.so"], capture_output=True, text=True)
@@ -189,9 +189,9 @@ def test_where_the_mappings_made_cannot_be_counted_the_unwinder_goes_on(chain, w
     without it) the swap it would tell goes unseen, said once, and stacks are unwound as before."""
     import logging
 
-    from hotstack.unwind import kernel_maps
+    from hotstack.unwind import kernel_config
 
-    monkeypatch.setattr(kernel_maps, "has_mm_lock_seq", lambda: False)
+    monkeypatch.setattr(kernel_config, "has_mm_lock_seq", lambda: False)
     w = workloads([chain, "busy"])
     with caplog.at_level(logging.INFO, logger="hotstack"):
         result, profiler = profile([w.pid], seconds=2.0)

@@ -17,7 +17,7 @@ from .. import ebpf, procs
 from ..bpf import object_path, schema
 from ..ebpf import links as ebpf_links
 from ..profile.model import ValueType
-from ..unwind import kernel_maps
+from ..unwind import kernel_config
 from ..unwind.kernel_maps import NativeTables
 from .announcements import announcement_offsets, note_announced
 from .buffers import RawBatch, StackBuffers, parse_native_stack, without_kernel_stacks
@@ -138,7 +138,7 @@ class Sampler:
         stack maps it replaces shrunk); otherwise its maps shrunk and its step program not loaded
         (verifying it costs ~0.25 s)."""
         if self.config.unwind == "kernel":
-            self.native_vma_walk = kernel_maps.configure(spec)
+            self.native_vma_walk = kernel_config.configure(spec)
             spec.set_constant("unwind_in_kernel", 1)
             for name in ("user_stacks_0", "user_stacks_1"):
                 spec.maps[name].max_entries = 1
@@ -160,7 +160,7 @@ class Sampler:
         self.buffers.parse_user = parse_native_stack
         self.native = NativeTables(collection.maps)
         self.native.preload_vdso()      # (tiny, and in every process: there before the first sample)
-        if self.native_vma_walk and not kernel_maps.has_mm_lock_seq():
+        if self.native_vma_walk and not kernel_config.has_mm_lock_seq():
             self._count_mappings()
         for pid in self.config.pids:
             self.native.preload_process(pid)
@@ -252,8 +252,8 @@ class Sampler:
         (no BTF for the tracepoint) such a swap goes unseen: the first library's name and rules
         for the second's code."""
         try:
-            self._mapped = self._load_beside("mappings", "m", ("nu_procs",), kernel_maps.configure_mapped)
-            self._links.append(ebpf_links.attach_tracing(self._mapped.programs[kernel_maps.MAPPED_PROGRAM]))
+            self._mapped = self._load_beside("mappings", "m", ("nu_procs",), kernel_config.configure_mapped)
+            self._links.append(ebpf_links.attach_tracing(self._mapped.programs[kernel_config.MAPPED_PROGRAM]))
         except (OSError, KeyError, ebpf.EbpfError) as e:
             log.info("a library swapped for another of the same page counts goes unseen here: %s", e)
 

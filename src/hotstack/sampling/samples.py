@@ -13,7 +13,7 @@ from .. import procs
 from ..procs import ProcessTable
 from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
-from ..unwind.kernel_maps import file_stack_hash
+from ..unwind.kernel_files import file_stack_hash
 from ..runtimes.registry import FrameSource
 from .buffers import NU_END_TRUNCATED, RawStack
 from .obi import trace_labels

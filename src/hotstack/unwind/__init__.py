@@ -8,8 +8,12 @@ Userspace builds per-file tables; bpf/native_unwind.h walks them in the kernel:
   rows; table.build_table is the one-opcode-at-a-time reference builder the tests compare with);
 - kernel_tables.py: rows keyed by file offset with rule ids (Go's .gopclntab gives frame-pointer
   rows), cached on disk by content;
-- kernel_maps.py: loads them into the BPF maps the program walks (per-process mapping cache filled
-  from the VMA tree by the program itself, or by userspace on kernels without a maple tree).
+- kernel_maps.py: loads them into the BPF maps the program walks (NativeTables), with
+  row_arena.py (the one arena of rows), queued_files.py (the files the kernel met without a table),
+  kernel_files.py (files by inode and the kernel's device number, opened and checked) and
+  process_mappings.py (each process's mapping list: filled from the VMA tree by the program itself,
+  or by userspace on kernels without a maple tree);
+- kernel_config.py: the program's settings before loading, from the kernel's BTF.
 
 Measured (bench/RESULTS.md, "Unwinding in the kernel"): 98.8-100% of samples reach the process root
 on Debian's python3, -fomit-frame-pointer C chains and xz -9 loops (from each process's first
@@ -17,6 +21,6 @@ sample), callers of libc leaves kept in frame-pointer programs, 2-4 us of BPF ti
 Stacks are unwound in the kernel, not copied to userspace and unwound there (as `perf --call-graph
 dwarf` does): that copy is 16-20 KB of user stack per sample, and costs several times the memory.
 
-Known limits: x86-64 rules only; CFA expressions other than the PLT one, and a DW_CFA_register
-return address (e.g. __vfork), fall back to frame pointers (counted).
+Known limits: CFA expressions other than the PLT one, and a DW_CFA_register return address (e.g.
+__vfork), fall back to frame pointers (counted).
 """
