@@ -82,7 +82,7 @@ static __always_inline void native_store_tail(struct nu_state *st, __u32 id, __u
 	if (st->stack.n <= NU_STORED_FRAMES)
 		return;
 	/* (the key in st, not on the BPF stack: the step program with the runtime hooks has 512 bytes
-	 * for itself and hs_step, and a key here had been 16 too many) */
+	 * for itself and hs_step, and a key here would be 16 too many) */
 	st->tail_id = id;
 	if (bpf_map_update_elem(BUFFER_MAP(buffer & 1, native_tails), &st->tail_id, &st->stack.pcs[NU_STORED_FRAMES],
 				BPF_ANY))
@@ -99,7 +99,7 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
 
 	key->user_stack_id = id;
 	/* most samples repeat a stack of the interval: one lookup, where an insert that fails
-	 * (the stack is there) and a lookup had been two hash operations */
+	 * (the stack is there) and a lookup would be two hash operations */
 	stored = bpf_map_lookup_elem(stacks, &id);
 	if (!stored) {
 		if (bpf_map_update_elem(stacks, &id, &st->stack, BPF_NOEXIST) == 0) {
@@ -118,9 +118,9 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
 }
 
 /* The walk of a step program: more frames (tail-calling the step program in nu_progs[0], itself
- * or its variant, until the walk is over), then the stack stored. 0 with `key` (its user_stack_id
- * set), `comm`, `buffer` and `value` as the program that began the walk left them; -1 if there is
- * no walk state. `runtimes` (a constant): the variant that calls the runtime hooks
+ * or its variant, until the walk is over), then the stack stored. Returns 0 with `key` (its
+ * user_stack_id set), `comm`, `buffer` and `value` as the program that began the walk left them;
+ * -1 if there is no walk state. `runtimes` (a constant): the variant that calls the runtime hooks
  * (NU_RUNTIME_FRAME, NU_RUNTIME_JIT_STEP, NU_RUNTIME_END). */
 static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
 						 __u64 *value, int runtimes)

@@ -24,11 +24,11 @@ const volatile __u32 nu_off_vma_file = 0;
  * - kernels with a VMA tree the program can walk (nu_kernel_vma_walk): a direct-mapped cache,
  *   slot = (pc >> 16) % 64. A miss walks the process's VMA tree (the maple tree of mm->mm_mt)
  *   with plain kernel reads: no lock and no helper that needs one, so it works from the
- *   perf-event interrupt. The cache is emptied when the mm changes (exec); a slot holds only
+ *   perf-event interrupt. The cache is emptied when the mm changes (exec). A slot holds only
  *   while the address space's stamp (nu_mm_stamp, and `mapped` before 6.4) is the one it was
- *   read under, and a slot read again that finds another file, or another offset of it, where it
- *   had one (a library unloaded and another loaded at its address) queues the process in
- *   nu_remap: userspace's copy of its mappings, which names its addresses, is stale.
+ *   read under. A slot read again that finds another file, or another offset of it, where it had
+ *   one (a library unloaded and another loaded at its address) queues the process in nu_remap:
+ *   userspace's copy of its mappings, which names its addresses, is stale.
  * - the others: userspace writes the mappings from /proc/PID/maps, sorted by start in
  *   r[0..count), and the program searches them. A direct-mapped cache would not do here: two
  *   mappings in one slot (a 1-in-2 chance for a small executable beside libc) would make one of
