@@ -25,8 +25,8 @@ from ..profile.model import ProfileStats
 FLIP_GRACE_S = 0.005
 _U32 = struct.Struct("<I")
 # A batched read's buffers are a batch of values: under glibc's mmap threshold (128 KiB) they come
-# from the heap. 256 records of 4 KiB were two fresh 1 MiB mappings per read, ~2 ms of CPU for an
-# empty map.
+# from the heap. 256 records of 4 KiB would be two fresh 1 MiB mappings per read, ~2 ms of CPU for
+# an empty map.
 BATCH_BYTES = 120 << 10
 NO_STACK = -1     # a stack id that was not asked for (not a loss)
 
@@ -125,7 +125,7 @@ _NO_HEADER = (0,) * len(schema.NU_STACK.fields)
 
 
 # The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next
-# interval (KeptStacks); every this many clears of a buffer, the map's keys are listed and every
+# interval (KeptStacks). Every this many clears of a buffer, the map's keys are listed and every
 # stack no count named is deleted (one the kernel stored for a count it could not store: a full
 # counts map, an off-CPU switch never counted).
 FULL_CLEAR_EVERY = 12
@@ -134,8 +134,9 @@ FULL_CLEAR_EVERY = 12
 class KeptStacks:
     """The stacks a buffer's stack-trace map still holds from its last interval: id -> stack.
 
-    The kernel's stack-trace maps have no batch operations: each stack an interval counts had cost
-    a lookup and a delete, and the clear a next-key per stack, each ~5-18 us of CPU here. A stack
+    The kernel's stack-trace maps have no batch operations: reading and clearing each stack an
+    interval counts would cost a lookup and a delete, and a next-key per stack, each ~5-18 us of
+    CPU. A stack
     stored without BPF_F_REUSE_STACKID (every program here) keeps its id, and the id its stack,
     until it is deleted: the kernel answers the same id for the same stack, and another stack of
     that bucket is refused (a counted collision), never put in its place. So the stacks an interval
@@ -278,7 +279,7 @@ def _kept_or_read(kept: KeptStacks, m: ebpf.Map, stack_id: int, parse) -> tuple[
 
 
 # stack_key and stack_count fields by position (the records' own order, looked up by name once):
-# the drain unpacks each record into a plain tuple, where a named tuple a record had cost a
+# the drain unpacks each record into a plain tuple, where a named tuple a record would cost a
 # Python-level call
 _KEY_FIELD = {name: i for i, name in enumerate(schema.STACK_KEY.fields)}
 _K_PID, _K_TID, _K_USER, _K_KERN, _K_RUNTIME, _K_CALLER, _K_TRACE, _K_SPAN = (

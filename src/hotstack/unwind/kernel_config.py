@@ -12,8 +12,8 @@ from ..ebpf.links import btf_target_id
 from ..ebpf.maps import BPF_F_MMAPABLE, possible_cpus
 
 MAPPED_PROGRAM = "hotstack_mapped"   # bpf/mappings.bpf.c
-# 32 MiB of rows: ~120 files the size of libc, hundreds of small ones; one large C++ library
-# (libLLVM: 1M rows) took half of the former 16 MiB on a developer host, and evictions churned.
+# 32 MiB of rows: ~120 files the size of libc, hundreds of small ones, or one large C++ library
+# (libLLVM: 1M rows) with room beside it for the rest of a developer host.
 DEFAULT_ROWS = 1 << 22
 
 

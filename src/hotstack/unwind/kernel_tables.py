@@ -77,7 +77,7 @@ class FileTable:
         """The kernel's row words: file offset << 32 | global rule id (sorted, so one u64 compare
         per binary-search step)."""
         # (in place: one array of the rows' size, not four; a large library's table is millions of
-        # rows, and its load was a peak of our RSS)
+        # rows, and its load is a peak of our RSS)
         rows = self.offsets.astype(np.uint64)
         rows <<= np.uint64(32)
         ids = global_ids[self.rule_ids]
@@ -139,7 +139,7 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
     table = build_table_fast(elf, debug_elf, debug_frame=go is None)
     rules = kernel_rules(table)
     # ids as int32 and the temporaries below dropped as soon as used: a large Go binary's build
-    # (300k+ rows) peaked ~25 MB higher with int64/float64 arrays kept to the end (bench/RESULTS.md)
+    # (300k+ rows) peaks ~25 MB higher with int64/float64 arrays kept to the end
     pcs, ids = table.pcs, table.rule_ids.astype(np.int32)
     source = table.source
     if go is not None:
@@ -190,10 +190,10 @@ def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarr
     """The entry point's code of a file the kernel starts (a program, or the dynamic loader), where
     no CFI describes it, is the process's outermost frame: a STOP row from the entry to the next
     row. The dynamic loader's `_start`/`_dl_start_user` (glibc's ld.so) has no CFI at all: a return
-    address there (a sample while the loader maps the program's libraries) had been looked up as
-    "no rule", walked on by frame pointers and ended as a bad frame pointer, a whole stack counted
+    address there (a sample while the loader maps the program's libraries) would be looked up as
+    "no rule", walked on by frame pointers and end as a bad frame pointer, a whole stack counted
     short. Not in a shared library, whose e_entry some linkers set to the start of its text (code
-    that runs in calls like any other; 15 of this machine's 794 files with an entry point); nor an
+    that runs in calls like any other; about 2% of files with an entry point). Nor an
     entry inside described code (a program's `_start`, whose CFI says the return address is
     undefined) or past the last row (no next row to bound it)."""
     entry = elf.entry
@@ -219,9 +219,9 @@ GO_MAX_DELTA = 32767 - 8    # larger frames (rare) also use the frame pointer: r
 GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcall", "runtime.morestack",
                       "runtime.cgocallback", "runtime.rt0_go", "runtime.goexit", "runtime.gogo")
 # The vDSO callers: they move SP to the g0 stack (nanotime1, time.now) or align it (vgetrandom1) with
-# instructions the pcsp stream does not follow, and their frame pointer stays on the goroutine's
-# stack, where the vDSO's code (its own table, symbols/vdso.py) returns into them: an SP delta read the
-# g0 stack's stale words (a made-up runtime.newproc caller), the frame pointer finds the caller.
+# instructions the pcsp stream does not follow. Their frame pointer stays on the goroutine's stack,
+# where the vDSO's code (its own table, symbols/vdso.py) returns into them: an SP delta would read
+# the g0 stack's stale words (a made-up runtime.newproc caller), the frame pointer finds the caller.
 # The first function of every thread the runtime starts (runtime.clone's child calls it on the new
 # stack, whose words above it are no frame): the walk ends there, as Go's own tracebacks do.
 GO_THREAD_ROOTS = frozenset(("runtime.mstart",))
@@ -230,8 +230,8 @@ GO_VDSO_CALLERS = frozenset(("runtime.nanotime1", "time.now", "runtime.vgetrando
 
 # The pages of the file that the walk of Go's functions read (the section is mapped: each function's
 # pcsp stream, name and entry) go from the resident set after this many functions: a large Go binary's
-# .gopclntab (the OpenTelemetry Collector's: 14 MB) had all stayed resident until the build ended, half
-# the build's peak RSS. Read again they are page-cache hits.
+# .gopclntab (the OpenTelemetry Collector's: 14 MB) would otherwise stay resident until the build
+# ends, half the build's peak RSS. Read again they are page-cache hits.
 GO_RELEASE_EVERY = 8192
 
 
@@ -248,7 +248,7 @@ def _go_rows(elf: ElfFile) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     if tab is None or not len(tab):
         return None
     # typed arrays, not lists: a large Go binary has ~300k rows, and a list of Python ints is
-    # ~36 bytes a row where these are 8 and 4 (the build's peak memory, bench/RESULTS.md)
+    # ~36 bytes a row where these are 8 and 4 (the build's peak memory)
     pcs = array.array("Q")
     deltas = array.array("i")
     for i, entry in enumerate(tab.entries.tolist()):
@@ -276,7 +276,7 @@ def _to_file_offsets(elf: ElfFile, pcs: np.ndarray) -> tuple[np.ndarray, np.ndar
     if not segs or not len(pcs):
         return np.zeros(0, np.uint64), np.zeros(len(pcs), bool)
     # segment by segment (there are few): masks of a byte a row, where indexes into the segment
-    # list were three int64 arrays the size of the table
+    # list would be three int64 arrays the size of the table
     keep = np.zeros(len(pcs), bool)
     off = np.zeros(len(pcs), np.uint64)
     for s in segs:      # in address order: a pc at one's end and the next one's start is the next one's
@@ -325,8 +325,8 @@ class RuleSet:
 
 # A table on disk: this header, then the key and the source (UTF-8), zeros to a multiple of 8, the
 # offsets (uint32), the rule ids (uint16 or uint32), the rules (RULE_DTYPE). One read and three
-# array views: an .npz (a zip of .npy files) had cost ~0.7 ms a table, even a small one (its central
-# directory, each member's header, CRCs), the import of zipfile at start ~5 ms, and a host's files
+# array views. An .npz (a zip of .npy files) costs ~0.7 ms a table, even a small one (its central
+# directory, each member's header, CRCs), and the import of zipfile at start ~5 ms; a host's files
 # are read back by the dozen when hotstack starts.
 _TABLE_HEADER = struct.Struct("<4sIIIIIII")   # magic, version, key bytes, source bytes, rows, id bytes,
 _TABLE_MAGIC = b"HSUT"                        # rules, CRC-32 of everything after the header
@@ -426,7 +426,7 @@ class TableCache:
 
     def _sweep_old_versions(self) -> None:
         """Remove the tables an earlier version wrote here: none is read again, and a host's files
-        had left megabytes of them behind at each format change."""
+        would leave megabytes of them behind at each format change."""
         try:
             names = os.listdir(self.directory)
         except OSError:
