@@ -23,7 +23,7 @@ import json, logging, resource, sys, time
 logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
 from hotstack.ebpf.btf import Btf
 from hotstack.symbols.elf import ElfFile
-from hotstack.unwind.kernel_tables import TableCache
+from hotstack.unwind.table_cache import TableCache
 kind, cache_dir, target = sys.argv[1:4]
 limit = 2 << 30
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

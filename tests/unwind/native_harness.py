@@ -12,7 +12,7 @@ from hotstack.bpf import schema
 from hotstack.ebpf import Collection, load_spec, open_cpu_clock_events
 from hotstack.unwind.kernel_config import configure
 from hotstack.unwind.kernel_maps import NativeTables
-from hotstack.unwind.kernel_tables import TableCache
+from hotstack.unwind.table_cache import TableCache
 
 HERE = Path(__file__).resolve().parent
 BPF_DIR = HERE.parent.parent / "src" / "hotstack" / "bpf"

@@ -13,7 +13,8 @@ import pytest
 from hotstack.symbols.elf import ElfFile
 from hotstack.unwind import cfi, cfi_rows, kernel_tables
 from hotstack.unwind.builder import build_table_fast
-from hotstack.unwind.kernel_tables import KIND_FP_GO, TableCache, build_file_table, content_key
+from hotstack.unwind.kernel_tables import KIND_FP_GO, build_file_table, content_key
+from hotstack.unwind.table_cache import TableCache
 from hotstack.unwind.table import build_table
 
 from ..conftest import compile_c

@@ -593,7 +593,7 @@ def test_cached_tables_are_served_before_builds_and_builds_are_sliced(native_obj
     from hotstack.symbols.elf import ElfFile
     from hotstack.bpf import schema
     from hotstack.unwind.kernel_files import kernel_dev
-    from hotstack.unwind.kernel_tables import TableCache
+    from hotstack.unwind.table_cache import TableCache
 
     paths = [sorted(glob.glob(p))[:1] for p in ("/usr/lib/*-linux-gnu/libstdc++.so.6", "/usr/lib/*-linux-gnu/libc.so.6",
                                                 "/usr/lib/*-linux-gnu/libz.so.1")]

@@ -27,7 +27,8 @@ from ..symbols.elf import ElfError, ElfFile
 from ..symbols.vdso import VDSO_KEY
 from . import cfi
 from .kernel_files import exec_mappings, host_path, open_mapped
-from .kernel_tables import FileTable, RuleSet, TableCache
+from .kernel_tables import FileTable, RuleSet
+from .table_cache import TableCache
 from .process_mappings import ProcessMappings
 from .queued_files import QueuedFiles
 from .row_arena import RowArena
