@@ -24,6 +24,16 @@ _swept: set[str] = set()           # directories whose stale temporary files thi
 _swept_lock = threading.Lock()
 
 
+def directory(name: str, variable: str) -> str:
+    """Where the `name` cache lives: $`variable` ('' disables it), else $XDG_CACHE_HOME/hotstack/NAME
+    or ~/.cache/hotstack/NAME."""
+    explicit = os.environ.get(variable)
+    if explicit is not None:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hotstack", name)
+
+
 def read(path: str, fits: Callable[[int, bytes], str], head: int = 0,
          damaged: Callable[[], None] = lambda: None) -> bytes | None:
     """The bytes of cache file `path`, or None if there is none, or if it was damaged (removed

@@ -285,11 +285,7 @@ def _find_member(btf: Btf, t: BtfType, name: str) -> tuple[int, Member] | None:
 
 def default_cache_dir() -> str:
     """$HOTSTACK_BTF_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/btf or ~/.cache/..."""
-    explicit = os.environ.get("HOTSTACK_BTF_CACHE")
-    if explicit is not None:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hotstack", "btf")
+    return cache_files.directory("btf", "HOTSTACK_BTF_CACHE")
 
 
 _kernel: dict[str, Btf] = {}

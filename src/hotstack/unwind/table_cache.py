@@ -25,11 +25,7 @@ DEFAULT_MAX_BYTES = 32 << 20
 
 def default_cache_dir() -> str:
     """$HOTSTACK_UNWIND_CACHE ('' disables), else $XDG_CACHE_HOME/hotstack/unwind or ~/.cache/..."""
-    explicit = os.environ.get("HOTSTACK_UNWIND_CACHE")
-    if explicit is not None:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hotstack", "unwind")
+    return cache_files.directory("unwind", "HOTSTACK_UNWIND_CACHE")
 
 
 # A table on disk: this header, then the key and the source (UTF-8), zeros to a multiple of 8, the
