@@ -36,6 +36,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check what this host offers for profiling")
     doctor.add_argument("--pid", type=int, metavar="PID",
                         help="explain what hotstack reads of this process: its runtime, version, and why not")
+    # a debugging aid: the process of --pid recorded into a directory (procs.record), read back by tests
+    doctor.add_argument("--record", metavar="DIR", help=argparse.SUPPRESS)
     doctor.set_defaults(func=lambda args: __import__("hotstack.doctor", fromlist=["main"]).main(args, sys.stdout))
 
     agent = sub.add_parser("agent", help="run an Alloy pipeline: `hotstack agent CONFIG.alloy`")

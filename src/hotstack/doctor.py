@@ -233,9 +233,33 @@ def report(out: TextIO) -> int:
 
 def main(args, out: TextIO) -> int:
     """`hotstack doctor`: the host's checks, or with --pid what is read of one process."""
+    if args.record is not None:
+        return record_process(args.pid, args.record, out)
     if args.pid is not None:
         return report_process(args.pid, out)
     return report(out)
+
+
+def record_process(pid: int | None, directory: str, out: TextIO) -> int:
+    """`hotstack doctor --pid PID --record DIR`: the process recorded into DIR (procs.record), to
+    be read back with procs.RecordedProcess. Exit 2 without a process, or where DIR cannot be written."""
+    from . import procs
+
+    if pid is None or pid <= 0:
+        print("hotstack doctor: --record needs --pid PID", file=sys.stderr)
+        return 2
+    try:
+        written = procs.record(pid, directory)
+    except ProcessLookupError:
+        print(f"hotstack doctor: no process {pid}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"hotstack doctor: cannot record into {directory!r}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    recorded = procs.RecordedProcess(written)
+    out.write(f"process {pid} recorded into {str(written)!r}: {len(recorded.facts['memory'])} memory regions, "
+              f"{len(recorded.facts['files'])} files\n")
+    return 0
 
 
 def report_process(pid: int, out: TextIO) -> int:
@@ -270,4 +294,4 @@ def report_process(pid: int, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["Check", "MINIMUM", "features_off", "main", "report", "report_process", "run_checks"]
+__all__ = ["Check", "MINIMUM", "features_off", "main", "record_process", "report", "report_process", "run_checks"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from hotstack.gadget.scope import ContainerScope
-from hotstack.procs import Process
+from hotstack.procs import ProcessInfo
 
 from ..conftest import hotstack
 from .conftest import json_rows
@@ -35,7 +35,7 @@ def _no_runtimes() -> dict:
 # -- the decision, on processes described by hand ---------------------------------------------------
 
 class _Table:
-    def __init__(self, *processes: Process) -> None:
+    def __init__(self, *processes: ProcessInfo) -> None:
         self.by_pid = {p.pid: p for p in processes}
 
     def get(self, pid: int):
@@ -51,12 +51,12 @@ def test_a_process_is_in_a_container_when_its_runtime_knows_it_and_its_mount_nam
     def known(cid):
         asked.append(cid)
         return object() if cid == CID else None
-    table = _Table(Process(10, 1, "app", container_id=CID, mntns=5),          # a container's
-                   Process(11, 1, "sshd", mntns=4),                           # the host's
-                   Process(12, 1, "unshared", mntns=6),                       # unshare -m: no container
-                   Process(13, 1, "fake", container_id=CID, mntns=4),         # a container's cgroup, host mounts
-                   Process(14, 1, "new", container_id="b" * 64, mntns=7),     # id no runtime knows (yet)
-                   Process(15, 1, "nsenter", mntns=5))                        # joined 10's mounts only
+    table = _Table(ProcessInfo(10, 1, "app", container_id=CID, mntns=5),          # a container's
+                   ProcessInfo(11, 1, "sshd", mntns=4),                           # the host's
+                   ProcessInfo(12, 1, "unshared", mntns=6),                       # unshare -m: no container
+                   ProcessInfo(13, 1, "fake", container_id=CID, mntns=4),         # a container's cgroup, host mounts
+                   ProcessInfo(14, 1, "new", container_id="b" * 64, mntns=7),     # id no runtime knows (yet)
+                   ProcessInfo(15, 1, "nsenter", mntns=5))                        # joined 10's mounts only
     scope = ContainerScope(table, known=known, host_mntns=4)
     assert [scope.wants(pid) for pid in (10, 11, 12, 13, 14, 15, 99)] == [True, False, False, False, False, True, False]
     # a known container is decided once; an id no runtime knows is asked again (it may be starting)

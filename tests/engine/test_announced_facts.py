@@ -14,7 +14,7 @@ import time
 import pytest
 
 from hotstack import procs
-from hotstack.procs import process as process_module
+from hotstack.procs import identity, table
 from hotstack.sampling import Engine, EngineConfig
 
 pytestmark = pytest.mark.root
@@ -51,7 +51,7 @@ def _host_pid(child: subprocess.Popen, name: str) -> int:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         for pid in [child.pid, *_descendants(child.pid)]:
-            stat = process_module.read_stat(pid)
+            stat = identity.read_stat(pid)
             if stat is not None and stat[1] == name:
                 return pid
         time.sleep(0.05)
@@ -84,7 +84,7 @@ def test_an_announcement_tells_what_proc_says(tmp_path):
                 time.sleep(0.2)
             for pid, told in pids.items():
                 assert told, f"pid {pid} was not announced"
-                stat = process_module.read_stat(pid)
+                stat = identity.read_stat(pid)
                 exe_ino = os.stat(f"/proc/{pid}/exe").st_ino
                 assert told[0] == procs.Announced(stat[0], stat[1], stat[2], procs.mount_namespace(pid),
                                                   exe_ino), (pid, stat)
@@ -104,7 +104,7 @@ def test_reads_spared_once_an_announcement_agreed(monkeypatch, tmp_path):
     """After the first announcement agreed with /proc, a new process's stat and mount namespace
     are not read: the process table takes the announcement's."""
     reads: list[int] = []
-    real_read_stat = process_module.read_stat
+    real_read_stat = identity.read_stat
 
     def counted(pid):
         reads.append(pid)
@@ -116,7 +116,8 @@ def test_reads_spared_once_an_announcement_agreed(monkeypatch, tmp_path):
             while engine.processes._told_agrees is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert engine.processes._told_agrees is True
-            monkeypatch.setattr(process_module, "read_stat", counted)
+            for module in (table, identity):     # (the table's reads, and a LiveProcess's)
+                monkeypatch.setattr(module, "read_stat", counted)
             later = _spinner(tmp_path, "told-later")
             try:
                 deadline = time.monotonic() + 10
@@ -141,7 +142,7 @@ def test_an_announcement_that_disagrees_leaves_proc_read(tmp_path):
     child = _spinner(tmp_path, "told-wrong")
     try:
         time.sleep(0.2)
-        stat = process_module.read_stat(child.pid)
+        stat = identity.read_stat(child.pid)
         wrong = procs.Announced(stat[0] + 100, "wrong-name", 1, procs.mount_namespace(child.pid))
         info = table.observe(child.pid, wrong)
         assert table._told_agrees is False
@@ -191,7 +192,7 @@ def test_an_exec_since_the_announcement_takes_the_name_from_proc(tmp_path):
 def _wait_named(pid: int, name: str):
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        stat = process_module.read_stat(pid)
+        stat = identity.read_stat(pid)
         if stat is not None and stat[1] == name:
             return stat
         time.sleep(0.02)

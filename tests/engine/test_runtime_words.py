@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from hotstack.procs import process
+from hotstack.procs import mapped
 from hotstack.runtimes.registry import FRAME_SOURCES, DeferredSource, runtime_words
 from hotstack.runtimes.plugin import FrameSource
 
@@ -36,9 +36,9 @@ def test_every_source_has_words_and_its_runtimes_processes_name_them(tmp_path):
     other = subprocess.Popen(["sleep", "20"])
     try:
         time.sleep(0.3)
-        seen = process.exe_path(py.pid) + "\n" + process.exec_paths(py.pid)
+        seen = mapped.exe_path(py.pid) + "\n" + mapped.exec_paths(py.pid)
         assert words.search(seen), seen
-        seen = process.exe_path(other.pid) + "\n" + process.exec_paths(other.pid)
+        seen = mapped.exe_path(other.pid) + "\n" + mapped.exec_paths(other.pid)
         assert "libc" in seen and words.search(seen) is None, seen
     finally:
         for p in (py, other):

@@ -230,7 +230,7 @@ def test_a_noted_process_named_with_kept_mappings_that_lost_one_is_told(sleeper)
     ones the kernel kept for it; where those lack a mapping a stack of files needed (every frame was
     in a file: it has a file hash), the table tells (take_holes), so that the engine reads that
     image's next processes. A stack with no file hash (a vDSO frame) tells nothing."""
-    from hotstack.procs.process import Announced
+    from hotstack.procs import Announced
 
     processes = ProcessTable()
     parent = processes.observe(sleeper)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from hotstack.procs import maps, process
+from hotstack.procs import identity, info as procs_info, mapped, maps, table as procs_table
 from hotstack.procs.maps import parse_exec_maps, parse_maps
 
 # Lines of the shapes /proc/PID/maps has: no path, a pseudo path, a path with spaces, a deleted file,
@@ -58,27 +58,27 @@ def test_stat_gives_the_start_time_the_comm_that_comm_gives_and_the_parent(tmp_p
     exe.symlink_to("/bin/sleep")
     child = subprocess.Popen([str(exe), "5"])
     try:
-        start, comm, ppid = process.read_stat(child.pid)
+        start, comm, ppid = identity.read_stat(child.pid)
         with open(f"/proc/{child.pid}/comm") as f:
             assert comm == f.read().rstrip("\n") == "odd (name) x"
         with open(f"/proc/{child.pid}/stat") as f:
             assert start == int(f.read().rsplit(")", 1)[1].split()[19])
-        info = process.read_process(child.pid)
+        info = procs_info.read_process(child.pid)
         assert info is not None and info.comm == comm and info.start_time == start
-        assert ppid == info.ppid == os.getpid() == process.parent_pid(child.pid)
+        assert ppid == info.ppid == os.getpid() == identity.parent_pid(child.pid)
     finally:
         child.kill()
         child.wait()
-    assert process.read_stat(child.pid) is None
+    assert identity.read_stat(child.pid) is None
 
 
 def test_a_pid_gone_before_it_is_read_is_counted_gone_after_one_read(monkeypatch):
     reads = []
-    real = process.read_stat
-    monkeypatch.setattr(process, "read_stat", lambda pid: reads.append(pid) or real(pid))
+    real = identity.read_stat
+    monkeypatch.setattr(procs_table, "read_stat", lambda pid: reads.append(pid) or real(pid))
     child = subprocess.Popen(["true"])
     child.wait()
-    table = process.ProcessTable()
+    table = procs_table.ProcessTable()
     assert table.observe(child.pid) is None
     assert (table.maps_reads, table.maps_gone) == (1, 1)
     assert reads == [child.pid]
@@ -120,7 +120,7 @@ def test_the_query_gives_the_executable_mappings_the_text_gives(tmp_path):
         assert f"{lib} (deleted)" in paths and "[vdso]" in paths
         assert any(m.path == "" and m.perms == "rwxp" for m in queried)
         assert any(m.path == "/dev/zero (deleted)" and m.perms == "r-xs" for m in queried)
-        assert process.exec_paths(child.pid) == "\n".join(paths)
+        assert mapped.exec_paths(child.pid) == "\n".join(paths)
     finally:
         child.kill()
         child.wait()
@@ -151,7 +151,7 @@ def test_without_the_query_the_text_is_read(monkeypatch):
     with open("/proc/self/maps") as f:
         text = parse_exec_maps(f.read())
     assert maps.read_maps(os.getpid()) == text != []
-    assert process.read_process(os.getpid()).mappings.mappings == sorted(text, key=lambda m: m.start)
+    assert procs_info.read_process(os.getpid()).mappings.mappings == sorted(text, key=lambda m: m.start)
 
 
 def test_a_process_without_an_address_space_has_no_mappings_either_way():

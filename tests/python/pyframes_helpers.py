@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 
@@ -43,6 +44,52 @@ def discover() -> list[tuple[str, str]]:
 
 INTERPRETERS = discover()
 
+
+# Sleeps in a known nest of functions, in the main thread and in a second thread, and reports
+# the ids of the threads, the line table of every code object the interpreter agrees on and where
+# Py_GetVersion is loaded (dlsym's answer: a native address to name).
+NEST = textwrap.dedent('''
+    import ctypes, dis, json, sys, threading, time
+    def leaf(ev):
+        ev.set()
+        while True:
+            time.sleep(0.05)
+    def middle(ev):
+        leaf(ev)
+    class Outer:
+        def run(self, ev):
+            middle(ev)
+    def worker_body(ev):
+        while True:
+            time.sleep(0.05)
+    def lines(co):
+        if hasattr(co, "co_lines"):
+            out = [(start // 2, line) for start, end, line in co.co_lines() for _ in [0] if line is not None
+                   for start in range(start, end, 2)]
+        else:
+            out = []
+            starts = dict(dis.findlinestarts(co))
+            line = co.co_firstlineno
+            for off in range(0, len(co.co_code), 2):
+                line = starts.get(off, line)
+                out.append((off, line))
+        return out
+    codes = {}
+    for f in (leaf, middle, Outer.run, worker_body, lines):
+        codes[id(f.__code__)] = {"name": f.__qualname__ if sys.version_info >= (3, 11) else f.__name__,
+                                 "first": f.__code__.co_firstlineno, "lines": lines(f.__code__)}
+    ready, ready2 = threading.Event(), threading.Event()
+    t = threading.Thread(target=worker_body, args=(ready2,), daemon=True, name="worker")
+    t.start()
+    def report():
+        ready.wait()
+        print(json.dumps({"main": threading.main_thread().ident, "worker": t.ident, "codes": codes,
+                          "version": list(sys.version_info[:2]),
+                          "Py_GetVersion": ctypes.cast(ctypes.pythonapi.Py_GetVersion, ctypes.c_void_p).value}),
+              flush=True)
+    threading.Thread(target=report, daemon=True).start()
+    Outer().run(ready)
+''')
 
 
 class Target:

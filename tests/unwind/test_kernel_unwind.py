@@ -638,19 +638,19 @@ def test_a_process_gone_before_its_maps_were_read_keeps_its_names(build_dir, wor
     """A short command on a loaded host exits before the pid watcher reads its maps: its frames are
     named from the mappings the kernel unwinder cached for it (file, offset; the path checked to
     be that inode). Simulated by making every read of the process find it gone."""
-    from hotstack.procs import process as procs_process
+    from hotstack.procs import table as procs_table
     from hotstack.sampling import Engine, EngineConfig
 
     from .conftest import user_names
 
     exe = compile_c(HERE / "workloads" / "callback.c", build_dir / "cb_gone", "-O2", "-fomit-frame-pointer")
-    real_read = procs_process.read_process
+    real_read = procs_table.read_process
     w = None
 
     def read_process(pid, stat=None, told=None):
         return None if w is not None and pid == w.pid else real_read(pid, stat, told)
 
-    monkeypatch.setattr(procs_process, "read_process", read_process)
+    monkeypatch.setattr(procs_table, "read_process", read_process)
     engine = Engine(EngineConfig(frequency=199, comms=("cb_gone",), runtime_frames=False))
     with engine:
         # an earlier run of the program, read as usual, has its files' tables built: what is

@@ -295,7 +295,7 @@ class ProcessWatch:
                 continue
             mappings = sampler.native.exited_mappings(pid)
             if mappings:
-                self.processes.adopt(procs.Process(pid=pid, start_time=0, comm=raw.comm,
+                self.processes.adopt(procs.ProcessInfo(pid=pid, start_time=0, comm=raw.comm,
                                                    mappings=procs.MappingIndex(mappings)))
 
     def _forget_dead(self) -> None:

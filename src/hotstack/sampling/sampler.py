@@ -219,7 +219,7 @@ class Sampler:
             return []
 
     def native_process(self, pid: int, info=None) -> None:
-        """A new process (`info`: its procs.Process, maps read): where its files can be opened
+        """A new process (`info`: its procs.ProcessInfo, maps read): where its files can be opened
         after it exits; kernels whose VMA tree the program cannot walk get its mappings from here."""
         if self.native is None:
             return

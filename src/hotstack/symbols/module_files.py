@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..procs import Mapping, Process, map_file_path
+from ..procs import Mapping, ProcessInfo
 from .cache_entries import ModuleSymbols, ProcessSymbols, file_identity
 from .debugfile import find_debug_file
 from .elf import ElfError, ElfFile
@@ -22,7 +22,7 @@ class ModuleFiles:
     """The part of the Symbolizer (symbolizer.py) that opens mapped files: it uses its elf_cache,
     pid_cache, stats and its maps of file identities (`_keys_by_identity`, `_recent_files`)."""
 
-    def _module(self, info: Process, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
+    def _module(self, info: ProcessInfo, proc: ProcessSymbols, mapping: Mapping) -> ModuleSymbols:
         mkey = (mapping.start, mapping.end, mapping.offset, mapping.inode)
         ekey = proc.modules.get(mkey)
         if ekey is None:
@@ -52,9 +52,9 @@ class ModuleFiles:
             self.pid_cache.resize((info.pid, info.start_time))
         return module
 
-    def _candidates(self, info: Process, mapping: Mapping) -> list[str]:
+    def _candidates(self, info: ProcessInfo, mapping: Mapping) -> list[str]:
         path = mapping.file_path
-        out = [map_file_path(info.pid, mapping)]
+        out = [info.process.map_file(mapping)]
         # (a container's file held open while its process ran: no path opens it once it exited)
         held = self.processes.held_path(mapping)
         if held is not None:
@@ -64,7 +64,7 @@ class ModuleFiles:
             out.append(path)
         return out
 
-    def _open(self, info: Process, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
+    def _open(self, info: ProcessInfo, mapping: Mapping) -> tuple[ModuleSymbols, tuple]:
         path = mapping.file_path
         error = "file not found"
         for n, candidate in enumerate(self._candidates(info, mapping)):

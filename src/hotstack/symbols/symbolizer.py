@@ -28,8 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..procs import Mapping, Process, ProcessTable, exe_identity, namespace_pid
-from ..procs.maps import MappingIndex, dev_field, kernel_dev_field, read_maps
+from ..procs import Mapping, ProcessInfo, ProcessTable
+from ..procs.maps import MappingIndex, dev_field, kernel_dev_field
 from ..profile.model import UNKNOWN, Frame, FrameKind
 from .cache import ByteLRU
 from .cache_entries import ModuleSymbols, ProcessSymbols, file_frame, file_identity
@@ -135,7 +135,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
         with self._lock:
             return self._user_frames(pid, addresses)[0]
 
-    def final_user_frames(self, pid: int, addresses: list[int], info: Process | None = None
+    def final_user_frames(self, pid: int, addresses: list[int], info: ProcessInfo | None = None
                           ) -> tuple[list[Frame], bool]:
         """(user_frames, final): final when every frame is named as it will stay, i.e. none is
         `[unknown]` (no mapping, no file, JIT code whose perf map may name it later). `info`: the
@@ -143,7 +143,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
         with self._lock:
             return self._user_frames(pid, addresses, info)
 
-    def _user_frames(self, pid: int, addresses: list[int], info: Process | None = None
+    def _user_frames(self, pid: int, addresses: list[int], info: ProcessInfo | None = None
                      ) -> tuple[list[Frame], bool]:
         info = self.processes.get(pid) if info is None else info
         if info is None:
@@ -235,7 +235,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
             module._accounted = len(module._results)
             self.elf_cache.resize(module.key)
 
-    def _shared_file_frame(self, info: Process, proc: ProcessSymbols, mapping: Mapping, path: str, file_offset: int,
+    def _shared_file_frame(self, info: ProcessInfo, proc: ProcessSymbols, mapping: Mapping, path: str, file_offset: int,
                     leaf: bool) -> tuple[Frame | None, ModuleSymbols | None, tuple | None]:
         """(the frame any process met at this offset of the mapping's file, or None; the module,
         where it had to be opened to look (None where the process's own key found the frame); the
@@ -251,7 +251,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
             shared = self._file_frames.get(fkey)
         return shared, module, fkey
 
-    def _leaf_frame(self, info: Process, proc: ProcessSymbols, address: int) -> Frame | None:
+    def _leaf_frame(self, info: ProcessInfo, proc: ProcessSymbols, address: int) -> Frame | None:
         """The leaf's frame where it is the one address of a stack not named in this process
         before (a hot function's every instruction is a leaf in turn, each a new stack above frames
         named long ago), named as the general pass would and remembered as it does. None where that
@@ -339,11 +339,11 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
             for module in self.elf_cache.values():
                 module.release_pages()
 
-    def _jit_frames(self, info: Process, proc: ProcessSymbols, jit: list[tuple[int, int]],
+    def _jit_frames(self, info: ProcessInfo, proc: ProcessSymbols, jit: list[tuple[int, int]],
                     addresses: list[int], frames: list[Frame | None]) -> None:
         if proc.perf_map is None:
             root = info.root if info.root and not info.root_is_host else ""
-            proc.perf_map = PerfMap(f"{root}/tmp/perf-{namespace_pid(info.pid)}.map")
+            proc.perf_map = PerfMap(f"{root}/tmp/perf-{info.process.namespace_pid()}.map")
         pm = proc.perf_map
         before = pm.loads
         if not pm.refresh(PERF_MAP_RECHECK_S):
@@ -356,17 +356,17 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
                 self.stats.jit_hits += 1
                 frames[i] = Frame(name, FrameKind.JIT, posixpath.basename(pm.path), addresses[i])
 
-    def _process(self, info: Process) -> ProcessSymbols:
+    def _process(self, info: ProcessInfo) -> ProcessSymbols:
         key = (info.pid, info.start_time)
         proc = self.pid_cache.get(key)
         now = time.monotonic()
         if proc is not None and info.alive and now - proc.exe_checked_at >= EXEC_RECHECK_S:
             proc.exe_checked_at = now
-            exe = exe_identity(info.pid)
+            exe = info.process.image()
             if exe is not None and proc.exe is not None and exe != proc.exe:
                 # exec keeps the pid and its start time: only the executable tells. Its maps are
                 # read again (as the process table does on a miss) and everything cached goes.
-                fresh = read_maps(info.pid)
+                fresh = info.process.exec_maps()
                 if fresh:
                     info.mappings = MappingIndex(fresh)
                     info.image = exe
@@ -374,7 +374,7 @@ class Symbolizer(ModuleFiles, SymbolizerReport):
             # New process, a reused pid, or maps read again (exec, dlopen): start afresh.
             proc = self.pid_cache.put(key, ProcessSymbols(info.pid, info.start_time, info.mappings))
             # the image the process table read with these maps (a stat less; adopted: gone)
-            proc.exe = info.image if info.image is not None else exe_identity(info.pid)
+            proc.exe = info.image if info.image is not None else info.process.image()
             proc.exe_checked_at = now
         return proc
 

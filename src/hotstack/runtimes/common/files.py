@@ -211,13 +211,13 @@ def _marks_of(path: str) -> tuple[frozenset[str], frozenset[str]]:
     return _NO_MARKS
 
 
-def file_marks(pid: int, mapping: Mapping) -> tuple[frozenset[str], frozenset[str]]:
-    """_marks_of the file `pid` maps at `mapping`, read through that mapping once per file (by its
-    inode and device)."""
+def file_marks(process: procs.Process | int, mapping: Mapping) -> tuple[frozenset[str], frozenset[str]]:
+    """_marks_of the file `process` maps at `mapping`, read through that mapping once per file (by
+    its inode and device)."""
     key = (mapping.inode, mapping.dev)
     marks = _marked.get(key)
     if marks is None:
-        path = procs.mapped_file_path(pid, mapping)
+        path = procs.as_process(process).mapped_file_path(mapping)
         if path is None:
             return _NO_MARKS
         marks = _marks_of(path)
@@ -227,19 +227,20 @@ def file_marks(pid: int, mapping: Mapping) -> tuple[frozenset[str], frozenset[st
     return marks
 
 
-def launched_runtimes(pid: int) -> frozenset[str]:
+def launched_runtimes(process: procs.Process | int) -> frozenset[str]:
     """The runtimes whose launcher the process's executable is, by what the file holds (a copy of
     python3 named myapp, a ruby renamed): its executable mapping's marks, read once per file."""
-    exe = procs.exe_path(pid, recent=True).removesuffix(" (deleted)")
-    for m in procs.read_exec_maps(pid, recent=True):
+    process = procs.as_process(process)
+    exe = process.exe_path(recent=True).removesuffix(" (deleted)")
+    for m in process.exec_maps(recent=True):
         if m.is_file and m.file_path == exe:
-            return file_marks(pid, m)[0]
+            return file_marks(process, m)[0]
     return frozenset()
 
 
-def runs(pid: int, runtime: str) -> bool:
-    """Whether `pid`'s executable is `runtime`'s launcher (launched_runtimes)."""
-    return runtime in launched_runtimes(pid)
+def runs(process: procs.Process | int, runtime: str) -> bool:
+    """Whether the process's executable is `runtime`'s launcher (launched_runtimes)."""
+    return runtime in launched_runtimes(process)
 
 
 # a jmp rel32, or a conditional jump rel32 (0f 80-8f), at every byte (a lookahead: matches overlap)
@@ -257,19 +258,19 @@ def jump_targets(code: bytes, at: int, conditional: bool = True) -> Iterator[int
             yield at + m.start() + 6 + struct.unpack("<i", m.group(2))[0]
 
 
-def exe_name(pid: int) -> str:
+def exe_name(process: procs.Process | int) -> str:
     """The file name of the process's executable ('' when gone), as the pid watcher read it: an
     interpreter's source looks into a process whose executable is named for it only."""
-    return os.path.basename(procs.exe_path(pid, recent=True).removesuffix(" (deleted)"))
+    return os.path.basename(procs.as_process(process).exe_path(recent=True).removesuffix(" (deleted)"))
 
 
-def holding(pid: int, mappings: list[Mapping]) -> None:
-    """Read the marks of the files `pid` runs (mapped executable) not read yet, so that candidates()
+def holding(process: procs.Process | int, mappings: list[Mapping]) -> None:
+    """Read the marks of the files the process runs (mapped executable) not read yet, so that candidates()
     knows which hold a runtime: for a process whose executable is a runtime's launcher (runs()),
     whose library may be named anything."""
     for m in mappings:
         if m.executable and m.is_file:
-            file_marks(pid, m)
+            file_marks(process, m)
 
 
 def candidates(mappings: list[Mapping], name: re.Pattern[str], library_word: str, runtime: str = "") -> list[Mapping]:
@@ -304,25 +305,28 @@ class Loaded:
         return os.path.basename(self.mapping.file_path)
 
 
-def interpreter_files(pid: int, runtime: str, label: str, named: Callable[[int], bool], word: str,
+def interpreter_files(process: procs.Process | int, runtime: str, label: str,
+                      named: Callable[[procs.Process], bool], word: str,
                       name: re.Pattern[str], library_word: str, cache: dict,
                       inspect: Callable[[str, str], T]) -> Iterator[tuple[T, Loaded]]:
     """For an interpreter's detect(): (what `inspect(path, shown path)` tells, where it is loaded)
-    of each file of `pid` that may be `runtime`'s interpreter, inspected once per file
+    of each file of the process that may be `runtime`'s interpreter, inspected once per file
     (inspected_once: a file it recognizes and cannot read is noted as `label`'s). Only a process
     that `named` says is the runtime's by its names, and whose maps hold `word`, or whose executable
     is the runtime's launcher by what it holds (runs()), is looked into: this runs for every new
     process of the host."""
-    launcher = runs(pid, runtime)        # (its executable renamed or copied)
-    if not launcher and not named(pid):
+    process = procs.as_process(process)
+    pid = process.pid
+    launcher = runs(process, runtime)        # (its executable renamed or copied)
+    if not launcher and not named(process):
         return
-    text = procs.read_maps_text(pid, recent=True)
+    text = process.maps_text(recent=True)
     if not launcher and word not in text:
         return
     mappings = parse_maps(text)
     if launcher:
-        holding(pid, mappings)
-    for cand, path, its_mappings in opened(pid, mappings, candidates(mappings, name, library_word, runtime)):
+        holding(process, mappings)
+    for cand, path, its_mappings in opened(process, mappings, candidates(mappings, name, library_word, runtime)):
         found = inspected_once(cache, path, lambda: inspect(path, cand.file_path), pid=pid, runtime=label,
                                shown=cand.file_path)
         if found is None:
@@ -332,11 +336,13 @@ def interpreter_files(pid: int, runtime: str, label: str, named: Callable[[int],
             yield found, Loaded(cand, path, base, text, mappings)
 
 
-def opened(pid: int, mappings: list[Mapping], chosen: list[Mapping]) -> Iterator[tuple[Mapping, str, list[Mapping]]]:
+def opened(process: procs.Process | int, mappings: list[Mapping], chosen: list[Mapping]
+           ) -> Iterator[tuple[Mapping, str, list[Mapping]]]:
     """(candidate, a path that opens its very file, every mapping of that file) for each of
     `chosen` that can be opened now."""
+    process = procs.as_process(process)
     for cand in chosen:
-        path = procs.mapped_file_path(pid, cand)
+        path = process.mapped_file_path(cand)
         if path is not None:
             yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
 

@@ -104,7 +104,7 @@ class InterpreterSource(RetryLadder):
     def _record(self, proc) -> bytes | None:
         raise NotImplementedError
 
-    def _entry(self, proc, process: procs.Process | None):
+    def _entry(self, proc, process: procs.ProcessInfo | None):
         return proc, process
 
     def _tunable(self) -> int:

@@ -84,7 +84,7 @@ class JitSource(RetryLadder):
     def __init__(self) -> None:
         super().__init__()
         self._kernel: "RuntimeKernel | None" = None
-        self._procs: dict[int, tuple[object, procs.Process | None]] = {}   # (its names reader, the process)
+        self._procs: dict[int, tuple[object, procs.ProcessInfo | None]] = {}   # (its names reader, the process)
         self._found: list[tuple[int, object]] = []
         self._stacks: dict[int, list[tuple]] = {}    # stack key -> recorded frames (index first)
         self._cut: set[int] = set()      # stacks the walker cut at its frame limit

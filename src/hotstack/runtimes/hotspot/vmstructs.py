@@ -107,7 +107,7 @@ def read_vmstructs(pid: int) -> VMStructs | None:
         return None
     if len(syms) != len(_GLOBALS):
         return None
-    mem = PagedMemory(pid)      # the tables and their names do not change once the VM published them
+    mem = PagedMemory(ProcessMemory(pid))      # the tables and their names do not change once the VM published them
     try:
         g = {name: mem.u64(bias + syms[name]) for name in _GLOBALS}
         if not g["gHotSpotVMStructs"] or not g["gHotSpotVMStructEntryArrayStride"]:

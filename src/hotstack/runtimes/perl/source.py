@@ -114,7 +114,7 @@ def cop_place(mem: ProcessMemory, o: PerlOffsets, cop: int, threaded: bool) -> t
 
 
 class _Process:
-    def __init__(self, proc: PerlProcess, process: procs.Process | None) -> None:
+    def __init__(self, proc: PerlProcess, process: procs.ProcessInfo | None) -> None:
         self.proc = proc
         self.process = process
         self.subs: dict[int, str | None] = {}
@@ -150,7 +150,7 @@ class PerlSource(InterpreterSource):
         except struct.error:
             return None
 
-    def _entry(self, proc: PerlProcess, process: procs.Process | None) -> _Process:
+    def _entry(self, proc: PerlProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)
 
     def _parse(self, raw: bytes) -> tuple[list[RawPerlFrame], bool, int]:

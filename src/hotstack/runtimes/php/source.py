@@ -135,7 +135,7 @@ class PhpSource(InterpreterSource):
 
     def __init__(self) -> None:
         super().__init__()
-        self._procs: dict[int, tuple[PhpProcess, procs.Process | None]] = {}
+        self._procs: dict[int, tuple[PhpProcess, procs.ProcessInfo | None]] = {}
         self._funcs: dict[int, dict[int, FuncInfo]] = {}      # pid -> identity -> function
         self._totals = WalkerTotals(schema.PHP_STAT_MAX)
         self._jit: dict[int, JitWatch] = {}

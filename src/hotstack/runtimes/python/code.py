@@ -14,7 +14,9 @@ from typing import Sequence
 
 from ...profile.model import Frame, FrameKind
 from .linetable import line_for
-from ..common.memory import MemoryReadError, ProcessMemory
+from ... import procs
+from ...procs.memory import MemoryView
+from ..common.memory import MemoryReadError
 from .offsets import NONE, PyOffsets
 
 MAX_STRING = 1024            # characters of a name or file name we read
@@ -38,7 +40,7 @@ class CodeInfo:
     complete: bool = True       # False: `linetable` is its first part (a copy cut short)
 
 
-def read_str(mem: ProcessMemory, o: PyOffsets, address: int) -> str:
+def read_str(mem: procs.Process, o: PyOffsets, address: int) -> str:
     """A str object's text (compact strings; the legacy non-compact form gives '?')."""
     head = mem.read(address, o.unicode_state + 4)
     length = struct.unpack_from("<q", head, 16)[0]
@@ -52,14 +54,14 @@ def read_str(mem: ProcessMemory, o: PyOffsets, address: int) -> str:
     return data.decode(codec, "replace")
 
 
-def read_bytes(mem: ProcessMemory, o: PyOffsets, address: int) -> bytes:
+def read_bytes(mem: procs.Process, o: PyOffsets, address: int) -> bytes:
     size = mem.u64(address + o.bytes_size)
     if size > MAX_LINETABLE:
         raise MemoryReadError(f"line table of {size} bytes")
     return mem.read(address + o.bytes_data, size)
 
 
-def read_code(mem: ProcessMemory, o: PyOffsets, address: int) -> CodeInfo:
+def read_code(mem: procs.Process, o: PyOffsets, address: int) -> CodeInfo:
     argcount = mem.u32(address + o.co_argcount)
     flags = mem.u32(address + o.co_flags)
     firstlineno = mem.i32(address + o.co_firstlineno)
@@ -72,9 +74,9 @@ def read_code(mem: ProcessMemory, o: PyOffsets, address: int) -> CodeInfo:
         checksum=checksum(argcount, flags, firstlineno & 0xFFFFFFFF))
 
 
-class CopiedMemory:
+class CopiedMemory(MemoryView):
     """The memory of a process as the walker copied parts of it (a py_code_snap): reads inside a
-    copied part are served, others raise MemoryReadError, as ProcessMemory's of freed memory do."""
+    copied part are served, others raise MemoryReadError, as a Process's of freed memory do."""
 
     def __init__(self, parts: Sequence[tuple[int, bytes]]) -> None:
         self._parts = [(address, data) for address, data in parts if address and data]
@@ -84,15 +86,6 @@ class CopiedMemory:
             if start <= address and address + size <= start + len(data):
                 return data[address - start:address - start + size]
         raise MemoryReadError(f"{size} bytes at {address:#x} not copied")
-
-    def u64(self, address: int) -> int:
-        return struct.unpack("<Q", self.read(address, 8))[0]
-
-    def u32(self, address: int) -> int:
-        return struct.unpack("<I", self.read(address, 4))[0]
-
-    def i32(self, address: int) -> int:
-        return struct.unpack("<i", self.read(address, 4))[0]
 
 
 def copied_code(o: PyOffsets, snap) -> CodeInfo | None:
@@ -138,15 +131,18 @@ class CodeCache:
         self.misses = 0
         self.copies = 0         # code objects named from the walker's copies
 
-    def frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
+    def frame(self, process: procs.Process | int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None
+              ) -> Frame:
         """The named frame of one (code object, instruction); `sampled_checksum` None: not checked."""
-        return self.frames(pid, o, [(code, instr, sampled_checksum, 0)])[0]
+        return self.frames(process, o, [(code, instr, sampled_checksum, 0)])[0]
 
-    def frames(self, pid: int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
+    def frames(self, process: procs.Process | int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
         """The named frame of each recorded frame (a RawPyFrame: code object, instruction, checksum,
         marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
         a Python call and two dict lookups, would be most of the naming of a new Python stack, and
-        every sample of a recursion at another depth or leaf is a new stack."""
+        every sample of a recursion at another depth or leaf is a new stack. `process`: the process
+        its memory is read through, or the pid of a live one."""
+        pid = process if isinstance(process, int) else process.pid
         by_record = self._by_record.get(pid)
         if by_record is None:
             by_record = self._by_record[pid] = {}
@@ -157,7 +153,7 @@ class CodeCache:
             by_record.clear()
         for i, record in enumerate(records):
             if out[i] is None:
-                made = out[i] = self._make_frame(pid, o, record[0], record[1], record[2])
+                made = out[i] = self._make_frame(process, pid, o, record[0], record[1], record[2])
                 if made.resolved:        # an unreadable code object is read again next time
                     by_record[record] = made
         return out
@@ -180,14 +176,15 @@ class CodeCache:
                 self._partial.setdefault(snap.pid, {})[(snap.code, snap.checksum)] = info
             self.copies += 1
 
-    def _make_frame(self, pid: int, o: PyOffsets, code: int, instr: int, sampled_checksum: int | None) -> Frame:
+    def _make_frame(self, process: procs.Process | int, pid: int, o: PyOffsets, code: int, instr: int,
+                    sampled_checksum: int | None) -> Frame:
         codes = self._codes.setdefault(pid, {})
         key = (code, sampled_checksum if sampled_checksum is not None else -1)
         info = codes.get(key, False)
         if info is False:
             self.reads += 1
             try:
-                info = read_code(ProcessMemory(pid), o, code)
+                info = read_code(procs.as_process(process), o, code)
             except (MemoryReadError, UnicodeDecodeError, struct.error):
                 info = self._partial.get(pid, {}).get(key)     # (the process is gone: the copy)
             if info is not None and sampled_checksum is not None and info.checksum != sampled_checksum:

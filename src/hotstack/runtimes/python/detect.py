@@ -16,7 +16,7 @@ import numpy as np
 from ... import procs
 from ...symbols.elf import ElfError, ElfFile
 from ..common.files import Unreadable, interpreter_files, jump_targets, symbol_spans
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
 _NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")     # a version in the name
@@ -52,12 +52,18 @@ class PythonProcess:
     threads_head: int       # address of interp->threads.head (read each sample: threads come and go); 0: not known
     file_name: str = ""     # the interpreter file's name as the process maps it (its frames' module)
     interp_ptr: int = 0     # where _PyRuntime holds the interpreter pointer
+    process: procs.Process | None = None     # what it was read through (None: the live process `pid`)
 
     @property
     def provisional(self) -> bool:
         """Listed before its interpreter was made (a process seen at its exec): the walker finds the
         interpreter through interp_ptr until a later look confirms it (runtimes/common/retries.py)."""
         return self.interp == 0
+
+    @property
+    def memory(self) -> procs.Process:
+        """What its memory is read through."""
+        return self.process if self.process is not None else procs.LiveProcess(self.pid)
 
     @property
     def eval_loop(self) -> tuple[int, int]:
@@ -138,7 +144,7 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
     return tuple(sorted(parts))
 
 
-def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[int, int, int] | None:
+def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets) -> tuple[int, int, int] | None:
     """(interp, address of interp->threads.head, where _PyRuntime holds interp), checked through the
     back pointer tstate->interp.
 
@@ -167,7 +173,7 @@ def find_interpreter(mem: ProcessMemory, runtime: int, o: PyOffsets) -> tuple[in
     return None
 
 
-def not_started(mem: ProcessMemory, runtime: int, o: PyOffsets) -> bool:
+def not_started(mem: procs.Process, runtime: int, o: PyOffsets) -> bool:
     """Whether the interpreter of this _PyRuntime is not made yet: its interpreters.head still the
     NULL of the file's data (a process seen at its exec, in the loader or the interpreter's start)."""
     try:
@@ -179,14 +185,15 @@ def not_started(mem: ProcessMemory, runtime: int, o: PyOffsets) -> bool:
 _binaries: dict[tuple, PythonBinary | None] = {}
 
 
-def detect(pid: int) -> PythonProcess | None:
+def detect(process: procs.Process | int) -> PythonProcess | None:
     """The CPython interpreter running in `pid`, or None (not Python, not initialized yet, or gone).
     A process is looked into if a file it runs is named for Python (libpython in an embedding
     program too), or its executable is CPython's by what it holds."""
-    for binary, at in interpreter_files(pid, "python", "CPython",
-                                        lambda pid: "python" in procs.exec_paths(pid, recent=True), "python",
+    process = procs.as_process(process)
+    for binary, at in interpreter_files(process, "python", "CPython",
+                                        lambda p: "python" in p.exec_paths(recent=True), "python",
                                         _FILE, "libpython", _binaries, inspect_binary):
-        mem, runtime, o = ProcessMemory(pid), at.base + binary.runtime, binary.offsets
+        mem, runtime, o = process, at.base + binary.runtime, binary.offsets
         found = find_interpreter(mem, runtime, o)
         if found is not None:
             interp, threads_head, interp_ptr = found
@@ -196,6 +203,6 @@ def detect(pid: int) -> PythonProcess | None:
             interp, threads_head, interp_ptr = 0, 0, runtime + o.interpreters_head
         else:
             return None
-        return PythonProcess(pid, binary, at.base, runtime, at.base + binary.none, interp, threads_head,
-                             at.file_name, interp_ptr)
+        return PythonProcess(process.pid, binary, at.base, runtime, at.base + binary.none, interp, threads_head,
+                             at.file_name, interp_ptr, process)
     return None

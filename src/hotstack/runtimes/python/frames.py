@@ -1,7 +1,7 @@
 """The raw Python frame chain of a thread, and how it splits into evaluation-loop calls.
 
 The BPF walker (bpf/python.h) records, per frame, (code object, instruction, marker byte,
-checksum), leaf first. `walk_thread` does the same walk from userspace over process_vm_readv:
+checksum), leaf first. `walk_thread` does the same walk from userspace over the process's memory reads (procs.Process):
 tests use it to check the offsets against live interpreters, and it documents the walk.
 `eval_groups` splits a chain into the frames that each C-level call of the evaluation loop runs,
 which is what replaces each `_PyEval_EvalFrameDefault` frame of the native stack.
@@ -15,7 +15,8 @@ from typing import NamedTuple, TypeVar
 
 from .code import checksum
 from .detect import PythonProcess
-from ..common.memory import MemoryReadError, ProcessMemory
+from ... import procs
+from ..common.memory import MemoryReadError
 from .offsets import FRAME_CFRAME, NONE, OWNED_BY_CSTACK_312, SHIM_OWNER_MIN_314, PyOffsets
 
 MAX_FRAMES = 96          # frames walked per sample, in BPF and here
@@ -33,7 +34,7 @@ class RawPyFrame(NamedTuple):
     marker: int          # is_entry (3.11) or owner (3.12+), else 0
 
 
-def find_tstate(mem: ProcessMemory, proc: PythonProcess, thread_id: int) -> int:
+def find_tstate(mem: procs.Process, proc: PythonProcess, thread_id: int) -> int:
     o = proc.offsets
     tstate = mem.u64(proc.threads_head)
     for _ in range(MAX_THREADS):
@@ -45,14 +46,14 @@ def find_tstate(mem: ProcessMemory, proc: PythonProcess, thread_id: int) -> int:
     return 0
 
 
-def current_frame(mem: ProcessMemory, o: PyOffsets, tstate: int) -> int:
+def current_frame(mem: procs.Process, o: PyOffsets, tstate: int) -> int:
     frame = mem.u64(tstate + o.tstate_frame)
     if o.frame_kind == FRAME_CFRAME and frame:
         frame = mem.u64(frame + o.cframe_current)
     return frame
 
 
-def walk_frames(mem: ProcessMemory, o: PyOffsets, frame: int) -> list[RawPyFrame]:
+def walk_frames(mem: procs.Process, o: PyOffsets, frame: int) -> list[RawPyFrame]:
     """Leaf-first frames from `frame`; a read that fails ends the chain (truncated, not an error)."""
     out: list[RawPyFrame] = []
     try:
@@ -76,7 +77,7 @@ def walk_frames(mem: ProcessMemory, o: PyOffsets, frame: int) -> list[RawPyFrame
 
 def walk_thread(proc: PythonProcess, thread_id: int) -> list[RawPyFrame]:
     """The frames of the thread whose `thread_id` (pthread_self) is given, leaf first."""
-    mem = ProcessMemory(proc.pid)
+    mem = proc.memory
     try:
         tstate = find_tstate(mem, proc, thread_id)
         return walk_frames(mem, proc.offsets, current_frame(mem, proc.offsets, tstate)) if tstate else []

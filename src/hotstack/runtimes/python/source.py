@@ -72,7 +72,7 @@ class CPythonSource(InterpreterSource):
 
     def __init__(self) -> None:
         super().__init__()
-        self._procs: dict[int, tuple[PythonProcess, procs.Process | None]] = {}
+        self._procs: dict[int, tuple[PythonProcess, procs.ProcessInfo | None]] = {}
         self.codes = CodeCache()
         # (pid, key) -> (the process's entry, named groups, every frame named): the samples of one
         # Python stack under other native leaves (a few to tens an interval) are named once, not once
@@ -123,7 +123,7 @@ class CPythonSource(InterpreterSource):
         self._named = {}
 
     def _name_early(self, pid: int, entry, frames: list[RawPyFrame]) -> None:
-        self.codes.frames(pid, entry[0].offsets, list(set(frames)))   # (a recursion's frames repeat)
+        self.codes.frames(entry[0].memory, entry[0].offsets, list(set(frames)))   # (a recursion's frames repeat)
 
     def frames(self, pid: int, key: int) -> tuple[list[list[Frame]], bool]:
         """(leaf-first groups of symbolized Python frames, one per evaluation-loop call; truncated)."""
@@ -142,7 +142,7 @@ class CPythonSource(InterpreterSource):
             if named is None or named[0] is not proc:     # (an exec makes a new entry)
                 o = proc.offsets
                 misses = self.codes.misses     # (an unnamed frame is made, never cached, each time)
-                groups = split_groups(o, raw[0], self.codes.frames(pid, o, raw[0]), proc.none)
+                groups = split_groups(o, raw[0], self.codes.frames(proc.memory, o, raw[0]), proc.none)
                 named = (proc, groups, self.codes.misses == misses)
             self._named[(pid, key)] = named
         return named[1], raw[1], named[2]

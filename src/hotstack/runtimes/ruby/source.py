@@ -61,7 +61,7 @@ def _defined_name(mem: ProcessMemory, o, table, me: int) -> str | None:
 
 
 class _Process:
-    def __init__(self, proc: RubyProcess, process: procs.Process | None) -> None:
+    def __init__(self, proc: RubyProcess, process: procs.ProcessInfo | None) -> None:
         self.proc = proc
         self.process = process
         self.cfuncs: dict[int, str | None] = {}
@@ -114,7 +114,7 @@ class RubySource(InterpreterSource):
         except struct.error:        # a value out of its field's range: not a layout we read
             return None
 
-    def _entry(self, proc: RubyProcess, process: procs.Process | None) -> _Process:
+    def _entry(self, proc: RubyProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)
 
     def _parse(self, raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
