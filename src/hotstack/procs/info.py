@@ -51,7 +51,7 @@ class ProcessInfo:
     # after it exits), given back when it is forgotten
     held: tuple = ()
     # what it is read through (a LiveProcess of its pid unless given: a RecordedProcess in tests)
-    process: Process | None = None
+    process: Process | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.process is None:

@@ -54,6 +54,8 @@ def read_memory(pid: int, address: int, size: int) -> bytes:
 class MemoryView:
     """Little-endian integers over `read(address, size)`, which a subclass gives."""
 
+    __slots__ = ()
+
     def read(self, address: int, size: int) -> bytes:
         raise NotImplementedError
 

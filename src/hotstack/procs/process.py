@@ -25,6 +25,7 @@ class Process(MemoryView, ABC):
     """A process to read (see the module's text). `recent` (on the maps and the executable's path):
     a live read made less than mapped.RECENT_S ago will do."""
 
+    __slots__ = ()
     pid: int
 
     @abstractmethod

@@ -296,7 +296,7 @@ class ProcessWatch:
             mappings = sampler.native.exited_mappings(pid)
             if mappings:
                 self.processes.adopt(procs.ProcessInfo(pid=pid, start_time=0, comm=raw.comm,
-                                                   mappings=procs.MappingIndex(mappings)))
+                                                       mappings=procs.MappingIndex(mappings)))
 
     def _forget_dead(self) -> None:
         """Processes that exited are forgotten: those the programs saw exit (bpf/exec.bpf.c), and at
