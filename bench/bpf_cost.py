@@ -14,6 +14,8 @@ Workloads (each sampled alone, by pid, at --rate Hz on every CPU):
   java      a JVM with 2 busy threads (tests/runtimes/hotspot/HotWork.java), Java frames on: the step
             program with the runtime hooks (profile_native_step_jit, bpf/hotspot.h), and its
             verification at load (not in the default list: it needs a JDK)
+  java-int  the same JVM interpreted (-Xint): interpreted frames only, each recorded with its bytecode
+            pointer (the leaf's from its register: its line)
 
 Per run: BPF time per sample of the workload: profile_cpu's run time (the kernel's BPF stats;
 tail-called programs run inside their caller's accounting, so this is the whole walk) over the
@@ -102,10 +104,10 @@ def workload_argv(name: str, build: Path) -> list[str]:
             subprocess.run(["cc", "-O2", "-fno-omit-frame-pointer", str(ROOT / "tests/engine/workloads/hot_ab.c"),
                             "-o", str(exe)], check=True)
         return [str(exe)]
-    if name == "java":
+    if name.startswith("java"):
         if not (build / "HotWork.class").exists():
             subprocess.run(["javac", "-d", str(build), str(ROOT / "tests/runtimes/hotspot/HotWork.java")], check=True)
-        return ["java", "-cp", str(build), "HotWork", "120", "2"]
+        return ["java", *(["-Xint"] if name == "java-int" else []), "-cp", str(build), "HotWork", "120", "2"]
     exe = build / "deep"
     if not exe.exists():
         subprocess.run(["cc", "-O1", "-fomit-frame-pointer", str(ROOT / "tests/unwind/workloads/deep.c"), "-o",

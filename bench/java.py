@@ -26,6 +26,12 @@ sampled by hotstack with Java frames and with `--no-java` in turns (the order al
 `--seconds` after a 1 s settle. Per phase: the run time of the sampling programs (the engine's own,
 not other programs of this process) over the JVM's samples, and the frames per sample (all, Java).
 Every round is printed, then the medians of each side and their ratio.
+
+    sudo .venv/bin/python bench/java.py --same-jvm --ab-object OTHER/profile.bpf.o [--jvm-flag=-Xint]
+
+The same A/B of two builds of the sampling program, both with Java frames: this tree's
+profile.bpf.o against OTHER's (e.g. a checkout of the commit before a change), on one JVM, with
+the JVM's flags given (`--jvm-flag=-Xint`: interpreted frames only).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from procstat import bpf_run_time_ns, cpu_seconds, median, start, stop, threads_
 
 from hotstack.ebpf import enable_run_time_stats  # noqa: E402
 from hotstack.profile.model import FrameKind  # noqa: E402
-from hotstack.sampling import Engine, EngineConfig  # noqa: E402
+from hotstack.sampling import Engine, EngineConfig, sampler  # noqa: E402
 
 PHASES = ("alone", "java", "native", "jfr")
 LABELS = {"alone": "workload alone", "java": "hotstack, Java frames", "native": "hotstack --no-java",
@@ -75,8 +81,8 @@ def jdk(tool: str) -> str:
 class Workload:
     """One JVM running HotWork, its ticks (work() calls, worker CPU ns) read as they come."""
 
-    def __init__(self, classes: Path, seconds: float, threads: int) -> None:
-        self.proc = start([jdk("java"), "-cp", str(classes), "HotWork", str(seconds), str(threads), "200"])
+    def __init__(self, classes: Path, seconds: float, threads: int, flags: tuple[str, ...] = ()) -> None:
+        self.proc = start([jdk("java"), *flags, "-cp", str(classes), "HotWork", str(seconds), str(threads), "200"])
         self.last = (0, 0)
         self._lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
@@ -147,15 +153,23 @@ def phase(kind: str, classes: Path, args, tmp: Path) -> dict:
         work.close()
 
 
-def same_jvm_phase(pid: int, java: bool, args) -> dict:
+def same_jvm_phase(pid: int, java: bool, args, profile_object: str = "") -> dict:
+    """One phase on the JVM: with Java frames or not, with the sampling program of this tree or
+    `profile_object`."""
     config = EngineConfig(frequency=args.rate, pids=(pid,), runtimes_off=() if java else ("hotspot",))
-    with Engine(config) as engine:
-        time.sleep(1)
-        engine.collect()
-        bpf0 = engine.bpf_run_time_ns()
-        time.sleep(args.seconds)
-        profile = engine.collect()[0]
-        bpf1 = engine.bpf_run_time_ns()
+    real = sampler.object_path
+    if profile_object:
+        sampler.object_path = lambda name, machine=None: profile_object if name == "profile" else real(name, machine)
+    try:
+        with Engine(config) as engine:
+            time.sleep(1)
+            engine.collect()
+            bpf0 = engine.bpf_run_time_ns()
+            time.sleep(args.seconds)
+            profile = engine.collect()[0]
+            bpf1 = engine.bpf_run_time_ns()
+    finally:
+        sampler.object_path = real
     samples = sum(s.value for s in profile.samples)
     frames = sum(s.value * len(s.stack) for s in profile.samples)
     java_frames = sum(s.value * sum(f.kind is FrameKind.JAVA for f in s.stack) for s in profile.samples)
@@ -164,19 +178,24 @@ def same_jvm_phase(pid: int, java: bool, args) -> dict:
 
 
 def same_jvm(classes: Path, args) -> None:
-    work = Workload(classes, 600, args.threads)
+    work = Workload(classes, 600, args.threads, tuple(args.jvm_flag))
     results: dict[bool, list[dict]] = {True: [], False: []}
+    # the two sides: True is this tree with Java frames; False --no-java, or with --ab-object that object
+    names = {True: "this tree", False: "ab-object"} if args.ab_object else {True: "Java frames", False: "--no-java"}
     try:
-        print(f"one HotWork JVM (pid {work.proc.pid}), {args.threads} threads, {args.rate} Hz, {args.seconds:g} s "
-              f"per phase after a 1 s settle, {max(args.warmup, 5):g} s warm-up, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"one HotWork JVM (pid {work.proc.pid}, flags {args.jvm_flag}), {args.threads} threads, "
+              f"{args.rate} Hz, {args.seconds:g} s per phase after a 1 s settle, {max(args.warmup, 5):g} s warm-up, "
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         time.sleep(max(args.warmup, 5))
         for run in range(args.runs):
             order = (True, False) if run % 2 == 0 else (False, True)
-            for java in order:
-                r = same_jvm_phase(work.proc.pid, java, args)
-                results[java].append(r)
-                print(f"  round {run + 1} {'Java frames' if java else '--no-java  '}: {r['bpf_us']:6.2f} us/sample, "
+            for side in order:
+                if args.ab_object:
+                    r = same_jvm_phase(work.proc.pid, True, args, "" if side else args.ab_object)
+                else:
+                    r = same_jvm_phase(work.proc.pid, side, args)
+                results[side].append(r)
+                print(f"  round {run + 1} {names[side]:11}: {r['bpf_us']:6.2f} us/sample, "
                       f"{r['samples']:5} samples, {r['depth']:4.1f} frames ({r['java_depth']:4.1f} Java) per sample")
             print(f"  round {run + 1} ratio: {results[True][-1]['bpf_us'] / results[False][-1]['bpf_us']:.2f}x "
                   f"(load average {os.getloadavg()[0]:.1f})")
@@ -185,9 +204,9 @@ def same_jvm(classes: Path, args) -> None:
     java = median([r["bpf_us"] for r in results[True]])
     native = median([r["bpf_us"] for r in results[False]])
     rounds = median([j["bpf_us"] / n["bpf_us"] for j, n in zip(results[True], results[False])])
-    print(f"medians of {args.runs} rounds: Java frames {java:.2f} us/sample, --no-java {native:.2f} us/sample, "
-          f"ratio {java / native:.2f}x (median of the rounds' ratios {rounds:.2f}x; target <= 2x: "
-          f"{'yes' if java / native <= 2 else 'NO'})")
+    print(f"medians of {args.runs} rounds: {names[True]} {java:.2f} us/sample, {names[False]} {native:.2f} us/sample, "
+          f"ratio {java / native:.2f}x (median of the rounds' ratios {rounds:.2f}x"
+          + ("" if args.ab_object else f"; target <= 2x: {'yes' if java / native <= 2 else 'NO'}") + ")")
 
 
 def line(kind: str, r: dict, alone: float) -> str:
@@ -210,6 +229,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--same-jvm", action="store_true",
                     help="only the kernel walk: Java frames and --no-java in turns on one JVM")
+    ap.add_argument("--ab-object", default="",
+                    help="with --same-jvm: this tree's profile.bpf.o against this one, both with Java frames")
+    ap.add_argument("--jvm-flag", action="append", default=[], help="a flag of the JVM (repeat: several)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/java.py: run as root (eBPF)", file=sys.stderr)

@@ -288,7 +288,10 @@ def report_process(pid: int, out: TextIO) -> int:
         write(f"  runtime {name}: read (its frames are named)\n")
     for u in unread:
         version = f" {u.version}" if u.version else ""
-        write(f"  runtime {u.runtime}{version} in {u.file!r}: NOT read: {u.reason}\n")
+        if u.partial:
+            write(f"  runtime {u.runtime}{version} in {u.file!r}: read without {u.partial}: {u.reason}\n")
+        else:
+            write(f"  runtime {u.runtime}{version} in {u.file!r}: NOT read: {u.reason}\n")
     if not found and not unread:
         write("  no language runtime recognized: native frames only (C, C++, Go, Rust ...)\n")
     return 0

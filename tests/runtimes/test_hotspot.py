@@ -80,11 +80,12 @@ def _start(classes: Path, seconds: float, *flags: str, threads: int = 8) -> subp
     return proc
 
 
-def profile_with_jfr(java: str, jcmd: str, classes: Path, recording: Path, threads: int, enough: int) -> list:
+def profile_with_jfr(java: str, jcmd: str, classes: Path, recording: Path, threads: int, enough: int,
+                     flags: tuple[str, ...] = ()) -> list:
     """HotWork's samples from hotstack with JFR recording beside it (into `recording`): until
     `enough` samples of the two methods or 10 s (a busy machine gives the workload little CPU)."""
     # 90 s: killed when done, but alive through jcmd's two attaches (each can take 10 s on a busy machine)
-    proc = subprocess.Popen([java, "-cp", str(classes), "HotWork", "90", str(threads)],
+    proc = subprocess.Popen([java, *flags, "-cp", str(classes), "HotWork", "90", str(threads)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

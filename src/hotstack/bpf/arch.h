@@ -14,6 +14,9 @@
  *   ARCH_REGS_FP(r)           the frame pointer             (x86: rbp, arm64: x29)
  *   ARCH_REGS_LR(r)           the link register: the return address of a function that has not
  *                              saved it yet (arm64: x30; x86: 0, the return address is on the stack)
+ *   ARCH_REGS_HS_BCP(r)       the register in which HotSpot's template interpreter keeps the bytecode
+ *                              pointer of the method it runs (x86: r13, arm64: x22); its frame's
+ *                              slot holds it only from the last call out (bpf/hotspot.h)
  *   struct arch_regs          the four registers a stack walk starts from (ip, sp, fp, lr): 32
  *                              bytes on the BPF stack, where arm64's user_pt_regs would take 272
  *   arch_regs_load(out, r)    fill one from registers the program can read directly (its ctx)
@@ -45,6 +48,7 @@ typedef struct pt_regs arch_user_regs;    /* the UAPI layout is the kernel's */
 #define ARCH_REGS_SP(r) ((r)->rsp)
 #define ARCH_REGS_FP(r) ((r)->rbp)
 #define ARCH_REGS_LR(r) 0ULL
+#define ARCH_REGS_HS_BCP(r) ((r)->r13)
 #define ARCH_REGS_USER_MODE(r) (((r)->cs & 3) == 3 && ((r)->ss & 3) == 3)
 #define ARCH_ENTRY_RETURN_ADDRESS(r, out) bpf_probe_read_user((out), sizeof(__u64), (void *)ARCH_REGS_SP(r))
 #define ARCH_STRIP_RA(x) (x)
@@ -58,6 +62,7 @@ typedef struct user_pt_regs arch_user_regs;   /* regs[31], sp, pc, pstate */
 #define ARCH_REGS_SP(r) ((r)->sp)
 #define ARCH_REGS_FP(r) ((r)->regs[29])
 #define ARCH_REGS_LR(r) ((r)->regs[30])
+#define ARCH_REGS_HS_BCP(r) ((r)->regs[22])
 /* PSR_MODE_MASK 0xf: EL0t is 0; PSR_MODE32_BIT 0x10: a 32-bit task, not ours to walk */
 #define ARCH_REGS_USER_MODE(r) (((r)->pstate & 0x1f) == 0)
 #define ARCH_ENTRY_RETURN_ADDRESS(r, out) (*(out) = ARCH_REGS_LR(r), 0)

@@ -8,7 +8,9 @@
  * listed in `hs_procs`, the in-kernel unwinder (native_unwind.h) hands every PC in anonymous memory
  * to hs_step() (the NU_RUNTIME_JIT_STEP hook), which walks it the way the JVM walks itself:
  *  - the interpreter's code: by frame pointer (its frames always keep rbp); the Method* is at
- *    fp[-3], the bytecode pointer at fp[-8], the caller's sp at fp[-1] (frame_x86.hpp, JDK 8-25);
+ *    fp[-3], the bytecode pointer at fp[-8], the caller's sp at fp[-1] (frame_x86.hpp, JDK 8-25).
+ *    The slot holds the bytecode pointer as of the frame's last call out (a caller's: its call);
+ *    the running leaf keeps it in a register (r13), taken from the sample's registers;
  *  - any other code blob: found through its CodeHeap's segment map (one byte per segment, the
  *    distance back towards the block's start; CodeHeap::find_block_for), then stepped by the blob's
  *    frame size: the caller's sp is sp + _frame_size words, the return address just below it and
@@ -92,6 +94,7 @@ struct hs_buffers {
 	__u64 cand_counters;
 	__u32 cand_valid;
 	__u32 pad;
+	__u64 leaf_bcp;     /* the sample's bytecode pointer register, for a leaf interpreted frame */
 };
 
 struct {
@@ -239,8 +242,9 @@ static __always_inline void hs_tail_store(struct hs_stack *s)
 	bpf_map_update_elem(&hs_tails, &tid, t, BPF_ANY);
 }
 
-/* Before a kernel-unwound walk: is the sampled process a listed JVM? Its record is copied per CPU. */
-static __always_inline void hs_begin(__u32 pid)
+/* Before a kernel-unwound walk: is the sampled process a listed JVM? Its record is copied per CPU,
+ * with the interpreter's bytecode pointer register of the sample (leaf_bcp: 0 if not at hand). */
+static __always_inline void hs_begin(__u32 pid, __u64 leaf_bcp)
 {
 	struct hs_stack *s;
 	struct hs_proc *proc, *cur;
@@ -262,8 +266,10 @@ static __always_inline void hs_begin(__u32 pid)
 	s->pid = pid;
 	*cur = *proc;
 	buf = bpf_map_lookup_elem(&hs_buffers, &zero);
-	if (buf)
+	if (buf) {
 		buf->cand_valid = 0;
+		buf->leaf_bcp = leaf_bcp;
+	}
 	hs_count(HS_STAT_WALKS);
 }
 
@@ -445,10 +451,14 @@ __noinline int hs_step(__u64 pc, __u32 index)
 			sender_sp = buf->words[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
 			next_bp = buf->words[HS_INTERP_BCP / 8];
 			ra = buf->words[HS_INTERP_BCP / 8 + 1];
+			if (index == 0)
+				extra = buf->leaf_bcp;     /* the leaf runs: its slot is as of its last call out */
 		} else {
 			hs_read(&method, bp - HS_INTERP_METHOD);
 			hs_read(&extra, bp - HS_INTERP_BCP);
 			hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
+			if (index == 0)
+				extra = buf->leaf_bcp;
 			if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
 				hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
 				st->stack.end = NU_END_READ;
@@ -549,8 +559,9 @@ __noinline __u64 hs_finish(__u32 buffer)
 			break;
 		f = &s->frames[i];
 		hash = (hash ^ f->method ^ ((__u64)f->index << 48) ^ ((__u64)f->kind << 40)) * 0x100000001b3ULL;
-		/* a compiled frame's pc says which inlined methods run there (its scopes, named in userspace) */
-		hash = (hash ^ (f->kind == HS_KIND_INTERPRETED ? 0 : f->extra ^ (f->pc << 1))) * 0x100000001b3ULL;
+		/* a compiled frame's pc says which inlined methods and lines run there (its scopes, named in
+		 * userspace); an interpreted frame's bytecode pointer, its line */
+		hash = (hash ^ f->extra ^ (f->kind == HS_KIND_INTERPRETED ? 0 : f->pc << 1)) * 0x100000001b3ULL;
 	}
 	hash = (hash ^ n ^ ((__u64)s->truncated << 32)) | 1;   /* never 0: 0 means "no Java frames" */
 	stacks = buffer ? (void *)&hs_stacks_1 : (void *)&hs_stacks_0;

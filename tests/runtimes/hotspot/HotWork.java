@@ -3,7 +3,8 @@
 // Arguments: seconds [threads [tick_ms [busy_percent]]]. With tick_ms > 0 the main thread prints
 // "tick WORK CPU_NS" every tick_ms (work() calls done so far and the CPU time of the worker threads:
 // bench/java.py's throughput); with busy_percent < 100 each thread works that many ms every 100 ms
-// and sleeps the rest (bench/agent.py's many JVMs).
+// and sleeps the rest (bench/agent.py's many JVMs). The lines marked `// line: WHAT` are the ground
+// truth of the tests of lines: each hot loop is one line, each call one line.
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 
@@ -11,18 +12,14 @@ public class HotWork implements Runnable {
     static volatile long sink;
 
     static long heavy(long x, int n) {
-        for (int i = 0; i < n; i++) {
-            x = x * 6364136223846793005L + 1442695040888963407L;
-            x ^= x >>> 29;
-        }
+        x ^= n;  // (a line of its own before the loop: the frame's first bytecodes are not the loop's)
+        for (int i = 0; i < n; i++) { x = x * 6364136223846793005L + 1442695040888963407L; x ^= x >>> 29; }  // line: heavy loop
         return x;
     }
 
     static long light(long x, int n) {
-        for (int i = 0; i < n; i++) {
-            x = x * 6364136223846793005L + 1442695040888963407L;
-            x ^= x >>> 29;
-        }
+        x ^= n;  // (a line of its own before the loop: the frame's first bytecodes are not the loop's)
+        for (int i = 0; i < n; i++) { x = x * 6364136223846793005L + 1442695040888963407L; x ^= x >>> 29; }  // line: light loop
         return x;
     }
 
@@ -36,15 +33,15 @@ public class HotWork implements Runnable {
     }
 
     long work(long x) {
-        x = heavy(x, 30000);
-        return light(x, 10000);
+        x = heavy(x, 30000);  // line: heavy call
+        return light(x, 10000);  // line: light call
     }
 
     public void run() {
         long x = Thread.currentThread().getId();
         long period = System.nanoTime();
         while (System.nanoTime() < deadline) {
-            x = work(x);
+            x = work(x);  // line: work call
             done++;
             if (busyPercent < 100 && System.nanoTime() - period >= busyPercent * 1_000_000L) {
                 try {

@@ -78,9 +78,13 @@ class UnreadProcess:
     version: str
     file: str
     reason: str
+    partial: str = ""      # what is not read of a runtime whose frames are named ("lines"); "": its frames
 
     def line(self) -> str:
         version = f" {self.version}" if self.version else ""
+        if self.partial:
+            return (f"pid {self.pid}: {self.runtime}{version} in {self.file!r}: its frames are named without "
+                    f"{self.partial} ({self.reason})")
         return (f"pid {self.pid}: {self.runtime}{version} in {self.file!r} is not read ({self.reason}); "
                 f"its {self.runtime} frames show as the interpreter's native frames")
 
@@ -107,8 +111,9 @@ class UnreadRuntimes:
             if len(self._by_pid) >= self.KEEP:
                 self._by_pid.pop(next(iter(self._by_pid)))
             self._by_pid[key] = found
-            self.counts[found.runtime] = self.counts.get(found.runtime, 0) + 1
-            self._new += 1
+            if not found.partial:        # (the counters are of processes without runtime frames)
+                self.counts[found.runtime] = self.counts.get(found.runtime, 0) + 1
+                self._new += 1
             first = (identity, found.reason) not in self._warned
             self._warned.add((identity, found.reason))
         if first:

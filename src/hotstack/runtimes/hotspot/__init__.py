@@ -1,2 +1,2 @@
-"""HotSpot (Java) frames: the start of the frame source (issue 14). Today: the JVM's own description of
-its structures (vmstructs.py), read from a live process; no kernel walker or naming yet."""
+"""HotSpot (Java) frames: the JVM's description of itself (vmstructs.py, jvm.py), the frame source
+(source.py), names (names.py) and lines (lines.py) of its methods; the kernel half is bpf/hotspot.h."""

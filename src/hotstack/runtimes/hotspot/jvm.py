@@ -51,10 +51,25 @@ class JvmLayout:
     nm_immutable_data: int = -1
     blob_mutable_data: int = -1    # CodeBlob::_mutable_data (an address)
     blob_relocation_size: int = -1
-    stream_excess: int = 0         # CompressedReadStream's byte excess: 1 from JDK 21 (names.read_int)
+    stream_excess: int = 0         # CompressedReadStream's byte excess: 1 from JDK 21 (lines.read_int)
     pc_desc_size: int = 16
     pc_desc_pc: int = 0
     pc_desc_scope: int = 4
+    # lines (lines.py): a ConstMethod's bytecodes follow it (sizeof ConstMethod), its compressed line
+    # number table follows them when a bit of its flags says so; -1: not known for this JVM (no lines)
+    const_size: int = -1           # sizeof(ConstMethod)
+    const_code_size: int = -1      # ConstMethod::_code_size (u2)
+    const_flags: int = -1          # ConstMethod::_flags (u2), or _flags._flags (u4) from JDK 21
+    const_flags_size: int = 2
+    has_line_table: int = 0        # the flag bit: ConstMethod::_has_linenumber_table or ConstMethodFlags'
+    invocation_entry_bci: int = -1  # InvocationEntryBci: added to a scope's stored bci
+    lines_missing: str = ""        # what this JVM's vmStructs lack for lines ("" if nothing)
+    release: str = ""              # the JVM's release, when lines_missing is said
+
+    @property
+    def reads_lines(self) -> bool:
+        """Whether bytecode indices of this JVM's methods can be turned into lines."""
+        return not self.lines_missing
 
     @property
     def reads_inlining(self) -> bool:
@@ -112,6 +127,28 @@ def _nmethod_sections(s: VMStructs) -> dict[str, int]:
                 nm_metadata_offset=o.get(("nmethod", "_metadata_offset"), -1),
                 nm_scopes_begin=o.get(("CompiledMethod", "_scopes_data_begin"),
                                       o.get(("nmethod", "_scopes_data_begin"), -1)))
+
+
+def _line_fields(s: VMStructs) -> dict:
+    """JvmLayout's fields for lines: the ConstMethod offsets, its flags' size and line-table bit
+    (ConstMethod's own constants before JDK 21, ConstMethodFlags' since), or lines_missing."""
+    o = s.offsets
+    flags_key = next((k for k in (("ConstMethod", "_flags"), ("ConstMethod", "_flags._flags")) if k in o), None)
+    bit = next((s.constants[k] for k in ("ConstMethod::_has_linenumber_table",
+                                         "ConstMethodFlags::_misc_has_linenumber_table") if k in s.constants), 0)
+    missing = [what for what, absent in (
+        ("ConstMethod::_flags", flags_key is None),
+        ("ConstMethod::_code_size", ("ConstMethod", "_code_size") not in o),
+        ("the size of ConstMethod", "ConstMethod" not in s.sizes),
+        ("ConstMethod's _has_linenumber_table constant", not bit)) if absent]
+    if missing:
+        return dict(lines_missing="its vmStructs lack " + ", ".join(missing))
+    flags_type = s.field_types.get(flags_key, "u2")
+    if flags_type not in ("u2", "u4"):
+        return dict(lines_missing=f"its ConstMethod flags are of type {flags_type}")
+    return dict(const_size=s.sizes["ConstMethod"], const_code_size=o[("ConstMethod", "_code_size")],
+                const_flags=o[flags_key], const_flags_size=2 if flags_type == "u2" else 4, has_line_table=bit,
+                invocation_entry_bci=s.constants.get("InvocationEntryBci", -1))
 
 
 def _major_version(mem: ProcessMemory, s: VMStructs) -> int:
@@ -185,6 +222,9 @@ def read_layout(pid: int) -> JvmLayout | None:
             blob_frame_complete=s.offsets[("CodeBlob", "_frame_complete_offset")],
             blob_code_begin=code_begin, blob_name=s.offsets[("CodeBlob", "_name")], nmethod_method=nmethod_method,
             blob_flags=_blob_flags(s, code_begin_relative))
+        lines = _line_fields(s)
+        if lines.get("lines_missing"):
+            lines["release"] = vm_release(pid, s)
         heap_records = b"".join(schema.HS_HEAP.pack(low=a, high=b, segmap=c, log2_segment=d) for a, b, c, d in heaps)
         record = (record[:schema.HS_PROC_TAIL_OFFSET] + heap_records).ljust(schema.HS_PROC.size, b"\0")
         return JvmLayout(
@@ -201,7 +241,7 @@ def read_layout(pid: int) -> JvmLayout | None:
             blob_code_begin=code_begin, code_begin_relative=code_begin_relative, **_nmethod_sections(s),
             stream_excess=1 if major >= 21 else 0,
             pc_desc_size=s.sizes.get("PcDesc", 16), pc_desc_pc=s.offsets.get(("PcDesc", "_pc_offset"), 0),
-            pc_desc_scope=s.offsets.get(("PcDesc", "_scope_decode_offset"), 4))
+            pc_desc_scope=s.offsets.get(("PcDesc", "_scope_decode_offset"), 4), **lines)
     except KeyError as e:
         raise _unreadable(pid, s, e) from None
 

@@ -6,43 +6,27 @@ agree with each other: the name and signature indices are in the pool and point 
 (its tag array says so), and the class has a readable name. A cached name is used again only while
 the Method still points at the same ConstMethod (one read): a class that was unloaded and whose
 metaspace was reused gives a fresh read, not the old name. If the process is gone, the cached name
-is kept (a JVM that exits mid-interval keeps its names).
+is kept (a JVM that exits mid-interval keeps its names). A frame's line is its bytecode index in its
+method's line table (lines.py): an interpreted frame's from its bytecode pointer, a compiled frame's
+from the scope at its pc.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import struct
 
 from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, ProcessMemory
 from .jvm import JvmLayout
+from .lines import LineTables, read_int
 
 MAX_ENTRIES = 1 << 16      # per process and kind: beyond this the cache starts again
 JVM_CONSTANT_UTF8 = 1
 MAX_SYMBOL = 4096
 MAX_PC_DESCS = 1 << 16     # an nmethod with more is not decoded (no inlined frames)
 MAX_INLINE_DEPTH = 32
-
-
-def read_int(data: bytes, pos: int, excess: int = 0) -> tuple[int, int]:
-    """One int of HotSpot's CompressedReadStream, and the position after it. UNSIGNED5: a byte
-    below 192 ends a number, each further byte adds 6 bits more; from JDK 21 every byte is
-    stored with an excess of 1 (no byte is 0), the last bytes below 192 before it."""
-    low = 192 - excess
-    b = data[pos] - excess
-    pos += 1
-    if b < low:
-        return b, pos
-    total, shift = b, 6
-    for i in range(4):
-        b = data[pos] - excess
-        pos += 1
-        total += b << shift
-        if b < low or i == 3:
-            break
-        shift += 6
-    return total, pos
 
 
 class NotAMethod(Exception):
@@ -70,6 +54,7 @@ class Names:
         self._klasses: dict[int, tuple[str, str]] = {}
         self._scopes: dict[tuple[int, int], list[Frame]] = {}
         self._pc_descs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        self.lines = LineTables(self.mem, layout)
         self.read_errors = 0
         self.named = 0
 
@@ -93,6 +78,30 @@ class Names:
         if found is not None:
             self.named += 1
         return found
+
+    def interpreted(self, method: int, bcp: int) -> Frame | None:
+        """An interpreted frame: its method, with the line of its bytecode pointer."""
+        frame = self.method(method)
+        if frame is None:
+            return None
+        const = self._const(method)
+        return self._with_line(frame, const, bcp - self.lines.code_base(const))
+
+    def _const(self, method: int) -> int:
+        """The ConstMethod of a Method named by method() (0 if it is no longer cached)."""
+        entry = self._methods.get(method)
+        return entry[0] if entry is not None else 0
+
+    def _with_line(self, frame: Frame, const: int, bci: int) -> Frame:
+        """`frame` with the line of `bci` in its method, or as it is where the line is not known."""
+        if not const or not self.l.reads_lines:
+            return frame
+        try:
+            line = self.lines.line(const, bci)
+        except MemoryReadError:
+            self.read_errors += 1
+            return frame
+        return dataclasses.replace(frame, line=line) if line > 0 else frame
 
     def _read_method(self, const: int) -> Frame:
         l, mem = self.l, self.mem
@@ -227,10 +236,12 @@ class Names:
             index, pos = read_int(data, pos, l.stream_excess)
             if index <= 0:
                 raise NotAMethod("scope without a method")
-            frame = self.method(mem.u64(metadata + 8 * (index - 1)))
+            bci, pos = read_int(data, pos, l.stream_excess)
+            method = mem.u64(metadata + 8 * (index - 1))
+            frame = self.method(method)
             if frame is None:
                 raise NotAMethod("scope method unreadable")
-            frames.append(frame)
+            frames.append(self._with_line(frame, self._const(method), bci + l.invocation_entry_bci))
             decode = sender
         return frames or None
 

@@ -3,9 +3,10 @@
 A process is a JVM if it maps libjvm.so; its vmStructs, read from its memory once its code cache
 and interpreter exist (jvm.py), give the kernel walker (bpf/hotspot.h) the code heaps and the
 offsets it needs, and this side the offsets to name a Method. The kernel walks interpreted and
-compiled frames and records each with its Method*; here they are named `package.Class.method`
-from the target's memory (every ~0.5 s for the stacks recorded so far, so a JVM that exits
-mid-interval keeps its names) and put in place of the native frames at the same positions.
+compiled frames and records each with its Method* (and its bytecode pointer or pc: its line); here
+they are named `package.Class.method`, with their source file and line, from the target's memory
+(every ~0.5 s for the stacks recorded so far, so a JVM that exits mid-interval keeps its names) and
+put in place of the native frames at the same positions.
 Frames need the kernel unwinder (`--unwind kernel`): it is what calls the walker.
 
 The lifecycle (detect, attach, observe with retries, poll, collect, merge, forget) is common/jit_source.py's.
@@ -42,6 +43,15 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int, int, int]], 
     return frames, head.pid
 
 
+def _identity_of(path: str) -> tuple:
+    """A libjvm file as one warning is said for: its (device, inode), or its path."""
+    try:
+        st = os.stat(path)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return (path,)
+
+
 class HotSpotSource(JitSource):
     name = "hotspot"
     label = "Java"
@@ -57,17 +67,26 @@ class HotSpotSource(JitSource):
         if found is None:
             return None
         try:
-            return read_layout(pid)
+            layout = read_layout(pid)
         except NotReady:
             return None
         except Unreadable as e:
-            try:
-                st = os.stat(found[0])
-                identity: tuple = (st.st_dev, st.st_ino)
-            except OSError:
-                identity = (found[0],)
-            UNREAD.note(identity, UnreadProcess(pid, self.label, e.version, found[0], e.reason))
+            UNREAD.note(_identity_of(found[0]), UnreadProcess(pid, self.label, e.version, found[0], e.reason))
             return None
+        if layout is not None:
+            self._note_without_lines(pid, found[0], layout)
+        return layout
+
+    def _note_without_lines(self, pid: int, path: str, layout: JvmLayout) -> None:
+        """A JVM whose frames are named but whose lines cannot be had (its vmStructs lack a field
+        lines need): said once per libjvm, and shown by `hotstack doctor --pid`."""
+        if layout.reads_lines and layout.reads_inlining:
+            return
+        if layout.reads_lines:
+            what, reason = "the lines of compiled frames", "its vmStructs lack the fields of an nmethod's scopes"
+        else:
+            what, reason = "lines", layout.lines_missing
+        UNREAD.note(_identity_of(path), UnreadProcess(pid, self.label, layout.release, path, reason, partial=what))
 
     def _may_run(self, pid: int) -> bool:
         """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
@@ -88,7 +107,7 @@ class HotSpotSource(JitSource):
     def _name_frame(names: Names, frame: tuple) -> Frame | list[Frame] | None:
         index, kind, method, extra, pc, blob = frame
         if kind == schema.HS_KIND_INTERPRETED:
-            return names.method(method)
+            return names.interpreted(method, extra)
         if kind == schema.HS_KIND_COMPILED:
             return names.compiled(method, extra, blob, pc, leaf=index == 0)
         if kind == schema.HS_KIND_BLOB_FP:
@@ -100,9 +119,7 @@ class HotSpotSource(JitSource):
         index, kind, method, extra, pc, blob = frame
         if kind == schema.HS_KIND_COMPILED:
             return kind, method, extra, blob, pc, index == 0
-        if kind == schema.HS_KIND_INTERPRETED:
-            return kind, method          # extra is the bytecode pointer: not part of the name
-        return kind, method, extra
+        return kind, method, extra       # an interpreted frame's extra: the bytecode pointer (its line)
 
 
 __all__ = ["HotSpotSource", "parse_stack"]

@@ -30,6 +30,11 @@ _GLOBALS = (
     "gHotSpotVMTypes", "gHotSpotVMTypeEntryArrayStride", "gHotSpotVMTypeEntryTypeNameOffset",
     "gHotSpotVMTypeEntrySizeOffset",
 )
+# the named int constants (flag bits, enum values): read where the JVM exports them
+_INT_CONSTANTS = (
+    "gHotSpotVMIntConstants", "gHotSpotVMIntConstantEntryArrayStride", "gHotSpotVMIntConstantEntryNameOffset",
+    "gHotSpotVMIntConstantEntryValueOffset",
+)
 
 
 @dataclass
@@ -40,6 +45,7 @@ class VMStructs:
     field_types: dict[tuple[str, str], str] = field(default_factory=dict)    # C type of each field
     addresses: dict[tuple[str, str], int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
+    constants: dict[str, int] = field(default_factory=dict)   # int constants by name ("ConstMethod::_has_...")
 
 
 def libjvm(pid: int) -> tuple[str, int] | None:
@@ -102,10 +108,10 @@ def read_vmstructs(pid: int) -> VMStructs | None:
         return None
     path, bias = found
     try:
-        syms = _dynamic_symbols(path, _GLOBALS)
+        syms = _dynamic_symbols(path, _GLOBALS + _INT_CONSTANTS)
     except (ElfError, OSError):
         return None
-    if len(syms) != len(_GLOBALS):
+    if not all(name in syms for name in _GLOBALS):
         return None
     mem = PagedMemory(ProcessMemory(pid))      # the tables and their names do not change once the VM published them
     try:
@@ -138,9 +144,27 @@ def read_vmstructs(pid: int) -> VMStructs | None:
                 break
             out.sizes[type_name] = int.from_bytes(raw[g["gHotSpotVMTypeEntrySizeOffset"]:][:8], "little")
             entry += stride
+        if all(name in syms for name in _INT_CONSTANTS):
+            out.constants = _int_constants(mem, {name: mem.u64(bias + syms[name]) for name in _INT_CONSTANTS})
     except MemoryReadError:
         return None
     return out if out.offsets else None
+
+
+def _int_constants(mem: PagedMemory, g: dict[str, int]) -> dict[str, int]:
+    """gHotSpotVMIntConstants: (name, int32 value) entries up to one without a name."""
+    out: dict[str, int] = {}
+    entry, stride = g["gHotSpotVMIntConstants"], g["gHotSpotVMIntConstantEntryArrayStride"]
+    if not entry or not stride:
+        return out
+    for _ in range(MAX_ENTRIES):
+        raw = mem.read(entry, stride)
+        name = _cstr_safe(mem, int.from_bytes(raw[g["gHotSpotVMIntConstantEntryNameOffset"]:][:8], "little"))
+        if not name:
+            break
+        out[name] = int.from_bytes(raw[g["gHotSpotVMIntConstantEntryValueOffset"]:][:4], "little", signed=True)
+        entry += stride
+    return out
 
 
 def vm_release(pid: int, structs: VMStructs) -> str:
