@@ -24,9 +24,9 @@ from matrix import INSIDE, WORKLOADS
 
 KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY, "php": FrameKind.PHP,
         "php-fpm": FrameKind.PHP, "perl": FrameKind.PERL, "java": FrameKind.JAVA}
-# Runtimes whose frames carry their source file and line: the check asks for both. The JVM's file:line
-# is not read yet: its frames pass with or without them (the lines share is shown either way).
-WITHOUT_LINES = {"java"}
+# Runtimes whose frames carry their source file and line: the check asks for both, of every runtime
+# but these (whose frames would pass with or without them; the lines share is shown either way).
+WITHOUT_LINES: set[str] = set()
 # Runtimes whose frames carry the function's own line, not yet the line being executed (V8's JIT and
 # bytecode positions are not read: README): that line passes too.
 FUNCTION_LINE = {"node"}
@@ -159,8 +159,8 @@ def has(sample, hot: str, kind: FrameKind) -> bool:
 
 def has_line(frame, runtime: str, hot: str) -> bool:
     """The frame of `hot` has its source file and a line of the function's loop, in its fields (Node's:
-    the function's own line too, all it reads yet; the JVM's, not read yet: any line, in its fields or
-    its name)."""
+    the function's own line too, all it reads yet; a runtime in WITHOUT_LINES: any line, in its fields
+    or its name)."""
     if runtime in WITHOUT_LINES:
         return frame.line > 0 or bool(LINE.search(frame.name))
     header, loop = function_lines(frame.file.rpartition("/")[2], hot)

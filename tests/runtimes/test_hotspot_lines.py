@@ -25,7 +25,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from .test_hotspot import profile_with_jfr
-from .test_hotspot_versions import VERSIONS, WORK, classes, jdk_bin  # noqa: F401 (a fixture)
+from .test_hotspot_versions import VERSIONS, WORK, classes, drop_vmstructs_field, jdk_bin  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.root
 
@@ -116,17 +116,8 @@ def test_jvm_without_a_line_field_is_said(classes, monkeypatch, caplog):  # noqa
 
     from hotstack import doctor
     from hotstack.runtimes.common.files import UNREAD
-    from hotstack.runtimes.hotspot import jvm
 
-    real = jvm.read_vmstructs
-
-    def without_code_size(pid):
-        structs = real(pid)
-        if structs is not None:
-            structs.offsets.pop(("ConstMethod", "_code_size"), None)
-        return structs
-
-    monkeypatch.setattr(jvm, "read_vmstructs", without_code_size)
+    drop_vmstructs_field(monkeypatch, "ConstMethod", "_code_size")
     proc = subprocess.Popen([str(jdk_bin("21") / "java"), "-cp", str(classes), "HotWork", "20", "2"],
                             stdout=subprocess.PIPE, text=True)
     try:

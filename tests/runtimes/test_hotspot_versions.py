@@ -101,23 +101,29 @@ def test_java_frames_match_jfr(classes, tmp_path, version):
     assert any(f.kind is FrameKind.NATIVE and "JavaCalls::call_helper" in f.name for f in sample.stack)
 
 
+def drop_vmstructs_field(monkeypatch, struct: str, field: str) -> None:
+    """The JVMs read from now on as if their vmStructs lacked `struct::field`."""
+    from hotstack.runtimes.hotspot import jvm
+
+    real = jvm.read_vmstructs
+
+    def without(pid):
+        structs = real(pid)
+        if structs is not None:
+            structs.offsets.pop((struct, field), None)
+        return structs
+
+    monkeypatch.setattr(jvm, "read_vmstructs", without)
+
+
 def test_jvm_without_a_needed_field_is_said(classes, monkeypatch):
     """A JDK whose vmStructs lack a field the walker needs (as JDK 25 dropped CodeBlob::_code_begin
     and JDK 11 spelled GrowableArrayBase::_len differently) is not listed, and is said: its pid, the
     runtime, the JVM's release and the field, in what `hotstack doctor --pid` shows."""
     from hotstack.runtimes.common.files import UNREAD
-    from hotstack.runtimes.hotspot import jvm
     from hotstack.runtimes.hotspot.source import HotSpotSource
 
-    real = jvm.read_vmstructs
-
-    def without_frame_size(pid):
-        structs = real(pid)
-        if structs is not None:
-            structs.offsets.pop(("CodeBlob", "_frame_size"), None)
-        return structs
-
-    monkeypatch.setattr(jvm, "read_vmstructs", without_frame_size)
+    drop_vmstructs_field(monkeypatch, "CodeBlob", "_frame_size")
     proc = subprocess.Popen([str(jdk_bin("25") / "java"), "-cp", str(classes), "HotWork", "20", "1"],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -89,8 +89,8 @@ def test_a_version_the_matrix_does_not_pass_is_never_claimed_tested(monkeypatch)
 
 def _stack(*frames) -> tuple:
     from hotstack.profile.model import Frame, FrameKind
-    return tuple(Frame(name, FrameKind.JAVA if not module else FrameKind.NATIVE, module=module, line=line)
-                 for name, module, line in frames)
+    return tuple(Frame(name, FrameKind.NATIVE, module=module, line=line) if module else
+                 Frame(name, FrameKind.JAVA, file="Work.java", line=line) for name, module, line in frames)
 
 
 def test_judge_counts_named_frames_the_split_and_stacks_to_the_root():
@@ -120,8 +120,7 @@ def test_judge_counts_named_frames_the_split_and_stacks_to_the_root():
 
 def test_judge_asks_for_file_and_line_where_the_runtime_keeps_them():
     """A Python cell whose hot frames lack their file and line, or show a line out of the function's
-    loop (a stale one: the previous call's `return`), fails; the JVM's frames pass without them (its
-    file:line not read yet) and with them."""
+    loop (a stale one: the previous call's `return`), fails; so do the JVM's."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
@@ -143,9 +142,16 @@ def test_judge_asks_for_file_and_line_where_the_runtime_keeps_them():
         bad = judge("python", samples(file, line))
         assert bad["state"] == "FAIL" and "0 of 100 hot_a/hot_b samples with their file and a line of their loop" \
             in bad["detail"], (file, line, bad)
-    java = [Sample((Frame("Work.hot_a", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 75, 10, 10, "java"),
-            Sample((Frame("Work.hot_b", FrameKind.JAVA), Frame("Work.work", FrameKind.JAVA), *root), 25, 10, 10, "java")]
-    assert judge("java", java)["state"] == "pass" and judge("java", java)["lines"] == 0.0
+    def java(file: str, a: int, b: int) -> list:
+        return [Sample((Frame("Work.hot_a", FrameKind.JAVA, file=file, line=a), Frame("Work.work", FrameKind.JAVA),
+                        *root), 75, 10, 10, "java"),
+                Sample((Frame("Work.hot_b", FrameKind.JAVA, file=file, line=b), Frame("Work.work", FrameKind.JAVA),
+                        *root), 25, 10, 10, "java")]
+    # Work.java: hot_a's loop is line 8, hot_b's 14
+    assert judge("java", java("Work.java", 8, 14))["state"] == "pass"
+    assert judge("java", java("Work.java", 8, 14))["lines"] == 1.0
+    for file, a, b in (("", 0, 0), ("Work.java", 0, 0), ("Work.java", 9, 15)):
+        assert judge("java", java(file, a, b))["state"] == "FAIL", (file, a, b)
 
 
 def test_record_keeps_only_the_cells_the_matrix_has():
