@@ -173,13 +173,18 @@ def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets) -> tuple[in
     return None
 
 
-def not_started(mem: procs.Process, runtime: int, o: PyOffsets) -> bool:
-    """Whether the interpreter of this _PyRuntime is not made yet: its interpreters.head still the
-    NULL of the file's data (a process seen at its exec, in the loader or the interpreter's start)."""
+def still_starting(mem: procs.Process, runtime: int, o: PyOffsets) -> bool:
+    """Whether this _PyRuntime can be read though no interpreter was confirmed in it: the interpreter
+    not made yet (interpreters.head still the NULL of the file's data: a process seen at its exec,
+    in the loader) or being made (its first thread state not linked yet), or a patch release whose
+    slot find_interpreter tried in vain. The walker reads the slot at each thread-state look-up and
+    takes only a thread state naming the sampled thread; the retry ladder confirms the process or,
+    at its end, unlists it and says so."""
     try:
-        return mem.u64(runtime + o.interpreters_head) == 0
+        mem.u64(runtime + o.interpreters_head)
     except MemoryReadError:
         return False
+    return True
 
 
 _binaries: dict[tuple, PythonBinary | None] = {}
@@ -197,7 +202,7 @@ def detect(process: procs.Process | int) -> PythonProcess | None:
         found = find_interpreter(mem, runtime, o)
         if found is not None:
             interp, threads_head, interp_ptr = found
-        elif not_started(mem, runtime, o):
+        elif still_starting(mem, runtime, o):
             # listed now, so that its first samples have Python frames (a run of 0.15 s is over
             # before a retry): the walker finds the interpreter once it is made
             interp, threads_head, interp_ptr = 0, 0, runtime + o.interpreters_head
