@@ -56,6 +56,10 @@ def _busy_shell(prof: Engine) -> tuple[subprocess.Popen, int]:
         assert prof.processes.known(busy.pid), "the busy shell was never announced"
         time.sleep(4)               # past every retry age but the last (6.4 s, JVMs only)
         return busy, _WATCHED[path]
+    except BaseException:
+        busy.kill()                 # (a shell left spinning makes its image one the engine has met)
+        busy.wait()
+        raise
     finally:
         _WATCHED.pop(path, None)
 
