@@ -125,6 +125,17 @@ class ProcessWatch:
             if pause.poll(min(FIRST_PAUSE_S, deadline - time.monotonic())) or self._stop.is_set():
                 return True
 
+    def _learn_runtime_comm(self, told) -> None:
+        """A process that names a runtime: its comm is announced at the exec of the next one
+        (bpf/pids.h runtime_comms) and ends the pid watcher's pause (_pause). Not hotstack's own
+        process, which is offered to no frame source: with its comm (python), every exec of that
+        name would be announced at once."""
+        if told is None or told.comm in self._runtime_comms or len(self._runtime_comms) >= RUNTIME_COMMS:
+            return
+        self._runtime_comms.add(told.comm)
+        for sampler in self._started:
+            sampler.mark_runtime_comm(told.comm)
+
     def observe_new_pids(self) -> bool:
         """True if there was something to do, or runtime processes are being followed."""
         came = self._observe_pids()
@@ -149,11 +160,8 @@ class ProcessWatch:
                 if self.wants(pid):
                     if self._offer_to_frame_sources(pid):
                         self._plain_images.learn(told, info)
-                    elif told is not None and told.comm not in self._runtime_comms \
-                            and len(self._runtime_comms) < RUNTIME_COMMS:
-                        self._runtime_comms.add(told.comm)
-                        for each in self._started:
-                            each.mark_runtime_comm(told.comm)
+                    elif pid != self._unwalked:
+                        self._learn_runtime_comm(told)
                     sampler.native_process(pid, info)
             busy = self._observe_remaps(sampler) or busy
         # processes that mapped new files (dlopen) after they were looked at: a runtime may have
