@@ -61,17 +61,25 @@ def read_bytes(mem: procs.Process, o: PyOffsets, address: int) -> bytes:
     return mem.read(address + o.bytes_data, size)
 
 
-def read_code(mem: procs.Process, o: PyOffsets, address: int) -> CodeInfo:
+def whole_table(mem, o: PyOffsets, address: int) -> tuple[bytes, bool]:
+    return read_bytes(mem, o, address), True
+
+
+def read_code(mem, o: PyOffsets, address: int, read_table=whole_table) -> CodeInfo:
+    """The code object at `address`; `read_table(mem, o, address)` gives its line table and whether
+    it is whole (a process's memory: read_bytes, whole)."""
     argcount = mem.u32(address + o.co_argcount)
     flags = mem.u32(address + o.co_flags)
     firstlineno = mem.i32(address + o.co_firstlineno)
     name_ptr = mem.u64(address + (o.co_qualname if o.co_qualname != NONE else o.co_name))
+    table, complete = read_table(mem, o, mem.u64(address + o.co_linetable))
     return CodeInfo(
         name=read_str(mem, o, name_ptr),
         filename=read_str(mem, o, mem.u64(address + o.co_filename)),
         firstlineno=firstlineno,
-        linetable=read_bytes(mem, o, mem.u64(address + o.co_linetable)),
-        checksum=checksum(argcount, flags, firstlineno & 0xFFFFFFFF))
+        linetable=table,
+        checksum=checksum(argcount, flags, firstlineno & 0xFFFFFFFF),
+        complete=complete)
 
 
 class CopiedMemory(MemoryView):
@@ -82,10 +90,22 @@ class CopiedMemory(MemoryView):
         self._parts = [(address, data) for address, data in parts if address and data]
 
     def read(self, address: int, size: int) -> bytes:
+        return self.prefix(address, size, whole=True)
+
+    def prefix(self, address: int, size: int, whole: bool = False) -> bytes:
+        """Up to `size` bytes at `address`, as many as were copied (`whole`: all of them, or
+        MemoryReadError)."""
         for start, data in self._parts:
-            if start <= address and address + size <= start + len(data):
-                return data[address - start:address - start + size]
+            if start <= address and (address + size <= start + len(data) or not whole and address <= start + len(data)):
+                return bytes(data[address - start:address - start + size])
         raise MemoryReadError(f"{size} bytes at {address:#x} not copied")
+
+
+def copied_table(mem: CopiedMemory, o: PyOffsets, address: int) -> tuple[bytes, bool]:
+    """A line table as far as the walker copied it, and whether that is all of it."""
+    size = mem.u64(address + o.bytes_size)
+    table = mem.prefix(address + o.bytes_data, size)
+    return table, len(table) == size
 
 
 def copied_code(o: PyOffsets, snap) -> CodeInfo | None:
@@ -95,15 +115,9 @@ def copied_code(o: PyOffsets, snap) -> CodeInfo | None:
                         (snap.file_addr, snap.file_bytes[:snap.file_len]),
                         (snap.lines_addr, snap.lines_bytes[:snap.lines_len])))
     try:
-        argcount, flags = mem.u32(snap.code + o.co_argcount), mem.u32(snap.code + o.co_flags)
-        firstlineno = mem.i32(snap.code + o.co_firstlineno)
-        name, filename = read_str(mem, o, snap.name_addr), read_str(mem, o, snap.file_addr)
-        size = mem.u64(snap.lines_addr + o.bytes_size)
+        return read_code(mem, o, snap.code, copied_table)
     except (MemoryReadError, UnicodeDecodeError, struct.error):
         return None
-    table = bytes(snap.lines_bytes[o.bytes_data:snap.lines_len][:size])
-    return CodeInfo(name, filename, firstlineno, table, checksum(argcount, flags, firstlineno & 0xFFFFFFFF),
-                    complete=len(table) == size)
 
 
 def lasti_of(o: PyOffsets, code: int, instr: int) -> int:
