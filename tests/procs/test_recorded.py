@@ -3,12 +3,14 @@ runtimes' readers and the symbolizer on a recording: tests/python/test_recorded.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from hotstack import procs
+from tests.procs.recording import no_proc
 
 
 def _doctor(*args: str) -> subprocess.CompletedProcess:
@@ -45,3 +47,14 @@ def test_doctor_record_needs_a_live_pid(tmp_path):
                        (("--pid", "999999999", "--record", str(tmp_path / "b")), "no process 999999999")):
         done = _doctor(*args)
         assert done.returncode == 2 and done.stderr.strip() == f"hotstack doctor: {said}", done
+
+
+def test_no_proc_refuses_every_live_read(monkeypatch):
+    with no_proc(monkeypatch):
+        with pytest.raises(OSError):
+            open("/proc/self/maps")
+        assert procs.LiveProcess(os.getpid()).stat() is None
+        assert procs.LiveProcess(os.getpid()).maps_text() == ""
+        with pytest.raises(AssertionError):
+            procs.LiveProcess(os.getpid()).read(id(monkeypatch), 8)
+    assert procs.LiveProcess(os.getpid()).stat() is not None      # (undone)

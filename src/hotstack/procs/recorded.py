@@ -7,7 +7,8 @@ The directory holds:
   cgroup), and the index of the two below;
 - maps: its /proc/PID/maps text as read;
 - memory/START-END: the bytes of each recorded region (by default every readable mapping that is
-  writable or anonymous: where a runtime keeps its state);
+  writable or anonymous, where a runtime keeps its state, and each file's RELRO part, which the
+  loader wrote);
 - files/DEV-INODE: a copy of each file it maps executable (the executable, its libraries).
 
 Read back, a mapping of a copied file names the copy's device and inode (the copy is the file it
@@ -38,6 +39,15 @@ _CHUNK = 1 << 20
 def default_regions(m: Mapping) -> bool:
     """Whether `record` keeps the bytes of `m` by default: readable, writable or anonymous."""
     return "r" in m.perms and ("w" in m.perms or not m.is_file) and m.path not in _NOT_MEMORY
+
+
+def relocated(mappings: list[Mapping]) -> set[tuple[int, int]]:
+    """[start, end) of each read-only private mapping of a file just below a writable one of the
+    same file: the loader's RELRO part (the GOT, .data.rel.ro), written at load and made read-only
+    then, so its bytes are not the file's (a runtime reads its TLS module id there)."""
+    return {(m.start, m.end) for m, above in zip(mappings, mappings[1:])
+            if m.perms == "r--p" and m.is_file and m.end == above.start and above.perms.startswith("rw")
+            and (above.dev, above.inode) == (m.dev, m.inode)}
 
 
 def _read_region(pid: int, m: Mapping) -> bytes | None:
@@ -78,8 +88,10 @@ def record(pid: int, directory: str | os.PathLike, regions: Callable[[Mapping], 
         os.kill(pid, signal.SIGSTOP)
     try:
         memory = []
-        for m in parse_maps(text):
-            if m.end - m.start <= MAX_REGION and regions(m):
+        mappings = parse_maps(text)
+        written = relocated(mappings)
+        for m in mappings:
+            if m.end - m.start <= MAX_REGION and (regions(m) or (m.start, m.end) in written):
                 data = _read_region(pid, m)
                 if data is not None:
                     name = f"{m.start:x}-{m.end:x}"

@@ -71,8 +71,8 @@ class JitWatch:
 
     RESCAN = 1.0
 
-    def __init__(self, pid: int, regions: tuple[Mapping, ...] = ()) -> None:
-        self.pid = pid
+    def __init__(self, process: procs.Process | int, regions: tuple[Mapping, ...] = ()) -> None:
+        self.process = procs.as_process(process)
         self.regions = regions
         self._checked = time.monotonic()
 
@@ -82,7 +82,7 @@ class JitWatch:
             now = time.monotonic()
             if now - self._checked >= self.RESCAN:
                 self._checked = now
-                text = procs.read_maps_text(self.pid)
+                text = self.process.maps_text()
                 if text:        # '' once the process is gone: keep what was known
                     self.regions = jit_regions(parse_maps(text))
         return self.regions

@@ -12,4 +12,18 @@ from ...procs.memory import MAX_READ
 ProcessMemory = LiveProcess
 
 
-__all__ = ["MAX_READ", "MemoryReadError", "PagedMemory", "Process", "ProcessMemory"]
+class ReadThrough:
+    """A runtime's record of one process (`pid`) that keeps the Process it was read through
+    (`process`; None: the live process `pid`): its later reads (naming frames) go through it too."""
+
+    __slots__ = ()
+    pid: int
+    process: Process | None
+
+    @property
+    def memory(self) -> Process:
+        """What its memory is read through."""
+        return self.process if self.process is not None else LiveProcess(self.pid)
+
+
+__all__ = ["MAX_READ", "MemoryReadError", "PagedMemory", "Process", "ProcessMemory", "ReadThrough"]

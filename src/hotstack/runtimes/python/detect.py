@@ -16,7 +16,7 @@ import numpy as np
 from ... import procs
 from ...symbols.elf import ElfError, ElfFile
 from ..common.files import Unreadable, interpreter_files, jump_targets, symbol_spans
-from ..common.memory import MemoryReadError
+from ..common.memory import MemoryReadError, ReadThrough
 from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
 
 _NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")     # a version in the name
@@ -42,7 +42,7 @@ class PythonBinary:
 
 
 @dataclass(frozen=True)
-class PythonProcess:
+class PythonProcess(ReadThrough):
     pid: int
     binary: PythonBinary
     base: int               # load bias of the interpreter file
@@ -59,11 +59,6 @@ class PythonProcess:
         """Listed before its interpreter was made (a process seen at its exec): the walker finds the
         interpreter through interp_ptr until a later look confirms it (runtimes/common/retries.py)."""
         return self.interp == 0
-
-    @property
-    def memory(self) -> procs.Process:
-        """What its memory is read through."""
-        return self.process if self.process is not None else procs.LiveProcess(self.pid)
 
     @property
     def eval_loop(self) -> tuple[int, int]:

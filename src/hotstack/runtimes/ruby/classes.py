@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from .iseq import T_MASK, T_STRING, is_object, read_string
 from .offsets import RubyOffsets
 from .symbols import method_name
@@ -38,7 +38,7 @@ class ClassNames:
         self._ids: dict[int, str | None] = {}
         self._names: dict[int, str | None] = {}
 
-    def _id_name(self, mem: ProcessMemory, ident: int) -> str | None:
+    def _id_name(self, mem: Process, ident: int) -> str | None:
         if ident not in self._ids:
             try:
                 self._ids[ident] = method_name(mem, self.o, self.table, self.o.last_op_id, ident)
@@ -46,7 +46,7 @@ class ClassNames:
                 self._ids[ident] = None
         return self._ids[ident]
 
-    def _ivar(self, mem: ProcessMemory, klass: int, wanted: str) -> int | None:
+    def _ivar(self, mem: Process, klass: int, wanted: str) -> int | None:
         ext = mem.u64(klass + self.o.class_ext)
         tbl = mem.u64(ext + self.o.ext_iv_tbl) if ext else 0
         if not tbl:
@@ -60,13 +60,13 @@ class ClassNames:
                 return value
         return None
 
-    def _path(self, mem: ProcessMemory, klass: int) -> str | None:
+    def _path(self, mem: Process, klass: int) -> str | None:
         path = self._ivar(mem, klass, "__classpath__")
         if path is None or not is_object(path) or mem.u64(path) & T_MASK != T_STRING:
             return None
         return read_string(mem, self.o, path) or None
 
-    def prefix(self, mem: ProcessMemory, owner: int) -> str | None:
+    def prefix(self, mem: Process, owner: int) -> str | None:
         """"Name#" for a class or module, "Name." for the singleton class of one; None: no name."""
         if owner in self._names:
             return self._names[owner]

@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ... import procs
 from ...bpf import schema
 from ...symbols.elf import ElfError, ElfFile
 from ..common.elf_tls import R_X86_64_DTPMOD64, reloc_offsets, tls_access
 from ..common.files import Unreadable, exe_name, interpreter_files, jump_targets, symbol_spans, symbols
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, ReadThrough
 from ..common.jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
 
@@ -50,13 +51,14 @@ class RubyBinary:
 
 
 @dataclass(frozen=True)
-class RubyProcess:
+class RubyProcess(ReadThrough):
     pid: int
     binary: RubyBinary
     base: int
     record_fields: dict
     jit: tuple = ()            # anonymous executable mappings (YJIT's code), runtimes/common/jit.py
     file_name: str = ""        # the interpreter file's name as the process maps it (its frames' module)
+    process: procs.Process | None = None     # what it was read through (None: the live process `pid`)
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -175,7 +177,7 @@ def inspect_binary(path: str) -> RubyBinary | None:
 _binaries: dict[tuple, RubyBinary | None] = {}
 
 
-def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | None:
+def record_fields(binary: RubyBinary, base: int, mem: procs.Process) -> dict | None:
     """The walker's record (struct rb_proc) for one process, or None if its TLS slot is not filled yet."""
     o = binary.offsets
     tls_module, tls_offset, ec_address = 0, binary.tls_offset, 0
@@ -194,19 +196,21 @@ def record_fields(binary: RubyBinary, base: int, mem: ProcessMemory) -> dict | N
                 ec_vm_stack_size=o.ec_vm_stack_size, ec_cfp=o.ec_cfp, cf_size=o.cf_size)
 
 
-def detect(pid: int) -> RubyProcess | None:
-    """The Ruby interpreter running in `pid`, or None (not Ruby, not started yet, or gone)."""
-    for binary, at in interpreter_files(pid, "ruby", "Ruby", lambda pid: "ruby" in exe_name(pid), "ruby", _NAME,
+def detect(process: procs.Process | int) -> RubyProcess | None:
+    """The Ruby interpreter running in `process` (a Process, or a live one's pid), or None (not Ruby,
+    not started yet, or gone)."""
+    process = procs.as_process(process)
+    for binary, at in interpreter_files(process, "ruby", "Ruby", lambda p: "ruby" in exe_name(p), "ruby", _NAME,
                                         "libruby", _binaries, lambda path, _shown: inspect_binary(path)):
         if "ld-musl" in at.text and binary.ec_mode == schema.RB_EC_DTV:
             return None       # musl's DTV holds 8-byte entries and differs in layout: not tested
         try:
-            fields = record_fields(binary, at.base, ProcessMemory(pid))
+            fields = record_fields(binary, at.base, process)
         except MemoryReadError:
             return None
         if fields is None:
             return None
         # the cached facts were read through the first process's mapping: this one's path opens the file
-        return RubyProcess(pid, replace(binary, path=at.path) if binary.path != at.path else binary, at.base, fields,
-                           jit_regions(at.mappings), at.file_name)
+        return RubyProcess(process.pid, replace(binary, path=at.path) if binary.path != at.path else binary, at.base,
+                           fields, jit_regions(at.mappings), at.file_name, process)
     return None

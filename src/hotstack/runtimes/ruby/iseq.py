@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from .offsets import RubyOffsets
 
 T_MASK, T_STRING, T_ARRAY, T_IMEMO = 0x1F, 0x05, 0x07, 0x1A
@@ -48,7 +48,7 @@ def imemo_type(flags: int) -> int:
     return (flags >> FL_USHIFT) & 0x0F if flags & T_MASK == T_IMEMO else -1
 
 
-def read_string(mem: ProcessMemory, o: RubyOffsets, address: int) -> str:
+def read_string(mem: Process, o: RubyOffsets, address: int) -> str:
     flags = mem.u64(address)
     if flags & T_MASK != T_STRING:
         raise MemoryReadError(f"{address:#x} is not a string")
@@ -61,7 +61,7 @@ def read_string(mem: ProcessMemory, o: RubyOffsets, address: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-def array_items(mem: ProcessMemory, address: int, count: int) -> list[int]:
+def array_items(mem: Process, address: int, count: int) -> list[int]:
     flags = mem.u64(address)
     if flags & T_MASK != T_ARRAY:
         raise MemoryReadError(f"{address:#x} is not an array")
@@ -74,7 +74,7 @@ def array_items(mem: ProcessMemory, address: int, count: int) -> list[int]:
     return list(struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)))
 
 
-def read_path(mem: ProcessMemory, o: RubyOffsets, pathobj: int) -> str:
+def read_path(mem: Process, o: RubyOffsets, pathobj: int) -> str:
     """An iseq's pathobj is its path (a String) or [path, realpath]: the real path when there is one."""
     if mem.u64(pathobj) & T_MASK == T_STRING:
         return read_string(mem, o, pathobj)
@@ -85,7 +85,7 @@ def read_path(mem: ProcessMemory, o: RubyOffsets, pathobj: int) -> str:
     raise MemoryReadError(f"pathobj {pathobj:#x} names no file")
 
 
-def read_iseq(mem: ProcessMemory, o: RubyOffsets, iseq: int) -> IseqInfo:
+def read_iseq(mem: Process, o: RubyOffsets, iseq: int) -> IseqInfo:
     if imemo_type(mem.u64(iseq)) != IMEMO_ISEQ:
         raise MemoryReadError(f"{iseq:#x} is not an iseq")
     body = mem.u64(iseq + o.iseq_body)
@@ -99,7 +99,7 @@ def _popcount(v: int) -> int:
     return bin(v).count("1")
 
 
-def line_of(mem: ProcessMemory, o: RubyOffsets, info: IseqInfo, pc: int) -> int:
+def line_of(mem: Process, o: RubyOffsets, info: IseqInfo, pc: int) -> int:
     """The source line of `pc` in the iseq (0 if unknown).
 
     The line table has one entry per position where the line changes; a succinct bit vector
@@ -145,14 +145,15 @@ class IseqCache:
         self.reads = 0
         self.misses = 0
 
-    def iseq(self, pid: int, o: RubyOffsets, iseq: int, pc: int) -> IseqInfo | None:
-        """The iseq, if it still is the one the sample saw (its pc inside its instructions)."""
-        iseqs = self._iseqs.setdefault(pid, {})
+    def iseq(self, mem: Process, o: RubyOffsets, iseq: int, pc: int) -> IseqInfo | None:
+        """The iseq of the process `mem`, if it still is the one the sample saw (its pc inside its
+        instructions)."""
+        iseqs = self._iseqs.setdefault(mem.pid, {})
         info = iseqs.get(iseq, False)
         if info is False:
             self.reads += 1
             try:
-                info = read_iseq(ProcessMemory(pid), o, iseq)
+                info = read_iseq(mem, o, iseq)
             except (MemoryReadError, struct.error):
                 info = None
             if len(iseqs) >= MAX_ISEQS_PER_PROCESS:
@@ -162,7 +163,7 @@ class IseqCache:
         if info is not None and not info.encoded <= pc <= info.encoded + 8 * info.size:
             iseqs.pop(iseq, None)     # reused since: read again, once
             try:
-                info = read_iseq(ProcessMemory(pid), o, iseq)
+                info = read_iseq(mem, o, iseq)
             except (MemoryReadError, struct.error):
                 info = None
             if info is None or not info.encoded <= pc <= info.encoded + 8 * info.size:
@@ -170,13 +171,13 @@ class IseqCache:
             iseqs[iseq] = info
         return info
 
-    def line(self, pid: int, o: RubyOffsets, info: IseqInfo, pc: int) -> int:
-        lines = self._lines.setdefault(pid, {})
+    def line(self, mem: Process, o: RubyOffsets, info: IseqInfo, pc: int) -> int:
+        lines = self._lines.setdefault(mem.pid, {})
         key = (info.body, pc)
         line = lines.get(key)
         if line is None:
             try:
-                line = line_of(ProcessMemory(pid), o, info, pc)
+                line = line_of(mem, o, info, pc)
             except (MemoryReadError, struct.error):
                 line = 0
             if len(lines) >= MAX_ISEQS_PER_PROCESS:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame, FrameKind
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import anchor_test, merge
 from ..common.walker_totals import WalkerTotals
@@ -54,7 +54,7 @@ def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
     return frames, bool(head.truncated), head.pid
 
 
-def _defined_name(mem: ProcessMemory, o, table, me: int) -> str | None:
+def _defined_name(mem: Process, o, table, me: int) -> str | None:
     """The name a method entry's definition was given (its original ID, not an alias's)."""
     definition = mem.u64(me + o.me_def)
     return method_name(mem, o, table, o.last_op_id, mem.u64(definition + o.def_original_id))
@@ -69,15 +69,15 @@ class _Process:
         self.iseq_prefix: dict[int, str] = {}                    # a method's iseq -> its class prefix
         self._table: int | None = None
         self._classes: ClassNames | None = None
-        self.jit = JitWatch(proc.pid, proc.jit)
+        self.jit = JitWatch(proc.memory, proc.jit)
         self._candidates = table_candidates(proc.binary.path, proc.binary.all_symbols)
 
-    def symbol_table(self, mem: ProcessMemory) -> int:
+    def symbol_table(self, mem: Process) -> int:
         if self._table is None:
             self._table = find_table(mem, self.proc.base, self._candidates)
         return self._table
 
-    def classes(self, mem: ProcessMemory) -> ClassNames | None:
+    def classes(self, mem: Process) -> ClassNames | None:
         if self._classes is None:
             table = self.symbol_table(mem)
             if table:
@@ -130,7 +130,7 @@ class RubySource(InterpreterSource):
         if me in entry.cfuncs:
             return entry.cfuncs[me]
         o = entry.proc.offsets
-        mem = ProcessMemory(pid)
+        mem = entry.proc.memory
         name = None
         try:
             if imemo_type(mem.u64(me)) == IMEMO_MENT:
@@ -155,12 +155,12 @@ class RubySource(InterpreterSource):
                 return Frame("[unknown ruby C function]", FrameKind.RUBY, resolved=False)
             return Frame(name, FrameKind.RUBY)
         o = entry.proc.offsets
-        info = self.iseqs.iseq(pid, o, f.iseq, f.pc)
+        info = self.iseqs.iseq(entry.proc.memory, o, f.iseq, f.pc)
         if info is None:
             self.iseqs.misses += 1
             return Frame("[unknown ruby]", FrameKind.RUBY, resolved=False)
         return Frame(self._label(pid, entry, f, info), FrameKind.RUBY, file=info.path,
-                     line=self.iseqs.line(pid, o, info, f.pc))
+                     line=self.iseqs.line(entry.proc.memory, o, info, f.pc))
 
     def _method_prefix(self, pid: int, entry: _Process, f: RawRubyFrame, info: IseqInfo) -> str | None:
         """The class prefix of a method frame, from its method entry (ep[-2]); the entry must name
@@ -169,7 +169,7 @@ class RubySource(InterpreterSource):
         if key in entry.methods:
             return entry.methods[key]
         o = entry.proc.offsets
-        mem = ProcessMemory(pid)
+        mem = entry.proc.memory
         prefix = None
         try:
             classes = entry.classes(mem)
@@ -213,7 +213,7 @@ class RubySource(InterpreterSource):
         """Method frames' classes before the blocks above them are named (frames are leaf first)."""
         for f in reversed(frames):
             if f.magic == FRAME_METHOD and f.runs_iseq and (f.me, f.iseq) not in entry.methods:
-                info = self.iseqs.iseq(pid, entry.proc.offsets, f.iseq, f.pc)
+                info = self.iseqs.iseq(entry.proc.memory, entry.proc.offsets, f.iseq, f.pc)
                 if info is not None:
                     self._method_prefix(pid, entry, f, info)
 

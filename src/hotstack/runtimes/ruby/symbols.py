@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from ...symbols.elf import ElfError, ElfFile
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from .iseq import T_ARRAY, T_MASK, array_items, read_string
 from .offsets import RubyOffsets
 
@@ -43,7 +43,7 @@ def table_candidates(path: str, function: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def find_table(mem: ProcessMemory, base: int, candidates: tuple[int, ...]) -> int:
+def find_table(mem: Process, base: int, candidates: tuple[int, ...]) -> int:
     """The address of ruby_global_symbols in the process, or 0."""
     for vaddr in candidates:
         try:
@@ -56,7 +56,7 @@ def find_table(mem: ProcessMemory, base: int, candidates: tuple[int, ...]) -> in
     return 0
 
 
-def method_name(mem: ProcessMemory, o: RubyOffsets, table: int, last_op_id: int, method_id: int) -> str:
+def method_name(mem: Process, o: RubyOffsets, table: int, last_op_id: int, method_id: int) -> str:
     serial = method_id >> ID_SCOPE_SHIFT if method_id > last_op_id else method_id
     if serial == 0 or serial > mem.u32(table):
         raise MemoryReadError(f"ID {method_id:#x} is not in the symbol table")

@@ -1,0 +1,53 @@
+"""Reading a recorded process with no live process to read: `no_proc` refuses every read of /proc
+and every process_vm_readv, so that a reader that reads the live process (by its pid) instead of
+the Process it is given fails. Used by the recorded-process tests of each runtime's reader and of
+the symbolizer (tests/python/test_recorded.py, tests/runtimes/*/test_*_recorded.py)."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+from pathlib import Path
+
+from hotstack import procs
+from hotstack.procs import memory as procs_memory
+
+
+def _is_proc(path) -> bool:
+    if isinstance(path, int):
+        return False
+    path = os.fsdecode(path)
+    return path == "/proc" or path.startswith("/proc/")
+
+
+@contextlib.contextmanager
+def no_proc(monkeypatch):
+    """/proc unreadable and process_vm_readv refused: any read of a live process fails."""
+    def refusing(real):
+        def call(path, *args, **kwargs):
+            if _is_proc(path):
+                raise PermissionError(13, "no /proc in this test", os.fsdecode(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    for module, name in ((builtins, "open"), (os, "open"), (os, "stat"), (os, "lstat"), (os, "readlink"),
+                         (os, "listdir"), (os, "scandir")):
+        monkeypatch.setattr(module, name, refusing(getattr(module, name)))
+
+    def no_readv(*args):
+        raise AssertionError("process_vm_readv called on a recorded process")
+    monkeypatch.setattr(procs_memory, "_readv", no_readv)
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+
+
+def record_and_end(pid: int, directory: Path, stop) -> Path:
+    """Record the live process `pid` into `directory` (held stopped while its memory is read), then
+    end it with `stop()`: what is read next is the recording alone."""
+    procs.record(pid, directory, stop=True)
+    stop()
+    assert not procs.exists(pid), f"pid {pid} still runs"
+    return directory
