@@ -19,10 +19,11 @@ import re
 import struct
 from dataclasses import dataclass
 
+from ... import procs
 from ...bpf import schema
 from ...symbols.elf import ElfError, ElfFile
 from ..common.files import Unreadable, exe_name, interpreter_files, symbols
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, ReadThrough
 from ..common.elf_tls import dynsym_names, tls_access
 from .offsets import PerlOffsets, offsets_for
 
@@ -52,11 +53,12 @@ class PerlBinary:
 
 
 @dataclass(frozen=True)
-class PerlProcess:
+class PerlProcess(ReadThrough):
     pid: int
     binary: PerlBinary
     base: int
     record_fields: dict
+    process: procs.Process | None = None     # what it was read through (None: the live process `pid`)
 
     @property
     def offsets(self) -> PerlOffsets:
@@ -97,7 +99,7 @@ def inspect_binary(path: str) -> PerlBinary | None:
         return None
 
 
-def record_fields(binary: PerlBinary, base: int, mem: ProcessMemory) -> dict | None:
+def record_fields(binary: PerlBinary, base: int, mem: procs.Process) -> dict | None:
     """The walker's record (struct perl_proc) for one process, or None if its TLS slot is not filled yet."""
     o = binary.offsets
     tls_module, tls_offset, interp = 0, binary.tls_offset, 0
@@ -123,17 +125,19 @@ def record_fields(binary: PerlBinary, base: int, mem: ProcessMemory) -> dict | N
 _binaries: dict[tuple, PerlBinary | None] = {}
 
 
-def detect(pid: int) -> PerlProcess | None:
-    """The Perl interpreter running in `pid`, or None (not Perl, not started yet, or gone)."""
-    for binary, at in interpreter_files(pid, "perl", "Perl", lambda pid: "perl" in exe_name(pid), "perl", _NAME,
+def detect(process: procs.Process | int) -> PerlProcess | None:
+    """The Perl interpreter running in `process` (a Process, or a live one's pid), or None (not Perl,
+    not started yet, or gone)."""
+    process = procs.as_process(process)
+    for binary, at in interpreter_files(process, "perl", "Perl", lambda p: "perl" in exe_name(p), "perl", _NAME,
                                         "libperl", _binaries, lambda path, _shown: inspect_binary(path)):
         if "ld-musl" in at.text and binary.interp_mode == schema.PERL_INTERP_DTV:
             return None       # musl's DTV differs in layout: not tested
         try:
-            fields = record_fields(binary, at.base, ProcessMemory(pid))
+            fields = record_fields(binary, at.base, process)
         except MemoryReadError:
             return None
         if fields is None:
             return None
-        return PerlProcess(pid, binary, at.base, fields)
+        return PerlProcess(process.pid, binary, at.base, fields, process)
     return None

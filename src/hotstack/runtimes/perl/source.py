@@ -17,7 +17,7 @@ from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame, FrameKind
 from ..common.interpreter_source import InterpreterSource
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from ..common.merge import ROOT_FRAMES, merge
 from ..common.walker_totals import WalkerTotals
 from .detect import PerlProcess, detect
@@ -39,7 +39,7 @@ def is_runloop(frame: Frame) -> bool:
     return frame.name in RUNLOOPS
 
 
-def read_cstring(mem: ProcessMemory, address: int, limit: int = MAX_STRING) -> str:
+def read_cstring(mem: Process, address: int, limit: int = MAX_STRING) -> str:
     """A NUL-terminated string, read a page at most at a time (never across into an unmapped one)."""
     out = b""
     while len(out) < limit:
@@ -51,18 +51,18 @@ def read_cstring(mem: ProcessMemory, address: int, limit: int = MAX_STRING) -> s
     return out.decode("utf-8", "replace")
 
 
-def read_hek(mem: ProcessMemory, o: PerlOffsets, hek: int) -> str:
+def read_hek(mem: Process, o: PerlOffsets, hek: int) -> str:
     length = mem.i32(hek + o.hek_len)
     if not 0 <= length <= MAX_STRING:
         raise MemoryReadError(f"{hek:#x} is not a hash key")
     return mem.read(hek + o.hek_key, length).decode("utf-8", "replace") if length else ""
 
 
-def _sv_type(mem: ProcessMemory, o: PerlOffsets, sv: int) -> int:
+def _sv_type(mem: Process, o: PerlOffsets, sv: int) -> int:
     return mem.u32(sv + o.sv_flags) & SVT_MASK
 
 
-def stash_name(mem: ProcessMemory, o: PerlOffsets, hv: int) -> str:
+def stash_name(mem: Process, o: PerlOffsets, hv: int) -> str:
     """HvNAME of a package's stash ("" if it has none)."""
     if not hv:
         return ""
@@ -82,7 +82,7 @@ def stash_name(mem: ProcessMemory, o: PerlOffsets, hv: int) -> str:
     return read_hek(mem, o, name) if name else ""
 
 
-def sub_name(mem: ProcessMemory, o: PerlOffsets, cv: int) -> str:
+def sub_name(mem: Process, o: PerlOffsets, cv: int) -> str:
     """`Package::sub` of a CV, as caller() names it."""
     if _sv_type(mem, o, cv) != SVT_PVCV:
         raise MemoryReadError(f"{cv:#x} is not a sub")
@@ -101,7 +101,7 @@ def sub_name(mem: ProcessMemory, o: PerlOffsets, cv: int) -> str:
     return f"{package}::{name}" if package else name
 
 
-def cop_place(mem: ProcessMemory, o: PerlOffsets, cop: int, threaded: bool) -> tuple[str, int]:
+def cop_place(mem: Process, o: PerlOffsets, cop: int, threaded: bool) -> tuple[str, int]:
     """(file, line) of a statement (COP)."""
     line = mem.u32(cop + o.cop_line)
     ptr = mem.u64(cop + o.cop_file)
@@ -161,7 +161,7 @@ class PerlSource(InterpreterSource):
             if f.kind != "runlevel":
                 self._frame(pid, entry, f)
 
-    def _sub(self, mem: ProcessMemory, entry: _Process, cv: int) -> str | None:
+    def _sub(self, mem: Process, entry: _Process, cv: int) -> str | None:
         if cv in entry.subs:
             return entry.subs[cv]
         self.reads += 1
@@ -174,7 +174,7 @@ class PerlSource(InterpreterSource):
         entry.subs[cv] = name
         return name
 
-    def _place(self, mem: ProcessMemory, entry: _Process, cop: int) -> tuple[str, int] | None:
+    def _place(self, mem: Process, entry: _Process, cop: int) -> tuple[str, int] | None:
         if cop in entry.places:
             return entry.places[cop]
         try:
@@ -187,7 +187,7 @@ class PerlSource(InterpreterSource):
         return place
 
     def _frame(self, pid: int, entry: _Process, f: RawPerlFrame) -> Frame:
-        mem = ProcessMemory(pid)
+        mem = entry.proc.memory
         if f.kind == "main":
             name = MAIN
         elif f.kind == "eval":
