@@ -75,14 +75,14 @@ def test_native_unwinder_layouts_match_the_committed_objects():
 
     from hotstack.ebpf import load_spec
     from hotstack.unwind.kernel_maps import STAT_NAMES
-    from hotstack.unwind.kernel_tables import RULE_DTYPE
+    from hotstack.unwind.kernel_tables import RULE_DTYPE, rule
 
     for name in ("profile", "probe", "offcpu"):
         maps = load_spec(object_path(name)).maps
         assert (maps["nu_files"].key_size, maps["nu_files"].value_size) == (schema.NU_FILE_KEY.size,
                                                                             schema.NU_FILE.size), name
         assert maps["nu_missing"].value_size == schema.NU_MISSING_VALUE.size
-        assert maps["nu_rules"].value_size == schema.NU_RULE.size == RULE_DTYPE.itemsize == 8
+        assert maps["nu_rules"].value_size == schema.NU_RULE.size == RULE_DTYPE.itemsize == 12
         assert maps["nu_procs"].value_size == schema.NU_RANGES.size
         assert maps["nu_remap"].value_size == schema.NU_REMAP_VALUE.size
         assert maps["nu_stats"].max_entries == schema.NU_STAT_MAX == len(STAT_NAMES)
@@ -90,8 +90,8 @@ def test_native_unwinder_layouts_match_the_committed_objects():
         assert maps["native_stacks_0"].value_size == schema.NU_STACK_TAIL_OFFSET + 8 * schema.NU_STORED_FRAMES
         assert maps["native_tails_0"].value_size == 8 * (schema.NU_MAX_FRAMES - schema.NU_STORED_FRAMES)
     assert load_spec(object_path("mappings")).maps["nu_procs"].value_size == schema.NU_RANGES.size
-    rule = np.array([(schema.NU_KIND_CFA_SP, 0, 16, schema.NU_RBP_SAME, -8)], RULE_DTYPE).tobytes()
-    assert schema.NU_RULE.unpack(rule) == (schema.NU_KIND_CFA_SP, 16, schema.NU_RBP_SAME, -8)
+    packed = np.array([rule(schema.NU_KIND_CFA_SP, 40000, schema.NU_RBP_SAME, -8)], RULE_DTYPE).tobytes()
+    assert schema.NU_RULE.unpack(packed) == (schema.NU_KIND_CFA_SP, schema.NU_RBP_SAME, 40000, -8)
 
 
 def test_generated_constants_keep_their_c_type():

@@ -480,7 +480,7 @@ def test_a_table_loaded_again_replaces_every_rule_the_kernel_cached(native_objec
     from hotstack.symbols.elf import ElfFile
     from hotstack.unwind.kernel_files import kernel_dev
     from hotstack.unwind.cfi import KIND_CFA_SP
-    from hotstack.unwind.kernel_tables import RBP_SAME_K, RULE_DTYPE, build_file_table
+    from hotstack.unwind.kernel_tables import RBP_SAME_K, RULE_DTYPE, build_file_table, rule
 
     w = workloads([chain, "busy"])
     st = os.stat(chain)
@@ -488,7 +488,7 @@ def test_a_table_loaded_again_replaces_every_rule_the_kernel_cached(native_objec
     right = build_file_table(ElfFile(str(chain)))
     # chain's rows, each with a leaf's rule (the return address at the stack pointer): wrong in
     # every function with a frame, and cached by the kernel like any rule
-    leaf = np.array([(KIND_CFA_SP, 0, 8, RBP_SAME_K, -8)], RULE_DTYPE)
+    leaf = np.array([rule(KIND_CFA_SP, 8, RBP_SAME_K, -8)], RULE_DTYPE)
     wrong = dataclasses.replace(right, rule_ids=np.zeros_like(right.rule_ids), rules=leaf, key="wrong")
     sampler = NativeSampler(native_object, target=w.pid)
     try:
@@ -846,3 +846,17 @@ def test_go_reading_the_clock_through_the_vdso(build_dir, workloads, tmp_path):
         ours_under = sum(v for user, v in stacks if len(user) > 1 and
                          (user[-1].name == "runtime.nanotime1" or is_vdso(user[-1])))
         assert abs(perf_under / len(perf) - ours_under / total) <= 0.15, (perf_under, len(perf), ours_under, total)
+
+
+@pytest.mark.shares        # the sample count depends on the CPU the workload gets on a busy machine
+def test_a_frame_over_32_kib_is_stepped_through_to_the_root(native_object, build_dir, workloads):
+    """A function whose CFA is ~40,000 bytes above its stack pointer (more than a 16-bit offset
+    holds): its callers are found by its own rule, not by frame pointers it does not keep."""
+    exe = compile_c(HERE / "workloads" / "big_frame.c", build_dir / "big_frame", "-O2", "-fomit-frame-pointer")
+    w = workloads([exe])
+    stacks, counters, _ = sample(native_object, w.pid, until=MANY)
+    spins = [names(f) for f, _ in expand(stacks) if f and f[-1].name == "spin"]
+    assert len(spins) >= 100, counters
+    rooted = sum(1 for n in spins if n[0] == "_start" and "main" in n and n[-2].startswith("big_frame") and n[-1] == "spin")
+    assert rooted >= 0.98 * len(spins), Counter(tuple(n) for n in spins).most_common(3)
+    assert counters["fp_frames"] == 0 and counters["invalid_rule"] == 0, counters

@@ -352,11 +352,12 @@ _Static_assert(sizeof(struct perl_stack) == 4120, "struct perl_stack: schema lay
 struct nu_rule {
 	__u8 kind;
 	__u8 pad;
-	__s16 cfa;
 	__s16 rbp;
+	__s32 cfa;
 	__s16 ra;
+	__u16 pad2;
 };
-_Static_assert(sizeof(struct nu_rule) == 8, "struct nu_rule: schema layout");
+_Static_assert(sizeof(struct nu_rule) == 12, "struct nu_rule: schema layout");
 
 struct nu_file_key {
 	__u64 ino;

@@ -32,6 +32,14 @@ KIND_FP_GO = schema.NU_KIND_FP_GO      # CFA = RBP + 16, return address at CFA -
 RBP_SAME_K = schema.NU_RBP_SAME        # the kernel's "RBP unchanged" (s16)
 RA_SAME_K = schema.NU_RA_SAME          # ... "the return address is in the link register" (arm64)
 RULE_DTYPE = np.dtype(list(schema.NU_RULE_COLUMNS))     # struct nu_rule
+_S16 = (-32767, 32767)                 # the kernel rule's rbp and ra (-32768 is RBP_SAME / RA_SAME)
+_S32 = (-(1 << 31), (1 << 31) - 1)     # its cfa
+
+
+def rule(kind: int, cfa: int = 0, rbp: int = 0, ra: int = 0) -> tuple:
+    """One struct nu_rule as a RULE_DTYPE record (its fields in the schema's order)."""
+    values = {"kind": kind, "cfa": cfa, "rbp": rbp, "ra": ra}
+    return tuple(values.get(name, 0) for name in RULE_DTYPE.names)
 MAX_ROWS_PER_FILE = 1 << 22
 INDEX_SHIFT = schema.NU_INDEX_SHIFT    # the page index's pages, 1 KiB of file offsets
 CONTENT_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame", ".gopclntab")
@@ -97,20 +105,22 @@ def content_key(elf: ElfFile) -> str:
 
 
 def kernel_rules(table: UnwindTable) -> np.ndarray:
-    """cfi rules -> RULE_DTYPE (offsets that do not fit in 16 bits make the rule invalid)."""
+    """cfi rules -> RULE_DTYPE (an offset that does not fit its field, 32 bits for the CFA and 16
+    for the saved registers, makes the rule invalid)."""
     out = np.zeros(len(table.rules), RULE_DTYPE)
     for i, r in enumerate(table.rules):
         kind, cfa, rbp, ra = r.kind, r.cfa_offset, r.rbp_offset, r.ra_offset
         if kind in (cfi.KIND_CFA_SP, cfi.KIND_CFA_FP, cfi.KIND_PLT):
             rbp = RBP_SAME_K if rbp == cfi.RBP_SAME else rbp
             in_lr = ra == cfi.RA_SAME and kind != cfi.KIND_PLT
-            if not all(-32767 <= v <= 32767 for v in (cfa, 0 if in_lr else ra)) or not -32768 <= rbp <= 32767:
+            if (not _S32[0] <= cfa <= _S32[1] or not _S16[0] <= (0 if in_lr else ra) <= _S16[1]
+                    or not RBP_SAME_K <= rbp <= _S16[1]):
                 kind, cfa, rbp, ra = cfi.KIND_INVALID, 0, 0, 0
             elif in_lr:
                 ra = RA_SAME_K
         else:
             cfa = rbp = ra = 0
-        out[i] = (kind, 0, cfa, rbp, ra)
+        out[i] = rule(kind, cfa, rbp, ra)
     return out
 
 
@@ -131,13 +141,13 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         # except the CFI's end rows.
         deltas, delta_ids = np.unique(go_deltas, return_inverse=True)
         del go_deltas
-        go_rules = [(KIND_FP_GO, 0, 16, -16, -8) if d == GO_FRAME_POINTER else
-                    (cfi.KIND_STOP, 0, 0, 0, 0) if d == GO_THREAD_ROOT else
-                    (cfi.KIND_CFA_SP, 0, int(d) + 8, -16 if d >= 8 else RBP_SAME_K, -8) for d in deltas.tolist()]
+        go_rules = [rule(KIND_FP_GO, 16, -16, -8) if d == GO_FRAME_POINTER else
+                    rule(cfi.KIND_STOP) if d == GO_THREAD_ROOT else
+                    rule(cfi.KIND_CFA_SP, int(d) + 8, -16 if d >= 8 else RBP_SAME_K, -8) for d in deltas.tolist()]
         inv_id = len(rules) + len(go_rules)
         go_ids = (len(rules) + delta_ids).astype(np.int32)
         del delta_ids
-        rules = np.concatenate((rules, np.array([*go_rules, (cfi.KIND_INVALID, 0, 0, 0, 0)], RULE_DTYPE)))
+        rules = np.concatenate((rules, np.array([*go_rules, rule(cfi.KIND_INVALID)], RULE_DTYPE)))
         # at one pc the highest rank wins: a function's end 0, a CFI end row 1, Go's row 2, CFI's 3
         cfi_rank = np.where(rules["kind"][ids] == cfi.KIND_INVALID, 1, 3).astype(np.int8)
         rank = np.concatenate((np.zeros(len(go_ends), np.int8), np.full(len(go_pcs), 2, np.int8), cfi_rank))
@@ -189,12 +199,12 @@ def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarr
     else:
         pcs = np.insert(pcs, i + 1, np.asarray(entry, dtype=pcs.dtype))
         ids = np.insert(ids, i + 1, len(rules))
-    return pcs, ids, np.concatenate((rules, np.array([(cfi.KIND_STOP, 0, 0, 0, 0)], RULE_DTYPE)))
+    return pcs, ids, np.concatenate((rules, np.array([rule(cfi.KIND_STOP)], RULE_DTYPE)))
 
 
 GO_FRAME_POINTER = -1       # a Go row walked by its frame pointer (KIND_FP_GO), not by an SP delta
 GO_THREAD_ROOT = -2         # a STOP row: the root of a thread the runtime starts (GO_THREAD_ROOTS)
-GO_MAX_DELTA = 32767 - 8    # larger frames (rare) also use the frame pointer: rule offsets are 16-bit
+GO_MAX_DELTA = _S32[1] - 8  # a larger frame (none in practice) uses the frame pointer: the CFA offset is 32-bit
 # Runtime assembly that switches stacks (C code runs on the g0 stack; the goroutine's frame pointer
 # stays in RBP): its SP deltas do not describe the switched stack, so it keeps the frame-pointer rule.
 GO_STACK_SWITCHERS = ("runtime.asmcgocall", "runtime.systemstack", "runtime.mcall", "runtime.morestack",

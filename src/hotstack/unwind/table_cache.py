@@ -42,8 +42,9 @@ class TableCache:
     """FileTables by content key: in memory (LRU, bounded in bytes) and on disk (validated on load)."""
 
     # 3: Go rows from SP deltas; 4: a STOP row at an entry point without CFI; 5: one flat file
-    # (_TABLE_HEADER), not an .npz; 6: Go's vDSO callers by frame pointer, runtime.mstart a STOP
-    VERSION = 6
+    # (_TABLE_HEADER), not an .npz; 6: Go's vDSO callers by frame pointer, runtime.mstart a STOP;
+    # 7: struct nu_rule with a 32-bit CFA offset (12 bytes)
+    VERSION = 7
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
