@@ -93,3 +93,25 @@ def test_readme_lists_every_mapped_profiler_metric():
     table = page[page.index("| group | metrics (counters end in `_total`) |"):page.index("Not applicable (no counterpart")]
     missing = [name for name, *_ in PROFILER_METRICS if f"`{name}`" not in table]
     assert not missing, missing
+
+
+def test_the_metrics_page_lists_every_metric_a_scrape_shows(agent, pyroscope, spin_binary, workloads):
+    """docs/agent-metrics.md names every metric of a running agent's /metrics (read by the parser,
+    after the first push, so that the series that appear with a profile are there)."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "agent-metrics.md").read_text()
+    spin = workloads([spin_binary])
+    a = agent(config(spin.pid, pyroscope.url))
+    a.wait_ready()
+    deadline = time.monotonic() + 60
+    while not pyroscope.series and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pyroscope.series, a.log.read_text()[-2000:]
+    families = {f.name: f.type for f in text_string_to_metric_families(a.get("/metrics")[1])}
+    assert {"hotstack_samples", "pyroscope_ebpf_pprofs", "pyroscope_write_sent_profiles"} <= families.keys(), families
+    # (the parser names a counter's family without its series' `_total`)
+    missing = sorted(name for name, kind in families.items()
+                     if f"`{name}`" not in page and not (kind == "counter" and f"`{name}_total`" in page))
+    assert not missing, missing
+    assert a.stop() == 0
