@@ -17,6 +17,12 @@
  *   ARCH_REGS_HS_BCP(r)       the register in which HotSpot's template interpreter keeps the bytecode
  *                              pointer of the method it runs (x86: r13, arm64: x22); its frame's
  *                              slot holds it only from the last call out (bpf/hotspot.h)
+ *   ARCH_REGS_PHP_FP(r), ARCH_REGS_PHP_IP(r)   the registers in which PHP's VM keeps the
+ *                              execute_data it runs and its current opline: the global register
+ *                              variables of zend_execute.c in GCC builds, ZEND_VM_FP_GLOBAL_REG and
+ *                              ZEND_VM_IP_GLOBAL_REG (x86: r14, r15; arm64: x27, x28); its frame's
+ *                              opline slot holds the opline only from the last call or what may
+ *                              throw (bpf/php.h)
  *   struct arch_regs          the four registers a stack walk starts from (ip, sp, fp, lr): 32
  *                              bytes on the BPF stack, where arm64's user_pt_regs would take 272
  *   arch_regs_load(out, r)    fill one from registers the program can read directly (its ctx)
@@ -49,6 +55,8 @@ typedef struct pt_regs arch_user_regs;    /* the UAPI layout is the kernel's */
 #define ARCH_REGS_FP(r) ((r)->rbp)
 #define ARCH_REGS_LR(r) 0ULL
 #define ARCH_REGS_HS_BCP(r) ((r)->r13)
+#define ARCH_REGS_PHP_FP(r) ((r)->r14)
+#define ARCH_REGS_PHP_IP(r) ((r)->r15)
 #define ARCH_REGS_USER_MODE(r) (((r)->cs & 3) == 3 && ((r)->ss & 3) == 3)
 #define ARCH_ENTRY_RETURN_ADDRESS(r, out) bpf_probe_read_user((out), sizeof(__u64), (void *)ARCH_REGS_SP(r))
 #define ARCH_STRIP_RA(x) (x)
@@ -63,6 +71,8 @@ typedef struct user_pt_regs arch_user_regs;   /* regs[31], sp, pc, pstate */
 #define ARCH_REGS_FP(r) ((r)->regs[29])
 #define ARCH_REGS_LR(r) ((r)->regs[30])
 #define ARCH_REGS_HS_BCP(r) ((r)->regs[22])
+#define ARCH_REGS_PHP_FP(r) ((r)->regs[27])
+#define ARCH_REGS_PHP_IP(r) ((r)->regs[28])
 /* PSR_MODE_MASK 0xf: EL0t is 0; PSR_MODE32_BIT 0x10: a 32-bit task, not ours to walk */
 #define ARCH_REGS_USER_MODE(r) (((r)->pstate & 0x1f) == 0)
 #define ARCH_ENTRY_RETURN_ADDRESS(r, out) (*(out) = ARCH_REGS_LR(r), 0)

@@ -12,6 +12,11 @@
  * php-fpm) runs one request per process, so the one global names the sampled thread's frames.
  * Names and files are read later in userspace; nothing here writes to the target.
  * Transport as in python.h: php_stacks_<buffer> under a hash, the sample key's `runtime_stack`.
+ *
+ * The innermost frame's opline: the VM stores it in the frame only before a call or what may
+ * throw, so in a stretch that does neither (a tight arithmetic loop, more so in opcache's
+ * optimized opcodes) the frame holds an earlier one. The current one is in a register
+ * (php_register_opline).
  */
 #ifndef HOTSTACK_PHP_H
 #define HOTSTACK_PHP_H
@@ -29,29 +34,88 @@ static __always_inline void php_count(__u32 index)
 		*value += 1;
 }
 
-/* Walk the current PHP frames; returns the php_stacks key (0: none). */
-static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
+/*
+ * Per CPU: the innermost frame's opline as php_register_opline found it (opline, and mask: all ones
+ * where it is the register's, else 0). In map memory, whose values the verifier does not track:
+ * the ways that led to it end alike, so the frames' loop after it is verified once.
+ */
+struct php_leaf {
+	__u64 opline;
+	__u64 mask;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct php_leaf);
+} php_leaf SEC(".maps");
+
+/*
+ * The current opline of the frame at ed from the VM's registers of the sample (vm_fp, vm_ip; both 0
+ * where the sample has no user registers at hand), into leaf. PHP built by GCC keeps the
+ * execute_data it runs and its opline in registers (ARCH_REGS_PHP_FP, ARCH_REGS_PHP_IP:
+ * bpf/arch.h) throughout zend_execute.c: execute_ex and the code it jumps and calls to there. That
+ * code is more than execute_ex's symbol: the hybrid VM's handlers that are not hot, and the
+ * helpers, are functions of their own, which a stripped binary names by no symbol (Debian's PHP
+ * 7.4, 8.2 and 8.4 run a tight loop's ZEND_MOD in one), so no range of addresses marks where the
+ * registers hold. Instead they are taken only as they must look there: the execute_data register
+ * is ed itself and the opline register one of the opcodes of ed's user function (zend_op: 32
+ * bytes). Elsewhere (code of another file the VM called, which may reuse them, or a build without
+ * the global registers) they hold anything, and the frame's stored opline is kept.
+ */
+static __always_inline void php_register_opline(const struct php_proc *proc, struct php_leaf *leaf, __u64 ed,
+						__u64 vm_fp, __u64 vm_ip)
+{
+	__u64 func = 0, opcodes = 0;
+	__u32 last = 0;
+	__u8 type = 0;
+
+	leaf->opline = 0;
+	leaf->mask = 0;
+	if (vm_fp != ed || !proc->op_opcodes || !proc->op_last)
+		return;
+	if (bpf_probe_read_user(&func, 8, (void *)(ed + proc->ed_func)) ||
+	    bpf_probe_read_user(&type, 1, (void *)func) || type != 2 ||
+	    bpf_probe_read_user(&opcodes, 8, (void *)(func + proc->op_opcodes)) ||
+	    bpf_probe_read_user(&last, 4, (void *)(func + proc->op_last)))
+		return;
+	if (vm_ip < opcodes || vm_ip - opcodes >= (__u64)last * 32 || (vm_ip - opcodes) % 32)
+		return;
+	leaf->opline = vm_ip;
+	leaf->mask = ~0ULL;
+	php_count(PHP_STAT_REGISTER_OPLINE);
+}
+
+/* Walk the current PHP frames; returns the php_stacks key (0: none). vm_fp, vm_ip: the sample's
+ * registers in which the VM may hold the innermost frame's execute_data and opline (0: not at hand). */
+static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u64 vm_ip)
 {
 	const struct php_proc *proc = bpf_map_lookup_elem(&php_procs, &pid);
 	struct php_stack *stack;
 	void *stacks;
 	__u32 zero = 0, n = 0;
-	__u64 ed = 0, hash = 0xcbf29ce484222325ULL;
+	struct php_leaf *leaf;
+	__u64 ed = 0, hash = 0xcbf29ce484222325ULL, leaf_opline, leaf_mask;
 	int i;
 
 	if (!proc)
 		return 0;
 	php_count(PHP_STAT_WALKS);
 	stack = bpf_map_lookup_elem(&php_scratch, &zero);
-	if (!stack)
+	leaf = bpf_map_lookup_elem(&php_leaf, &zero);
+	if (!stack || !leaf)
 		return 0;
 	if (bpf_probe_read_user(&ed, sizeof(ed), (void *)proc->current_execute_data) || !ed) {
 		php_count(PHP_STAT_NO_FRAME);
 		return 0;
 	}
+	php_register_opline(proc, leaf, ed, vm_fp, vm_ip);
+	leaf_opline = leaf->opline;
+	leaf_mask = leaf->mask;
 	for (i = 0; i < PHP_MAX_FRAMES; i++) {
 		struct php_frame *f = &stack->frames[i];
-		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, opcodes = 0, func;
+		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, opcodes = 0, func, opline;
 		__u32 line = 0;
 
 		if (!ed)
@@ -62,6 +126,8 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 			break;
 		}
 		func = block[(proc->ed_func >> 3) & 7];
+		opline = (block[0] & ~leaf_mask) | (leaf_opline & leaf_mask);    /* no branch: see php_leaf */
+		leaf_mask = 0;
 		f->func = func;
 		f->call_info = (__u32)block[(proc->ed_call_info >> 3) & 7];
 		/*
@@ -74,7 +140,7 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 		bpf_probe_read_user(&name_h, 8, (void *)(head[1] + proc->str_h));
 		bpf_probe_read_user(file, sizeof(file), (void *)((func + proc->fn_filename) & -((head[0] >> 1) & 1)));
 		bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
-		bpf_probe_read_user(&line, 4, (void *)(block[0] + proc->op_lineno));
+		bpf_probe_read_user(&line, 4, (void *)(opline + proc->op_lineno));
 		/*
 		 * The VM stores the opline in the frame only before a call or what may throw: a frame
 		 * just entered holds what an earlier frame left in that slot. The opline as an offset
@@ -82,7 +148,7 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer)
 		 * requests), lets userspace keep a line only from one of them.
 		 */
 		bpf_probe_read_user(&opcodes, 8, (void *)((func + proc->op_opcodes) & -((head[0] >> 1) & 1)));
-		f->opline = block[0] - opcodes;
+		f->opline = opline - opcodes;
 		f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
 		f->line = line;
 		hash = (hash ^ func ^ f->ident) * 0x100000001b3ULL;

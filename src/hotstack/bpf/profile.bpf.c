@@ -231,9 +231,22 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* PHP's walker with the VM's registers of the sample, where it hit user mode (in the kernel the
+ * VM has called out, and the frame holds its opline): a tail call keeps the sample's context. */
+static __always_inline __u64 php_walk_sample(const arch_user_regs *regs, __u32 pid, __u32 buffer)
+{
+	__u64 vm_fp = 0, vm_ip = 0;
+
+	if (ARCH_REGS_USER_MODE(regs)) {
+		vm_fp = ARCH_REGS_PHP_FP(regs);
+		vm_ip = ARCH_REGS_PHP_IP(regs);
+	}
+	return php_walk(pid, buffer, vm_fp, vm_ip);
+}
+
 /* An interpreter's walker (rt_progs[which]): its frames recorded in key.runtime_stack, then the
  * sample ended as the program that handed it over says (RT_THEN_*). */
-static __always_inline int rt_walk(void *ctx, int which, int use_loop)
+static __always_inline int rt_walk(struct bpf_perf_event_data *ctx, int which, int use_loop)
 {
 	struct nu_state *st = nu_state();
 	struct stack_key key;
@@ -250,7 +263,7 @@ static __always_inline int rt_walk(void *ctx, int which, int use_loop)
 	else if (which == RT_RUBY)
 		key.runtime_stack = ruby_walk(key.pid, buffer);
 	else if (which == RT_PHP)
-		key.runtime_stack = php_walk(key.pid, buffer);
+		key.runtime_stack = php_walk_sample(&ctx->regs, key.pid, buffer);
 	else
 		key.runtime_stack = perl_walk(key.pid, key.tid, buffer);
 	if (((word >> 2) & 3) == RT_THEN_NATIVE) {

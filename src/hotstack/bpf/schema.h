@@ -243,8 +243,9 @@ struct php_proc {
 	__u16 op_lineno;
 	__u16 str_h;
 	__u16 op_opcodes;
+	__u16 op_last;
 };
-_Static_assert(sizeof(struct php_proc) == 24, "struct php_proc: schema layout");
+_Static_assert(sizeof(struct php_proc) == 32, "struct php_proc: schema layout");
 
 struct php_frame {
 	__u64 func;
@@ -474,7 +475,8 @@ enum php_stat {
 	PHP_STAT_NO_FRAME = 1,
 	PHP_STAT_TRUNCATED = 2,
 	PHP_STAT_STACKS_FULL = 3,
-	PHP_STAT_MAX = 4,
+	PHP_STAT_REGISTER_OPLINE = 4,
+	PHP_STAT_MAX = 5,
 };
 
 enum perl_interp_mode {

@@ -67,7 +67,7 @@ V8_STACK = Record('v8_stack', '<IIBB2xHH', ('len', 'pid', 'walking', 'truncated'
 RB_PROC = Record('rb_proc', '<QqIHHHHHHH6x', ('ec_address', 'tls_offset', 'tls_module', 'ec_mode', 'dtv_entry', 'running_ec', 'ec_vm_stack', 'ec_vm_stack_size', 'ec_cfp', 'cf_size'), 40)
 RB_FRAME = Record('rb_frame', '<QQQI4x', ('iseq', 'pc', 'me', 'flags'), 32)
 RB_STACK = Record('rb_stack', '<III4x', ('len', 'truncated', 'pid'), 4112)
-PHP_PROC = Record('php_proc', '<QHHHHHHHH', ('current_execute_data', 'ed_func', 'ed_call_info', 'ed_prev', 'fn_name', 'fn_filename', 'op_lineno', 'str_h', 'op_opcodes'), 24)
+PHP_PROC = Record('php_proc', '<QHHHHHHHHH', ('current_execute_data', 'ed_func', 'ed_call_info', 'ed_prev', 'fn_name', 'fn_filename', 'op_lineno', 'str_h', 'op_opcodes', 'op_last'), 32)
 PHP_FRAME = Record('php_frame', '<QQQII', ('func', 'opline', 'ident', 'call_info', 'line'), 32)
 PHP_STACK = Record('php_stack', '<III4x', ('len', 'truncated', 'pid'), 4112)
 HS_HEAP = Record('hs_heap', '<QQQI4x', ('low', 'high', 'segmap', 'log2_segment'), 32)
@@ -138,7 +138,8 @@ PHP_STAT_WALKS = 0
 PHP_STAT_NO_FRAME = 1
 PHP_STAT_TRUNCATED = 2
 PHP_STAT_STACKS_FULL = 3
-PHP_STAT_MAX = 4
+PHP_STAT_REGISTER_OPLINE = 4
+PHP_STAT_MAX = 5
 
 PERL_INTERP_NONE = 0
 PERL_INTERP_DTV = 1
@@ -212,7 +213,7 @@ ENUMS = {
     'py_stat': ('PY_STAT_WALKS', 'PY_STAT_NO_THREAD', 'PY_STAT_TRUNCATED', 'PY_STAT_STACKS_FULL', 'PY_STAT_STORED', 'PY_STAT_SNAPS', 'PY_STAT_SNAPS_LOST', 'PY_STAT_MAX'),
     'rb_ec_mode': ('RB_EC_NONE', 'RB_EC_DTV', 'RB_EC_TP', 'RB_EC_GLOBAL', 'RB_EC_RACTOR'),
     'rb_stat': ('RB_STAT_WALKS', 'RB_STAT_NO_EC', 'RB_STAT_TRUNCATED', 'RB_STAT_STACKS_FULL', 'RB_STAT_MAX'),
-    'php_stat': ('PHP_STAT_WALKS', 'PHP_STAT_NO_FRAME', 'PHP_STAT_TRUNCATED', 'PHP_STAT_STACKS_FULL', 'PHP_STAT_MAX'),
+    'php_stat': ('PHP_STAT_WALKS', 'PHP_STAT_NO_FRAME', 'PHP_STAT_TRUNCATED', 'PHP_STAT_STACKS_FULL', 'PHP_STAT_REGISTER_OPLINE', 'PHP_STAT_MAX'),
     'perl_interp_mode': ('PERL_INTERP_NONE', 'PERL_INTERP_DTV', 'PERL_INTERP_TP', 'PERL_INTERP_GLOBAL', 'PERL_INTERP_STATIC'),
     'perl_stat': ('PERL_STAT_WALKS', 'PERL_STAT_NO_INTERP', 'PERL_STAT_TRUNCATED', 'PERL_STAT_STACKS_FULL', 'PERL_STAT_MAX'),
     'v8_stat': ('V8_STAT_WALKS', 'V8_STAT_FRAMES', 'V8_STAT_TRUNCATED', 'V8_STAT_STACKS_FULL', 'V8_STAT_MAX'),
@@ -227,7 +228,7 @@ MAPS = ('stats', 'filter_pids', 'seen_pids', 'new_pids', 'gone_pids', 'wakeups',
 BUFFERED = ('counts', 'user_stacks', 'kern_stacks', 'native_stacks', 'native_tails', 'py_stacks', 'v8_stacks', 'rb_stacks', 'php_stacks', 'hs_stacks', 'perl_stacks')
 VARIABLES = ('active_buffer', 'filter_by_pid', 'self_tgid', 'task_off_group_leader', 'task_off_start_boottime', 'task_off_real_parent', 'task_off_tgid', 'task_off_comm', 'task_off_nsproxy', 'nsproxy_off_mnt_ns', 'mnt_ns_off_inum', 'task_off_mm', 'mm_off_exe_file', 'file_off_inode', 'inode_off_ino', 'obi_enabled', 'filter_by_comm', 'include_idle', 'collect_user_stacks', 'collect_kernel_stacks', 'unwind_in_kernel', 'py_fsbase_offset', 'v8_walk', 'rb_fsbase_offset', 'php_walk_on', 'hs_walk', 'perl_fsbase_offset', 'threshold', 'task_pid_offset')
 # Frame sources' kernel halves: the role of each of their maps (runtimes/registry.py).
-RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 7, 'walker': 'profile_walk_python', 'slot': 0, 'known': 'py_known', 'stored': 4, 'snapshots': 'py_codes'}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4, 'step': 'profile_native_step_jit'}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 4, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5, 'step': 'profile_native_step_jit'}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}
+RUNTIMES = {'python': {'tunable': 'py_fsbase_offset', 'processes': 'python_procs', 'stacks': 'py_stacks', 'counters': 'py_stats', 'counter_count': 7, 'walker': 'profile_walk_python', 'slot': 0, 'known': 'py_known', 'stored': 4, 'snapshots': 'py_codes'}, 'v8': {'tunable': 'v8_walk', 'processes': 'v8_procs', 'stacks': 'v8_stacks', 'counters': 'v8_stats', 'counter_count': 4, 'step': 'profile_native_step_jit'}, 'ruby': {'tunable': 'rb_fsbase_offset', 'processes': 'ruby_procs', 'stacks': 'rb_stacks', 'counters': 'rb_stats', 'counter_count': 4, 'walker': 'profile_walk_ruby', 'slot': 1}, 'php': {'tunable': 'php_walk_on', 'processes': 'php_procs', 'stacks': 'php_stacks', 'counters': 'php_stats', 'counter_count': 5, 'walker': 'profile_walk_php', 'slot': 2}, 'hotspot': {'tunable': 'hs_walk', 'processes': 'hs_procs', 'stacks': 'hs_stacks', 'counters': 'hs_stats', 'counter_count': 5, 'step': 'profile_native_step_jit'}, 'perl': {'tunable': 'perl_fsbase_offset', 'processes': 'perl_procs', 'stacks': 'perl_stacks', 'counters': 'perl_stats', 'counter_count': 4, 'walker': 'profile_walk_perl', 'slot': 3}}
 
 
 def buffered(name: str, buffer: int) -> str:

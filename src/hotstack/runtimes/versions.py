@@ -54,7 +54,7 @@ MATRIX = {
     "node": {"passes": ("12", "18", "20", "24", "22"), "warns": (), "fails": ()},
     "ruby": {"passes": ("2.7", "3.1", "3.3"), "warns": (), "fails": ()},
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
-    "php-fpm": {"passes": (), "warns": (), "fails": ("7.4", "8.2", "8.4")},
+    "php-fpm": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
     "perl": {"passes": ("5.32", "5.36", "5.40", "5.42"), "warns": (), "fails": ()},
     "java": {"passes": ("11", "17", "21", "25"), "warns": (), "fails": ()},
 }

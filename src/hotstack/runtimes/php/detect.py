@@ -35,15 +35,16 @@ class PhpOffsets:
 
 
 # op_array.last/opcodes as in php-src's zend_compile.h of each version; 8.2 moved T and
-# run_time_cache into the common elements. Where not checked against a version's header: 0
+# run_time_cache into the common elements, 8.4 has two more pointers in them (7.4, 8.2 and 8.4 also
+# checked in Debian's builds: every opcode's line inside its function). Where not checked: 0
 _V82 = PhpOffsets((8, 2))
 _TABLE = {
-    (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144, op_opcodes=0),
+    (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144, op_last=60, op_opcodes=64),
     (8, 0): replace(_V82, version=(8, 0), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
     (8, 1): replace(_V82, version=(8, 1), op_filename=144, op_line_start=152, op_last=68, op_opcodes=72),
     (8, 2): _V82,
     (8, 3): replace(_V82, version=(8, 3), op_filename=144, op_line_start=152, op_opcodes=0),
-    (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176, op_opcodes=0),
+    (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176, op_last=96, op_opcodes=104),
 }
 TESTED = ((8, 2),)
 

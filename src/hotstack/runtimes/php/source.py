@@ -160,7 +160,8 @@ class PhpSource(InterpreterSource):
         return schema.PHP_PROC.pack(current_execute_data=proc.executor_globals + o.current_execute_data,
                                     ed_func=o.ed_func, ed_call_info=o.ed_call_info, ed_prev=o.ed_prev,
                                     fn_name=o.fn_name, fn_filename=o.op_filename, op_lineno=o.op_lineno,
-                                    str_h=o.str_h, op_opcodes=o.op_opcodes)
+                                    str_h=o.str_h, op_opcodes=o.op_opcodes,
+                                    op_last=o.op_last if o.op_opcodes else 0)
 
     def _parse(self, raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
         return parse_stack(raw)
@@ -225,6 +226,7 @@ class PhpSource(InterpreterSource):
         t = self._totals.update(self._kernel)
         return {"processes": len(self._procs), "walks": t[schema.PHP_STAT_WALKS],
                 "no_frame": t[schema.PHP_STAT_NO_FRAME], "truncated": t[schema.PHP_STAT_TRUNCATED],
+                "register_oplines": t[schema.PHP_STAT_REGISTER_OPLINE],
                 "functions_read": self.reads, "unknown": self.misses, "jit_stacks": self.jit_stacks}
 
     def _drop(self, pid: int) -> None:
