@@ -80,6 +80,15 @@ static __always_inline struct hs_stack *hs_scratch_stack(void)
 #define HS_INTERP_SPAN (HS_INTERP_BCP + 16)   /* bp - 64 .. bp + 16 */
 #define HS_TAIL_SPAN 2048                     /* bytes of stack below an entry frame (see hs_tail) */
 #define HS_TAIL_FRAMES 32
+/* What a step needs of a code blob. */
+struct hs_blob {
+	__u64 code_begin;
+	__u64 name;
+	__u64 method;
+	__s32 frame_size;
+	__s32 complete;
+};
+
 struct hs_buffers {
 	__u8 block[HS_BLOCK_SPAN];
 	__u64 words[HS_INTERP_SPAN / 8];
@@ -95,6 +104,9 @@ struct hs_buffers {
 	__u32 cand_valid;
 	__u32 pad;
 	__u64 leaf_bcp;     /* the sample's bytecode pointer register, for a leaf interpreted frame */
+	/* the blob of the frame hs_step steps: here, not on the BPF stack, which the step program
+	 * with the runtime hooks shares with hs_step (512 bytes for both) */
+	struct hs_blob blob;
 };
 
 struct {
@@ -333,15 +345,6 @@ static __always_inline int hs_read(__u64 *out, __u64 addr)
 	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
 }
 
-/* What a step needs of a code blob. */
-struct hs_blob {
-	__u64 code_begin;
-	__u64 name;
-	__u64 method;
-	__s32 frame_size;
-	__s32 complete;
-};
-
 /*
  * The code blob in the block at `block` (0 if the block is free, or a read failed) and its fields:
  * the used flag of the block's header, the frame's shape (frame size, frame-complete offset, code
@@ -426,7 +429,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	struct hs_stack *s = hs_scratch_stack();
 	struct hs_buffers *buf;
 	struct hs_proc *p;
-	struct hs_blob b = {};
+	struct hs_blob *b;
 	__u64 bp, next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0, blob;
 	__u32 zero = 0;
 
@@ -479,17 +482,19 @@ __noinline int hs_step(__u64 pc, __u32 index)
 		}
 		return 0;
 	}
+	b = &buf->blob;
+	__builtin_memset(b, 0, sizeof(*b));
 	blob = hs_find_block(p, pc, buf);
 	if (blob)
-		blob = hs_read_blob(p, blob, buf, &b);
+		blob = hs_read_blob(p, blob, buf, b);
 	if (!blob) {
 		hs_count(HS_STAT_NO_BLOB);
 		return 1;
 	}
-	if (b.frame_size <= 0 || b.frame_size > (1 << 16)) {
+	if (b->frame_size <= 0 || b->frame_size > (1 << 16)) {
 		/* the call stub and other blobs that keep rbp: walked by frame pointer, unless the
 		 * native frames below are this thread's cached tail */
-		hs_record(s, index, HS_KIND_BLOB_FP, pc, 0, b.name, blob);
+		hs_record(s, index, HS_KIND_BLOB_FP, pc, 0, b->name, blob);
 		if (hs_tail_take(st, buf, pc))
 			return -1;
 		buf->cand_bp = bp;
@@ -500,8 +505,8 @@ __noinline int hs_step(__u64 pc, __u32 index)
 		buf->cand_valid = 1;
 		return 1;
 	}
-	hs_record(s, index, HS_KIND_COMPILED, pc, b.method, b.name, blob);
-	if (index == 0 && b.complete > 0 && pc < b.code_begin + b.complete) {
+	hs_record(s, index, HS_KIND_COMPILED, pc, b->method, b->name, blob);
+	if (index == 0 && b->complete > 0 && pc < b->code_begin + b->complete) {
 		/* sampled in the prologue, before the frame is built: the return address is at sp */
 		if (hs_read(&ra, st->sp)) {
 			st->stack.end = NU_END_READ;
@@ -509,7 +514,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 		}
 		st->sp += 8;
 	} else {
-		__u64 caller_sp = st->sp + (__u64)b.frame_size * 8;
+		__u64 caller_sp = st->sp + (__u64)b->frame_size * 8;
 
 		/* the saved rbp and the return address, just below the caller's sp: one read */
 		if (bpf_probe_read_user(buf->words, 16, (void *)(caller_sp - 16))) {

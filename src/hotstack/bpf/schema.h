@@ -354,9 +354,9 @@ struct nu_rule {
 	__u8 kind;
 	__u8 pad;
 	__s16 rbp;
-	__s32 cfa;
 	__s16 ra;
 	__u16 pad2;
+	__s32 cfa;
 };
 _Static_assert(sizeof(struct nu_rule) == 12, "struct nu_rule: schema layout");
 

@@ -77,7 +77,7 @@ HS_STACK = Record('hs_stack', '<IIBB6x', ('len', 'pid', 'walking', 'truncated'),
 PERL_PROC = Record('perl_proc', '<QqQQIHHHHHHHHH2x', ('interp_address', 'tls_offset', 'curcop', 'curstackinfo', 'tls_module', 'interp_mode', 'dtv_entry', 'si_cxstack', 'si_prev', 'si_cxix', 'cx_size', 'cx_oldcop', 'cx_sub_cv', 'cx_retop'), 56)
 PERL_CONTEXT = Record('perl_context', '<QQQBB6x', ('cv', 'oldcop', 'retop', 'type', 'runlevel'), 32)
 PERL_STACK = Record('perl_stack', '<III4xQ', ('len', 'truncated', 'pid', 'curcop'), 4120)
-NU_RULE = Record('nu_rule', '<B1xhih2x', ('kind', 'rbp', 'cfa', 'ra'), 12)
+NU_RULE = Record('nu_rule', '<B1xhh2xi', ('kind', 'rbp', 'ra', 'cfa'), 12)
 NU_FILE_KEY = Record('nu_file_key', '<QI4x', ('ino', 'dev'), 16)
 NU_FILE = Record('nu_file', '<IIIIIIQ', ('first', 'count', 'index', 'base', 'pages', 'serial', 'last_use'), 32)
 NU_MISSING_VALUE = Record('nu_missing_value', '<I4xQQ', ('pid', 'start', 'end'), 24)
@@ -97,7 +97,7 @@ NU_RANGES_TAIL_OFFSET = 16
 NU_STACK_TAIL_OFFSET = 56
 
 # (field, numpy type) of every byte of the structs read as numpy arrays: np.dtype(list(...))
-NU_RULE_COLUMNS = (('kind', 'u1'), ('pad', 'u1'), ('rbp', '<i2'), ('cfa', '<i4'), ('ra', '<i2'), ('pad2', '<u2'))
+NU_RULE_COLUMNS = (('kind', 'u1'), ('pad', 'u1'), ('rbp', '<i2'), ('ra', '<i2'), ('pad2', '<u2'), ('cfa', '<i4'))
 
 STAT_SAMPLES = 0
 STAT_IDLE = 1
