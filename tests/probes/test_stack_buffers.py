@@ -91,7 +91,7 @@ def test_native_unwinder_layouts_match_the_committed_objects():
         assert maps["native_tails_0"].value_size == 8 * (schema.NU_MAX_FRAMES - schema.NU_STORED_FRAMES)
     assert load_spec(object_path("mappings")).maps["nu_procs"].value_size == schema.NU_RANGES.size
     packed = np.array([rule(schema.NU_KIND_CFA_SP, 40000, schema.NU_RBP_SAME, -8)], RULE_DTYPE).tobytes()
-    assert schema.NU_RULE.unpack(packed) == (schema.NU_KIND_CFA_SP, schema.NU_RBP_SAME, 40000, -8)
+    assert schema.NU_RULE.unpack(packed) == (schema.NU_KIND_CFA_SP, schema.NU_RBP_SAME, -8, 40000)
 
 
 def test_generated_constants_keep_their_c_type():
