@@ -41,6 +41,11 @@ class Process(MemoryView, ABC):
         """The path of its executable ('' when it is gone)."""
 
     @abstractmethod
+    def exe_file(self) -> str:
+        """A path that opens its executable itself (in another mount namespace, deleted or replaced
+        on disk since it started too); '' when there is none."""
+
+    @abstractmethod
     def maps_text(self, recent: bool = False) -> str:
         """Its /proc/PID/maps text ('' when it is gone)."""
 
@@ -113,6 +118,9 @@ class LiveProcess(Process):
 
     def exe_path(self, recent: bool = False) -> str:
         return mapped.exe_path(self.pid, recent)
+
+    def exe_file(self) -> str:
+        return identity.exe_file_path(self.pid)
 
     def maps_text(self, recent: bool = False) -> str:
         return mapped.read_maps_text(self.pid, recent)

@@ -155,11 +155,18 @@ class RecordedProcess(Process):
         """The (device, inode) of the executable's copy, else as recorded."""
         if image is None:
             return None
+        copy = self.exe_file()
+        if copy:
+            st = os.stat(copy)
+            return (st.st_dev, st.st_ino)
+        return tuple(image)
+
+    def exe_file(self) -> str:
+        """The copy of its executable ('' if it was not copied)."""
         for m in self._mappings:
             if m.path == self.facts["exe"] and (m.dev, m.inode) in self._copy_of:
-                st = os.stat(self._copy_of[(m.dev, m.inode)])
-                return (st.st_dev, st.st_ino)
-        return tuple(image)
+                return self._copy_of[(m.dev, m.inode)]
+        return ""
 
     def __repr__(self) -> str:
         return f"RecordedProcess({str(self.directory)!r})"

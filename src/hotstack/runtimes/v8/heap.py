@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import struct
 
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from .metadata import V8Layout
 
 MAX_STRING = 1024          # names and paths longer than this are cut
@@ -48,7 +48,7 @@ def is_object(word: int) -> bool:
 class Heap:
     """Object reads in one process, with the instance type of each map cached."""
 
-    def __init__(self, mem: ProcessMemory, layout: V8Layout) -> None:
+    def __init__(self, mem: Process, layout: V8Layout) -> None:
         self.mem = mem
         self.l = layout
         self._map_types: dict[int, int] = {}

@@ -10,7 +10,8 @@ mid-interval keeps its names).
 from __future__ import annotations
 
 from ...profile.model import Frame, FrameKind
-from ..common.memory import MemoryReadError, ProcessMemory
+from ... import procs
+from ..common.memory import MemoryReadError
 from .heap import Heap, NotAnObject, Script, is_object, is_smi, read_script, scope_info_name
 from .metadata import V8Layout
 
@@ -18,10 +19,10 @@ MAX_ENTRIES = 1 << 16      # per process and kind: beyond this the cache starts 
 
 
 class Names:
-    """The names of one process's functions."""
+    """The names of one process's functions (a Process, or a live one's pid)."""
 
-    def __init__(self, pid: int, layout: V8Layout) -> None:
-        self.heap = Heap(ProcessMemory(pid), layout)
+    def __init__(self, process: procs.Process | int, layout: V8Layout) -> None:
+        self.heap = Heap(procs.as_process(process), layout)
         self._functions: dict[int, tuple[int, Frame | None]] = {}
         self._sfis: dict[int, tuple[int, Frame | None]] = {}
         self._scripts: dict[int, Script] = {}

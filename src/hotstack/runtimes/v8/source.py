@@ -38,21 +38,22 @@ def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
     return frames, head.pid
 
 
-def _v8_files(pid: int) -> list[tuple[str, str]]:
+def _v8_files(process: procs.Process | int) -> list[tuple[str, str]]:
     """Files of a node process that may hold V8, each as a path that opens the very file it runs
-    (procs.mapped_file_path), and the path its maps show: the executable, and a mapped libnode
-    (Debian's node links it) or any other file that holds V8's metadata. A node process is one whose
-    executable is named node* or is node's launcher by what it holds (runs()); other executables are
-    not looked into: this runs for every new process."""
-    exe = procs.exe_path(pid, recent=True)
-    launcher = runs(pid, "v8")
+    (Process.exe_file, Process.mapped_file_path), and the path its maps show: the executable, and a
+    mapped libnode (Debian's node links it) or any other file that holds V8's metadata. A node
+    process is one whose executable is named node* or is node's launcher by what it holds (runs());
+    other executables are not looked into: this runs for every new process."""
+    process = procs.as_process(process)
+    exe = process.exe_path(recent=True)
+    launcher = runs(process, "v8")
     if not launcher and not _NODE.search(exe.removesuffix(" (deleted)")):
         return []
-    out = [(procs.exe_file_path(pid), exe)]
-    for m in procs.read_exec_maps(pid, recent=True):
+    out = [(process.exe_file(), exe)]
+    for m in process.exec_maps(recent=True):
         if m.is_file and m.file_path != exe.removesuffix(" (deleted)") and (
-                "libnode.so" in m.file_path or (launcher and "v8" in file_marks(pid, m)[1])):
-            path = procs.mapped_file_path(pid, m)
+                "libnode.so" in m.file_path or (launcher and "v8" in file_marks(process, m)[1])):
+            path = process.mapped_file_path(m)
             if path is not None:
                 out.append((path, m.file_path))
                 break
@@ -83,11 +84,12 @@ class V8Source(JitSource):
         super().__init__()
         self._layouts: dict[tuple, V8Layout | Unreadable | None] = {}
 
-    def _layout(self, pid: int) -> V8Layout | None:
-        """The V8 layout of the node that `pid` runs (None if none); a node whose files hold no
-        layout this reader takes is noted once (runtime_files.UNREAD)."""
+    def _layout(self, process: procs.Process | int) -> V8Layout | None:
+        """The V8 layout of the node that `process` (a Process, or a live one's pid) runs (None if
+        none); a node whose files hold no layout this reader takes is noted once (files.UNREAD)."""
+        process = procs.as_process(process)
         refused: tuple | None = None
-        for path, shown in _v8_files(pid):
+        for path, shown in _v8_files(process):
             try:
                 st = os.stat(path)
             except OSError:
@@ -105,7 +107,7 @@ class V8Source(JitSource):
                 return found
         if refused is not None:
             key, shown, e = refused
-            UNREAD.note(key, UnreadProcess(pid, "Node.js", "", shown, e.reason))
+            UNREAD.note(key, UnreadProcess(process.pid, "Node.js", "", shown, e.reason))
         return None
 
     def _may_run(self, pid: int) -> bool:
@@ -116,8 +118,8 @@ class V8Source(JitSource):
     def _record(self, layout: V8Layout) -> bytes:
         return schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
 
-    def _names(self, pid: int, layout: V8Layout) -> Names:
-        return Names(pid, layout)
+    def _names(self, process: procs.Process | int, layout: V8Layout) -> Names:
+        return Names(process, layout)
 
     @staticmethod
     def _name_frame(names: Names, frame: tuple) -> Frame | None:
