@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ... import procs
 from ...bpf import schema
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from ..common.files import Unreadable
 from .vmstructs import VMStructs, read_vmstructs, vm_release
 
@@ -151,7 +152,7 @@ def _line_fields(s: VMStructs) -> dict:
                 invocation_entry_bci=s.constants.get("InvocationEntryBci", -1))
 
 
-def _major_version(mem: ProcessMemory, s: VMStructs) -> int:
+def _major_version(mem: Process, s: VMStructs) -> int:
     """The JVM's feature version (11, 17, 21, 25): Abstract_VM_Version::_vm_major_version."""
     address = s.addresses.get(("Abstract_VM_Version", "_vm_major_version"))
     if not address:
@@ -162,7 +163,7 @@ def _major_version(mem: ProcessMemory, s: VMStructs) -> int:
         raise KeyError("Abstract_VM_Version::_vm_major_version") from None
 
 
-def _code_heaps(mem: ProcessMemory, s: VMStructs) -> list[tuple[int, int, int, int]]:
+def _code_heaps(mem: Process, s: VMStructs) -> list[tuple[int, int, int, int]]:
     """(low, reserved high, segment map, log2 segment size) of each CodeHeap."""
     heaps_address = s.addresses.get(("CodeCache", "_heaps"))
     vs_low, vs_high_boundary = s.offsets[("VirtualSpace", "_low")], s.offsets[("VirtualSpace", "_high_boundary")]
@@ -189,13 +190,13 @@ def _code_heaps(mem: ProcessMemory, s: VMStructs) -> list[tuple[int, int, int, i
     return heaps
 
 
-def read_layout(pid: int) -> JvmLayout | None:
-    """The layout of a running JVM; None if `pid` is no JVM. NotReady if it is one still starting,
-    Unreadable if its vmStructs lack a field this reader needs."""
-    s = read_vmstructs(pid)
+def read_layout(process: Process | int) -> JvmLayout | None:
+    """The layout of a running JVM (a Process, or a live one's pid); None if it is no JVM. NotReady
+    if it is one still starting, Unreadable if its vmStructs lack a field this reader needs."""
+    mem = procs.as_process(process)
+    s = read_vmstructs(mem)
     if s is None:
         return None
-    mem = ProcessMemory(pid)
     try:
         heaps = _code_heaps(mem, s)
         low = mem.u64(s.addresses[("CodeCache", "_low_bound")])
@@ -208,7 +209,7 @@ def read_layout(pid: int) -> JvmLayout | None:
     except MemoryReadError as e:
         raise NotReady(str(e)) from e
     except KeyError as e:
-        raise _unreadable(pid, s, e) from None
+        raise _unreadable(mem, s, e) from None
     try:
         nmethod_method = _offset(s, ("CompiledMethod", "_method"), ("nmethod", "_method"))
         code_begin, code_begin_relative = _code_begin(s)
@@ -224,7 +225,7 @@ def read_layout(pid: int) -> JvmLayout | None:
             blob_flags=_blob_flags(s, code_begin_relative))
         lines = _line_fields(s)
         if lines.get("lines_missing"):
-            lines["release"] = vm_release(pid, s)
+            lines["release"] = vm_release(mem, s)
         heap_records = b"".join(schema.HS_HEAP.pack(low=a, high=b, segmap=c, log2_segment=d) for a, b, c, d in heaps)
         record = (record[:schema.HS_PROC_TAIL_OFFSET] + heap_records).ljust(schema.HS_PROC.size, b"\0")
         return JvmLayout(
@@ -243,12 +244,12 @@ def read_layout(pid: int) -> JvmLayout | None:
             pc_desc_size=s.sizes.get("PcDesc", 16), pc_desc_pc=s.offsets.get(("PcDesc", "_pc_offset"), 0),
             pc_desc_scope=s.offsets.get(("PcDesc", "_scope_decode_offset"), 4), **lines)
     except KeyError as e:
-        raise _unreadable(pid, s, e) from None
+        raise _unreadable(mem, s, e) from None
 
 
-def _unreadable(pid: int, s: VMStructs, missing: KeyError) -> Unreadable:
+def _unreadable(process: Process, s: VMStructs, missing: KeyError) -> Unreadable:
     """A JVM whose vmStructs lack what the walker or the names need (a JDK that renamed it)."""
     what = missing.args[0] if missing.args else "?"
     if isinstance(what, tuple):
         what = "::".join(what)
-    return Unreadable(f"its vmStructs lack {what}", vm_release(pid, s))
+    return Unreadable(f"its vmStructs lack {what}", vm_release(process, s))

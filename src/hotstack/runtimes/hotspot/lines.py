@@ -11,7 +11,7 @@ Method::line_number_from_bci), or none.
 
 from __future__ import annotations
 
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from .jvm import JvmLayout
 
 MAX_TABLE = 1 << 16        # bytes of a line table read at most (a method's code is below 64 KiB)
@@ -79,7 +79,7 @@ class LineTables:
     """The line tables of one JVM's methods, by ConstMethod address (a ConstMethod and its table never
     change while the method lives; the caller checks the Method still points at it)."""
 
-    def __init__(self, mem: ProcessMemory, layout: JvmLayout) -> None:
+    def __init__(self, mem: Process, layout: JvmLayout) -> None:
         self.mem = mem
         self.l = layout
         self._tables: dict[int, tuple[int, list[tuple[int, int]] | None]] = {}

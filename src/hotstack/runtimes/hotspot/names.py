@@ -18,7 +18,8 @@ import dataclasses
 import struct
 
 from ...profile.model import Frame, FrameKind
-from ..common.memory import MemoryReadError, ProcessMemory
+from ... import procs
+from ..common.memory import MemoryReadError
 from .jvm import JvmLayout
 from .lines import LineTables, read_int
 
@@ -44,10 +45,10 @@ def stub_frame(name: str) -> Frame:
 
 
 class Names:
-    """The names of one JVM's methods and code blobs."""
+    """The names of one JVM's methods and code blobs (a Process, or a live one's pid)."""
 
-    def __init__(self, pid: int, layout: JvmLayout) -> None:
-        self.mem = ProcessMemory(pid)
+    def __init__(self, process: procs.Process | int, layout: JvmLayout) -> None:
+        self.mem = procs.as_process(process)
         self.l = layout
         self._methods: dict[int, tuple[int, Frame | None]] = {}
         self._strings: dict[int, str] = {}

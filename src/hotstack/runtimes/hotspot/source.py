@@ -60,14 +60,17 @@ class HotSpotSource(JitSource):
     stat_frames = schema.HS_STAT_FRAMES
     retry_ages = RETRY_AGES
 
-    def _layout(self, pid: int) -> JvmLayout | None:
-        """The JVM's layout (None if none yet); a JVM whose vmStructs this reader cannot take is
-        noted once (common/files.py: UNREAD) with what it lacks."""
-        found = libjvm(pid)
+    def _layout(self, process: procs.Process | int) -> JvmLayout | None:
+        """The layout of the JVM `process` (a Process, or a live one's pid) runs (None if none yet); a
+        JVM whose vmStructs this reader cannot take is noted once (common/files.py: UNREAD) with what
+        it lacks."""
+        process = procs.as_process(process)
+        pid = process.pid
+        found = libjvm(process)
         if found is None:
             return None
         try:
-            layout = read_layout(pid)
+            layout = read_layout(process)
         except NotReady:
             return None
         except Unreadable as e:
@@ -91,14 +94,14 @@ class HotSpotSource(JitSource):
     def _may_run(self, pid: int) -> bool:
         """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
         launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
-        paths = procs.exec_paths(pid, recent=True)
+        paths = procs.as_process(pid).exec_paths(recent=True)
         return "/libjvm.so" in paths or "/libjli.so" in paths or runs(pid, "hotspot")
 
     def _record(self, layout: JvmLayout) -> bytes:
         return layout.record
 
-    def _names(self, pid: int, layout: JvmLayout) -> Names:
-        return Names(pid, layout)
+    def _names(self, process: procs.Process | int, layout: JvmLayout) -> Names:
+        return Names(process, layout)
 
     _parse = staticmethod(parse_stack)
     _stack_head = schema.HS_STACK

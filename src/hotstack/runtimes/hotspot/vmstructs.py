@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
-from ..common.memory import MemoryReadError, PagedMemory, ProcessMemory
+from ..common.memory import MemoryReadError, PagedMemory, Process
 from ..common.files import candidates, holding, load_base, opened, runs
 from ..common.files import ELF_SYM as _SYM
 
@@ -48,14 +48,16 @@ class VMStructs:
     constants: dict[str, int] = field(default_factory=dict)   # int constants by name ("ConstMethod::_has_...")
 
 
-def libjvm(pid: int) -> tuple[str, int] | None:
-    """(a path that opens the process's very libjvm.so, load bias), or None."""
+def libjvm(process: procs.Process | int) -> tuple[str, int] | None:
+    """(a path that opens the process's very libjvm.so, load bias), or None. `process`: a Process,
+    or a live one's pid."""
+    process = procs.as_process(process)
     # most processes of a host: one substring test (of the pid watcher's read of this round)
-    if "/libjvm.so" not in procs.exec_paths(pid, recent=True) and not runs(pid, "hotspot"):
+    if "/libjvm.so" not in process.exec_paths(recent=True) and not runs(process, "hotspot"):
         return None
-    mappings = procs.parse_maps(procs.read_maps_text(pid, recent=True))
-    holding(pid, mappings)      # (libjvm is found by what it holds too)
-    for _cand, path, its_mappings in opened(pid, mappings, candidates(mappings, _LIBJVM, "libjvm", "hotspot")):
+    mappings = procs.parse_maps(process.maps_text(recent=True))
+    holding(process, mappings)      # (libjvm is found by what it holds too)
+    for _cand, path, its_mappings in opened(process, mappings, candidates(mappings, _LIBJVM, "libjvm", "hotspot")):
         base = load_base(path, its_mappings)
         if base is not None:
             return path, base
@@ -79,14 +81,14 @@ def _dynamic_symbols(path: str, names: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def _cstr(mem: ProcessMemory, address: int, limit: int = 256) -> str:
+def _cstr(mem: Process, address: int, limit: int = 256) -> str:
     if not address:
         return ""
     raw = mem.read(address, limit) if limit else b""
     return raw.split(b"\0", 1)[0].decode("latin-1")
 
 
-def _cstr_safe(mem: ProcessMemory, address: int) -> str:
+def _cstr_safe(mem: Process, address: int) -> str:
     """A C string that may sit near the end of a mapping: read in small steps."""
     out = b""
     while address and len(out) < 256:
@@ -101,9 +103,11 @@ def _cstr_safe(mem: ProcessMemory, address: int) -> str:
     return out.decode("latin-1")
 
 
-def read_vmstructs(pid: int) -> VMStructs | None:
-    """The tables of a running JVM, or None (not a JVM, or not started far enough)."""
-    found = libjvm(pid)
+def read_vmstructs(process: procs.Process | int) -> VMStructs | None:
+    """The tables of a running JVM (a Process, or a live one's pid), or None (not a JVM, or not
+    started far enough)."""
+    process = procs.as_process(process)
+    found = libjvm(process)
     if found is None:
         return None
     path, bias = found
@@ -113,7 +117,7 @@ def read_vmstructs(pid: int) -> VMStructs | None:
         return None
     if not all(name in syms for name in _GLOBALS):
         return None
-    mem = PagedMemory(ProcessMemory(pid))      # the tables and their names do not change once the VM published them
+    mem = PagedMemory(process)      # the tables and their names do not change once the VM published them
     try:
         g = {name: mem.u64(bias + syms[name]) for name in _GLOBALS}
         if not g["gHotSpotVMStructs"] or not g["gHotSpotVMStructEntryArrayStride"]:
@@ -167,12 +171,12 @@ def _int_constants(mem: PagedMemory, g: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def vm_release(pid: int, structs: VMStructs) -> str:
+def vm_release(process: procs.Process | int, structs: VMStructs) -> str:
     """The JVM's release string (e.g. "17.0.13+11-Debian-2"), from Abstract_VM_Version::_s_vm_release."""
     address = structs.addresses.get(("Abstract_VM_Version", "_s_vm_release"))
     if not address:
         return ""
-    mem = ProcessMemory(pid)
+    mem = procs.as_process(process)
     try:
         return _cstr_safe(mem, mem.u64(address))
     except MemoryReadError:
