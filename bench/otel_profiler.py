@@ -568,7 +568,8 @@ def main() -> int:
         for tree in args.tree:
             tree_name, src = tree.split("=", 1)
             tools[f"hotstack kernel {tree_name}"] = (
-                lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", *hotstack, *verbose_flag(src),
+                lambda hz, src=os.path.abspath(src): (["env", f"PYTHONPATH={src}", tree_cache(src), *hotstack,
+                                                       *verbose_flag(src),
                                                        "--sample-rate", str(hz), "--unwind", "kernel"], 2))
         for other in args.python:
             py_name, interpreter = other.split("=", 1)
@@ -579,7 +580,8 @@ def main() -> int:
                      *hotstack[1:], *verbose_flag(str(ROOT / "src")), "--sample-rate", str(hz), "--unwind", "kernel"], 2))
         if not args.no_compile:
             compile_bytecode([str(ROOT / "src")] + [t.split("=", 1)[1] for t in args.tree])
-        warm_up(hotstack, tools.get("otel ebpf-profiler") if want_peer else None)
+        warm_up(hotstack, tools.get("otel ebpf-profiler") if want_peer else None,
+                [os.path.abspath(t.split("=", 1)[1]) for t in args.tree])
         if perf:
             tools["perf record -g"] = lambda hz: ([perf, "record", "-q", "-F", str(hz), "-a", "-g", "-o",
                                                    str(tmp / "perf.data")], 2)
@@ -630,22 +632,32 @@ def main() -> int:
     return 0
 
 
-def warm_up(hotstack: list[str], peer=None) -> None:
+def tree_cache(src: str) -> str:
+    """The HOTSTACK_UNWIND_CACHE setting of a --tree: a directory of its own beside this tree's, since
+    a save removes the tables of older format versions (trees of two versions would else remove each
+    other's and build them again in measured runs)."""
+    return f"HOTSTACK_UNWIND_CACHE={os.environ['HOTSTACK_UNWIND_CACHE']}-{abs(hash(src)):x}"
+
+
+def warm_up(hotstack: list[str], peer=None, trees: list[str] = ()) -> None:
     """A first `--unwind kernel` start fills the on-disk table cache, as on any host after its first
     start. With the peer running beside it, so that the code the bench's own services run only while
     the peer exports (the collector's, the receiver's gRPC library: 280-290k rows each) is met too:
     else the first measured run of each rate built one of those tables inside its window (+0.2 CPU-s
     and more, counted as steady state). 20 s at 499 Hz: an export is a few milliseconds of the
     receiver's CPU every few seconds, and 8 s at the default rate had once missed it (session 18: a
-    run built cygrpc's 292k rows inside its window)."""
+    run built cygrpc's 292k rows inside its window). Each --tree is started once too, with its own
+    table cache (tree_cache), else its first measured run built every table."""
     beside = None
     if peer is not None:
         argv, _ = peer(19)
         beside = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(5)          # its start-up: it exports from then on
     try:
-        subprocess.run([*hotstack[:5], "-t", "20", "--sample-rate", "499", "--unwind", "kernel", "-o", "none",
-                        "--host"], capture_output=True)
+        warm = [*hotstack[:5], "-t", "20", "--sample-rate", "499", "--unwind", "kernel", "-o", "none", "--host"]
+        subprocess.run(warm, capture_output=True)
+        for src in trees:
+            subprocess.run(["env", f"PYTHONPATH={src}", tree_cache(src), *warm], capture_output=True)
     finally:
         if beside is not None:
             beside.terminate()

@@ -19,7 +19,8 @@ Two parts, every run printed:
 
 Two trees in one session (`--tree NAME=SRC`, repeated: each run runs every tree in turn, its src
 directory first on PYTHONPATH): the runs of both alternate, under the same load; the load average
-is printed with every run.
+is printed with every run. Each tree has its own unwind-table cache, filled by one unmeasured start
+first (a host's state after hotstack's first start).
 
 The trees' bytecode is written first, as `pip install` does (--no-compile removes it: with
 PYTHONDONTWRITEBYTECODE set, as in the development sessions, every start then compiles hotstack).
@@ -36,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,11 +91,19 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+# each tree's own unwind-table cache (set by main): trees whose cache formats differ would else
+# remove each other's tables (a save removes the files of older format versions) and build them again
+TABLE_CACHES: dict[str | None, str] = {}
+
+
 def tree_env(src: str | None) -> dict[str, str] | None:
-    """The environment that runs hotstack from `src` (None: as installed)."""
-    if src is None:
-        return None
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.path.abspath(src), os.environ.get("PYTHONPATH")) if p)}
+    """The environment that runs hotstack from `src` (None: as installed), with the tree's table cache."""
+    env = {**os.environ}
+    if src in TABLE_CACHES:
+        env["HOTSTACK_UNWIND_CACHE"] = TABLE_CACHES[src]
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(src), os.environ.get("PYTHONPATH")) if p)
+    return env
 
 
 def end_to_end(rate: int, src: str | None = None) -> tuple[float, float, float]:
@@ -203,7 +213,19 @@ def main() -> None:
               + (" (PYTHONDONTWRITEBYTECODE is set: every start compiles the sources)"
                  if os.environ.get("PYTHONDONTWRITEBYTECODE") else " (the first start writes it again)"))
 
-    print(f"1. hotstack run profile_cpu: start to sampling on ({online_cpus()} CPUs, {args.rate} Hz)")
+    caches = tempfile.mkdtemp(prefix="hotstack-startup-")
+    for i, (_name, src) in enumerate(trees):
+        TABLE_CACHES[src] = os.path.join(caches, str(i))
+        end_to_end(args.rate, src)    # fills the tree's table cache, as on a host after its first start
+    try:
+        measure(args, trees)
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+
+
+def measure(args, trees) -> None:
+    print(f"1. hotstack run profile_cpu: start to sampling on ({online_cpus()} CPUs, {args.rate} Hz; "
+          "each tree's table cache filled by one start first)")
     ends: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
     for i in range(args.runs):
         for name, src in trees:
