@@ -11,7 +11,8 @@ import time
 
 from hotstack.runtimes.python import code, detect, frames
 from hotstack.runtimes.python.linetable import line_for
-from hotstack.runtimes.common.memory import MemoryReadError, ProcessMemory
+from hotstack.procs import LiveProcess
+from hotstack.runtimes.common.memory import MemoryReadError
 from pyframes_helpers import NEST
 
 
@@ -51,7 +52,7 @@ def test_walk_other_thread(python, target):
 def test_line_tables_match_the_interpreter(python, target):
     t = target(python, NEST)
     proc = detect.detect(t.pid)
-    mem = ProcessMemory(t.pid)
+    mem = LiveProcess(t.pid)
     for addr, expected in t.info["codes"].items():
         info = code.read_code(mem, proc.offsets, int(addr))
         assert info.name == expected["name"]
@@ -65,7 +66,7 @@ def test_reused_code_address_is_not_misnamed(python, target):
     proc = detect.detect(t.pid)
     addr = int(next(iter(t.info["codes"])))
     cache = code.CodeCache()
-    real = code.read_code(ProcessMemory(t.pid), proc.offsets, addr)
+    real = code.read_code(LiveProcess(t.pid), proc.offsets, addr)
     assert cache.frame(t.pid, proc.offsets, addr, 0, real.checksum).resolved
     stale = cache.frame(t.pid, proc.offsets, addr, 0, real.checksum ^ 0x5A5A)
     assert not stale.resolved and stale.name == "[unknown python]"
@@ -79,7 +80,7 @@ def test_exited_target_truncates_instead_of_failing(python, target):
     frame = code.CodeCache().frame(t.pid, proc.offsets, int(next(iter(t.info["codes"]))), 0, None)
     assert not frame.resolved
     try:
-        ProcessMemory(t.pid).read(proc.runtime, 8)
+        LiveProcess(t.pid).read(proc.runtime, 8)
         raise AssertionError("read from an exited process succeeded")
     except MemoryReadError:
         pass

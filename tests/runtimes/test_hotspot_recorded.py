@@ -14,7 +14,7 @@ from hotstack.runtimes.hotspot.names import Names
 from hotstack.runtimes.hotspot.source import HotSpotSource
 from hotstack.runtimes.hotspot.vmstructs import read_vmstructs, vm_release
 from tests.procs.recording import no_proc, record_and_end
-from tests.runtimes.test_hotspot import _jdk, classes  # noqa: F401 (the fixture)
+from .test_hotspot import _jdk, classes  # noqa: F401 (classes: the fixture)
 
 STACK_MAX = 2 << 20       # a thread's stack is a private anonymous mapping of at most this (-Xss1m)
 

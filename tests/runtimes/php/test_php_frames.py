@@ -19,7 +19,7 @@ from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
 from hotstack.runtimes.php.detect import detect
 from hotstack.runtimes.php.source import ZEND_OP_SIZE
-from hotstack.runtimes.common.memory import ProcessMemory
+from hotstack.procs import LiveProcess
 from tests.peers import require_tool
 from tests.runtime_fixtures import runtime_source
 
@@ -118,7 +118,7 @@ def test_each_function_read_knows_where_its_opcodes_are():
             prof.collect()
             php = runtime_source(prof, "php")
             funcs = [f for f in php._funcs.get(proc.pid, {}).values() if f.user]
-            mem = ProcessMemory(proc.pid)
+            mem = LiveProcess(proc.pid)
             lineno = detect(proc.pid).offsets.op_lineno
             for f in funcs:
                 assert f.last, f

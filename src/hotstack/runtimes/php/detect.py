@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from ... import procs
 from ...symbols.elf import ElfError, ElfFile
 from ..common.files import Unreadable, exe_name, interpreter_files, symbols
 from ..common.jit import jit_regions
+from ..common.memory import ReadThrough
 
 _NAME = re.compile(r"(?:^|/)(?:php(?:-fpm|-cgi)?|libphp)(\d)\.(\d+)(?:\.so)?$")    # a version in the name
 _FILE = re.compile(r"(?:^|/)(?:php[^/]*|libphp[^/]*\.so[^/]*)$")                  # what may be PHP
@@ -50,12 +52,13 @@ TESTED = ((8, 2),)
 
 
 @dataclass(frozen=True)
-class PhpProcess:
+class PhpProcess(ReadThrough):
     pid: int
     path: str
     offsets: PhpOffsets
     executor_globals: int       # in the process
     jit: tuple = ()             # anonymous executable mappings (opcache's JIT buffer), runtimes/common/jit.py
+    process: procs.Process | None = None     # what it was read through (None: the live process `pid`)
 
 
 _binaries: dict[tuple, tuple[PhpOffsets, int] | None] = {}
@@ -88,9 +91,10 @@ def _inspect(path: str, name: str) -> tuple[PhpOffsets, int] | None:
     return offsets, eg
 
 
-def detect(pid: int) -> PhpProcess | None:
-    """The PHP interpreter of `pid`, or None (not PHP, or gone)."""
+def detect(process: procs.Process | int) -> PhpProcess | None:
+    """The PHP interpreter of `process` (a Process, or a live one's pid), or None (not PHP, or gone)."""
+    process = procs.as_process(process)
     for (offsets, executor_globals), at in interpreter_files(
-            pid, "php", "PHP", lambda pid: "php" in exe_name(pid), "php", _FILE, "libphp", _binaries, _inspect):
-        return PhpProcess(pid, at.path, offsets, at.base + executor_globals, jit_regions(at.mappings))
+            process, "php", "PHP", lambda p: "php" in exe_name(p), "php", _FILE, "libphp", _binaries, _inspect):
+        return PhpProcess(process.pid, at.path, offsets, at.base + executor_globals, jit_regions(at.mappings), process)
     return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ... import procs
 from ...bpf import schema
 from ...profile.model import Frame, FrameKind
-from ..common.memory import MemoryReadError, ProcessMemory
+from ..common.memory import MemoryReadError, Process
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import merge
 from ..common.walker_totals import WalkerTotals
@@ -85,7 +85,7 @@ def vm_groups(frames: list[RawPhpFrame]) -> list[list[RawPhpFrame]]:
     return groups
 
 
-def read_zstring(mem: ProcessMemory, o: PhpOffsets, address: int) -> str:
+def read_zstring(mem: Process, o: PhpOffsets, address: int) -> str:
     head = mem.read(address, o.str_val)
     if head[4] & 0x0F != IS_STRING:      # gc.u.type_info: the type in its low 4 bits
         raise MemoryReadError(f"{address:#x} is not a string")
@@ -102,7 +102,7 @@ def identity(name_h: int, file_h: int, line_start: int) -> int:
     return ((((name_h * _FNV) & _MASK) ^ file_h) * _FNV & _MASK) ^ line_start
 
 
-def read_func(mem: ProcessMemory, o: PhpOffsets, func: int) -> tuple[FuncInfo, int]:
+def read_func(mem: Process, o: PhpOffsets, func: int) -> tuple[FuncInfo, int]:
     """The function at `func` now, and its identity."""
     kind = mem.u8(func + o.fn_type)
     if kind not in (USER_FUNCTION, INTERNAL_FUNCTION):
@@ -169,15 +169,15 @@ class PhpSource(InterpreterSource):
     def _name_early(self, pid: int, entry, frames: list[RawPhpFrame]) -> None:
         for f in frames:
             if f.func:
-                self._frame(pid, entry[0].offsets, f)
+                self._frame(entry[0], f)
 
-    def _frame(self, pid: int, o: PhpOffsets, f: RawPhpFrame) -> Frame:
-        funcs = self._funcs.setdefault(pid, {})
+    def _frame(self, proc: PhpProcess, f: RawPhpFrame) -> Frame:
+        funcs = self._funcs.setdefault(proc.pid, {})
         info = funcs.get(f.ident) if f.ident else None
         if info is None and f.ident:
             self.reads += 1
             try:
-                found, ident = read_func(ProcessMemory(pid), o, f.func)
+                found, ident = read_func(proc.memory, proc.offsets, f.func)
             except (MemoryReadError, struct.error, IndexError):
                 found, ident = None, 0
             if found is not None and ident == f.ident:      # still the function the sample saw
@@ -202,13 +202,12 @@ class PhpSource(InterpreterSource):
         entry = self._procs.get(pid)
         if not raw or entry is None:
             return native
-        o = entry[0].offsets
-        groups = [[self._frame(pid, o, f) for f in g] for g in vm_groups(raw[0])]
+        groups = [[self._frame(entry[0], f) for f in g] for g in vm_groups(raw[0])]
         if not groups:
             return native
         jit = self._jit.get(pid)
         if jit is None:
-            jit = self._jit[pid] = JitWatch(pid, entry[0].jit)
+            jit = self._jit[pid] = JitWatch(entry[0].memory, entry[0].jit)
         regions = jit.regions_for(native)
         if regions:
             merged = merge_jit(native, groups, raw[1], regions, JIT_MARKER)
