@@ -8,6 +8,8 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from hotstack import procs
@@ -51,3 +53,31 @@ def record_and_end(pid: int, directory: Path, stop) -> Path:
     stop()
     assert not procs.exists(pid), f"pid {pid} still runs"
     return directory
+
+
+def record_program(argv: list[str], directory: Path, settle: float = 0.3) -> tuple[Path, str]:
+    """Start `argv`, wait for the first line it prints (it is ready), let it run `settle` seconds
+    more (into its loop), record it into `directory` and end it: (the directory, that line)."""
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+
+    def stop() -> None:
+        child.kill()
+        child.wait()
+
+    try:
+        line = child.stdout.readline()
+        assert line, f"{argv[0]} ended before it was ready"
+        time.sleep(settle)
+        return record_and_end(child.pid, directory, stop), line
+    finally:
+        stop()
+        child.stdout.close()
+
+
+def detected(directory: Path, detect, runtime: str):
+    """(the RecordedProcess of `directory`, what the runtime's `detect` finds in it), which must be
+    found (called under no_proc: from the recording alone)."""
+    process = procs.RecordedProcess(directory)
+    found = detect(process)
+    assert found is not None, f"{runtime} not found in the recording"
+    return process, found

@@ -5,8 +5,6 @@ JavaScript functions the main thread's stack holds, from the recording alone."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from hotstack import procs
 from hotstack.runtimes.v8.heap import is_object
 from hotstack.runtimes.v8.names import Names
 from hotstack.runtimes.v8.source import V8Source
-from tests.procs.recording import no_proc, record_and_end
+from tests.procs.recording import no_proc, record_program
 
 WORK = Path(__file__).parent / "node_work.js"
 
@@ -42,18 +40,9 @@ def test_v8_functions_are_named_from_the_recording_alone(tmp_path, monkeypatch):
     node = shutil.which("node")
     if node is None:
         pytest.skip("no node on this machine (.ci/install.d/runtimes.sh installs it)")
-    child = subprocess.Popen([node, str(WORK), "60"], stdout=subprocess.PIPE, text=True)
-
-    def stop() -> None:
-        child.kill()
-        child.wait()
-
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.5)       # (in its loop, its hot functions compiled)
-        directory = record_and_end(child.pid, tmp_path / "rec", stop)
-    finally:
-        stop()
+    # (in its loop, its hot functions compiled)
+    directory, ready = record_program([node, str(WORK), "60"], tmp_path / "rec", settle=0.5)
+    assert ready.strip() == "ready"
     with no_proc(monkeypatch):
         process = procs.RecordedProcess(directory)
         layout = V8Source()._layout(process)

@@ -5,19 +5,15 @@ recording alone."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from pathlib import Path
 
-from hotstack import procs
 from hotstack.runtimes.common.files import symbols
 from hotstack.runtimes.perl import detect
 from hotstack.runtimes.perl.frames import RawContext, frames_of
 from hotstack.runtimes.perl.source import PerlSource
 from hotstack.symbols.elf import ElfFile
 from tests.peers import require_tool
-from tests.procs.recording import no_proc, record_and_end
+from tests.procs.recording import detected, no_proc, record_program
 
 NESTED = Path(__file__).resolve().parent / "nested.pl"
 # root first: a sort comparator under a sub, in an eval, under a sub
@@ -45,22 +41,9 @@ def _contexts(proc: detect.PerlProcess) -> tuple[list[RawContext], int]:
 
 
 def test_perl_frames_are_named_from_the_recording_alone(tmp_path, monkeypatch):
-    child = subprocess.Popen([require_tool("perl"), str(NESTED), "60"], stdout=subprocess.PIPE, text=True)
-
-    def stop() -> None:
-        child.kill()
-        child.wait()
-
-    try:
-        json.loads(child.stdout.readline())
-        time.sleep(0.3)       # (in its loop)
-        directory = record_and_end(child.pid, tmp_path / "rec", stop)
-    finally:
-        stop()
+    directory, _ready = record_program([require_tool("perl"), str(NESTED), "60"], tmp_path / "rec")
     with no_proc(monkeypatch):
-        process = procs.RecordedProcess(directory)
-        proc = detect.detect(process)
-        assert proc is not None, "Perl not found in the recording"
+        process, proc = detected(directory, detect.detect, "Perl")
         assert proc.binary.version[:2] >= (5, 24), proc.binary.version
         contexts, curcop = _contexts(proc)
         source = PerlSource()

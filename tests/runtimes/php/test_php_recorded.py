@@ -4,16 +4,13 @@ frames of its execute_data chain (walked here as bpf/php.h walks it) from the re
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from pathlib import Path
 
 from hotstack import procs
 from hotstack.runtimes.php import detect
 from hotstack.runtimes.php.source import PhpSource, RawPhpFrame, identity
 from tests.peers import require_tool
-from tests.procs.recording import no_proc, record_and_end
+from tests.procs.recording import detected, no_proc, record_program
 
 WORKLOAD = Path(__file__).resolve().parent / "workload.php"
 USER_FUNCTION_BIT = 2      # zend_function.type: 2 user, 3 eval'd code (bit 1), 1 internal
@@ -45,22 +42,9 @@ def _frames(mem: procs.Process, proc: detect.PhpProcess) -> list[RawPhpFrame]:
 
 
 def test_php_frames_are_named_from_the_recording_alone(tmp_path, monkeypatch):
-    child = subprocess.Popen([require_tool("php"), str(WORKLOAD), "60"], stdout=subprocess.PIPE, text=True)
-
-    def stop() -> None:
-        child.kill()
-        child.wait()
-
-    try:
-        json.loads(child.stdout.readline())
-        time.sleep(0.3)       # (in its loop)
-        directory = record_and_end(child.pid, tmp_path / "rec", stop)
-    finally:
-        stop()
+    directory, _ready = record_program([require_tool("php"), str(WORKLOAD), "60"], tmp_path / "rec")
     with no_proc(monkeypatch):
-        process = procs.RecordedProcess(directory)
-        proc = detect.detect(process)
-        assert proc is not None, "PHP not found in the recording"
+        process, proc = detected(directory, detect.detect, "PHP")
         source = PhpSource()
         source._procs[proc.pid] = (proc, None)
         source._stacks[1] = (_frames(process, proc), False)

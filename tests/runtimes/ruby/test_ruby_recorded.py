@@ -4,15 +4,15 @@ frames of the main thread's VM stack (walked here as bpf/ruby.h walks it) from t
 
 from __future__ import annotations
 
-import time
+import json
 
-from hotstack import procs
 from hotstack.runtimes.common.files import symbols
 from hotstack.runtimes.ruby import detect
 from hotstack.runtimes.ruby.frames import RawRubyFrame
 from hotstack.runtimes.ruby.source import RubySource
 from hotstack.symbols.elf import ElfFile
-from tests.procs.recording import no_proc, record_and_end
+from tests.peers import require_tool
+from tests.procs.recording import detected, no_proc, record_program
 
 from rb_helpers import WORKLOAD
 
@@ -34,15 +34,11 @@ def _main_thread_frames(proc: detect.RubyProcess) -> list[RawRubyFrame]:
     return out
 
 
-def test_ruby_frames_are_named_from_the_recording_alone(ruby_target, tmp_path, monkeypatch):
-    t = ruby_target("ruby", WORKLOAD, "60")
-    time.sleep(0.3)           # (in its loop)
-    directory = record_and_end(t.pid, tmp_path / "rec", t.stop)
+def test_ruby_frames_are_named_from_the_recording_alone(tmp_path, monkeypatch):
+    directory, ready = record_program([require_tool("ruby"), str(WORKLOAD), "60"], tmp_path / "rec")
     with no_proc(monkeypatch):
-        process = procs.RecordedProcess(directory)
-        proc = detect.detect(process)
-        assert proc is not None, "Ruby not found in the recording"
-        assert ".".join(map(str, proc.version)) == t.info["version"]
+        process, proc = detected(directory, detect.detect, "Ruby")
+        assert ".".join(map(str, proc.version)) == json.loads(ready)["version"]
         source = RubySource()
         source._procs[proc.pid] = source._entry(proc, None)
         source._stacks[1] = (_main_thread_frames(proc), False)
