@@ -65,12 +65,14 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 
 	if (!py_fsbase_offset || bpf_probe_read_kernel(&fsbase, sizeof(fsbase), task + py_fsbase_offset) || !fsbase)
 		return 0;
-	/* A cached state is used only if it still names this thread (states are freed and reused). */
-	cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	head = proc->threads_head;
+	/* A cached state is used only if it still names this thread (states are freed and reused),
+	 * and only in a confirmed process: one listed while it starts (threads_head 0) may run a
+	 * first, short-lived interpreter whose freed thread state would still name the thread. */
+	cached = head ? bpf_map_lookup_elem(&py_tstates, &tid) : 0;
 	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(py_read_u64(*cached + proc->thread_id), fsbase))
 		return *cached;
-	head = proc->threads_head;
-	if (!head) {            /* listed before its interpreter was made: found through _PyRuntime */
+	if (!head) {            /* listed while it starts: the interpreter _PyRuntime points to now */
 		interp = py_read_u64(proc->interp_ptr);
 		if (!interp)
 			return 0;
@@ -79,7 +81,8 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 	tstate = py_read_u64(head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
 		if (ARCH_PTHREAD_IS_THREAD(py_read_u64(tstate + proc->thread_id), fsbase)) {
-			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
+			if (proc->threads_head)
+				bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
 			return tstate;
 		}
 		tstate = py_read_u64(tstate + proc->tstate_next);

@@ -7,8 +7,10 @@ The ELF file that defines `_PyRuntime` is the interpreter; its version comes fro
 
 from __future__ import annotations
 
+import os
 import re
 import struct
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,12 +141,16 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
     return tuple(sorted(parts))
 
 
-def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets) -> tuple[int, int, int] | None:
+def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets,
+                     nearby: bool = True) -> tuple[int, int, int] | None:
     """(interp, address of interp->threads.head, where _PyRuntime holds interp), checked through the
     back pointer tstate->interp.
 
-    The table's interpreters_head can drift between patch releases; when the check fails, nearby
-    slots of _PyRuntime are tried (the interpreter is the one its threads point back to).
+    The table's interpreters_head can drift between patch releases; when the check fails and
+    `nearby`, nearby slots of _PyRuntime are tried (the interpreter is the one its threads point
+    back to). Not in a process that is starting: while its interpreter is being made, another
+    slot can point to a structure that passes the check for a moment (Debian 12's python3, 1-3 ms
+    after its exec: _PyRuntime + 80, a heap block gone ~0.3 ms later).
     """
     def check(head_off: int) -> tuple[int, int, int] | None:
         try:
@@ -159,7 +165,7 @@ def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets) -> tuple[in
             return None
 
     found = check(o.interpreters_head)
-    if found:
+    if found or not nearby:
         return found
     for delta in range(8, 257, 8):
         for head_off in (o.interpreters_head - delta, o.interpreters_head + delta):
@@ -182,6 +188,19 @@ def still_starting(mem: procs.Process, runtime: int, o: PyOffsets) -> bool:
     return True
 
 
+# A process younger than this is starting: its interpreter is found in _PyRuntime's own slot only
+# (find_interpreter), or it is listed provisionally, as one whose interpreter is not made yet.
+STARTING_S = 0.1
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def starting(process: procs.Process) -> bool:
+    """Whether the process started less than STARTING_S ago (its /proc/PID/stat start time: clock
+    ticks of the boot clock)."""
+    stat = process.stat()
+    return stat is not None and time.clock_gettime(time.CLOCK_BOOTTIME) - stat[0] / _TICKS_PER_S < STARTING_S
+
+
 _binaries: dict[tuple, PythonBinary | None] = {}
 
 
@@ -194,7 +213,7 @@ def detect(process: procs.Process | int) -> PythonProcess | None:
                                         lambda p: "python" in p.exec_paths(recent=True), "python",
                                         _FILE, "libpython", _binaries, inspect_binary):
         mem, runtime, o = process, at.base + binary.runtime, binary.offsets
-        found = find_interpreter(mem, runtime, o)
+        found = find_interpreter(mem, runtime, o, nearby=not starting(process))
         if found is not None:
             interp, threads_head, interp_ptr = found
         elif still_starting(mem, runtime, o):
