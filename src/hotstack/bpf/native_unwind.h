@@ -179,63 +179,13 @@ static __always_inline void nu_leaf_and_callers(struct nu_state *st, const struc
 	st->stack.leaf_dev = (__u32)(((__u64)st->stack.leaf_dev & keep) | ((__u64)range->dev & ~keep));
 }
 
-/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
- * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
-static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
+/* Step the frame at pc (the n-th) to its caller by its table rule: the caller's registers read
+ * into st. Returns 0 to go on, -1 at the end (st->stack.end says why). */
+static __always_inline int nu_step_by_rule(struct nu_state *st, struct nu_rule *rule, __u64 pc, __u32 n,
+					   int runtimes)
 {
-	__u64 pc = st->pc, shown, lookup, cfa, ra;
-	struct nu_range *range = &st->range;
-	struct nu_rule *rule;
-	__u32 n = st->stack.n;
+	__u64 cfa, ra;
 
-	if (n >= NU_MAX_FRAMES) {
-		st->stack.end = NU_END_TRUNCATED;
-		return -1;
-	}
-	/* a return address points after the call: look up the call itself */
-	lookup = (n == 0 || st->signal) ? pc : pc - 1;
-	/* recorded and hashed so; the frame is unwound from its pc */
-	shown = (n == 0 && pc - st->leaf_start < st->leaf_end - st->leaf_start) ? st->leaf_start : pc;
-	st->stack.pcs[n] = shown;
-	st->stack.n = n + 1;
-	/* (hashed as it goes: a loop over up to NU_MAX_FRAMES addresses at the end would be most of
-	 * the verifier's work on each step program) */
-	st->ahash = nu_mix(st->ahash, shown);
-	if (!st->mm) {
-		/* task->mm is cleared in do_exit before the address space is torn down (exit_mmap:
-		 * ~2% of an `xz -9` loop's samples); no user read can succeed from here on */
-		st->stack.end = NU_END_EXITED;
-		st->shared = 0;
-		return -1;
-	}
-	if (!pr || nu_lookup_range(pr, st, lookup, range, !runtimes)) {
-		st->stack.end = NU_END_NO_MAPPING;
-		st->shared = 0;
-		if (!nu_kernel_vma_walk) {
-			struct nu_remap_value anywhere = {};
-
-			if (bpf_map_update_elem(&nu_remap, &st->tgid, &anywhere, BPF_NOEXIST) == 0)
-				NU_WAKE_USERSPACE();
-		}
-		return -1;
-	}
-	if (!range->ino) {
-		int stepped;
-
-		st->shared = 0;
-		nu_count(NU_STAT_JIT);
-		stepped = runtimes ? NU_RUNTIME_JIT_STEP(st, pc, n) : 1;
-		if (stepped != 1)
-			return stepped;
-		return nu_fp_frame(st, pc, n, runtimes);
-	}
-	if (range->dev == NU_VDSO_DEV)
-		st->shared = 0;
-	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), shown + range->to_offset);
-	nu_leaf_and_callers(st, range, shown + range->to_offset, n);
-	rule = nu_find_rule(st, range, lookup);
-	if (!rule)
-		return nu_fp_frame(st, pc, n, runtimes);
 	switch (rule->kind) {
 	case NU_KIND_CFA_SP:
 		cfa = st->sp + rule->cfa;
@@ -295,6 +245,66 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 		return -1;
 	}
 	return 0;
+}
+
+/* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
+ * `runtimes` (a constant of each step program) says whether the runtime hooks are called. */
+static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, int runtimes)
+{
+	__u64 pc = st->pc, shown, lookup;
+	struct nu_range *range = &st->range;
+	struct nu_rule *rule;
+	__u32 n = st->stack.n;
+
+	if (n >= NU_MAX_FRAMES) {
+		st->stack.end = NU_END_TRUNCATED;
+		return -1;
+	}
+	/* a return address points after the call: look up the call itself */
+	lookup = (n == 0 || st->signal) ? pc : pc - 1;
+	/* recorded and hashed so; the frame is unwound from its pc */
+	shown = (n == 0 && pc - st->leaf_start < st->leaf_end - st->leaf_start) ? st->leaf_start : pc;
+	st->stack.pcs[n] = shown;
+	st->stack.n = n + 1;
+	/* (hashed as it goes: a loop over up to NU_MAX_FRAMES addresses at the end would be most of
+	 * the verifier's work on each step program) */
+	st->ahash = nu_mix(st->ahash, shown);
+	if (!st->mm) {
+		/* task->mm is cleared in do_exit before the address space is torn down (exit_mmap:
+		 * ~2% of an `xz -9` loop's samples); no user read can succeed from here on */
+		st->stack.end = NU_END_EXITED;
+		st->shared = 0;
+		return -1;
+	}
+	if (!pr || nu_lookup_range(pr, st, lookup, range, !runtimes)) {
+		st->stack.end = NU_END_NO_MAPPING;
+		st->shared = 0;
+		if (!nu_kernel_vma_walk) {
+			struct nu_remap_value anywhere = {};
+
+			if (bpf_map_update_elem(&nu_remap, &st->tgid, &anywhere, BPF_NOEXIST) == 0)
+				NU_WAKE_USERSPACE();
+		}
+		return -1;
+	}
+	if (!range->ino) {
+		int stepped;
+
+		st->shared = 0;
+		nu_count(NU_STAT_JIT);
+		stepped = runtimes ? NU_RUNTIME_JIT_STEP(st, pc, n) : 1;
+		if (stepped != 1)
+			return stepped;
+		return nu_fp_frame(st, pc, n, runtimes);
+	}
+	if (range->dev == NU_VDSO_DEV)
+		st->shared = 0;
+	st->xhash = nu_mix(nu_mix(nu_mix(st->xhash, range->ino), range->dev), shown + range->to_offset);
+	nu_leaf_and_callers(st, range, shown + range->to_offset, n);
+	rule = nu_find_rule(st, range, lookup);
+	if (!rule)
+		return nu_fp_frame(st, pc, n, runtimes);
+	return nu_step_by_rule(st, rule, pc, n, runtimes);
 }
 
 static __always_inline struct nu_state *nu_state(void)
