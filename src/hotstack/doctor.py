@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import ebpf
+from . import procs
 from .ebpf import features
 from .sampling.diagnose import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, read_sysctl
 
@@ -26,17 +27,13 @@ class Check:
 
 
 def _mounted(fstype: str) -> list[str]:
-    try:
-        with open("/proc/mounts") as f:
-            return [line.split()[1] for line in f if line.split()[2] == fstype]
-    except OSError:
-        return []
+    return [point for point, kind in procs.mounts() if kind == fstype]
 
 
 def _kernel_config(option: str) -> str | None:
     """y/m/n for a kernel option, from /proc/config.gz or /boot/config-*; None if unknown."""
     import gzip
-    for path in ("/proc/config.gz", f"/boot/config-{os.uname().release}"):
+    for path in (procs.KERNEL_CONFIG, f"/boot/config-{os.uname().release}"):
         try:
             opener = gzip.open if path.endswith(".gz") else open
             with opener(path, "rt") as f:

@@ -13,9 +13,12 @@ from .maps import Mapping, MappingIndex, parse_maps, read_maps
 from .memory import MemoryReadError, PagedMemory
 from .process import LiveProcess, Process, as_process
 from .recorded import RecordedProcess, record
+from .system import (KALLSYMS, KERNEL_CONFIG, descriptor_path, is_proc_path, is_under_process_root, mounts,
+                     own_status, sysctl)
 from .table import ProcessTable
 
-__all__ = ["Announced", "announced", "container_id_from_cgroup", "credentials", "Mapping", "MappingIndex", "parse_maps",
+__all__ = ["KALLSYMS", "KERNEL_CONFIG", "descriptor_path", "is_proc_path", "is_under_process_root", "mounts",
+           "own_status", "sysctl", "Announced", "announced", "container_id_from_cgroup", "credentials", "Mapping", "MappingIndex", "parse_maps",
            "read_maps", "LiveProcess", "as_process", "MemoryReadError", "PagedMemory", "Process", "ProcessInfo", "RecordedProcess", "record", "ProcessTable", "all_pids", "exe_file_path", "exe_identity", "exe_path",
            "exec_paths", "exists", "map_file_at", "map_file_path", "mapped_file_path", "mount_namespace", "namespace_pid",
            "own_host_pid", "parent_pid", "process_labels", "ProcessLabels", "read_exec_maps", "read_maps_text",

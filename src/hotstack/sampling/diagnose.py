@@ -7,6 +7,7 @@ import os
 import resource
 
 from .. import ebpf
+from .. import procs
 from ..errors import HotstackError, PrivilegeError
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -14,14 +15,11 @@ MIN_KERNEL = (5, 2)   # BPF global data (.rodata constants) and MAP_FREEZE
 
 
 def effective_caps() -> int:
+    caps = procs.own_status("CapEff")
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
-    except OSError:
-        pass
-    return 0
+        return int(caps, 16) if caps else 0
+    except ValueError:
+        return 0
 
 
 def has_cap(cap: int, caps: int | None = None) -> bool:
@@ -43,11 +41,8 @@ def kernel_version(release: str | None = None) -> tuple[int, int]:
 
 
 def read_sysctl(name: str) -> str:
-    try:
-        with open("/proc/sys/" + name.replace(".", "/")) as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
+    value = procs.sysctl(name)
+    return "?" if value is None else value
 
 
 PRIVILEGES_HINT = ("run as root (sudo), or grant CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), "

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..procs.system import KALLSYMS
+
 _TEXT_TYPES = np.frombuffer(b"tTwW", np.uint8)
 _CHUNK = 256 << 10    # bytes read per numpy pass (whole lines): its temporaries are ~6x that
 # hex digit -> value; anything else -> 16 (a line that is not "ADDRESS TYPE NAME" is skipped)
@@ -31,7 +33,7 @@ class KernelSymbols:
         self._lengths = lengths         # uint16: its length (KSYM_NAME_LEN is 512)
 
     @classmethod
-    def load(cls, path: str = "/proc/kallsyms") -> "KernelSymbols":
+    def load(cls, path: str = KALLSYMS) -> "KernelSymbols":
         addrs: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
         blob = bytearray()      # grows in place, kept as it is: no second copy of ~3 MB of names

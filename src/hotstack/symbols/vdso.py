@@ -12,6 +12,7 @@ import os
 import struct
 
 from ..bpf import schema
+from ..procs.system import descriptor_path
 from .elf import ElfError, ElfFile
 from .symtab import SymbolTable
 
@@ -70,7 +71,7 @@ class VdsoSymbols:
         if fd is None:
             return
         try:
-            self._elf = ElfFile(f"/proc/self/fd/{fd}")
+            self._elf = ElfFile(descriptor_path(fd))
             self._table = SymbolTable(self._elf, plt=False, entry=False)
         except (ElfError, ValueError, IndexError):
             self._elf = self._table = None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 
 from ..bpf import schema
 from ..procs import map_file_at
 from ..procs.maps import read_maps
+from ..procs.system import is_proc_path, is_under_process_root
 
 def kernel_dev(st_dev: int) -> int:
     """os.stat's st_dev -> the kernel's internal dev_t (what the program reads from the superblock)."""
@@ -97,7 +97,6 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
 
 
 _LOW_32 = (1 << 32) - 1
-_UNDER_ROOT = re.compile(r"/proc/\d+/root/")
 
 
 def open_checked(path: str, key: tuple[int, int]) -> int | None:
@@ -130,7 +129,7 @@ def host_path(paths, key: tuple[int, int]) -> str | None:
     """The first of `paths` that opens key's file now: a host path, or one under a live process's
     root (a container's); a descriptor's path (/proc/PID/fd/N) is never one."""
     for path in paths:
-        if not path or not path.startswith("/") or (path.startswith("/proc/") and not _UNDER_ROOT.match(path)):
+        if not path or not path.startswith("/") or (is_proc_path(path) and not is_under_process_root(path)):
             continue
         try:
             st = os.stat(path)

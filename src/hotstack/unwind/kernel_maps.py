@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..bpf import schema
+from ..procs.system import descriptor_path, is_proc_path
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
 from ..symbols.vdso import VDSO_KEY
@@ -223,7 +224,7 @@ class NativeTables:
     def _serve(self, key: tuple[int, int], held, build: bool) -> bool | None:
         """Load one waiting file's table (None: not cached and not `build`); its descriptor is
         closed once it is served either way."""
-        loaded = self.add_path(f"/proc/self/fd/{held.fd}", key[0], key[1], held.display, build=build)
+        loaded = self.add_path(descriptor_path(held.fd), key[0], key[1], held.display, build=build)
         if loaded is not None:
             os.close(held.fd)
         return loaded
@@ -246,7 +247,7 @@ class NativeTables:
             if fd is None:
                 continue
             try:
-                if self.add_path(f"/proc/self/fd/{fd}", ino, dev, path):
+                if self.add_path(descriptor_path(fd), ino, dev, path):
                     done += 1
             finally:
                 os.close(fd)
@@ -319,7 +320,7 @@ def _debug_file_for_tables(elf: ElfFile, path: str) -> ElfFile | None:
     """A file built without unwind tables (-fno-asynchronous-unwind-tables: its .eh_frame holds
     only the C runtime's few FDEs) may have its CFI in the .debug_frame of a separate debug file
     (build id, debuglink), found by its path on the host."""
-    if not path.startswith("/") or path.startswith("/proc/") or _eh_frame_fdes(elf, limit=8) >= 8:
+    if not path.startswith("/") or is_proc_path(path) or _eh_frame_fdes(elf, limit=8) >= 8:
         return None
     try:
         debug, _refused = find_debug_file(elf, path)
