@@ -184,6 +184,26 @@ def test_cache_rejects_a_tampered_file(tmp_path, built_binaries):
         assert len(again.get(elf)) == len(table) and again.rejected == 1 and again.built == 1
 
 
+def test_a_table_written_for_another_rule_layout_is_rebuilt(tmp_path, built_binaries):
+    """A table file of this VERSION whose header was written for another struct nu_rule (a schema
+    change that did not bump VERSION) is never read with this layout: its rules would be read
+    field for wrong field (every JVM stack ended at its first table rule)."""
+    import struct
+
+    from hotstack.unwind import table_cache
+
+    cache_dir = tmp_path / "cache"
+    elf = ElfFile(str(built_binaries[0]))
+    table = TableCache(directory=str(cache_dir)).get(elf)
+    (path,) = cache_dir.iterdir()
+    whole = bytearray(path.read_bytes())
+    assert struct.unpack_from("<I", whole, 4)[0] == table_cache._FORMAT != TableCache.VERSION
+    struct.pack_into("<I", whole, 4, TableCache.VERSION)     # the same version, no layout hash
+    path.write_bytes(bytes(whole))
+    again = TableCache(directory=str(cache_dir))
+    assert len(again.get(elf)) == len(table) and again.loaded == 0 and again.built == 1
+
+
 def test_tables_of_older_versions_are_removed_at_the_first_save(tmp_path, built_binaries):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()

@@ -43,8 +43,10 @@ class TableCache:
 
     # 3: Go rows from SP deltas; 4: a STOP row at an entry point without CFI; 5: one flat file
     # (_TABLE_HEADER), not an .npz; 6: Go's vDSO callers by frame pointer, runtime.mstart a STOP;
-    # 7: struct nu_rule with a 32-bit CFA offset (12 bytes)
-    VERSION = 7
+    # 7: struct nu_rule with a 32-bit CFA offset (12 bytes); 8: its fields reordered. The header's
+    # version word also holds a hash of the rules' layout (_FORMAT): a table written for another
+    # struct nu_rule is never read as this one's
+    VERSION = 8
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
@@ -157,6 +159,10 @@ def _older_version(name: str) -> bool:
     return number.isdigit() and int(number) < TableCache.VERSION and name.endswith((".npz", ".table"))
 
 
+# the header's version word: TableCache.VERSION, and in its high half a hash of the rules' layout
+_FORMAT = TableCache.VERSION | (zlib.crc32(repr(RULE_DTYPE.descr).encode()) & 0xFFFF) << 16
+
+
 def _table_bytes(table: FileTable) -> bytes:
     key, source = table.key.encode(), table.source.encode()
     ids = table.rule_ids if table.rule_ids.dtype in (np.uint16, np.uint32) else table.rule_ids.astype(np.uint32)
@@ -164,7 +170,7 @@ def _table_bytes(table: FileTable) -> bytes:
     body = b"".join((names, bytes(-len(names) % 8), table.offsets.astype(np.uint32, copy=False).tobytes(),
                      ids.tobytes(), bytes(-(len(ids) * ids.itemsize) % 8),
                      np.ascontiguousarray(table.rules, RULE_DTYPE).tobytes()))
-    return _TABLE_HEADER.pack(_TABLE_MAGIC, TableCache.VERSION, len(key), len(source), len(table.offsets),
+    return _TABLE_HEADER.pack(_TABLE_MAGIC, _FORMAT, len(key), len(source), len(table.offsets),
                               ids.itemsize, len(table.rules), zlib.crc32(body)) + body
 
 
@@ -180,7 +186,7 @@ def _table_size(header: bytes) -> tuple[int, int, int]:
 def _table_misfit(size: int, header: bytes, key: str) -> str:
     """What is wrong with a table file of `size` bytes and this header, for `key` ('' if nothing)."""
     magic, version, key_n, source_n, rows, id_size, rules_n, _crc = _TABLE_HEADER.unpack_from(header)
-    if magic != _TABLE_MAGIC or version != TableCache.VERSION or id_size not in (2, 4) or key_n != len(key):
+    if magic != _TABLE_MAGIC or version != _FORMAT or id_size not in (2, 4) or key_n != len(key):
         return "has no table header of this version"
     if rows > MAX_ROWS_PER_FILE or rules_n > MAX_ROWS_PER_FILE or source_n > _MAX_SOURCE_BYTES:
         return f"claims {rows} rows, {rules_n} rules and a source of {source_n} bytes"
@@ -197,7 +203,7 @@ def _parse_table(data: bytes, key: str) -> FileTable | None:
     magic, version, key_n, source_n, rows, id_size, rules_n, crc = _TABLE_HEADER.unpack_from(data)
     offsets_at, rules_at, _size = _table_size(data)
     id_at = offsets_at + 4 * rows
-    if (magic != _TABLE_MAGIC or version != TableCache.VERSION or id_size not in (2, 4)
+    if (magic != _TABLE_MAGIC or version != _FORMAT or id_size not in (2, 4)
             or len(data) != rules_at + RULE_DTYPE.itemsize * rules_n
             or data[head:head + key_n] != key.encode() or zlib.crc32(memoryview(data)[head:]) != crc):
         return None
