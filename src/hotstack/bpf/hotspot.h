@@ -287,6 +287,54 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
  * the first JVM's samples wait for: 232k -> 72k instructions, 0.29-0.31 -> 0.07-0.09 CPU-s). So it
  * takes scalars only (a pointer argument needs 5.12), and finds the walk's state itself.
  */
+/* A frame of the template interpreter (pc in its code), stepped by its frame pointer: recorded
+ * with its Method* and bytecode pointer, the caller's sp, rbp and pc read from the frame.
+ * Returns 0 to go on, -1 at the end (st->stack.end says why). */
+static __always_inline int hs_interpreted_step(struct nu_state *st, struct hs_stack *s, struct hs_buffers *buf,
+					       __u64 bp, __u64 pc, __u32 index)
+{
+	__u64 next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0;
+
+	if (!bp || (bp & 7) || bp < st->sp || bp - st->sp > (8 << 20)) {
+		st->stack.end = NU_END_BAD_FP;
+		return -1;
+	}
+	/* the frame's words from its bytecode pointer up to the return address, in one read */
+	if (bpf_probe_read_user(buf->words, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP)) == 0) {
+		extra = buf->words[0];
+		method = buf->words[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8];
+		sender_sp = buf->words[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
+		next_bp = buf->words[HS_INTERP_BCP / 8];
+		ra = buf->words[HS_INTERP_BCP / 8 + 1];
+		if (index == 0)
+			extra = buf->leaf_bcp;     /* the leaf runs: its slot is as of its last call out */
+	} else {
+		hs_read(&method, bp - HS_INTERP_METHOD);
+		hs_read(&extra, bp - HS_INTERP_BCP);
+		hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
+		if (index == 0)
+			extra = buf->leaf_bcp;
+		if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
+			hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
+			st->stack.end = NU_END_READ;
+			return -1;
+		}
+	}
+	hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
+	/* the caller's own sp: a compiled caller is stepped from it (c2i adapters extend the stack) */
+	if (sender_sp < bp + 16 || sender_sp - bp > (1 << 20))
+		sender_sp = bp + 16;
+	st->sp = sender_sp;
+	st->bp = next_bp;
+	st->pc = ra;
+	st->signal = 0;
+	if (!ra) {
+		st->stack.end = NU_END_ZERO;
+		return -1;
+	}
+	return 0;
+}
+
 __noinline int hs_step(__u64 pc, __u32 index)
 {
 	struct nu_state *st = nu_state();
@@ -294,7 +342,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	struct hs_buffers *buf;
 	struct hs_proc *p;
 	struct hs_blob *b;
-	__u64 bp, next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0, blob;
+	__u64 bp, next_bp = 0, ra = 0, blob;
 	__u32 zero = 0;
 
 	if (!st || !s || !s->walking)
@@ -306,46 +354,8 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	if (!buf)
 		return 1;
 	bp = st->bp;
-	if (pc >= p->interp_low && pc < p->interp_high) {
-		if (!bp || (bp & 7) || bp < st->sp || bp - st->sp > (8 << 20)) {
-			st->stack.end = NU_END_BAD_FP;
-			return -1;
-		}
-		/* the frame's words from its bytecode pointer up to the return address, in one read */
-		if (bpf_probe_read_user(buf->words, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP)) == 0) {
-			extra = buf->words[0];
-			method = buf->words[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8];
-			sender_sp = buf->words[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
-			next_bp = buf->words[HS_INTERP_BCP / 8];
-			ra = buf->words[HS_INTERP_BCP / 8 + 1];
-			if (index == 0)
-				extra = buf->leaf_bcp;     /* the leaf runs: its slot is as of its last call out */
-		} else {
-			hs_read(&method, bp - HS_INTERP_METHOD);
-			hs_read(&extra, bp - HS_INTERP_BCP);
-			hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
-			if (index == 0)
-				extra = buf->leaf_bcp;
-			if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
-				hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
-				st->stack.end = NU_END_READ;
-				return -1;
-			}
-		}
-		hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
-		/* the caller's own sp: a compiled caller is stepped from it (c2i adapters extend the stack) */
-		if (sender_sp < bp + 16 || sender_sp - bp > (1 << 20))
-			sender_sp = bp + 16;
-		st->sp = sender_sp;
-		st->bp = next_bp;
-		st->pc = ra;
-		st->signal = 0;
-		if (!ra) {
-			st->stack.end = NU_END_ZERO;
-			return -1;
-		}
-		return 0;
-	}
+	if (pc >= p->interp_low && pc < p->interp_high)
+		return hs_interpreted_step(st, s, buf, bp, pc, index);
 	b = &buf->blob;
 	__builtin_memset(b, 0, sizeof(*b));
 	blob = hs_find_block(p, pc, buf);
