@@ -1,7 +1,8 @@
 """Reading a recorded process with no live process to read: `no_proc` refuses every read of /proc
-and every process_vm_readv, so that a reader that reads the live process (by its pid) instead of
-the Process it is given fails. Used by the recorded-process tests of each runtime's reader and of
-the symbolizer (tests/python/test_recorded.py, tests/runtimes/*/test_*_recorded.py)."""
+(but of hotstack's own descriptors) and every process_vm_readv, so that a reader that reads the
+live process (by its pid) instead of the Process it is given fails. Used by the recorded-process
+tests of the runtimes' readers, the symbolizer and the unwinder's tables
+(tests/python/test_recorded.py, tests/runtimes/*/test_*_recorded.py, tests/unwind/test_recorded_tables.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from hotstack.procs import memory as procs_memory
 
 
 def _is_proc(path) -> bool:
+    """A /proc path but hotstack's own descriptors' (/proc/self/fd/N: what a file it opened, a
+    recording's copy too, is read through)."""
     if isinstance(path, int):
         return False
     path = os.fsdecode(path)
-    return path == "/proc" or path.startswith("/proc/")
+    return (path == "/proc" or path.startswith("/proc/")) and not path.startswith("/proc/self/fd/")
 
 
 @contextlib.contextmanager

@@ -62,6 +62,10 @@ class Process(MemoryView, ABC):
         """A path that opens the file of its `mapping` as it maps it (no check: see mapped_file_path)."""
 
     @abstractmethod
+    def map_file_at(self, start: int, end: int) -> str:
+        """map_file of its mapping [start, end) ('' where it has none such)."""
+
+    @abstractmethod
     def mapped_file_path(self, mapping: Mapping) -> str | None:
         """A path that opens the very file `mapping` maps, checked to be that file; None if none does."""
 
@@ -136,6 +140,9 @@ class LiveProcess(Process):
 
     def map_file(self, mapping: Mapping) -> str:
         return mapped.map_file_path(self.pid, mapping)
+
+    def map_file_at(self, start: int, end: int) -> str:
+        return mapped.map_file_at(self.pid, start, end)
 
     def mapped_file_path(self, mapping: Mapping) -> str | None:
         return mapped.mapped_file_path(self.pid, mapping)

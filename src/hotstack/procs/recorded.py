@@ -216,6 +216,12 @@ class RecordedProcess(Process):
     def map_file(self, mapping: Mapping) -> str:
         return self._copy_of.get((mapping.dev, mapping.inode), "")
 
+    def map_file_at(self, start: int, end: int) -> str:
+        for m in self._mappings:
+            if (m.start, m.end) == (start, end):
+                return self.map_file(m)
+        return ""
+
     def mapped_file_path(self, mapping: Mapping) -> str | None:
         return self._copy_of.get((mapping.dev, mapping.inode))
 

@@ -11,8 +11,7 @@ import functools
 import os
 
 from ..bpf import schema
-from ..procs import map_file_at
-from ..procs.maps import read_maps
+from ..procs import Process, as_process
 from ..procs.system import is_proc_path, is_under_process_root
 
 def kernel_dev(st_dev: int) -> int:
@@ -62,15 +61,17 @@ def file_stack_hash(mappings, pcs: tuple[int, ...], end: int) -> int | None:
     return h or 1
 
 
-def exec_mappings(pid: int) -> list[tuple[int, int, int, int, int, str]]:
-    """(start, end, file offset, inode, kernel dev, path) of pid's executable mappings, by address."""
+def exec_mappings(process: Process | int) -> list[tuple[int, int, int, int, int, str]]:
+    """(start, end, file offset, inode, kernel dev, path) of the executable mappings of `process` (a
+    Process, or a live one's pid), by address."""
     return [(m.start, m.end, m.offset, m.inode, maps_dev(m.dev) if m.inode else 0, m.path)
-            for m in read_maps(pid)]
+            for m in as_process(process).exec_maps()]
 
 
-def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | None:
-    """A descriptor of the file `pid` maps at [start, end) if that is key's file (the kernel's inode
-    and device), else None. /proc/PID/map_files opens whatever is mapped there now. A library
+def open_mapped(process: Process | int, start: int, end: int, key: tuple[int, int]) -> int | None:
+    """A descriptor of the file `process` (a Process, or a live one's pid) maps at [start, end) if
+    that is key's file (the kernel's inode and device), else None. Process.map_file_at
+    (/proc/PID/map_files) opens whatever is mapped there now. A library
     unloaded and another of the same size loaded at its addresses since the kernel met key's (a
     plugin host) is another file: its table loaded under key would unwind key's code with the other
     file's rules, every stack of it wrong. The descriptor's own numbers decide where they are the
@@ -79,14 +80,15 @@ def open_mapped(pid: int, start: int, end: int, key: tuple[int, int]) -> int | N
     low bits. There the process's maps, read after the open, must show key's inode at those
     addresses (a swap and a swap back within that read would pass, microseconds); the numbers they
     show are kept as that file's for file_stack_hash."""
+    process = as_process(process)
     try:
-        fd = os.open(map_file_at(pid, start, end), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(process.map_file_at(start, end), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     st = os.fstat(fd)
     if (st.st_ino, kernel_dev(st.st_dev)) == key:
         return fd
-    for s, e, _off, ino, dev, _path in exec_mappings(pid):
+    for s, e, _off, ino, dev, _path in exec_mappings(process):
         if (s, e) == (start, end) and ino & _LOW_32 == key[0] & _LOW_32:
             if len(_LAYER_FILES) >= LAYER_FILES:
                 _LAYER_FILES.clear()
@@ -117,9 +119,9 @@ def is_file(st: os.stat_result, key: tuple[int, int]) -> bool:
     return shown == key or _LAYER_FILES.get(shown) == key
 
 
-def mapped_path(pid: int, start: int) -> str | None:
-    """The path of pid's executable mapping that starts at `start`, or None."""
-    for s, _e, _o, _i, _d, path in exec_mappings(pid):
+def mapped_path(process: Process | int, start: int) -> str | None:
+    """The path of the executable mapping of `process` that starts at `start`, or None."""
+    for s, _e, _o, _i, _d, path in exec_mappings(process):
         if s == start:
             return path
     return None

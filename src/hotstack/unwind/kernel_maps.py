@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..bpf import schema
+from ..procs import Process, as_process
 from ..procs.system import descriptor_path, is_proc_path
 from ..symbols.debugfile import find_debug_file
 from ..symbols.elf import ElfError, ElfFile
@@ -233,17 +234,18 @@ class NativeTables:
         """Let go of the files still waiting for a table."""
         self.queue.close()
 
-    def preload_process(self, pid: int, only: re.Pattern | None = None) -> int:
-        """Load the tables of every executable file mapping of `pid` (e.g. a process found at start),
-        or of those whose file name `only` matches."""
+    def preload_process(self, process: Process | int, only: re.Pattern | None = None) -> int:
+        """Load the tables of every executable file mapping of `process` (a Process, or a live one's
+        pid: e.g. a process found at start), or of those whose file name `only` matches."""
+        process = as_process(process)
         done = 0
-        for start, end, _off, ino, dev, path in exec_mappings(pid):
+        for start, end, _off, ino, dev, path in exec_mappings(process):
             if not ino or (only is not None and not only.match(os.path.basename(path))):
                 continue
             if (ino, dev) in self.loaded:
                 done += 1
                 continue
-            fd = open_mapped(pid, start, end, (ino, dev))
+            fd = open_mapped(process, start, end, (ino, dev))
             if fd is None:
                 continue
             try:

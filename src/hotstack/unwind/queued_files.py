@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from ..bpf import schema
-from ..procs import map_file_at, parent_pid, root_path
+from ..procs import LiveProcess, Process, parent_pid
 from ..symbols.vdso import VDSO_KEY, VDSO_PATH, vdso_fd
 from .kernel_files import kernel_dev, maps_dev, mapped_path, open_checked, open_mapped
 
@@ -86,27 +86,31 @@ class QueuedFiles:
         if key == VDSO_KEY:
             fd = vdso_fd()
             return HeldFile(fd, os.fstat(fd).st_size, VDSO_PATH) if fd is not None else None
-        fd = open_mapped(pid, start, end, key)
+        process = LiveProcess(pid)
+        fd = open_mapped(process, start, end, key)
         if fd is not None:
-            return self._held(fd, pid, start, end, key)
+            return self._held(fd, process, start, end, key)
         known = self.known_paths.get(key)     # (the pid watcher's thread adds to it)
         fd = open_checked(known, key) if known is not None else None
         if fd is not None:
             return HeldFile(fd, os.fstat(fd).st_size, known)
-        parent = parent_pid(pid)      # (read only if the others fail)
-        fd = open_mapped(parent, start, end, key) if parent else None
+        parent_of = parent_pid(pid)      # (read only if the others fail)
+        if not parent_of:
+            return None
+        parent = LiveProcess(parent_of)
+        fd = open_mapped(parent, start, end, key)
         return self._held(fd, parent, start, end, key) if fd is not None else None
 
-    def _held(self, fd: int, pid: int, start: int, end: int, key: tuple[int, int]) -> HeldFile:
-        """A file opened through pid's mapping at [start, end), shown by the path pid maps it by. A
-        file on an overlay (the descriptor's numbers not the kernel's) is remembered by that path
-        under pid's root: the host's paths do not reach it, and a process of it gone before naming
-        is named with the mappings the kernel kept, by a path that opens the file."""
-        mapped = mapped_path(pid, start)
+    def _held(self, fd: int, process: Process, start: int, end: int, key: tuple[int, int]) -> HeldFile:
+        """A file opened through the process's mapping at [start, end), shown by the path it maps it
+        by. A file on an overlay (the descriptor's numbers not the kernel's) is remembered by that
+        path under the process's root: the host's paths do not reach it, and a process of it gone
+        before naming is named with the mappings the kernel kept, by a path that opens the file."""
+        mapped = mapped_path(process, start)
         st = os.fstat(fd)
         if mapped and mapped.startswith("/") and (st.st_ino, kernel_dev(st.st_dev)) != key:
-            self.known_paths[key] = root_path(pid) + mapped
-        display = mapped or self.known_paths.get(key) or map_file_at(pid, start, end)
+            self.known_paths[key] = process.root() + mapped
+        display = mapped or self.known_paths.get(key) or process.map_file_at(start, end)
         return HeldFile(fd, st.st_size, display)
 
     def close(self) -> None:
