@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from ... import procs
 from ...bpf import schema
 from ...symbols.elf import ElfError, ElfFile
-from ..common.files import Unreadable, exe_name, interpreter_files, symbols
-from ..common.memory import MemoryReadError, ReadThrough
+from ..common.files import Unreadable, symbols
+from ..common.memory import ReadThrough
+from ..common.tls_interpreter import detect_tls_interpreter, filled_tls
 from ..common.elf_tls import dynsym_names, tls_access
 from .offsets import PerlOffsets, offsets_for
 
@@ -104,14 +105,12 @@ def record_fields(binary: PerlBinary, base: int, mem: procs.Process) -> dict | N
     o = binary.offsets
     tls_module, tls_offset, interp = 0, binary.tls_offset, 0
     curcop, curstackinfo = o.interp_curcop, o.interp_curstackinfo
-    if binary.interp_mode == schema.PERL_INTERP_DTV:
-        tls_module = mem.u64(base + binary.tls_slot)
-        if tls_module == 0 or tls_module > 1 << 16:
+    if binary.interp_mode in (schema.PERL_INTERP_DTV, schema.PERL_INTERP_TP):
+        filled = filled_tls(mem, base, binary.interp_mode == schema.PERL_INTERP_DTV, binary.tls_slot,
+                            binary.tls_offset)
+        if filled is None:
             return None
-    elif binary.interp_mode == schema.PERL_INTERP_TP:
-        tls_offset = struct.unpack("<q", mem.read(base + binary.tls_slot, 8))[0]
-        if tls_offset == 0:
-            return None
+        tls_module, tls_offset = filled
     elif binary.interp_mode == schema.PERL_INTERP_GLOBAL:
         interp = base + binary.interp_address
     else:
@@ -128,16 +127,9 @@ _binaries: dict[tuple, PerlBinary | None] = {}
 def detect(process: procs.Process | int) -> PerlProcess | None:
     """The Perl interpreter running in `process` (a Process, or a live one's pid), or None (not Perl,
     not started yet, or gone)."""
-    process = procs.as_process(process)
-    for binary, at in interpreter_files(process, "perl", "Perl", lambda p: "perl" in exe_name(p), "perl", _NAME,
-                                        "libperl", _binaries, lambda path, _shown: inspect_binary(path)):
-        if "ld-musl" in at.text and binary.interp_mode == schema.PERL_INTERP_DTV:
-            return None       # musl's DTV differs in layout: not tested
-        try:
-            fields = record_fields(binary, at.base, process)
-        except MemoryReadError:
-            return None
-        if fields is None:
-            return None
-        return PerlProcess(process.pid, binary, at.base, fields, process)
-    return None
+    found = detect_tls_interpreter(process, "perl", "Perl", _NAME, "libperl", _binaries, inspect_binary,
+                                   lambda binary: binary.interp_mode == schema.PERL_INTERP_DTV, record_fields)
+    if found is None:
+        return None
+    process, binary, at, fields = found
+    return PerlProcess(process.pid, binary, at.base, fields, process)

@@ -23,8 +23,9 @@ from ... import procs
 from ...bpf import schema
 from ...symbols.elf import ElfError, ElfFile
 from ..common.elf_tls import R_X86_64_DTPMOD64, reloc_offsets, tls_access
-from ..common.files import Unreadable, exe_name, interpreter_files, jump_targets, symbol_spans, symbols
-from ..common.memory import MemoryReadError, ReadThrough
+from ..common.files import Unreadable, jump_targets, symbol_spans, symbols
+from ..common.memory import ReadThrough
+from ..common.tls_interpreter import detect_tls_interpreter, filled_tls
 from ..common.jit import jit_regions
 from .offsets import RubyOffsets, offsets_for
 
@@ -181,14 +182,11 @@ def record_fields(binary: RubyBinary, base: int, mem: procs.Process) -> dict | N
     """The walker's record (struct rb_proc) for one process, or None if its TLS slot is not filled yet."""
     o = binary.offsets
     tls_module, tls_offset, ec_address = 0, binary.tls_offset, 0
-    if binary.ec_mode == schema.RB_EC_DTV:
-        tls_module = mem.u64(base + binary.tls_slot)
-        if tls_module == 0 or tls_module > 1 << 16:
+    if binary.ec_mode in (schema.RB_EC_DTV, schema.RB_EC_TP):
+        filled = filled_tls(mem, base, binary.ec_mode == schema.RB_EC_DTV, binary.tls_slot, binary.tls_offset)
+        if filled is None:
             return None
-    elif binary.ec_mode == schema.RB_EC_TP:
-        tls_offset = struct.unpack("<q", mem.read(base + binary.tls_slot, 8))[0]
-        if tls_offset == 0:
-            return None
+        tls_module, tls_offset = filled
     else:
         ec_address = base + binary.ec_address
     return dict(ec_address=ec_address, tls_offset=tls_offset, tls_module=tls_module, ec_mode=binary.ec_mode,
@@ -199,18 +197,11 @@ def record_fields(binary: RubyBinary, base: int, mem: procs.Process) -> dict | N
 def detect(process: procs.Process | int) -> RubyProcess | None:
     """The Ruby interpreter running in `process` (a Process, or a live one's pid), or None (not Ruby,
     not started yet, or gone)."""
-    process = procs.as_process(process)
-    for binary, at in interpreter_files(process, "ruby", "Ruby", lambda p: "ruby" in exe_name(p), "ruby", _NAME,
-                                        "libruby", _binaries, lambda path, _shown: inspect_binary(path)):
-        if "ld-musl" in at.text and binary.ec_mode == schema.RB_EC_DTV:
-            return None       # musl's DTV holds 8-byte entries and differs in layout: not tested
-        try:
-            fields = record_fields(binary, at.base, process)
-        except MemoryReadError:
-            return None
-        if fields is None:
-            return None
-        # the cached facts were read through the first process's mapping: this one's path opens the file
-        return RubyProcess(process.pid, replace(binary, path=at.path) if binary.path != at.path else binary, at.base,
-                           fields, jit_regions(at.mappings), at.file_name, process)
-    return None
+    found = detect_tls_interpreter(process, "ruby", "Ruby", _NAME, "libruby", _binaries, inspect_binary,
+                                   lambda binary: binary.ec_mode == schema.RB_EC_DTV, record_fields)
+    if found is None:
+        return None
+    process, binary, at, fields = found
+    # the cached facts were read through the first process's mapping: this one's path opens the file
+    return RubyProcess(process.pid, replace(binary, path=at.path) if binary.path != at.path else binary, at.base,
+                       fields, jit_regions(at.mappings), at.file_name, process)
