@@ -190,6 +190,22 @@ def test_stop_with_a_failing_receiver_is_quick_and_says_what_was_dropped(caplog)
                     "the receiver is failing: connection refused"], said
 
 
+def test_a_drop_at_shutdown_of_items_without_a_size_says_no_bytes(caplog):
+    """The OTLP exporter offers its requests unencoded (no size): a stop said "dropped 1 profile(s)
+    (0 bytes)" of a request that was not empty."""
+    def send(item):
+        raise ConnectionError("connection refused")
+
+    q = DeliveryQueue("ep", send, logger=logging.getLogger("hotstack.test.nosize"))
+    q.offer("request")
+    time.sleep(0.1)
+    with caplog.at_level(logging.WARNING, logger="hotstack.test.nosize"):
+        q.close(3)
+    said = [r.getMessage() for r in caplog.records if "flush deadline" in r.getMessage()]
+    assert said == ["ep: stopped at shutdown (flush deadline 3.0s); dropped 1 profile(s): "
+                    "the receiver is failing: connection refused"], said
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_a_hanging_attempt_is_cut_at_the_deadline(tls, tmp_path):
     """The attempt in flight ends at the deadline (its connection shut), not at remote_timeout;

@@ -357,8 +357,11 @@ class DeliveryQueue(Generic[T]):
         if items:
             why = (f"the receiver is failing: {self.failing}" if self.failing else
                    self._why_at_close or "the receiver did not answer in time")
-            self._logger.warning("%s: stopped at shutdown (flush deadline %.1fs); dropped %d profile(s) (%d bytes): %s",
-                                 self.name, deadline_s, items, size, why)
+            # (an item offered without its size, an OTLP request encoded on the delivery thread,
+            # adds none: its bytes are not said rather than said to be 0)
+            nbytes = f" ({size} bytes)" if size else ""
+            self._logger.warning("%s: stopped at shutdown (flush deadline %.1fs); dropped %d profile(s)%s: %s",
+                                 self.name, deadline_s, items, nbytes, why)
         return finished
 
 
