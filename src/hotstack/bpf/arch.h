@@ -17,6 +17,10 @@
  *   ARCH_REGS_HS_BCP(r)       the register in which HotSpot's template interpreter keeps the bytecode
  *                              pointer of the method it runs (x86: r13, arm64: x22); its frame's
  *                              slot holds it only from the last call out (bpf/hotspot.h)
+ *   ARCH_REGS_V8_BCO(r)       the register in which V8's interpreter (Ignition) keeps the bytecode
+ *                              offset of the function it runs (v8dbg_InterpreterBytecodeOffsetRegister,
+ *                              x86: r9, arm64: x19); its frame's slot holds it only from the last
+ *                              call out (bpf/v8.h)
  *   ARCH_REGS_PHP_FP(r), ARCH_REGS_PHP_IP(r)   the registers in which PHP's VM keeps the
  *                              execute_data it runs and its current opline: the global register
  *                              variables of zend_execute.c in GCC builds, ZEND_VM_FP_GLOBAL_REG and
@@ -55,6 +59,7 @@ typedef struct pt_regs arch_user_regs;    /* the UAPI layout is the kernel's */
 #define ARCH_REGS_FP(r) ((r)->rbp)
 #define ARCH_REGS_LR(r) 0ULL
 #define ARCH_REGS_HS_BCP(r) ((r)->r13)
+#define ARCH_REGS_V8_BCO(r) ((r)->r9)
 #define ARCH_REGS_PHP_FP(r) ((r)->r14)
 #define ARCH_REGS_PHP_IP(r) ((r)->r15)
 #define ARCH_REGS_USER_MODE(r) (((r)->cs & 3) == 3 && ((r)->ss & 3) == 3)
@@ -71,6 +76,7 @@ typedef struct user_pt_regs arch_user_regs;   /* regs[31], sp, pc, pstate */
 #define ARCH_REGS_FP(r) ((r)->regs[29])
 #define ARCH_REGS_LR(r) ((r)->regs[30])
 #define ARCH_REGS_HS_BCP(r) ((r)->regs[22])
+#define ARCH_REGS_V8_BCO(r) ((r)->regs[19])
 #define ARCH_REGS_PHP_FP(r) ((r)->regs[27])
 #define ARCH_REGS_PHP_IP(r) ((r)->regs[28])
 /* PSR_MODE_MASK 0xf: EL0t is 0; PSR_MODE32_BIT 0x10: a 32-bit task, not ours to walk */

@@ -201,9 +201,9 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		struct arch_regs regs = {};
 
 		if (user_regs(ctx, in_kernel, &regs) == 0) {
-			v8_begin(key.pid);
-			/* the interpreter's bytecode pointer register: the leaf frame's line (in the
-			 * kernel, the user registers are not at hand: 0, the leaf without a line) */
+			/* the interpreters' bytecode offset and pointer registers: the leaf frame's line
+			 * (in the kernel, the user registers are not at hand: 0, the leaf without a line) */
+			v8_begin(key.pid, in_kernel ? 0 : ARCH_REGS_V8_BCO(&ctx->regs), regs.sp);
 			hs_begin(key.pid, in_kernel ? 0 : ARCH_REGS_HS_BCP(&ctx->regs));
 			/* (an interpreter's walker first, if pid has one: NATIVE_BEGIN_HOOK) */
 			if (native_begin(ctx, &key, comm, buffer, 1, &regs) == 0)

@@ -175,7 +175,8 @@ _Static_assert(sizeof(struct py_stack) == 2320, "struct py_stack: schema layout"
 struct v8_proc {
 	__u16 off_function;
 	__u16 off_marker;
-	__u32 pad;
+	__u16 off_bytecode_array;
+	__u16 off_bytecode_offset;
 };
 _Static_assert(sizeof(struct v8_proc) == 8, "struct v8_proc: schema layout");
 
@@ -185,8 +186,11 @@ struct v8_frame {
 	__u64 pc;
 	__u64 function;
 	__u64 marker;
+	__u64 bytecode_array;
+	__u64 bytecode_offset;
+	__u64 live_offset;
 };
-_Static_assert(sizeof(struct v8_frame) == 32, "struct v8_frame: schema layout");
+_Static_assert(sizeof(struct v8_frame) == 56, "struct v8_frame: schema layout");
 
 struct v8_stack {
 	__u32 len;
@@ -196,9 +200,17 @@ struct v8_stack {
 	__u16 pad;
 	__u16 off_function;
 	__u16 off_marker;
+	__u16 off_bytecode_array;
+	__u16 off_bytecode_offset;
+	__u32 pad2;
+	__u64 live_offset;
+	__u64 leaf_word0;
+	__u64 leaf_word1;
+	__u64 leaf_word2;
+	__u64 leaf_word3;
 	struct v8_frame frames[V8_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct v8_stack) == 2064, "struct v8_stack: schema layout");
+_Static_assert(sizeof(struct v8_stack) == 3648, "struct v8_stack: schema layout");
 
 struct rb_proc {
 	__u64 ec_address;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -99,6 +99,38 @@ class V8Layout:
     # where a ScopeInfo's slots start: after its map (V8 9 on), or after a FixedArray's map and
     # length where ScopeInfo is a FixedArray (v8dbg_parent_ScopeInfo__FixedArray: Node 12-14)
     scopeinfo_slots: int = 8
+    lines: "LineLayout | None" = None     # what gives a frame its executing line (None: not read)
+
+
+@dataclass(frozen=True)
+class LineLayout:
+    """Where a frame's executing line comes from (offsets in bytes; positions.py reads them).
+
+    An interpreted frame keeps its BytecodeArray and bytecode offset below its frame pointer; the
+    array's source position table maps the offset to a script position. A compiled frame's pc lies
+    in its function's Code, whose table maps the pc's offset in the instructions to a position."""
+
+    fp_bytecode_array: int          # below the frame pointer, positive
+    fp_bytecode_offset: int
+    type_bytecode_array: int
+    table_types: tuple[int, ...]    # what a source position table is: ByteArray (TrustedByteArray, V8 12 on)
+    bytecode_table: int             # BytecodeArray::source_position_table
+    bytecode_data: int              # where its bytecodes start
+    type_code: int
+    function_code: int              # JSFunction::code
+    code_table: int                 # Code::source_position_table (a baseline Code: its bytecode offsets)
+    code_start: int                 # Code::instruction_start: a pointer there, or (inline) the header size
+    code_start_pointer: bool
+    code_size: int                  # Code::instruction_size (int32)
+    code_flags: int                 # Code::flags: its kind in kind_mask >> kind_shift
+    kind_mask: int
+    kind_shift: int
+    kind_baseline: int              # -1: no baseline (Sparkplug) code in this V8
+    # where a Code's instructions are found from a pc: code_start_pointer, in an InstructionStream
+    # (map, Code, ...) whose instructions start stream_header bytes in; else inline in the Code
+    stream_header: int = 0
+    type_stream: int = -1           # InstructionStream's instance type (V8 11 on)
+    bytecode_sizes: bytes = b""     # Bytecodes::kBytecodeSizes (baseline frames' lines; b"": not in the file)
 
 
 def _one(meta: dict[str, int], *names: str) -> int:
@@ -142,6 +174,74 @@ def _external_resource(meta: dict[str, int]) -> int | None:
     if (meta.get("v8dbg_StringRepresentationMask"), meta.get("v8dbg_StringEncodingMask")) != (7, 8):
         return None
     return _field(meta, "ExternalString", "resource", None)
+
+
+def _fp_bytecode(meta: dict[str, int], fp_function: int) -> tuple[int, int]:
+    """(BytecodeArray, bytecode offset) below the frame pointer: the metadata's (V8 9.5 on), else
+    right below the function (V8 before 8.7, Node 12-14: no argument count slot between them)."""
+    if "v8dbg_off_fp_bytecode_array" in meta:
+        return -meta["v8dbg_off_fp_bytecode_array"], -meta.get("v8dbg_off_fp_bytecode_offset",
+                                                                 meta["v8dbg_off_fp_bytecode_array"] - 8)
+    step = 16 if "v8dbg_CodeKindBaseline" in meta else 8
+    return fp_function + step, fp_function + step + 8
+
+
+def _code_layout(meta: dict[str, int], function_shared: int) -> dict:
+    """JSFunction::code and Code's fields, from the metadata where it has them. V8 11 split Code from
+    its instructions (InstructionStream): Code then holds a pointer to them, and V8 11.x builds lost
+    most of Code's metadata (the layout the OpenTelemetry profiler reads: the table, then the
+    deoptimization data... instruction start, flags, size)."""
+    wrapper = _field(meta, "Code", "wrapper", None)           # CodeWrapper: V8 12 on
+    start = _field(meta, "Code", "instruction_start", None)
+    pointer = any(k.startswith("v8dbg_class_Code__instruction_start__") and not k.endswith("uintptr_t")
+                  for k in meta)
+    table = _field(meta, "Code", "source_position_table", None)
+    size = _field(meta, "Code", "instruction_size", None)
+    flags = _field(meta, "Code", "flags", None)
+    if start is None and table is not None:       # V8 11.x
+        start, pointer = table + 16, True
+        flags = start + 8 if flags is None else flags
+        # kBuiltinIdOffset and kKindSpecificFlagsOffset sit between them before V8 11.4
+        size = flags + (4 if "v8dbg_class_Code__bytecode_offset_table__ByteArray" not in meta else 8) \
+            if size is None else size
+    if start is None or size is None:
+        raise KeyError("v8dbg_class_Code__instruction_start")
+    if table is None:
+        table = start - 24 if wrapper is not None else size - 16
+    code = _field(meta, "JSFunction", "code", None)
+    if code is None:
+        code = function_shared - 8 if wrapper is not None else function_shared + 24
+    stream = _field(meta, "InstructionStream", "instruction_start", 0)
+    return dict(function_code=code, code_table=table, code_start=start, code_start_pointer=pointer,
+                code_size=size, code_flags=flags if flags is not None else size + 4,
+                stream_header=stream if pointer else 0,
+                type_stream=meta.get("v8dbg_type_InstructionStream__INSTRUCTION_STREAM_TYPE", -1))
+
+
+def line_layout(meta: dict[str, int], fp_function: int, function_shared: int) -> LineLayout | None:
+    """Where frames' lines come from, or None if the metadata does not say (lines then are the
+    function's own)."""
+    try:
+        length = _field(meta, "FixedArrayBase", "length")
+        table = _field(meta, "BytecodeArray", "source_position_table", None)
+        if table is None:       # lost from the metadata in V8 9.4; after the wrapper from V8 12
+            wrapper = _field(meta, "BytecodeArray", "wrapper", None)
+            table = wrapper + 8 if wrapper is not None else length + 24
+        array, offset = _fp_bytecode(meta, fp_function)
+        trusted = meta.get("v8dbg_type_TrustedByteArray__TRUSTED_BYTE_ARRAY_TYPE")
+        return LineLayout(
+            fp_bytecode_array=array, fp_bytecode_offset=offset,
+            type_bytecode_array=_one(meta, "v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE"),
+            table_types=tuple(t for t in (_one(meta, "v8dbg_type_ByteArray__BYTE_ARRAY_TYPE"), trusted)
+                              if t is not None),
+            bytecode_table=table,
+            bytecode_data=_field(meta, "BytecodeArray", "data", table + 22),
+            type_code=_one(meta, "v8dbg_type_Code__CODE_TYPE"),
+            kind_mask=meta.get("v8dbg_CodeKindFieldMask", 0), kind_shift=meta.get("v8dbg_CodeKindFieldShift", 0),
+            kind_baseline=meta.get("v8dbg_CodeKindBaseline", -1),
+            **_code_layout(meta, function_shared))
+    except KeyError:
+        return None
 
 
 def layout(meta: dict[str, int]) -> V8Layout | None:
@@ -198,14 +298,57 @@ def checked_layout(meta: dict[str, int]) -> V8Layout:
             frame_types={v: k[len("v8dbg_frametype_"):] for k, v in meta.items() if k.startswith("v8dbg_frametype_")},
             scopeinfo_slots=(_field(meta, "FixedArray", "data", 16) if "v8dbg_parent_ScopeInfo__FixedArray" in meta
                              else 8),
+            lines=line_layout(meta, fp_function, _field(meta, "JSFunction", "shared")),
         )
     except KeyError as e:
         raise Unreadable(f"the metadata lacks {e.args[0]}") from None
 
 
+BYTECODE_SIZES = "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE"
+
+
+def read_bytecode_sizes(path: str) -> bytes:
+    """V8's Bytecodes::kBytecodeSizes[3][kBytecodeCount] (uint8: each bytecode's length at each
+    operand scale) from the file's symbol table, b"" if it has not the symbol (a stripped libnode)."""
+    with ElfFile(path) as elf:
+        want = BYTECODE_SIZES.encode()
+        for kind in (SHT_SYMTAB, SHT_DYNSYM):
+            for s in elf.sections:
+                if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+                    continue
+                strtab = elf.sections[s.link]
+                at = elf.read(strtab.offset, strtab.size).find(b"\0" + want + b"\0")
+                if at < 0:
+                    continue
+                syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
+                hits = np.nonzero((syms["name"] == at + 1) & (syms["shndx"] != SHN_UNDEF))[0]
+                for i in hits:
+                    value, size = int(syms[i]["value"]), int(syms[i]["size"])
+                    if 0 < size < 3 * 256 and size % 3 == 0:
+                        data = _bytes_at(elf, value, size)
+                        if data and all(0 < b < 32 for b in data):
+                            return data
+    return b""
+
+
+def _bytes_at(elf: ElfFile, vaddr: int, size: int) -> bytes:
+    for seg in elf.segments:
+        if seg.vaddr <= vaddr and vaddr + size <= seg.vaddr + seg.filesz:
+            return elf.read(vaddr - seg.vaddr + seg.offset, size)
+    return b""
+
+
+def _with_sizes(found: V8Layout, path: str) -> V8Layout:
+    """The layout with the file's bytecode lengths, where it reads lines."""
+    if found.lines is None:
+        return found
+    return replace(found, lines=replace(found.lines, bytecode_sizes=read_bytecode_sizes(path)))
+
+
 def binary_layout(path: str) -> V8Layout | None:
     try:
-        return layout(read_v8dbg(path))
+        found = layout(read_v8dbg(path))
+        return _with_sizes(found, path) if found is not None else None
     except (ElfError, OSError, ValueError, struct.error):
         return None
 
@@ -217,4 +360,8 @@ def checked_binary_layout(path: str) -> V8Layout | None:
         meta = read_v8dbg(path)
     except (ElfError, OSError, ValueError, struct.error):
         return None
-    return checked_layout(meta)
+    found = checked_layout(meta)
+    try:
+        return _with_sizes(found, path)
+    except (ElfError, OSError, ValueError, struct.error):
+        return found

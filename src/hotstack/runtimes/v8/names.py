@@ -1,4 +1,5 @@
-"""JSFunction -> Frame, cached per process with an identity check.
+"""JSFunction -> Frame, cached per process with an identity check; and the frame's executing line
+(positions.py) where its bytecode offset or pc gives one.
 
 A function object's address is only a hint: V8's garbage collector moves objects and reuses
 their memory. A cached name is used again only if the function still points at the same
@@ -9,11 +10,14 @@ mid-interval keeps its names).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ...profile.model import Frame, FrameKind
 from ... import procs
 from ..common.memory import MemoryReadError
 from .heap import Heap, NotAnObject, Script, is_object, is_smi, read_script, scope_info_name
 from .metadata import V8Layout
+from .positions import Positions
 
 MAX_ENTRIES = 1 << 16      # per process and kind: beyond this the cache starts again
 
@@ -23,15 +27,37 @@ class Names:
 
     def __init__(self, process: procs.Process | int, layout: V8Layout) -> None:
         self.heap = Heap(procs.as_process(process), layout)
-        self._functions: dict[int, tuple[int, Frame | None]] = {}
-        self._sfis: dict[int, tuple[int, Frame | None]] = {}
+        self.positions = Positions(self.heap, layout.lines) if layout.lines is not None else None
+        # a function's frame (its own line), name and script, by its SharedFunctionInfo
+        self._functions: dict[int, tuple[int, _Function | None]] = {}
+        self._sfis: dict[int, tuple[int, _Function | None]] = {}
         self._scripts: dict[int, Script] = {}
         self.read_errors = 0
         self.named = 0
+        self.lines = 0          # frames given the line they execute
 
     def frame(self, function: int, marker: int) -> Frame | None:
-        """The JavaScript frame for the words a V8 frame holds below its frame pointer; None for
-        a frame that is not a JavaScript function's (entry, exit, stub frames: a Smi marker)."""
+        """The JavaScript frame for the words a V8 frame holds below its frame pointer, with its
+        function's line; None for a frame that is not a JavaScript function's (entry, exit, stub
+        frames: a Smi marker)."""
+        found = self._function(function, marker)
+        return found.frame if found is not None else None
+
+    def located(self, function: int, marker: int, pc: int, leaf: bool, array: int, slot: int,
+                live: int, stack_top: tuple[int, ...] = ()) -> Frame | None:
+        """frame(), with the line the frame executes where its position reads (positions.py):
+        else its function's line."""
+        found = self._function(function, marker)
+        if found is None or self.positions is None or found.script is None:
+            return found.frame if found is not None else None
+        position = self.positions.of(function, pc, leaf, array, slot, live, stack_top)
+        line = found.script.line(position) if position >= 0 else 0
+        if not line:
+            return found.frame
+        self.lines += 1
+        return js_frame(found.name, found.script.name, line)
+
+    def _function(self, function: int, marker: int) -> "_Function | None":
         if is_smi(marker) or not is_object(function):
             return None
         cached = self._functions.get(function)
@@ -52,7 +78,7 @@ class Names:
             self.named += 1
         return found
 
-    def _sfi_frame(self, sfi: int) -> Frame | None:
+    def _sfi_frame(self, sfi: int) -> "_Function | None":
         l = self.heap.l
         name_or_scope = self.heap.field(sfi, l.sfi_name_or_scope)
         cached = self._sfis.get(sfi)
@@ -66,7 +92,8 @@ class Names:
             elif kind < l.first_nonstring_type:
                 name = self.heap.string(name_or_scope)
         script = self._script(self.heap.field(sfi, l.sfi_script))
-        frame = js_frame(name, script.name if script else "", script.line(position) if script else 0)
+        frame = _Function(js_frame(name, script.name if script else "", script.line(position) if script else 0),
+                          name, script)
         if len(self._sfis) >= MAX_ENTRIES:
             self._sfis.clear()
         self._sfis[sfi] = (name_or_scope, frame)
@@ -84,6 +111,12 @@ class Names:
                 self._scripts.clear()
             self._scripts[tagged] = script
         return script
+
+
+class _Function(NamedTuple):
+    frame: Frame                # with the function's own line
+    name: str
+    script: Script | None
 
 
 def js_frame(name: str, script: str, line: int) -> Frame:

@@ -25,16 +25,19 @@ from .names import Names
 _NODE = re.compile(r"(?:^|/)(?:node(?:js)?\d*|libnode\.so[.\d]*)$")
 
 
-def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int]], int]:
-    """((index, pc, function, marker) per recorded frame, pid) of a struct v8_stack."""
+def parse_stack(raw: bytes) -> tuple[list[tuple], int]:
+    """((index, pc, function, marker, bytecode_array, bytecode_offset, live_offset, stack_top) per
+    recorded frame, pid) of a struct v8_stack; stack_top: the words at the sample's stack pointer,
+    with the leaf frame (index 0) only."""
     head = schema.V8_STACK.unpack(raw)
+    top = (head.leaf_word0, head.leaf_word1, head.leaf_word2, head.leaf_word3)
     size = schema.V8_FRAME.size
     n = min(head.len, schema.V8_MAX_FRAMES, (len(raw) - schema.V8_STACK_TAIL_OFFSET) // size)
     unpack = schema.V8_FRAME.struct.unpack_from
     frames = []
     for i in range(n):
-        index, pc, function, marker = unpack(raw, schema.V8_STACK_TAIL_OFFSET + i * size)
-        frames.append((index, pc, function, marker))
+        index, *words = unpack(raw, schema.V8_STACK_TAIL_OFFSET + i * size)
+        frames.append((index, *words, top if index == 0 else ()))
     return frames, head.pid
 
 
@@ -116,15 +119,24 @@ class V8Source(JitSource):
         return bool(_v8_files(pid))
 
     def _record(self, layout: V8Layout) -> bytes:
-        return schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context)
+        lines = layout.lines
+        return schema.V8_PROC.pack(off_function=layout.fp_function, off_marker=layout.fp_context,
+                                   off_bytecode_array=lines.fp_bytecode_array if lines else 0,
+                                   off_bytecode_offset=lines.fp_bytecode_offset if lines else 0)
 
     def _names(self, process: procs.Process | int, layout: V8Layout) -> Names:
         return Names(process, layout)
 
     @staticmethod
+    def _identity(frame: tuple) -> tuple:
+        """A frame's name and line depend on all it recorded, and on whether it is the leaf (its pc
+        the sampled one, not a return address)."""
+        return (frame[0] == 0, *frame[1:])
+
+    @staticmethod
     def _name_frame(names: Names, frame: tuple) -> Frame | None:
-        _index, _pc, function, marker = frame
-        return names.frame(function, marker)
+        index, pc, function, marker, array, slot, live, top = frame
+        return names.located(function, marker, pc, index == 0, array, slot, live, top)
 
 
 __all__ = ["V8Source", "parse_stack"]
