@@ -33,6 +33,9 @@ def test_clang_compiles_reach_their_root(tmp_path):
 
     with Engine(EngineConfig(frequency=99, comms=("clang++", "clang"), runtime_frames=False)) as engine:
         _compile(tmp_path)               # the compiler's files' tables built or loaded
+        # the deep walk in place from here on, as after the first stack deeper than the shallow
+        # walk's frames (whose own test is in test_kernel_unwind.py)
+        engine.samplers[0].steps.deepen_if_cut(1)
         engine.collect()
         end = time.monotonic() + SECONDS
         while time.monotonic() < end:

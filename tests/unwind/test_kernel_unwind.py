@@ -737,6 +737,13 @@ def _deep_profile(build_dir, workloads, depth: int, seconds: float = 4.0):
     w = workloads([exe, str(depth)])
     engine = Engine(EngineConfig(frequency=199, pids=(w.pid,), unwind="kernel", runtime_frames=False))
     with engine:
+        # the first walks are cut at the shallow step program's frames, until the deep one is in
+        # place (sampling/step_programs.py); its own test is below
+        steps = engine.samplers[0].steps
+        deadline = time.monotonic() + 60
+        while engine.samplers[0].native_vma_walk and not steps.deepened and time.monotonic() < deadline:
+            time.sleep(0.1)
+        engine.collect()
         time.sleep(seconds)
         prof = engine.collect()[0]
         counters = engine.samplers[0].native.kernel_counters()
@@ -860,3 +867,32 @@ def test_a_frame_over_32_kib_is_stepped_through_to_the_root(native_object, build
     rooted = sum(1 for n in spins if n[0] == "_start" and "main" in n and n[-2].startswith("big_frame") and n[-1] == "spin")
     assert rooted >= 0.98 * len(spins), Counter(tuple(n) for n in spins).most_common(3)
     assert counters["fp_frames"] == 0 and counters["invalid_rule"] == 0, counters
+
+
+def test_the_deep_step_program_comes_in_place_at_the_first_cut_walk(build_dir, workloads):
+    """Sampling starts with the shallow step program (a sixth of the deep one's verification); a
+    walk cut at its last tail call (a 300-call recursion) makes the deep one take its place, and
+    the stacks reach main from then on."""
+    from hotstack.sampling import Engine, EngineConfig
+
+    exe = compile_c(HERE / "workloads" / "deep.c", build_dir / "deep", "-O1", "-fomit-frame-pointer")
+    with Engine(EngineConfig(frequency=199, unwind="kernel", runtime_frames=False)) as engine:
+        sampler = engine.samplers[0]
+        if not sampler.native_vma_walk:
+            pytest.skip("a kernel whose unwinder keeps mapping lists has one step program depth")
+        assert sampler.steps.current == "profile_native_step" and not sampler.steps.deepened
+        assert "profile_native_step_deep" not in sampler.collection.programs     # not verified yet
+        w = workloads([exe, "300"])
+        deadline = time.monotonic() + 60
+        while not sampler.steps.deepened and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sampler.steps.current == "profile_native_step_deep", sampler.native.kernel_counters()
+        assert sampler.native.kernel_counters()["shallow_cut"] > 0
+        engine.collect()
+        time.sleep(2.0)
+        prof = engine.collect()[0]
+    user = [[f.name for f in reversed(s.stack) if not f.is_kernel] for s in prof.samples if s.pid == w.pid
+            for _ in range(s.value)]
+    assert len(user) >= 50
+    rooted = sum(1 for u in user if u[0] == "_start" and u.count("descend") == 301)
+    assert rooted >= 0.95 * len(user), Counter((len(u), u[0], u[-1]) for u in user).most_common(3)

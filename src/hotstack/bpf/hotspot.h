@@ -324,15 +324,7 @@ static __always_inline int hs_interpreted_step(struct nu_state *st, struct hs_st
 	/* the caller's own sp: a compiled caller is stepped from it (c2i adapters extend the stack) */
 	if (sender_sp < bp + 16 || sender_sp - bp > (1 << 20))
 		sender_sp = bp + 16;
-	st->sp = sender_sp;
-	st->bp = next_bp;
-	st->pc = ra;
-	st->signal = 0;
-	if (!ra) {
-		st->stack.end = NU_END_ZERO;
-		return -1;
-	}
-	return 0;
+	return nu_to_caller(st, sender_sp, next_bp, ra);
 }
 
 __noinline int hs_step(__u64 pc, __u32 index)
@@ -342,7 +334,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	struct hs_buffers *buf;
 	struct hs_proc *p;
 	struct hs_blob *b;
-	__u64 bp, next_bp = 0, ra = 0, blob;
+	__u64 bp, ra = 0, caller_sp, blob;
 	__u32 zero = 0;
 
 	if (!st || !s || !s->walking)
@@ -386,27 +378,15 @@ __noinline int hs_step(__u64 pc, __u32 index)
 			st->stack.end = NU_END_READ;
 			return -1;
 		}
-		st->sp += 8;
-	} else {
-		__u64 caller_sp = st->sp + (__u64)b->frame_size * 8;
-
-		/* the saved rbp and the return address, just below the caller's sp: one read */
-		if (bpf_probe_read_user(buf->words, 16, (void *)(caller_sp - 16))) {
-			st->stack.end = NU_END_READ;
-			return -1;
-		}
-		next_bp = buf->words[0];
-		ra = buf->words[1];
-		st->sp = caller_sp;
-		st->bp = next_bp;
+		return nu_to_caller(st, st->sp + 8, bp, ra);
 	}
-	st->pc = ra;
-	st->signal = 0;
-	if (!ra) {
-		st->stack.end = NU_END_ZERO;
+	caller_sp = st->sp + (__u64)b->frame_size * 8;
+	/* the saved rbp and the return address, just below the caller's sp: one read */
+	if (bpf_probe_read_user(buf->words, 16, (void *)(caller_sp - 16))) {
+		st->stack.end = NU_END_READ;
 		return -1;
 	}
-	return 0;
+	return nu_to_caller(st, caller_sp, buf->words[0], buf->words[1]);
 }
 
 /* After the walk: store the recorded frames; their key, or 0 if there are none. Global, like

@@ -121,16 +121,24 @@ static __always_inline void native_store(struct nu_state *st, struct stack_key *
  * or its variant, until the walk is over), then the stack stored. Returns 0 with `key` (its
  * user_stack_id set), `comm`, `buffer` and `value` as the program that began the walk left them;
  * -1 if there is no walk state. `runtimes` (a constant): the variant that calls the runtime hooks
- * (NU_RUNTIME_FRAME, NU_RUNTIME_JIT_STEP, NU_RUNTIME_END). */
+ * (NU_RUNTIME_FRAME, NU_RUNTIME_JIT_STEP, NU_RUNTIME_END); `deep` (a constant): NU_FRAMES_PER_PROG
+ * frames a program, else NU_LIST_FRAMES_PER_PROG (bpf/native_unwind.h). */
 static __always_inline int native_step_and_store(void *ctx, struct stack_key *key, char *comm, __u32 *buffer,
-						 __u64 *value, int runtimes)
+						 __u64 *value, int runtimes, int deep)
 {
 	struct nu_state *st = nu_state();
 
 	if (!st)
 		return -1;
-	if (!nu_steps(st, runtimes))
+	if (!nu_steps(st, runtimes, deep)) {
 		bpf_tail_call(ctx, &nu_progs, 0);
+		/* past the kernel's last tail call: a walk of the shallow step program cut (marked
+		 * truncated), for userspace to put the deep one in its place */
+		if (!deep && nu_kernel_vma_walk) {
+			nu_count(NU_STAT_SHALLOW_CUT);
+			NU_WAKE_USERSPACE();
+		}
+	}
 	nu_count_end(st);
 	*buffer = native_ctx_load(st, key, comm) & 1;
 	*value = st->ctx_words[NATIVE_VALUE_WORD];
@@ -170,14 +178,14 @@ static __always_inline void native_store_fp_stack(void *ctx, struct stack_key *k
 }
 
 /* The body of a step program that counts the sample (on-CPU samples, probe hits). */
-static __always_inline int native_step_and_count(void *ctx, int runtimes)
+static __always_inline int native_step_and_count(void *ctx, int runtimes, int deep)
 {
 	struct stack_key key;
 	char comm[COMM_LEN];
 	__u32 buffer;
 	__u64 value;
 
-	if (native_step_and_store(ctx, &key, comm, &buffer, &value, runtimes))
+	if (native_step_and_store(ctx, &key, comm, &buffer, &value, runtimes, deep))
 		return 0;
 	count_stack(&key, comm, value, buffer);
 	return 0;

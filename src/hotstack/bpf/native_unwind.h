@@ -49,11 +49,14 @@
  * the stack's header in native_stacks, the rest of a deeper stack in native_tails (few stacks are:
  * the common map's values stay 1 KiB). */
 
-/* Frames per step program: NU_MAX_FRAMES within the kernel's tail calls (32 on 5.10, 33 later),
- * with an interpreter walker in front: 31 programs of 34 frames. The verifier checks every step of
- * the program's loop at every load: 34 steps are ~280k instructions (~0.5 CPU-s) without the
- * runtime hooks, ~300k with them (global functions, checked once). A bpf_loop of one step was
- * more (410k and 460k on 6.18, whose verifier follows a callback until its states converge). */
+/* Frames per deep step program: NU_MAX_FRAMES within the kernel's tail calls (32 on 5.10, 33
+ * later), with an interpreter walker in front: 31 programs of 34 frames. The verifier checks every
+ * step of the program's loop at every load: 34 steps are ~280k instructions (~0.5 CPU-s) without
+ * the runtime hooks, ~300k with them (global functions, checked once). A bpf_loop of one step was
+ * more (410k and 460k on 6.18, whose verifier follows a callback until its states converge). So
+ * sampling starts with the shallow step programs (NU_LIST_FRAMES_PER_PROG frames each, 155 a walk,
+ * a sixth of the verifier's work), and userspace puts the deep ones in their place when a walk is
+ * first cut there (NU_STAT_SHALLOW_CUT: sampling/step_programs.py). */
 #define NU_FRAMES_PER_PROG 34
 /* ... where the program walks the VMA tree (6.1+). Where userspace keeps the mapping lists (5.10 to
  * 6.0) each step's binary search of the list makes it ~6 times the verifier's work: 34 steps were
@@ -68,6 +71,22 @@
 static __always_inline int nu_read(__u64 *out, __u64 addr)
 {
 	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+}
+
+/* The frame stepped: its caller's sp, frame pointer and pc into st. Returns 0 to go on, -1 at a
+ * return address of 0 (the outermost frame of code without CFI). */
+static __always_inline int nu_to_caller(struct nu_state *st, __u64 sp, __u64 bp, __u64 ra)
+{
+	st->sp = sp;
+	st->bp = bp;
+	st->pc = ra;
+	st->lr = 0;
+	st->signal = 0;
+	if (!ra) {
+		st->stack.end = NU_END_ZERO;
+		return -1;
+	}
+	return 0;
 }
 
 /*
@@ -88,17 +107,7 @@ static __always_inline int nu_fp_walk(struct nu_state *st, int same_stack)
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
-	ra = ARCH_STRIP_RA(ra);
-	st->sp = bp + 16;
-	st->bp = next_bp;
-	st->pc = ra;
-	st->lr = 0;
-	st->signal = 0;
-	if (!ra) {
-		st->stack.end = NU_END_ZERO;
-		return -1;
-	}
-	return 0;
+	return nu_to_caller(st, bp + 16, next_bp, ARCH_STRIP_RA(ra));
 }
 
 static __always_inline int nu_fp_step(struct nu_state *st)
@@ -184,7 +193,7 @@ static __always_inline void nu_leaf_and_callers(struct nu_state *st, const struc
 static __always_inline int nu_step_by_rule(struct nu_state *st, struct nu_rule *rule, __u64 pc, __u32 n,
 					   int runtimes)
 {
-	__u64 cfa, ra;
+	__u64 cfa;
 
 	switch (rule->kind) {
 	case NU_KIND_CFA_SP:
@@ -234,17 +243,8 @@ static __always_inline int nu_step_by_rule(struct nu_state *st, struct nu_rule *
 		st->stack.end = NU_END_READ;
 		return -1;
 	}
-	ra = ARCH_STRIP_RA(st->pair[1]);
 	nu_count(NU_STAT_FRAMES);
-	st->pc = ra;
-	st->bp = st->pair[0];
-	st->lr = 0;
-	st->signal = 0;
-	if (!ra) {
-		st->stack.end = NU_END_ZERO;
-		return -1;
-	}
-	return 0;
+	return nu_to_caller(st, st->sp, st->pair[0], ARCH_STRIP_RA(st->pair[1]));
 }
 
 /* Record st->pc and step to its caller. Returns 0 to go on, -1 at the end (st->stack.end says why).
@@ -368,9 +368,9 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	return st;
 }
 
-/* Up to NU_FRAMES_PER_PROG steps; 1 if the walk is over. `runtimes`: call the runtime hooks (a
- * constant: each step program is built with or without them). */
-static __always_inline int nu_steps(struct nu_state *st, int runtimes)
+/* Up to NU_FRAMES_PER_PROG steps (`deep`; else NU_LIST_FRAMES_PER_PROG); 1 if the walk is over.
+ * `runtimes`: call the runtime hooks. Both are constants: each step program is built with its own. */
+static __always_inline int nu_steps(struct nu_state *st, int runtimes, int deep)
 {
 	struct nu_ranges *pr = bpf_map_lookup_elem(&nu_procs, &st->tgid);
 	int i;
@@ -378,7 +378,7 @@ static __always_inline int nu_steps(struct nu_state *st, int runtimes)
 	if (!pr && st->stack.n == 0)
 		nu_count(NU_STAT_NO_RANGES);
 	/* (the bound is known at load: nu_kernel_vma_walk is read-only) */
-	for (i = 0; i < (nu_kernel_vma_walk ? NU_FRAMES_PER_PROG : NU_LIST_FRAMES_PER_PROG); i++) {
+	for (i = 0; i < (deep && nu_kernel_vma_walk ? NU_FRAMES_PER_PROG : NU_LIST_FRAMES_PER_PROG); i++) {
 		if (nu_step(st, pr, runtimes))
 			return 1;
 	}

@@ -129,7 +129,7 @@ int offcpu_native_step(__u64 *ctx)
 	__u32 buffer;
 	__u64 since;
 
-	if (native_step_and_store(ctx, &key, comm, &buffer, &since, 0))
+	if (native_step_and_store(ctx, &key, comm, &buffer, &since, 0, 1))
 		return 0;
 	entry = bpf_map_lookup_elem(&off_cpu_threads, &key.tid);
 	if (entry && entry->since == since)

@@ -87,7 +87,7 @@ static __always_inline int hit(void *ctx, int kernel_stack, __u64 caller, int us
 SEC("uprobe")
 int probe_native_step(struct pt_regs *ctx)
 {
-	return native_step_and_count(ctx, 0);
+	return native_step_and_count(ctx, 0, 1);
 }
 
 /* At a function's first instruction the return address is on top of the stack (x86) or in the

@@ -317,20 +317,34 @@ int profile_walk_perl(struct bpf_perf_event_data *ctx)
 }
 
 /* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted.
- * Two variants, one in nu_progs[0] at a time: without the V8/HotSpot hooks from the start, and with
- * them once userspace meets the first Node.js or JVM process (sampling/runtime_maps.py): its
- * verification (72k instructions, ~0.07 CPU-s; the hooks are global functions, bpf/hotspot.h) is
- * paid only on hosts that run those runtimes, and the plain one's is 39k. */
+ * Four variants, one in nu_progs[0] at a time (sampling/step_programs.py): without the V8/HotSpot
+ * hooks from the start, and with them once userspace meets the first Node.js or JVM process; each
+ * shallow (155 frames a walk) until a walk is first cut there, then deep (NU_MAX_FRAMES). Each is
+ * verified when first put in place: a deep one's verification (~280k instructions, ~0.5 CPU-s)
+ * is paid only on hosts whose stacks need it, the hooked ones' only on hosts that run those
+ * runtimes. */
 SEC("perf_event")
 int profile_native_step(struct bpf_perf_event_data *ctx)
 {
-	return native_step_and_count(ctx, 0);
+	return native_step_and_count(ctx, 0, 0);
+}
+
+SEC("perf_event")
+int profile_native_step_deep(struct bpf_perf_event_data *ctx)
+{
+	return native_step_and_count(ctx, 0, 1);
 }
 
 SEC("perf_event")
 int profile_native_step_jit(struct bpf_perf_event_data *ctx)
 {
-	return native_step_and_count(ctx, 1);
+	return native_step_and_count(ctx, 1, 0);
+}
+
+SEC("perf_event")
+int profile_native_step_jit_deep(struct bpf_perf_event_data *ctx)
+{
+	return native_step_and_count(ctx, 1, 1);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -291,6 +291,45 @@ static __always_inline void py_snap_codes(__u32 pid, struct py_stack *stack, __u
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
  * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
  * 5.17, which have no bpf_loop: the program that calls it would not load there). */
+/* The walk without bpf_loop (kernels before 5.17): py_walk_frame's steps, unrolled on registers
+ * (through the struct on the stack the verifier's work on this loop was 425k instructions, against
+ * 135k). */
+static __always_inline void py_walk_unrolled(struct py_walk *s, const struct py_proc *proc, struct py_stack *stack,
+					     __u8 *w)
+{
+	__u64 frame = s->frame, hash = s->hash;
+	__u32 n = 0;
+	int i;
+
+	for (i = 0; i < PY_MAX_FRAMES; i++) {
+		struct py_frame *f = &stack->frames[i];
+		__u64 code;
+
+		if (!frame)
+			break;
+		if (bpf_probe_read_user(w, py_window_len(s->frame_end), (void *)frame)) {
+			frame = 0;
+			break;
+		}
+		code = py_win_u64(w, proc->frame_code) & ~proc->code_tag_mask;
+		f->code = code;
+		f->instr = py_win_u64(w, proc->frame_instr);
+		f->marker = proc->frame_marker != PY_NONE ? w[proc->frame_marker & (PY_WINDOW - 1)] : 0;
+		frame = py_win_u64(w, proc->frame_previous);
+		f->checksum = 0;
+		if (!bpf_probe_read_user(w + PY_WINDOW, py_window_len(s->code_end), (void *)code))
+			f->checksum = (py_win_u32(w + PY_WINDOW, proc->co_argcount) << 25) +
+				      (py_win_u32(w + PY_WINDOW, proc->co_flags) << 10) +
+				      py_win_u32(w + PY_WINDOW, proc->co_firstlineno);
+		hash = (hash ^ code) * 0x100000001b3ULL;
+		hash = (hash ^ f->instr ^ ((__u64)f->marker << 56)) * 0x100000001b3ULL;
+		n++;
+	}
+	s->frame = frame;
+	s->hash = hash;
+	s->n = n;
+}
+
 static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int use_loop, __u64 *eval)
 {
 	const struct py_proc *proc = bpf_map_lookup_elem(&python_procs, &pid);
@@ -300,7 +339,6 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 	__u32 zero = 0;
 	__u64 tstate, hash;
 	__u8 *w;
-	int i;
 
 	if (!proc)
 		return 0;
@@ -342,38 +380,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 	if (use_loop) {
 		bpf_loop(PY_MAX_FRAMES, py_loop_step, &s, 0);
 	} else {
-		/* py_walk_frame's steps, unrolled on registers: through the struct on the stack the
-		 * verifier's work on this loop was 425k instructions, against 135k */
-		__u64 frame = s.frame, hash = s.hash;
-		__u32 n = 0;
-
-		for (i = 0; i < PY_MAX_FRAMES; i++) {
-			struct py_frame *f = &stack->frames[i];
-			__u64 code;
-
-			if (!frame)
-				break;
-			if (bpf_probe_read_user(w, py_window_len(s.frame_end), (void *)frame)) {
-				frame = 0;
-				break;
-			}
-			code = py_win_u64(w, proc->frame_code) & ~proc->code_tag_mask;
-			f->code = code;
-			f->instr = py_win_u64(w, proc->frame_instr);
-			f->marker = proc->frame_marker != PY_NONE ? w[proc->frame_marker & (PY_WINDOW - 1)] : 0;
-			frame = py_win_u64(w, proc->frame_previous);
-			f->checksum = 0;
-			if (!bpf_probe_read_user(w + PY_WINDOW, py_window_len(s.code_end), (void *)code))
-				f->checksum = (py_win_u32(w + PY_WINDOW, proc->co_argcount) << 25) +
-					      (py_win_u32(w + PY_WINDOW, proc->co_flags) << 10) +
-					      py_win_u32(w + PY_WINDOW, proc->co_firstlineno);
-			hash = (hash ^ code) * 0x100000001b3ULL;
-			hash = (hash ^ f->instr ^ ((__u64)f->marker << 56)) * 0x100000001b3ULL;
-			n++;
-		}
-		s.frame = frame;
-		s.hash = hash;
-		s.n = n;
+		py_walk_unrolled(&s, proc, stack, w);
 	}
 	stack->truncated = s.frame != 0;
 	if (s.frame)

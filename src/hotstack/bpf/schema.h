@@ -567,7 +567,8 @@ enum nu_stat {
 	NU_STAT_TAIL_CALL_FAILED = 20,
 	NU_STAT_END_EXITED = 21,
 	NU_STAT_TAIL_LOST = 22,
-	NU_STAT_MAX = 23,
+	NU_STAT_SHALLOW_CUT = 23,
+	NU_STAT_MAX = 24,
 };
 
 /* group counts */

@@ -152,7 +152,7 @@ class Engine(ProcessWatch, EngineThreads):
                                 break
             collection = self.cpu.start()
             for source in self.runtimes:
-                kernel = RuntimeMaps(collection, source.name)
+                kernel = RuntimeMaps(collection, source.name, self.cpu.steps)
                 self._runtime_kernels.append(kernel)
                 source.attach(kernel)
             self._started.append(self.cpu)

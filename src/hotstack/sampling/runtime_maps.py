@@ -21,6 +21,7 @@ from .. import ebpf
 from ..ebpf import features
 from ..bpf import schema
 from .ringbuf import RingBuffer
+from .step_programs import DEEP_SUFFIX, StepPrograms
 from .buffers import BATCH_BYTES   # (Ruby, PHP, Perl records of 4 KiB: 29 a call, ~30 us empty, ~2.5 us each)
 
 _PID = struct.Struct("<I")
@@ -73,8 +74,10 @@ def _variant(collection: ebpf.Collection, name: str) -> str:
 
 
 def deferred_programs(programs) -> set[str]:
-    """Of these program names, the runtime programs that load with the runtime's first process."""
-    return runtime_programs("walker", "step") & set(programs)
+    """Of these program names, those loaded when first wanted: the runtime programs (with the
+    runtime's first process) and the deep step programs (with the first walk cut short:
+    step_programs.py)."""
+    return (runtime_programs("walker", "step") | {n for n in programs if n.endswith(DEEP_SUFFIX)}) & set(programs)
 
 
 def _program_slot(collection: ebpf.Collection, roles: dict) -> tuple[str, str, int] | None:
@@ -89,8 +92,9 @@ def _program_slot(collection: ebpf.Collection, roles: dict) -> tuple[str, str, i
 
 
 class RuntimeMaps:
-    def __init__(self, collection: ebpf.Collection, group: str) -> None:
+    def __init__(self, collection: ebpf.Collection, group: str, steps: StepPrograms | None = None) -> None:
         self._collection = collection
+        self._steps = steps          # the step program's place (a runtime with hooks in the unwinder)
         self._roles = schema.RUNTIMES[group]
         self._processes = collection.maps[self._roles["processes"]]
         self._counters = collection.maps[self._roles["counters"]]
@@ -125,8 +129,11 @@ class RuntimeMaps:
                 name, table, slot = self._slot
                 try:
                     with urgent():
-                        program = self._load(name)
-                    self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
+                        if table == "nu_progs" and self._steps is not None:
+                            self._steps.with_runtime_hooks(name)
+                        else:
+                            program = self._load(name)
+                            self._collection.maps[table].update(_U32.pack(slot), _U32.pack(program.fd))
                     if table == "rt_progs":      # the sampler looks its processes up from now on
                         self._collection.maps["rt_listed"].update(_U32.pack(slot), _U32.pack(1))
                     elif self._tunable_value is not None:     # (configure: from now on)

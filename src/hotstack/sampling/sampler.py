@@ -25,6 +25,7 @@ from .config import EngineConfig
 from .obi import attach_trace_context
 from .ringbuf import RingBuffer
 from .runtime_maps import deferred_programs
+from .step_programs import DEEP_SUFFIX, StepPrograms
 
 _PID = struct.Struct("<I")
 _ANNOUNCEMENT = schema.ANNOUNCEMENT.struct     # a record of the wakeups ring: pid, kind, what it tells
@@ -67,6 +68,7 @@ class Sampler:
         self._links: list = []        # attached programs (probes, tracepoints)
         self.native: NativeTables | None = None   # unwind mode "kernel": the kernel unwinder's tables
         self.native_vma_walk = False               # the kernel finds each PC's mapping itself
+        self.steps: StepPrograms | None = None     # the kernel unwinder's step program in nu_progs[0]
         self._exec: ebpf.Collection | None = None   # bpf/exec.bpf.c, on this program's pid maps
         self._mapped: ebpf.Collection | None = None   # bpf/mappings.bpf.c, on its nu_procs map
         self._exits_known = False                   # its exit program is attached (gone_pids fills)
@@ -147,6 +149,7 @@ class Sampler:
                 spec.maps[name].max_entries = 1
             for name in step_programs:
                 spec.programs.pop(name, None)
+                spec.programs.pop(name + DEEP_SUFFIX, None)
 
     def native_start(self, step_program: str) -> None:
         """After loading: the step program in its tail-call slot, user stack ids read from
@@ -155,7 +158,8 @@ class Sampler:
         if self.config.unwind != "kernel":
             return
         collection = self.collection
-        collection.maps["nu_progs"].update(_PID.pack(0), _PID.pack(collection.programs[step_program].fd))
+        self.steps = StepPrograms(collection, step_program, self.native_vma_walk)
+        self.steps.start()
         self.buffers.user_stacks = "native_stacks"
         self.buffers.parse_user = parse_native_stack
         self.native = NativeTables(collection.maps)
@@ -178,6 +182,8 @@ class Sampler:
         keeps the mapping lists, write those the program found stale). True while files wait."""
         if self.native is None:
             return False
+        if self.steps is not None and self.steps.may_deepen:
+            self.steps.deepen_if_cut(self.native.kernel_counters()["shallow_cut"])
         waiting = self.native.serve_missing()
         if not self.native_vma_walk:
             self.native.serve_remaps()

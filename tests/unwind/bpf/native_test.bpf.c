@@ -98,7 +98,7 @@ int nu_test_step(struct bpf_perf_event_data *ctx)
 
 	if (!st)
 		return 0;
-	if (!nu_steps(st, 0))
+	if (!nu_steps(st, 0, 1))
 		bpf_tail_call(ctx, &nu_progs, 0);
 	finish(st);
 	return 0;
