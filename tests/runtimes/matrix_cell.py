@@ -27,9 +27,6 @@ KIND = {"python": FrameKind.PYTHON, "node": FrameKind.JS, "ruby": FrameKind.RUBY
 # Runtimes whose frames carry their source file and line: the check asks for both, of every runtime
 # but these (whose frames would pass with or without them; the lines share is shown either way).
 WITHOUT_LINES: set[str] = set()
-# Runtimes whose frames carry the function's own line, not yet the line being executed (V8's JIT and
-# bytecode positions are not read: README): that line passes too.
-FUNCTION_LINE = {"node"}
 HOT = {name: re.compile(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])") for name in ("hot_a", "hot_b", "work")}
 LINE = re.compile(r":[1-9][0-9]*\)?$")    # a line in the frame's name ("hot_a (/hs-matrix/work.js:2)")
 # The first frame of a process's threads: the entry code of the main thread, the C library's of others.
@@ -158,13 +155,12 @@ def has(sample, hot: str, kind: FrameKind) -> bool:
 
 
 def has_line(frame, runtime: str, hot: str) -> bool:
-    """The frame of `hot` has its source file and a line of the function's loop, in its fields (Node's:
-    the function's own line too, all it reads yet; a runtime in WITHOUT_LINES: any line, in its fields
-    or its name)."""
+    """The frame of `hot` has its source file and a line of the function's loop, in its fields (a
+    runtime in WITHOUT_LINES: any line, in its fields or its name)."""
     if runtime in WITHOUT_LINES:
         return frame.line > 0 or bool(LINE.search(frame.name))
-    header, loop = function_lines(frame.file.rpartition("/")[2], hot)
-    return bool(frame.file) and (frame.line in loop or runtime in FUNCTION_LINE and frame.line == header)
+    _header, loop = function_lines(frame.file.rpartition("/")[2], hot)
+    return bool(frame.file) and frame.line in loop
 
 
 @functools.cache

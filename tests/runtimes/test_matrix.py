@@ -161,9 +161,9 @@ def test_record_keeps_only_the_cells_the_matrix_has():
     assert record(results) == {"java": {"pypi-jdk25": {"version": "25", "docker": "FAIL", "docker detail": "why docker"}}}
 
 
-def test_judge_takes_the_function_line_from_node_only():
-    """Node's frames carry their function's line (the executing line not read yet): that passes for
-    Node; the same line fails a Python cell."""
+def test_judge_wants_the_loop_line_from_node_too():
+    """Node's frames must carry a line of the hot function's loop like every other runtime's: the
+    function's own line fails a Node cell as it fails a Python one."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
@@ -173,10 +173,12 @@ def test_judge_takes_the_function_line_from_node_only():
     def stack(kind: FrameKind, file: str, hot: str, line: int) -> tuple:
         return (Frame(hot, kind, file=file, line=line), Frame("work", kind, file=file, line=30),
                 Frame("main", module="/usr/bin/x"), Frame("_start", module="/usr/bin/x"))
-    # work.js: hot_a at line 1, hot_b at 7; work.py: hot_a at 5, hot_b at 12
-    js = [Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_a", 1), 75, 10, 10, "node"),
-          Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_b", 7), 25, 10, 10, "node")]
-    assert judge("node", js)["state"] == "pass"
+    # work.js: hot_a at line 1 (its loop: 3), hot_b at 7 (9); work.py: hot_a at 5, hot_b at 12
+    def js(a: int, b: int) -> list:
+        return [Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_a", a), 75, 10, 10, "node"),
+                Sample(stack(FrameKind.JS, "/hs-matrix/work.js", "hot_b", b), 25, 10, 10, "node")]
+    assert judge("node", js(3, 9))["state"] == "pass"
+    assert judge("node", js(1, 7))["state"] == "FAIL" and judge("node", js(1, 7))["lines"] == 0.0
     py = [Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_a", 5), 75, 10, 10, "python3"),
           Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_b", 12), 25, 10, 10, "python3")]
     assert judge("python", py)["state"] == "FAIL" and judge("python", py)["lines"] == 0.0

@@ -50,7 +50,11 @@ class Names:
         found = self._function(function, marker)
         if found is None or self.positions is None or found.script is None:
             return found.frame if found is not None else None
-        position = self.positions.of(function, pc, leaf, array, slot, live, stack_top)
+        try:
+            position = self.positions.of(function, pc, leaf, array, slot, live, stack_top)
+        except (MemoryReadError, NotAnObject):
+            self.read_errors += 1
+            position = -1
         line = found.script.line(position) if position >= 0 else 0
         if not line:
             return found.frame

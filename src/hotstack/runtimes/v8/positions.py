@@ -36,6 +36,7 @@ MAX_CACHED = 1 << 14       # tables per process: beyond this the cache starts ag
 CODE_ALIGNMENT = 32        # instructions start at a multiple of this (V8's kCodeAlignment: 32 or 64 on x64)
 SCAN_CHUNK = 4096          # bytes read at a time looking back from a pc for its code's start
 MAX_SCAN = 1 << 18         # how far back (a Code larger than this is not found from a pc)
+MAX_TYPED_SCAN = 1 << 14   # ... before the map that starts a Code's instructions is known (a read a step)
 _OFFSET_BITS = (1 << 30) - 1
 
 
@@ -146,6 +147,7 @@ class Positions:
         self._tables: dict[tuple, tuple[list[int], list[int]]] = {}
         self._code_map: int | None = None
         self._found: dict[int, int] = {}      # pc -> the Code that holds it (code_at)
+        self._file_ranges: list[tuple[int, int]] | None = None
 
     def _table(self, key: tuple, tagged: int) -> tuple[list[int], list[int]] | None:
         found = self._tables.get(key)
@@ -195,63 +197,126 @@ class Positions:
         if self._code_map is not None or not start:
             return
         header = l.stream_header if l.code_start_pointer else l.code_start
-        holder = start - header + 1
-        if self.heap.type_of(holder) == (l.type_stream if l.code_start_pointer else l.type_code):
-            self._code_map = self.heap.mem.u64(start - header)
+        try:
+            if self.heap.type_of(start - header + 1) == (l.type_stream if l.code_start_pointer else l.type_code):
+                self._code_map = self.heap.mem.u64(start - header)
+        except (MemoryReadError, NotAnObject):
+            pass        # a builtin's instructions (in the binary: no holder before them)
+
+    def _in_file(self, pc: int) -> bool:
+        """Whether pc is in an executable mapping of a file (node, libnode: the embedded builtins,
+        C++), where no Code's instructions are: V8 puts those in anonymous memory (the mappings
+        read once: a library loaded later is only scanned in vain)."""
+        if self._file_ranges is None:
+            try:
+                self._file_ranges = sorted((m.start, m.end) for m in self.heap.mem.exec_maps() if m.is_file)
+            except (OSError, ValueError):
+                self._file_ranges = []
+        i = bisect.bisect_right(self._file_ranges, (pc, float("inf"))) - 1
+        return i >= 0 and self._file_ranges[i][0] <= pc < self._file_ranges[i][1]
 
     def code_at(self, pc: int) -> int:
         """The Code whose instructions hold pc (0: not found): a frame that runs other code than its
         function's (on-stack replacement, code replaced while the frame runs). Instructions start
         aligned (CODE_ALIGNMENT) right after their object's header, which begins with its map: the
         nearest such start at or below pc whose object's instructions reach past pc."""
-        if self._code_map is None:
-            return 0
         if pc in self._found:
             return self._found[pc]
-        found = self._scan(pc)
+        found = 0 if self._in_file(pc) else self._scan(pc)
         if len(self._found) >= MAX_CACHED:
             self._found.clear()
         self._found[pc] = found
         return found
 
+    def _holder(self, start: int, map_word: int) -> int:
+        """The Code whose instructions begin at `start`, whose holder's map word is `map_word`; 0 if
+        there is none (found_start is checked against the Code's own record of where they begin)."""
+        l = self.l
+        holder = start - (l.stream_header if l.code_start_pointer else l.code_start)
+        if not is_object(map_word) or start % CODE_ALIGNMENT:
+            return 0
+        if self._code_map is None:        # learn it: the map of an InstructionStream (or Code)
+            kind = struct.unpack("<H", self.heap.mem.read(map_word - 1 + self.heap.l.instance_type, 2))[0]
+            if kind != (l.type_stream if l.code_start_pointer else l.type_code):
+                return 0
+        elif map_word != self._code_map:
+            return 0
+        code = self.heap.mem.u64(holder + 8) if l.code_start_pointer else holder + 1
+        try:
+            found_start, _size = self._range(code)
+        except (MemoryReadError, NotAnObject):
+            return 0
+        if found_start != start:
+            return 0
+        self._code_map = map_word
+        return code
+
+    def _pages_back(self, pc: int, limit: int):
+        """(address, bytes) of the memory from pc's page down, a page at a time, up to `limit`
+        bytes below pc or the first page that cannot be read. A word never spans two pages."""
+        end = pc + 8
+        while end > pc - limit:
+            low = (end - 1) & ~(SCAN_CHUNK - 1)
+            try:
+                yield low, self.heap.mem.read(low, end - low)
+            except MemoryReadError:
+                return
+            end = low
+
     def _scan(self, pc: int) -> int:
+        """The nearest holder start at or below pc (by its map where known, else by each aligned
+        word's map's instance type, the map then learned), and its Code if it holds pc."""
         l = self.l
         header = l.stream_header if l.code_start_pointer else l.code_start
-        needle = struct.pack("<Q", self._code_map)
-        end = pc
-        while end > pc - MAX_SCAN:
-            low = end - SCAN_CHUNK
-            try:
-                data = self.heap.mem.read(low, end - low)
-            except MemoryReadError:
-                return 0
+        for low, data in self._pages_back(pc, MAX_SCAN if self._code_map is not None else MAX_TYPED_SCAN):
+            for at in self._candidates(data, low, header):
+                start = low + at + header
+                try:
+                    code = self._holder(start, struct.unpack_from("<Q", data, at)[0]) if start <= pc else 0
+                except MemoryReadError:
+                    code = 0
+                if code:
+                    return code if pc < start + self._range(code)[1] else 0
+        return 0
+
+    def _candidates(self, data: bytes, low: int, header: int):
+        """Offsets in data of the words that may begin a holder, highest first: the known map's
+        occurrences, else each word whose instructions would start aligned."""
+        if self._code_map is not None:
+            needle = struct.pack("<Q", self._code_map)
             at = data.rfind(needle)
             while at >= 0:
-                start = low + at + header
-                if start % CODE_ALIGNMENT == 0 and start <= pc:
-                    code = self.heap.mem.u64(low + at + 8) if l.code_start_pointer else low + at + 1
-                    try:
-                        found_start, size = self._range(code)
-                    except (MemoryReadError, NotAnObject):
-                        found_start, size = 0, 0
-                    if found_start == start:
-                        return code if pc < start + size else 0
+                yield at
                 at = data.rfind(needle, 0, at)
-            end = low + len(needle)
-        return 0
+            return
+        at = (low + len(data) - 8 + header) // CODE_ALIGNMENT * CODE_ALIGNMENT - header - low
+        while at >= 0:
+            yield at
+            at -= CODE_ALIGNMENT
 
     def _running(self, function: int, pc: int) -> tuple[int, int] | None:
         """(the Code that holds pc: its function's current one, else the one code_at() finds, and
         pc's offset in its instructions), or None."""
-        code = self.heap.field(function, self.l.function_code)
-        start, size = self._range(code)
-        self._learn_map(code, start)
+        start, size = self._current(function)
         if not start <= pc < start + size:
             code = self.code_at(pc)
             if not code:
                 return None
             start, size = self._range(code)
+        else:
+            code = self.heap.field(function, self.l.function_code)
         return code, pc - start
+
+    def _current(self, function: int) -> tuple[int, int]:
+        """(instruction start, size) of the function's current Code; (0, 0) where the function
+        keeps no Code (V8 13's leap tiering keeps a dispatch table handle in its place)."""
+        try:
+            code = self.heap.field(function, self.l.function_code)
+            start, size = self._range(code)
+        except NotAnObject:
+            return 0, 0
+        self._learn_map(code, start)
+        return start, size
 
     def compiled(self, function: int, pc: int, return_address: bool, array: int) -> int:
         """The script offset of a compiled frame at `pc` (TurboFan, Maglev, and baseline through
@@ -308,12 +373,14 @@ class Positions:
 
     def _return_into(self, function: int, words: tuple[int, ...]) -> int:
         """The first of `words` (the sample's stack top) that is an address in the function's
-        current code, 0 if none is."""
+        current code (where it keeps none: in any Code), 0 if none is."""
         try:
-            start, size = self._range(self.heap.field(function, self.l.function_code))
-        except (MemoryReadError, NotAnObject):
+            start, size = self._current(function)
+        except MemoryReadError:
             return 0
-        return next((w for w in words if start < w < start + size), 0)
+        if size:
+            return next((w for w in words if start < w < start + size), 0)
+        return next((w for w in words if w > 0xFFFF and self.code_at(w)), 0)
 
     def of(self, function: int, pc: int, leaf: bool, array: int, slot: int, live: int,
            stack_top: tuple[int, ...] = ()) -> int:
