@@ -16,6 +16,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from .test_node import _need_node
+from .test_node_versions import node_binary
 
 pytestmark = pytest.mark.root
 
@@ -41,11 +42,11 @@ def hot_lines(samples) -> Counter:
     return lines
 
 
-def profile_lines(flags: list[str], seconds: int = 30) -> Counter:
+def profile_lines(flags: list[str], seconds: int = 30, node: str = "") -> Counter:
     """hotstack's lines of `hot` in node_lines.js run with `flags` for `seconds`: until 600 samples
     of it or 12 s; then the run is ended, or where it runs shorter, waited for (its --cpu-prof is
     written as it exits)."""
-    proc = subprocess.Popen([_need_node(), *flags, str(WORK), str(seconds)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([node or _need_node(), *flags, str(WORK), str(seconds)], stdout=subprocess.PIPE, text=True)
     samples: list = []
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -85,6 +86,19 @@ def test_node_frames_carry_the_line_being_executed(tier):
     assert sum(lines.values()) >= 200, lines
     assert in_loop(lines) >= 0.9, (sorted(lines.items()), list(LOOP), HEADER)
     assert lines[HEADER] <= 0.05 * sum(lines.values()), sorted(lines.items())
+
+
+@pytest.mark.parametrize("version", ["22", "24"])
+@pytest.mark.parametrize("tier", ["optimized", "ignition", "sparkplug"])
+def test_other_node_versions_carry_the_line_being_executed(tier, version):
+    """The official builds of Node 22 (V8 12.4) and 24 (V8 13.6: no JSFunction::code, a Code is found
+    from its pc alone); Maglev off in the unoptimized tiers (V8 13's Maglev code, compiled without
+    a position table outside a profiler, keeps its function's line: README)."""
+    flags = TIERS[tier] + (["--no-maglev"] if tier != "optimized" else [])
+    lines = profile_lines(flags, node=node_binary(version))
+    print(version, tier, sorted(lines.items()))
+    assert sum(lines.values()) >= 200, lines
+    assert in_loop(lines) >= 0.9, (sorted(lines.items()), list(LOOP), HEADER)
 
 
 @pytest.mark.parametrize("tier", ["optimized", "ignition"])
