@@ -148,6 +148,7 @@ def item_programs(w: Path) -> str:
     from hotstack.unwind.kernel_config import has_maple_tree
 
     loaded, notes = [], []
+    seconds: dict[str, float] = {}
     names = ["profile", "offcpu", "probe", "exec"]
     if has_maple_tree() and not kernel_config.has_mm_lock_seq():
         names.append("mappings")     # beside the unwinder where it walks the VMA tree before 6.4
@@ -166,10 +167,20 @@ def item_programs(w: Path) -> str:
             for key in [k for k in spec.programs if k.endswith(LOOP_SUFFIX)]:
                 del spec.programs[key]
                 notes.append(f"{key} not loaded (no bpf_loop)")
-        with ebpf.Collection.load(spec) as coll:
+        # one program at a time, each load's time in the log as it ends (a load that never ends
+        # is the one after the last line)
+        with ebpf.Collection.load(spec, defer=set(spec.programs)) as coll:
+            for program in list(spec.programs):
+                start = time.monotonic()
+                coll.load_deferred(program)
+                seconds[program] = time.monotonic() - start
+                print(f"smoke: programs: {name}/{program} loaded in {seconds[program]:.1f} s", file=sys.stderr,
+                      flush=True)
             loaded += list(coll.programs)
             notes += [str(a) for a in coll.adaptations]
-    return f"{len(loaded)} programs: {', '.join(loaded)}" + (f" (adapted: {'; '.join(notes)})" if notes else "")
+    slowest = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])[:3])
+    return (f"{len(loaded)} programs: {', '.join(loaded)}; slowest loads: {slowest}"
+            + (f" (adapted: {'; '.join(notes)})" if notes else ""))
 
 
 def item_fentry(w: Path) -> str:

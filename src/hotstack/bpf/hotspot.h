@@ -293,38 +293,34 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
 static __always_inline int hs_interpreted_step(struct nu_state *st, struct hs_stack *s, struct hs_buffers *buf,
 					       __u64 bp, __u64 pc, __u32 index)
 {
-	__u64 next_bp = 0, ra = 0, sender_sp = 0, method = 0, extra = 0;
+	__u64 *w = buf->words;      /* (the words in the per-CPU buffer, not on the BPF stack: see hs_buffers) */
+	__u64 sender_sp, extra;
+	int failed = 0;
 
 	if (!bp || (bp & 7) || bp < st->sp || bp - st->sp > (8 << 20)) {
 		st->stack.end = NU_END_BAD_FP;
 		return -1;
 	}
-	/* the frame's words from its bytecode pointer up to the return address, in one read */
-	if (bpf_probe_read_user(buf->words, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP)) == 0) {
-		extra = buf->words[0];
-		method = buf->words[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8];
-		sender_sp = buf->words[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
-		next_bp = buf->words[HS_INTERP_BCP / 8];
-		ra = buf->words[HS_INTERP_BCP / 8 + 1];
-		if (index == 0)
-			extra = buf->leaf_bcp;     /* the leaf runs: its slot is as of its last call out */
-	} else {
-		hs_read(&method, bp - HS_INTERP_METHOD);
-		hs_read(&extra, bp - HS_INTERP_BCP);
-		hs_read(&sender_sp, bp - HS_INTERP_SENDER_SP);
-		if (index == 0)
-			extra = buf->leaf_bcp;
-		if (hs_read(&next_bp, bp) || hs_read(&ra, bp + 8)) {
-			hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
-			st->stack.end = NU_END_READ;
-			return -1;
-		}
+	/* the frame's words from its bytecode pointer up to the return address, in one read; where
+	 * that faults, the words read one by one (a read that faults leaves its word 0) */
+	if (bpf_probe_read_user(w, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP))) {
+		hs_read(&w[0], bp - HS_INTERP_BCP);
+		hs_read(&w[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8], bp - HS_INTERP_METHOD);
+		hs_read(&w[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8], bp - HS_INTERP_SENDER_SP);
+		failed = hs_read(&w[HS_INTERP_BCP / 8], bp) || hs_read(&w[HS_INTERP_BCP / 8 + 1], bp + 8);
 	}
-	hs_record(s, index, HS_KIND_INTERPRETED, pc, method, extra, 0);
+	/* the leaf runs: its slot is as of its last call out, the register is current */
+	extra = index == 0 ? buf->leaf_bcp : w[0];
+	hs_record(s, index, HS_KIND_INTERPRETED, pc, w[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8], extra, 0);
+	if (failed) {
+		st->stack.end = NU_END_READ;
+		return -1;
+	}
 	/* the caller's own sp: a compiled caller is stepped from it (c2i adapters extend the stack) */
+	sender_sp = w[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8];
 	if (sender_sp < bp + 16 || sender_sp - bp > (1 << 20))
 		sender_sp = bp + 16;
-	return nu_to_caller(st, sender_sp, next_bp, ra);
+	return nu_to_caller(st, sender_sp, w[HS_INTERP_BCP / 8], w[HS_INTERP_BCP / 8 + 1]);
 }
 
 __noinline int hs_step(__u64 pc, __u32 index)
@@ -334,7 +330,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	struct hs_buffers *buf;
 	struct hs_proc *p;
 	struct hs_blob *b;
-	__u64 bp, ra = 0, caller_sp, blob;
+	__u64 bp, caller_sp, blob;
 	__u32 zero = 0;
 
 	if (!st || !s || !s->walking)
@@ -374,11 +370,11 @@ __noinline int hs_step(__u64 pc, __u32 index)
 	hs_record(s, index, HS_KIND_COMPILED, pc, b->method, b->name, blob);
 	if (index == 0 && b->complete > 0 && pc < b->code_begin + b->complete) {
 		/* sampled in the prologue, before the frame is built: the return address is at sp */
-		if (hs_read(&ra, st->sp)) {
+		if (hs_read(&buf->words[0], st->sp)) {
 			st->stack.end = NU_END_READ;
 			return -1;
 		}
-		return nu_to_caller(st, st->sp + 8, bp, ra);
+		return nu_to_caller(st, st->sp + 8, bp, buf->words[0]);
 	}
 	caller_sp = st->sp + (__u64)b->frame_size * 8;
 	/* the saved rbp and the return address, just below the caller's sp: one read */

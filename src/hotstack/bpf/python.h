@@ -65,13 +65,11 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 
 	if (!py_fsbase_offset || bpf_probe_read_kernel(&fsbase, sizeof(fsbase), task + py_fsbase_offset) || !fsbase)
 		return 0;
-	head = proc->threads_head;
-	/* A cached state is used only if it still names this thread (states are freed and reused),
-	 * and only in a confirmed process: one listed while it starts (threads_head 0) may run a
-	 * first, short-lived interpreter whose freed thread state would still name the thread. */
-	cached = head ? bpf_map_lookup_elem(&py_tstates, &tid) : 0;
+	/* A cached state is used only if it still names this thread (states are freed and reused). */
+	cached = bpf_map_lookup_elem(&py_tstates, &tid);
 	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(py_read_u64(*cached + proc->thread_id), fsbase))
 		return *cached;
+	head = proc->threads_head;
 	if (!head) {            /* listed while it starts: the interpreter _PyRuntime points to now */
 		interp = py_read_u64(proc->interp_ptr);
 		if (!interp)
@@ -81,8 +79,7 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 	tstate = py_read_u64(head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
 		if (ARCH_PTHREAD_IS_THREAD(py_read_u64(tstate + proc->thread_id), fsbase)) {
-			if (proc->threads_head)
-				bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
+			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
 			return tstate;
 		}
 		tstate = py_read_u64(tstate + proc->tstate_next);
@@ -288,9 +285,6 @@ static __always_inline void py_snap_codes(__u32 pid, struct py_stack *stack, __u
 	bpf_loop(PY_MAX_FRAMES, py_snap_step, &w, 0);
 }
 
-/* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
- * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
- * 5.17, which have no bpf_loop: the program that calls it would not load there). */
 /* The walk without bpf_loop (kernels before 5.17): py_walk_frame's steps, unrolled on registers
  * (through the struct on the stack the verifier's work on this loop was 425k instructions, against
  * 135k). */
@@ -330,6 +324,9 @@ static __always_inline void py_walk_unrolled(struct py_walk *s, const struct py_
 	s->n = n;
 }
 
+/* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
+ * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
+ * 5.17, which have no bpf_loop: the program that calls it would not load there). */
 static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int use_loop, __u64 *eval)
 {
 	const struct py_proc *proc = bpf_map_lookup_elem(&python_procs, &pid);
