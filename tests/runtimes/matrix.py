@@ -16,9 +16,8 @@ own samples, so a slower cell takes longer but judges the same). A cell:
 
   pass   the runtime's frames named (>= 90% of the work thread's samples), with their file and a
          line of the hot function's loop (>= 90% of the hot_a/hot_b samples: a stale line or the
-         function's own line fails; the JVM's are not read yet: with or
-         without), the hot_a/hot_b split within 5 points of 75/25, the native frames below reaching
-         the process root (>= 90%);
+         function's own line fails), the hot_a/hot_b split within 5 points of 75/25, the native
+         frames below reaching the process root (>= 90%);
   warns  no runtime frames, but hotstack said why (the process noted unread, `hotstack doctor --pid`
          explains it): a version it cannot read, never silent;
   FAIL   anything else, with the reason.
