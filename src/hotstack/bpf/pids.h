@@ -6,9 +6,9 @@
  * An announcement is a record in the `wakeups` ring (struct announcement), which wakes
  * userspace (an idle host costs no polling); it reads the ring at most every 100 ms, with no
  * syscall. Only where the ring is full does the pid go to `new_pids`, a hash userspace then
- * drains (it finds the ring full); draining that hash at each round had been a scan of its
- * 4,096 buckets, ~90 us a round, once for each process of a loop of short commands (bench/
- * RESULTS.md, session 23). `seen_pids` keeps the comm each
+ * drains (it finds the ring full): a drain of that hash at each round would scan its 4,096
+ * buckets, ~90 us a round, once for each process of a loop of short commands. `seen_pids` keeps
+ * the comm each
  * pid was announced with: a changed comm of its main thread announces it again. An exec
  * keeps the pid and the start time, and often the comm (a program that re-execs itself): the
  * sched_process_exec tracepoint (exec.bpf.c, loaded beside each sampler and sharing these
@@ -53,7 +53,7 @@ static __always_inline __u32 task_mntns(__u64 task)
 /* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
  * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
  * is: an exec before userspace reads the process changes both), from the current task's main
- * thread: one look at a few kernel words, where those reads had been ~110 us of the pid watcher's
+ * thread: one look at a few kernel words, where those reads cost ~110 us of the pid watcher's
  * CPU a new process under load (stat's ~90: the kernel sums the threads' times for it). Nothing
  * where the kernel's BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as
  * it checks the first record against /proc in any case (procs/process.py ProcessTable._trust).
@@ -104,7 +104,7 @@ static __always_inline int announced_plain(const struct announcement *record, __
 /* A record in `wakeups`; non-zero if the ring is full. A new pid's record carries its facts. It
  * wakes the userspace thread that waits on the ring, unless it announces a process of a plain
  * image while the ring is less than half full: that one is read at the thread's next round (at
- * most a second away), where waking it had been a round of its own for each command of a shell
+ * most a second away), where waking it would be a round of its own for each command of a shell
  * loop (~60 a 20 s under the load of bench/otel_profiler.py). Every other record forces the
  * wake-up: the kernel's default wakes only for a record that userspace found the ring empty
  * before, and a quiet record left unread would have silenced the records behind it. */
@@ -145,8 +145,8 @@ static __always_inline int pid_allowed(__u32 pid)
 /* Whether to walk pid's user stack: not a kernel thread's (pid 0), and not hotstack's own process
  * unless asked (self_tgid, set at load where hotstack runs in the host's pid namespace). Its
  * samples are still counted, with their kernel stack: its CPU shows in every profile. Its own
- * Python stacks are new in nearly every interval, and walking and naming them had cost more than
- * any other process's on a quiet host (bench/RESULTS.md, session 14). */
+ * Python stacks are new in nearly every interval, and walking and naming them costs more than
+ * any other process's on a quiet host. */
 static __always_inline int user_stack_wanted(__u32 pid)
 {
 	return pid != 0 && pid != self_tgid;
@@ -158,8 +158,9 @@ static __always_inline int user_stack_wanted(__u32 pid)
 
 /* `comm` is the sampled thread's (`tid`'s) COMM_LEN-byte, zero-padded name (bpf_get_current_comm).
  * Only the main thread's name is the process's: a process whose threads have names of their own (a
- * JVM's, a browser's, a server's workers) had been announced again at nearly every sample, two map
- * updates and a wake-up each, and read again by userspace at every round while it ran. */
+ * JVM's, a browser's, a server's workers) announced by its threads' names would be announced
+ * again at nearly every sample, two map updates and a wake-up each, and read again by userspace at
+ * every round while it ran. */
 static __always_inline void announce_pid(__u32 pid, __u32 tid, const char *comm)
 {
 	__u64 comm_words[2];

@@ -81,7 +81,7 @@ struct {
 
 /* rt_listed[RT_<NAME>]: 1 once userspace has listed a process of that interpreter (and loaded its
  * walker). An array lookup is a load; each of the four process maps' hash lookups, on every
- * sample of every process, had been ~0.4 us (1.2-1.8 us a sample; bench/RESULTS.md, session 13). */
+ * sample of every process, costs ~0.4 us (1.2-1.8 us a sample). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RT_WALKERS);
