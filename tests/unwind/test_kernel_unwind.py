@@ -728,6 +728,14 @@ def test_a_process_in_exit_is_counted_as_exited_and_every_other_sample_reaches_i
     assert reached >= 0.99 * sum(others.values()), [x for x in others.most_common(6) if not rooted(x[0])]
 
 
+def _wait_for_the_deep_step(sampler, timeout: float = 60.0) -> None:
+    """Until the deep step program is in place (at the first walk cut at the shallow one's frames:
+    sampling/step_programs.py), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not sampler.steps.deepened and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _deep_profile(build_dir, workloads, depth: int, seconds: float = 4.0):
     """deep.c recursing `depth` calls, sampled by the engine: (user frames root first per sample,
     the profile's stats, the kernel unwinder's counters)."""
@@ -739,10 +747,8 @@ def _deep_profile(build_dir, workloads, depth: int, seconds: float = 4.0):
     with engine:
         # the first walks are cut at the shallow step program's frames, until the deep one is in
         # place (sampling/step_programs.py); its own test is below
-        steps = engine.samplers[0].steps
-        deadline = time.monotonic() + 60
-        while engine.samplers[0].native_vma_walk and not steps.deepened and time.monotonic() < deadline:
-            time.sleep(0.1)
+        if engine.samplers[0].native_vma_walk:
+            _wait_for_the_deep_step(engine.samplers[0])
         engine.collect()
         time.sleep(seconds)
         prof = engine.collect()[0]
@@ -883,9 +889,7 @@ def test_the_deep_step_program_comes_in_place_at_the_first_cut_walk(build_dir, w
         assert sampler.steps.current == "profile_native_step" and not sampler.steps.deepened
         assert "profile_native_step_deep" not in sampler.collection.programs     # not verified yet
         w = workloads([exe, "300"])
-        deadline = time.monotonic() + 60
-        while not sampler.steps.deepened and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait_for_the_deep_step(sampler)
         assert sampler.steps.current == "profile_native_step_deep", sampler.native.kernel_counters()
         assert sampler.native.kernel_counters()["shallow_cut"] > 0
         engine.collect()

@@ -12,6 +12,7 @@ import re
 import struct
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -142,12 +143,12 @@ def split_parts(elf: ElfFile, start: int, size: int) -> tuple[tuple[int, int], .
 
 
 def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets,
-                     nearby: bool = True) -> tuple[int, int, int] | None:
+                     nearby: Callable[[], bool] = lambda: True) -> tuple[int, int, int] | None:
     """(interp, address of interp->threads.head, where _PyRuntime holds interp), checked through the
     back pointer tstate->interp.
 
     The table's interpreters_head can drift between patch releases; when the check fails and
-    `nearby`, nearby slots of _PyRuntime are tried (the interpreter is the one its threads point
+    `nearby()` (asked only then), nearby slots of _PyRuntime are tried (the interpreter is the one its threads point
     back to). Not in a process that is starting: while its interpreter is being made, another
     slot can point to a structure that passes the check for a moment (Debian 12's python3, 1-3 ms
     after its exec: _PyRuntime + 80, a heap block gone ~0.3 ms later).
@@ -165,7 +166,7 @@ def find_interpreter(mem: procs.Process, runtime: int, o: PyOffsets,
             return None
 
     found = check(o.interpreters_head)
-    if found or not nearby:
+    if found or not nearby():
         return found
     for delta in range(8, 257, 8):
         for head_off in (o.interpreters_head - delta, o.interpreters_head + delta):
@@ -213,7 +214,7 @@ def detect(process: procs.Process | int) -> PythonProcess | None:
                                         lambda p: "python" in p.exec_paths(recent=True), "python",
                                         _FILE, "libpython", _binaries, inspect_binary):
         mem, runtime, o = process, at.base + binary.runtime, binary.offsets
-        found = find_interpreter(mem, runtime, o, nearby=not starting(process))
+        found = find_interpreter(mem, runtime, o, nearby=lambda: not starting(process))
         if found is not None:
             interp, threads_head, interp_ptr = found
         elif still_starting(mem, runtime, o):
