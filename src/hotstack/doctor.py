@@ -12,6 +12,7 @@ from . import ebpf
 from . import procs
 from .ebpf import features
 from .sampling.diagnose import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, read_sysctl
+from .text import console as text_console
 
 CAP_SYS_RESOURCE = 24
 
@@ -204,11 +205,10 @@ def run_checks() -> list[Check]:
 
 
 def report(out: TextIO) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     checks = run_checks()
-    console = Console(file=out, width=None if out.isatty() else 160, no_color=not out.isatty(), highlight=False)
+    console = text_console(out, width=None if out.isatty() else 160, no_color=not out.isatty(), highlight=False)
     table = Table(title="hotstack doctor", show_lines=False)
     for col in ("check", "status", "detail", "without it", "fix"):
         table.add_column(col, overflow="fold")

@@ -8,6 +8,7 @@ Machine outputs (json, folded, pprof, OTLP) keep the bytes; only what people rea
 
 from __future__ import annotations
 
+import errno
 import logging
 
 
@@ -42,3 +43,18 @@ class EscapingFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape_lines(record.message)
         return super().formatMessage(record)
+
+
+def console(file, **options):
+    """A rich Console on `file` whose write to a reader that went away (`| head`) raises
+    BrokenPipeError, which the command line ends quietly with exit 0 (cli.py); rich's own answer
+    is SystemExit(1) with no word, after pointing the process's stdout, not `file`, at /dev/null.
+    rich is imported here, when a command draws, not when this module is."""
+    from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True          # nothing more is written to a reader that left
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+    return PipeConsole(file=file, **options)

@@ -14,7 +14,7 @@ from ..profile.folded import render_folded
 from ..profile.model import Frame, Profile, amount_text
 from ..profile.transforms import fold_own
 from ..profile.trim import trim_stack
-from ..text import escape
+from ..text import console as text_console, escape
 from .datasource import DataSource, rows
 
 MAX_STACK_LINES = 8   # lines per stack in the table, the cut's marker included
@@ -72,7 +72,6 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
     Made to fit a terminal: each stack trimmed to the frames that matter (profile/trim.py; -o
     folded and json keep them all), one line per frame cut at the terminal's width. Samples of
     `own_pids` (hotstack itself, in whole-host views) are one row (profile/transforms.fold_own)."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -85,7 +84,7 @@ def render_columns(profile: Profile, out: TextIO, max_rows: int = 20, title: str
         g["tids"].add(s.tid)
     total = profile.total
     rows = sorted(groups.items(), key=lambda kv: -kv[1]["value"])
-    console = Console(file=out, width=None if out.isatty() else 160, force_terminal=False,
+    console = text_console(out, width=None if out.isatty() else 160, force_terminal=False,
                       no_color=not out.isatty(), highlight=False)
     table = Table(title=title or None, show_lines=True, expand=False)
     for name, justify in (("COMM", "left"), ("PID", "right"), ("TID", "right"), ("SAMPLES", "right"),

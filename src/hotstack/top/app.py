@@ -16,7 +16,7 @@ from ..errors import ConfigError, writing_stdout
 from ..profile.model import Profile
 from ..profile.transforms import fold_own
 from ..sampling.config import COMM_MAX, EngineConfig
-from ..text import escape
+from ..text import console as text_console, escape
 from .. import procs
 from .keys import ESC, Keys
 from .view import SORTS, ViewState, render
@@ -70,7 +70,6 @@ class TopOptions:
 
 
 def run_top(opts: TopOptions, out=None) -> int:
-    from rich.console import Console
     from rich.live import Live
 
     from ..sampling.engine import Engine
@@ -80,7 +79,7 @@ def run_top(opts: TopOptions, out=None) -> int:
     if out is None:      # started with stdout closed (`>&-`)
         raise ConfigError("hotstack top draws on stdout, which is closed (give it a terminal, a file or a pipe)")
     interactive = out.isatty()
-    console = Console(file=out, highlight=False, force_terminal=interactive or None)
+    console = text_console(out, highlight=False, force_terminal=interactive or None)
     state = opts.state
     state.sort, state.filter = opts.sort, opts.filter
     own = set() if opts.show_hotstack or opts.pids or opts.comms else {os.getpid()}
