@@ -7,30 +7,24 @@ must also be within 5 points of the 75% the script is built to have."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
-from hotstack.sampling import Engine, EngineConfig
-from hotstack.symbols.symbolizer import Symbolizer
 from tests.peers import require_tool
-from tests.runtime_fixtures import runtime_source
+from tests.runtimes.frames_harness import PERL, profile_until, total
 
 pytestmark = pytest.mark.root
 
 HERE = Path(__file__).resolve().parent
-WORKLOAD = HERE / "workload.pl"
+WORKLOAD = PERL.workload
 NESTED = HERE / "nested.pl"
-_PROCESSES = ProcessTable()
-_SYMBOLIZER = Symbolizer(_PROCESSES)
-HOT = ("Workload::hot_a", "Workload::hot_b")
+HOT = PERL.hot
+perl_frames, perl_names = PERL.frames, PERL.names
 
 
 def _body(script: Path, name: str) -> range:
@@ -39,44 +33,6 @@ def _body(script: Path, name: str) -> range:
     start = next(i for i, line in enumerate(source, 1) if line.startswith(f"sub {name} "))
     end = next(i for i in range(start, len(source) + 1) if source[i - 1] == "}")
     return range(start, end + 1)
-
-
-def perl_frames(sample) -> list:
-    """The sample's Perl frames, root first."""
-    return [f for f in reversed(sample.stack) if f.kind is FrameKind.PERL]
-
-
-def perl_names(sample) -> list[str]:
-    return [f.name for f in perl_frames(sample)]
-
-
-def start(script: Path, seconds: str, *perl_args: str, env: dict | None = None) -> subprocess.Popen:
-    proc = subprocess.Popen([require_tool("perl"), *perl_args, str(script), seconds], stdout=subprocess.PIPE,
-                            text=True, env=env)
-    json.loads(proc.stdout.readline())
-    return proc
-
-
-def profile_until(pid: int, enough, max_seconds: float, **config) -> list:
-    samples: list = []
-    with Engine(EngineConfig(frequency=499, pids=(pid,), **config), symbolizer=_SYMBOLIZER,
-                processes=_PROCESSES) as prof:
-        deadline = time.monotonic() + max_seconds
-        while time.monotonic() < deadline and not enough(samples):
-            time.sleep(0.5)
-            samples.extend(prof.collect()[0].samples)
-    return samples
-
-
-def hot_share(samples) -> tuple[float, int]:
-    c = Counter()
-    for s in samples:
-        names = perl_names(s)
-        for hot in HOT:
-            if hot in names:
-                c[hot] += s.value
-    total = sum(c.values())
-    return (100.0 * c[HOT[0]] / total if total else 0.0), total
 
 
 def nytprof_share(out: Path) -> tuple[float, int]:
@@ -91,15 +47,15 @@ def nytprof_share(out: Path) -> tuple[float, int]:
         for hot in HOT:
             if hot in subs:
                 c[hot] += int(ticks)
-    total = sum(c.values())
-    return (100.0 * c[HOT[0]] / total if total else 0.0), total
+    both = sum(c.values())
+    return (100.0 * c[HOT[0]] / both if both else 0.0), both
 
 
 @pytest.mark.shares
 def test_shares_match_nytprof_order_and_lines(tmp_path):
     out = tmp_path / "nytprof.out"
     env = dict(os.environ, NYTPROF=f"stmts=0:clock=2:addpid=0:file={out}")
-    proc = start(WORKLOAD, "8", "-d:NYTProf", env=env)
+    proc = PERL.start("8", "-d:NYTProf", env=env)
     try:
         samples = profile_until(proc.pid, lambda got: False, 6.5)
         proc.wait(timeout=60)       # NYTProf writes its profile as the process ends
@@ -107,12 +63,10 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    share, total = hot_share(samples)
+    share, hot_total = PERL.assert_split(samples)
     theirs, their_total = nytprof_share(out)
-    assert total >= 300, f"only {total} samples in hot_a/hot_b"
     assert their_total > 0, "NYTProf recorded no time in hot_a/hot_b"
-    assert abs(share - theirs) <= 5, f"hotstack {share:.1f}% vs NYTProf {theirs:.1f}% (of {total} samples)"
-    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    assert abs(share - theirs) <= 5, f"hotstack {share:.1f}% vs NYTProf {theirs:.1f}% (of {hot_total} samples)"
     assert abs(theirs - 75) <= 5, f"NYTProf gives hot_a {theirs:.1f}% (built: 75%)"
 
     lines = {f"Workload::{n}": _body(WORKLOAD, n) for n in ("cpu_seconds", "burn", "hot_a", "hot_b", "step", "run")}
@@ -125,15 +79,8 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
     # bounded; a wrong line remains possible only where the walker reads a context slot before its
     # fields are stored (the compiler may order those stores either way): rarer still.
     checked, off_line, no_line = 0, [], []
-    for s in samples:
-        frames = perl_frames(s)
-        names = [f.name for f in frames]
-        hot = next((h for h in HOT if h in names), None)
-        if hot is None:
-            continue
-        assert names[:4] == ["<main>", "Workload::run", "Workload::step", hot], names
-        assert names[4:5] in ([], ["Workload::burn"]), names
-        for f in frames[:5]:       # above them: cpu_seconds, and Time::HiRes's subs under -d
+    for s in PERL.hot_samples(samples):
+        for f in perl_frames(s)[:5]:       # above them: cpu_seconds, and Time::HiRes's subs under -d
             assert Path(f.file) == WORKLOAD, f
             if f.line == 0:
                 no_line.append(f)
@@ -153,12 +100,8 @@ def test_shares_match_nytprof_order_and_lines(tmp_path):
 def test_callbacks_from_c_and_evals_keep_their_callers():
     """A sort comparator runs in a runloop pp_sort starts (C calling back into Perl), under an
     eval block: its frames go where that runloop is, above pp_sort and the frames that called sort."""
-    proc = start(NESTED, "60")
-    try:
-        samples = profile_until(proc.pid, lambda got: sum(s.value for s in got) >= 400, 10)
-    finally:
-        proc.kill()
-        proc.wait()
+    with PERL.running("60", script=NESTED) as proc:
+        samples = profile_until(proc.pid, lambda got: total(got) >= 400, 10)
     chain = ["<main>", "Nested::outer", "(eval)", "Nested::sorter", "Nested::by_value"]
     in_comparator = [s for s in samples if "Nested::by_value" in perl_names(s)]
     assert sum(s.value for s in in_comparator) >= 100, Counter(tuple(perl_names(s)) for s in samples).most_common(3)
@@ -181,26 +124,9 @@ def test_callbacks_from_c_and_evals_keep_their_callers():
 
 
 def test_no_perl_leaves_native_frames():
-    proc = start(WORKLOAD, "60")
-    try:
-        samples = profile_until(proc.pid, lambda got: sum(s.value for s in got) >= 200, 6, runtimes_off=("perl",))
-    finally:
-        proc.kill()
-        proc.wait()
-    assert sum(s.value for s in samples) >= 50
-    assert not any(f.kind is FrameKind.PERL for s in samples for f in s.stack)
-    assert any(f.name == "Perl_runops_standard" for s in samples for f in s.stack)
+    PERL.assert_off_leaves_native_frames(native="Perl_runops_standard")
 
 
 def test_started_after_profiler_and_exited_keep_names():
-    perl = require_tool("perl")
-    with Engine(EngineConfig(frequency=499, comms=("perl",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
-        proc = subprocess.Popen([perl, str(WORKLOAD), "1.5"], stdout=subprocess.DEVNULL)
-        proc.wait(timeout=30)
-        time.sleep(0.3)
-        samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
-        stats = runtime_source(prof, "perl").stats()
-    names = Counter(n for s in samples for n in perl_names(s))
-    assert names["Workload::hot_a"] > 0 and names["Workload::hot_b"] > 0, names.most_common(8)
+    names, _ = PERL.started_after_profiler()
     assert names["[unknown perl]"] == 0, names.most_common(8)
-    assert stats["walks"] >= sum(s.value for s in samples if perl_names(s)) > 0, stats

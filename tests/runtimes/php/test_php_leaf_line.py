@@ -5,20 +5,14 @@ opcache enabled for the CLI and its JIT off, as Debian's php-fpm runs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
-from hotstack.sampling import Engine, EngineConfig
-from hotstack.symbols.symbolizer import Symbolizer
-from tests.peers import require_tool
 from tests.runtime_fixtures import runtime_source
+from tests.runtimes.frames_harness import PHP, collect_until, engine
 
 from source_lines import function_lines
 
@@ -49,21 +43,9 @@ def spin_lines(samples) -> Counter:
 
 
 def test_innermost_frame_line_in_a_tight_loop_with_opcache():
-    proc = subprocess.Popen([require_tool("php"), *OPCACHE, str(SCRIPT), "60"], stdout=subprocess.PIPE, text=True)
-    json.loads(proc.stdout.readline())
-    processes = ProcessTable()
-    samples: list = []
-    try:
-        with Engine(EngineConfig(frequency=499, pids=(proc.pid,)), symbolizer=Symbolizer(processes),
-                    processes=processes) as prof:
-            deadline = time.monotonic() + 12
-            while time.monotonic() < deadline and sum(spin_lines(samples).values()) < 600:
-                time.sleep(0.5)
-                samples.extend(prof.collect()[0].samples)
-            stats = runtime_source(prof, "php").stats()
-    finally:
-        proc.kill()
-        proc.wait()
+    with PHP.running("60", *OPCACHE, script=SCRIPT) as proc, engine(pids=(proc.pid,)) as prof:
+        samples = collect_until(prof, lambda got: sum(spin_lines(got).values()) >= 600, 12)
+        stats = runtime_source(prof, "php").stats()
     lines = spin_lines(samples)
     total = sum(lines.values())
     assert total >= 300, f"only {total} samples in spin()"

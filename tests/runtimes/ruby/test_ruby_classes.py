@@ -12,9 +12,9 @@ import pytest
 
 from hotstack.profile.model import FrameKind
 from tests.peers import require_tool
+from tests.runtimes.frames_harness import RUBY, profile_until
 
 from rb_helpers import HERE
-from test_ruby_frames import profile_until, ruby_names
 
 pytestmark = pytest.mark.root
 
@@ -42,7 +42,7 @@ def test_class_and_singleton_names(ruby_target, jit):
     def split(samples):
         c = Counter()
         for s in samples:
-            names = ruby_names(s)
+            names = RUBY.names(s)
             if n["spin"] in names:
                 c["total" if n["total"] in names else "price" if n["price"] in names else "other"] += s.value
         return c
@@ -55,7 +55,7 @@ def test_class_and_singleton_names(ruby_target, jit):
 
     spins = Counter()
     for s in samples:
-        names = ruby_names(s)
+        names = RUBY.names(s)
         if n["spin"] not in names:
             continue
         path = total_path if n["total"] in names else price_path
@@ -80,6 +80,6 @@ def test_class_and_singleton_names(ruby_target, jit):
     else:
         assert marked == 0, marked
     # no method of the workload lost its class, nor kept its bare label
-    bare = Counter(name for s in samples for name in ruby_names(s)
+    bare = Counter(name for s in samples for name in RUBY.names(s)
                    if name in ("run", "step", "total", "price", "spin", "times", "clock_gettime", "block in total"))
     assert not bare, bare

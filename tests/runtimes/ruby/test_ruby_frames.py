@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from hotstack.procs import ProcessTable
 from hotstack.profile.model import FrameKind
-from hotstack.sampling import Engine, EngineConfig
-from hotstack.symbols.symbolizer import Symbolizer
 from tests.peers import require_tool
 from tests.runtime_fixtures import runtime_source
+from tests.runtimes.frames_harness import RUBY, engine, profile_until
 
 from rb_helpers import WORKLOAD, rbspy
 
 pytestmark = pytest.mark.root
-
-_PROCESSES = ProcessTable()
-_SYMBOLIZER = Symbolizer(_PROCESSES)
+ruby_names = RUBY.names
 
 # Lines of the workload's methods (def .. end), to check the lines frames carry.
 _SOURCE = WORKLOAD.read_text().splitlines()
@@ -32,33 +28,6 @@ def _def_range(name: str) -> range:
                  line.strip().startswith(f"def {name}("))
     end = next(i for i in range(start, len(_SOURCE) + 1) if _SOURCE[i - 1] == "  end")
     return range(start, end + 1)
-
-
-def ruby_names(sample) -> list[str]:
-    return [f.name for f in reversed(sample.stack) if f.kind is FrameKind.RUBY]
-
-
-def profile_until(pid: int, enough, max_seconds: float, **config) -> list:
-    samples: list = []
-    with Engine(EngineConfig(frequency=499, pids=(pid,), **config), symbolizer=_SYMBOLIZER,
-                processes=_PROCESSES) as prof:
-        deadline = time.monotonic() + max_seconds
-        while time.monotonic() < deadline and not enough(samples):
-            time.sleep(0.5)
-            samples.extend(prof.collect()[0].samples)
-    return samples
-
-
-def hot_share(samples) -> tuple[float, int]:
-    """(percent of hot_a among samples in hot_a or hot_b, their count)."""
-    c = Counter()
-    for s in samples:
-        names = ruby_names(s)
-        for hot in ("hot_a", "hot_b"):
-            if f"Workload#{hot}" in names:
-                c[hot] += s.value
-    total = c["hot_a"] + c["hot_b"]
-    return (100.0 * c["hot_a"] / total if total else 0.0), total
 
 
 def rbspy_share(pid: int, seconds: int, out: Path) -> tuple[float, int] | None:
@@ -84,27 +53,14 @@ def rbspy_share(pid: int, seconds: int, out: Path) -> tuple[float, int] | None:
 @pytest.mark.shares
 def test_shares_order_and_lines(ruby_target, tmp_path):
     t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
-    samples = profile_until(t.pid, lambda got: hot_share(got)[1] >= 1200, 12)
-    share, total = hot_share(samples)
-    assert total >= 300, f"only {total} samples in hot_a/hot_b"
-    assert abs(share - 75) <= 5, f"hot_a has {share:.1f}% of {total} samples (built: 75%)"
+    samples = profile_until(t.pid, lambda got: RUBY.hot_share(got)[1] >= 1200, 12)
+    share, _ = RUBY.assert_split(samples)
 
     lines = {f"Workload#{m}": _def_range(m) for m in ("hot_a", "hot_b", "burn", "step", "run")}
-    checked = 0
-    for s in samples:
-        names = ruby_names(s)
-        if "Workload#hot_a" not in names and "Workload#hot_b" not in names:
-            continue
-        hot = "Workload#hot_a" if "Workload#hot_a" in names else "Workload#hot_b"
-        # caller order, root first: <main> -> run -> step -> hot -> burn (methods with their class)
-        assert names[:4] == ["<main>", "Workload#run", "Workload#step", hot], names
-        assert names[4:5] in ([], ["Workload#burn"]), names
-        for f in s.stack:
-            if f.kind is FrameKind.RUBY and f.name in lines:
-                assert Path(f.file) == WORKLOAD, f
-                assert f.line in lines[f.name], f
-        checked += 1
-    assert checked >= 300
+    # caller order, root first: <main> -> run -> step -> hot -> burn (methods with their class)
+    hot_samples = RUBY.hot_samples(samples)
+    RUBY.assert_lines(hot_samples, lines)
+    assert len(hot_samples) >= 300
 
     # C functions are named: the clock read that burn spins on is the leaf Ruby frame, above burn.
     cfunc = Counter(ruby_names(s)[-1] for s in samples if "Workload#burn" in ruby_names(s))
@@ -119,29 +75,16 @@ def test_shares_order_and_lines(ruby_target, tmp_path):
         assert abs(theirs[0] - share) <= 5, f"hotstack {share:.1f}% vs rbspy {theirs[0]:.1f}%"
 
 
-def test_no_ruby_leaves_native_frames(ruby_target):
-    t = ruby_target(require_tool("ruby"), WORKLOAD, "60")
-    samples = profile_until(t.pid, lambda got: sum(s.value for s in got) >= 200, 6, runtimes_off=("ruby",))
-    assert sum(s.value for s in samples) >= 50
-    assert not any(f.kind is FrameKind.RUBY for s in samples for f in s.stack)
+def test_no_ruby_leaves_native_frames():
+    RUBY.assert_off_leaves_native_frames()
 
 
 def test_started_after_profiler_and_exited_keep_names():
     """A Ruby process started after sampling began is found; once it exits its frames keep their names.
     (Sampling only `ruby` commands: on a busy machine the whole host's new processes would delay the
     look at this one past its short life.)"""
-    ruby = require_tool("ruby")
-    with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
-        proc = subprocess.Popen([ruby, str(WORKLOAD), "1.5"], stdout=subprocess.DEVNULL)
-        proc.wait(timeout=30)
-        time.sleep(0.3)
-        samples = [s for s in prof.collect()[0].samples if s.pid == proc.pid]
-        stats = runtime_source(prof, "ruby").stats()
-    with_ruby = sum(s.value for s in samples if ruby_names(s))
-    assert stats["walks"] >= with_ruby > 0, stats
+    names, stats = RUBY.started_after_profiler()
     assert stats["iseqs_read"] > 0, stats
-    names = Counter(n for s in samples for n in ruby_names(s))
-    assert names["Workload#hot_a"] > 0 and names["Workload#hot_b"] > 0, names.most_common(8)
     # Only code freed before it was read (eval'd gemspecs, files whose loading ended) may be unknown.
     assert names["[unknown ruby]"] <= 0.05 * sum(names.values()), names.most_common(8)
     # C functions keep their names too (the symbol table is found through this process's root,
@@ -171,7 +114,7 @@ def test_idle_process_costs_no_naming_passes_and_is_named_once_it_works(tmp_path
     ruby = require_tool("ruby")
     script = tmp_path / "idle_then_busy.rb"
     script.write_text(IDLE_THEN_BUSY)
-    with Engine(EngineConfig(frequency=499, comms=("ruby",)), symbolizer=_SYMBOLIZER, processes=_PROCESSES) as prof:
+    with engine(comms=("ruby",)) as prof:
         source = runtime_source(prof, "ruby")
         reads = []
         # the passes take the recorded stacks out of the kernel (InterpreterSource.poll)
