@@ -1,8 +1,8 @@
 """glibc malloc settings for a long-running profiler, and giving freed memory back.
 
-Measured on the mixed load of bench/otel_profiler.py (bench/RESULTS.md, "Memory"): with glibc's
-defaults much of hotstack's resident memory past start-up was memory that malloc kept after it was
-freed, not live objects (tracemalloc saw ~35 MB live where RSS was 90-120 MB):
+With glibc's defaults, much of hotstack's resident memory past start-up is memory that malloc keeps
+after it is freed, not live objects (on the mixed load of bench/otel_profiler.py, tracemalloc sees
+~35 MB live where RSS is 90-120 MB). Two causes:
 - every thread that allocates (kallsyms, the pid watcher, the unwind thread, the reader) gets an
   arena of its own, and freed blocks in one arena serve no other: one arena is enough (the GIL
   serializes nearly all of our allocations anyway);
@@ -10,7 +10,7 @@ freed, not live objects (tracemalloc saw ~35 MB live where RSS was 90-120 MB):
   carved from the heap once glibc's mmap threshold has grown past its blocks, and its pages stay
   resident after it is freed: trim() hands them back once the work is done.
 A fixed 128 KiB mmap threshold would give them back by itself, but each new array then costs
-fresh page faults: it doubled the CPU of building a large library's table (0.54 -> 1.2 CPU-s).
+fresh page faults: it doubles the CPU of building a large library's table (0.54 -> 1.2 CPU-s).
 
 Another libc (musl) has no mallopt/malloc_trim: nothing is changed there.
 """

@@ -2,7 +2,7 @@
 
 `ig run GADGET` without `--host` fills its gadget's mount-namespace filter map with the mount
 namespaces of the containers its container collection knows (pkg/operators/localmanager:
-`CreateMountNsMap`), and that collection lists containers from the host's container runtimes
+`CreateMountNsMap`). That collection lists containers from the host's container runtimes
 (Docker, containerd, CRI-O, Podman); `--host` creates no map, so nothing is filtered. hotstack
 decides the same way per process: a process is in a container when
 

@@ -72,11 +72,11 @@ class ProcessInfo:
 
 def read_process(pid: int, stat: tuple[int, str, int] | None = None, told: Announced | None = None,
                  process: Process | None = None) -> ProcessInfo | None:
-    """What is known of `pid` now (None when it is gone); `stat`: its read_stat(), just read, or
-    `told`: what its announcement said, standing for the stat where none is given (then a process
-    with neither an executable nor an executable mapping is gone: a zombie, or exited since; and
-    one whose executable is not the announced one exec'ed since: its name is read, the announced
-    one was its last image's). `process`: what to read it through (default: LiveProcess(pid))."""
+    """What is known of `pid` now (None when it is gone). `stat`: its read_stat(), just read.
+    `told`: what its announcement said, standing for the stat where none is given. Then a process
+    with neither an executable nor an executable mapping is gone (a zombie, or exited since), and
+    one whose executable is not the announced one has exec'ed since: its name is read, as the
+    announced one was its last image's. `process`: what to read it through (default: LiveProcess(pid))."""
     process = LiveProcess(pid) if process is None else process
     if stat is None:
         stat = process.stat() if told is None else (told.start_time, told.comm, told.ppid)

@@ -75,10 +75,10 @@ def parse_maps(text: str) -> list[Mapping]:
     return out
 
 
-# The lines of executable mappings only (an 'x' third in the permissions): a process has three to
-# five times as many other lines (data, heap, stacks, guard pages), and one regex pass that skips
-# them is ~4x faster than splitting every line (63 -> 15 us for xz's 44 lines), which the pid
-# watcher pays for every new process of the host.
+# The lines of executable mappings only (an 'x' third in the permissions). A process has three to
+# five times as many other lines (data, heap, stacks, guard pages); one regex pass that skips them
+# is ~4x faster than splitting every line (63 -> 15 us for xz's 44 lines). The pid watcher pays
+# this for every new process of the host.
 _EXEC_LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (..x.) ([0-9a-f]+) ([0-9a-f]+:[0-9a-f]+) (\d+) *([^\n]*)$", re.M)
 
 

@@ -74,9 +74,10 @@ class MemoryView:
 
 class PagedMemory(MemoryView):
     """A read-only view that reads each 4 KiB page of another view once and serves every read from
-    the pages read: for a reader of many small objects that sit together (the JVM's vmStructs: ~1000
-    entries and their ~2300 names in libjvm's data, ~4000 reads of 8-48 bytes, one syscall each,
-    0.1-0.2 s of a JVM's first second; ~60 pages). For memory that does not change while it is read."""
+    the pages read. It is for a reader of many small objects that sit together: the JVM's vmStructs
+    are ~1000 entries and their ~2300 names in libjvm's data, ~4000 reads of 8-48 bytes (one syscall
+    each, 0.1-0.2 s of a JVM's first second) but ~60 pages. For memory that does not change while
+    it is read."""
 
     PAGE = 4096
 

@@ -17,8 +17,8 @@ from .maps import Mapping, MappingIndex
 log = logging.getLogger("hotstack.procs")
 # Mappings kept from before a process's rereads. A process that swaps libraries back and forth (a
 # plugin host) is read again at each change the kernel reports, and a read can fall between an
-# unload and the next load: with the one read before the last kept, a library seen two reads ago
-# had all of its samples of an interval left unnamed (tests/kernels smoke: remap, under emulation).
+# unload and the next load. Keeping only the read before the last would leave all of an interval's
+# samples of a library seen two reads ago unnamed (tests/kernels smoke: remap, under emulation).
 EARLIER_MAPPINGS = 8
 # The images of a process that execs again and again (itself, every fraction of a second) kept for
 # its samples of an interval: the kernel stores a stack once for every image of the same files, with

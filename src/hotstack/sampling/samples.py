@@ -260,10 +260,10 @@ class SampleMaker:
     def _user_remapped(self, raw: RawStack, info, owner: int, owner_info) -> tuple[list[Frame], bool]:
         """The user frames of a process whose addresses meant other code a moment ago: named with
         the mappings the kernel walked them in (read now, or earlier: the stack's hash tells).
-        Where neither is (the process changed its mappings and back between two reads) or the
-        stack has no file hash to tell (a frame in the vDSO or JIT code), with what did not change:
-        the ranges the kernel saw change, and the mappings that differ between the two reads, are
-        left unnamed rather than named as another file's code. Not kept for reuse by address: the
+        Where neither is (the process changed its mappings and back between two reads), or the
+        stack has no file hash to tell (a frame in the vDSO or JIT code), they are named with what
+        did not change. The ranges the kernel saw change, and the mappings that differ between the
+        two reads, are left unnamed rather than named as another file's code. Not kept for reuse by address: the
         same addresses are two stacks here (by the file hash they are one)."""
         named = self._named_by_file(raw)
         if named is not None:

@@ -1,7 +1,7 @@
 """A bounds-checked ELF reader for symbolization: headers, load segments, symbols, notes.
 
-Symbol tables are read with numpy straight from an mmap of the file: the notes
-measured this 170-310x faster than pyelftools. Every offset and size read from
+Symbol tables are read with numpy straight from an mmap of the file: 285-496x faster
+than pyelftools on large libraries (bench/symbols.py). Every offset and size read from
 the file is checked against the file size, and sizes are capped, so a corrupt or
 hostile file gives an ElfError, never a crash, a hang or unbounded memory.
 """

@@ -15,10 +15,8 @@ Userspace builds per-file tables; bpf/native_unwind.h walks them in the kernel:
   or by userspace on kernels without a maple tree);
 - kernel_config.py: the program's settings before loading, from the kernel's BTF.
 
-Measured (bench/RESULTS.md, "Unwinding in the kernel"): 98.8-100% of samples reach the process root
-on Debian's python3, -fomit-frame-pointer C chains and xz -9 loops (from each process's first
-sample), callers of libc leaves kept in frame-pointer programs, 2-4 us of BPF time per sample.
-Stacks are unwound in the kernel, not copied to userspace and unwound there (as `perf --call-graph
+bench/RESULTS.md ("Unwinding in the kernel") has the share of samples that reach the process root
+and the BPF time per sample, against `perf --call-graph dwarf`. Stacks are unwound in the kernel, not copied to userspace and unwound there (as `perf --call-graph
 dwarf` does): that copy is 16-20 KB of user stack per sample, and costs several times the memory.
 
 Known limits: CFA expressions other than the PLT one, and a DW_CFA_register return address (e.g.

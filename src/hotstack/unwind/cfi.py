@@ -1,14 +1,13 @@
 """Call frame information (.eh_frame, .debug_frame) -> unwind rows.
 
-A hand-written parser: pyelftools was measured 17x slower on libpython and
-raises on Debian's libc (an opcode path it does not know), see
-research/python-ebpf.md section 2. We only evaluate what an unwinder needs on
-x86-64 and arm64: where the CFA is (the stack or frame pointer + offset, or x86's PLT
-expression), where the return address and the caller's frame pointer (RBP, x29) are saved,
-whether the return address is undefined (the outermost frame: `_start`, `clone3`, thread
-start), still in its register (arm64's link register x30, before a prologue saves it), and
-whether the function is a signal trampoline (augmentation 'S'). The registers are the ELF's
-machine's (`Arch`, from e_machine); the row fields keep x86's names (rbp: the frame pointer).
+A hand-written parser: pyelftools is 17x slower on libpython and raises on Debian's libc (an
+opcode path it does not know). It evaluates only what an unwinder needs on x86-64 and arm64:
+- where the CFA is (the stack or frame pointer + offset, or x86's PLT expression);
+- where the return address and the caller's frame pointer (RBP, x29) are saved;
+- whether the return address is undefined (the outermost frame: `_start`, `clone3`, thread
+  start) or still in its register (arm64's link register x30, before a prologue saves it);
+- whether the function is a signal trampoline (augmentation 'S').
+The registers are the ELF's machine's (`Arch`, from e_machine); the row fields keep x86's names (rbp: the frame pointer).
 
 Rows are emitted as (pc, kind, cfa_offset, rbp_offset, ra_offset) with `pc` an
 ELF virtual address; a row holds from its pc up to the next row's pc.

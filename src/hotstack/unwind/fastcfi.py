@@ -1,7 +1,7 @@
 """Call frame information evaluated with numpy: every CFA instruction of a section at once.
 
 cfi.py runs the DWARF CFA state machine one opcode at a time in Python; on libpython that
-is ~0.5 s per file (bench/unwind_tables.py). Here the same machine is evaluated for all FDEs
+is ~0.3 s per file (bench/unwind_tables.py). Here the same machine is evaluated for all FDEs
 together, with the same semantics (tests/unwind/test_fast_tables.py compares both builders
 row for row):
 
