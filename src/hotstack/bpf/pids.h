@@ -81,8 +81,8 @@ static __always_inline __u32 announcement_facts(struct announcement *record)
 }
 
 /* Whether an announced process is one userspace records from the announcement alone
- * (sampling/engine.py Engine._noted), which need not wake it: of an image in plain_images, the
- * child of a process (not init's) in its own mount namespace, as _noted asks (a child spawned
+ * (sampling/process_watch.py _noted_from_announcement), which need not wake it: of an image in
+ * plain_images, the child of a process (not init's) in its own mount namespace, as it asks (a child spawned
  * into a container from outside it, e.g. by `docker exec`, is read at once: its container is its
  * own). The comm is keyed up to its end: bytes after the terminating 0 may be an older name's
  * (before 6.x, __set_task_comm did not clear them). */
