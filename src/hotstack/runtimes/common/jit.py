@@ -50,9 +50,9 @@ def merge_jit(native: list[Frame], groups: list[list[Frame]], truncated: bool,
               regions: tuple[tuple[int, int], ...], marker: Frame) -> list[Frame] | None:
     """The merged stack of a sample whose native frames run through JIT code; None if none of them
     does (the caller merges as usual). The native frames kept (those before the JIT code) are never
-    anchors, even an interpreter entry among them (JIT code that called into the interpreter): which
-    of the walker's frames that entry ran cannot be told (putting them all there would put every
-    frame under YJIT, <main> included, below the JIT marker), so every interpreter frame goes above
+    anchors, even an interpreter entry among them (JIT code that called into the interpreter). Which
+    of the walker's frames that entry ran cannot be told, and putting them all there would put every
+    frame under YJIT, <main> included, below the JIT marker: so every interpreter frame goes above
     the marker."""
     cut = next((i for i, f in enumerate(native) if in_regions(f, regions)), None)
     if cut is None:

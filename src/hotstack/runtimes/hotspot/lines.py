@@ -1,8 +1,8 @@
 """Bytecode index -> source line of a HotSpot method, from its compressed line number table.
 
-A ConstMethod is followed by the method's bytecodes (`_code_size` bytes) and, when its flags have
-the line-table bit, by the class file's LineNumberTable in HotSpot's compressed form: a stream of
-(bci, line) deltas from (0, 0), each either one byte (bci delta << 3 | line delta, for a bci delta
+A ConstMethod is followed by the method's bytecodes (`_code_size` bytes). When its flags have
+the line-table bit, the class file's LineNumberTable follows in HotSpot's compressed form. It is a
+stream of (bci, line) deltas from (0, 0), each either one byte (bci delta << 3 | line delta, for a bci delta
 below 32 and a line delta below 8; never 0 or 0xff) or 0xff followed by the two deltas as signed
 ints of the CompressedReadStream (zigzag: the low bit is the sign), ended by a 0 byte. A bci's line
 is the one of the entry with that bci, else of the last entry with the greatest bci below it (as

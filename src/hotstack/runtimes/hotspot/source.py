@@ -3,9 +3,9 @@
 A process is a JVM if it maps libjvm.so; its vmStructs, read from its memory once its code cache
 and interpreter exist (jvm.py), give the kernel walker (bpf/hotspot.h) the code heaps and the
 offsets it needs, and this side the offsets to name a Method. The kernel walks interpreted and
-compiled frames and records each with its Method* (and its bytecode pointer or pc: its line); here
-they are named `package.Class.method`, with their source file and line, from the target's memory
-(every ~0.5 s for the stacks recorded so far, so a JVM that exits mid-interval keeps its names) and
+compiled frames and records each with its Method* (and its bytecode pointer or pc: its line). Here
+they are named `package.Class.method`, with their source file and line, from the target's memory,
+every ~0.5 s for the stacks recorded so far (so a JVM that exits mid-interval keeps its names), and
 put in place of the native frames at the same positions.
 Frames need the kernel unwinder (`--unwind kernel`): it is what calls the walker.
 

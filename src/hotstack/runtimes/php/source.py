@@ -7,10 +7,10 @@ by the frames that call of the VM ran: walking leaf first, a group ends after a 
 
 Identity: the walker records, with each zend_function pointer, the function's identity at the
 sample (hashes of its name and file, its first line: bpf/php.h). Code compiled per request (PHP-FPM
-without opcache, closures) is freed at the request's end and the next request's functions take its
-memory, often before userspace reads it; so a function read from memory names a frame only if its
-identity is the recorded one, and names are cached per process by identity (one read serves every
-later request that compiles the same function, wherever it lands). No match: `[unknown php]`.
+without opcache, closures) is freed at the request's end, and the next request's functions take its
+memory, often before userspace reads it. So a function read from memory names a frame only if its
+identity is the recorded one. Names are cached per process by identity: one read serves every
+later request that compiles the same function, wherever it lands. No match: `[unknown php]`.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ class PhpSource(InterpreterSource):
         if not info.user:
             return Frame(info.name, FrameKind.PHP)
         # The VM keeps the current opline in a register and stores it in the frame only before a
-        # call or anything that may throw, so a frame just entered still holds the opline another
-        # frame left in that slot of the VM stack, perhaps of code freed since: its line is known
+        # call or anything that may throw. A frame just entered still holds the opline another
+        # frame left in that slot of the VM stack, perhaps of code freed since. So its line is known
         # only when the opline is one of this function's own opcodes (the count is the same in
         # each compile of a function of the same identity; where they are is read at the sample).
         known = info.has_op(f.opline) and f.line in info.lines

@@ -152,7 +152,7 @@ class CodeCache:
 
     def frames(self, process: procs.Process | int, o: PyOffsets, records: Sequence[tuple]) -> list[Frame]:
         """The named frame of each recorded frame (a RawPyFrame: code object, instruction, checksum,
-        marker), in one C-level pass over those named before: a deep recursion's ~60 frames, each
+        marker), in one C-level pass over those named before. A deep recursion's ~60 frames, each
         a Python call and two dict lookups, would be most of the naming of a new Python stack, and
         every sample of a recursion at another depth or leaf is a new stack. `process`: the process
         its memory is read through, or the pid of a live one."""

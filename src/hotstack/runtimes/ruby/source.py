@@ -1,8 +1,8 @@
 """RubySource: the Ruby frame source (runtimes/registry.py).
 
-It detects Ruby processes (detect.py: memory and ELF reads only), lists them for the kernel
-walker (bpf/ruby.h) through the RuntimeKernel the engine gives it, names recorded frames early
-(every ~100 ms, so short-lived processes keep their names), and merges them into native stacks:
+It detects Ruby processes (detect.py: memory and ELF reads only) and lists them for the kernel
+walker (bpf/ruby.h) through the RuntimeKernel the engine gives it. It names recorded frames early
+(every ~100 ms, so short-lived processes keep their names) and merges them into native stacks:
 each `rb_vm_exec` native frame is replaced by the Ruby frames that VM entry ran (frames.py),
 the way CPython's evaluation-loop frames are (python/merge.py).
 """

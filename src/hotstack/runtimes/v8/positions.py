@@ -1,7 +1,7 @@
 """The executing position of a V8 frame: its bytecode offset, or its pc, to a script position.
 
-V8 keeps, per BytecodeArray and per compiled Code, a source position table: entries of (code offset,
-source position), each stored as two deltas from the entry before (signed VLQ: zig-zag, then 7 bits
+V8 keeps, per BytecodeArray and per compiled Code, a source position table of entries (code offset,
+source position). Each is stored as two deltas from the entry before (signed VLQ: zig-zag, then 7 bits
 a byte, low bits first, 0x80 while more follow; the code delta's sign says whether the entry is a
 statement: -d - 1 for one that is not). The first entry's deltas count from code offset -1 (the
 function entry's stack check) and position 0. A position is V8's SourcePosition word: bit 0 set for
