@@ -15,8 +15,8 @@ run time of its BPF programs from /proc/PID/fdinfo with kernel.bpf_stats_enabled
 bench and restored) over --seconds, from --settle seconds after sampling is on (the first poll
 where its perf-event programs have run); start-up: CPU-s (process + BPF) and wall seconds until
 sampling is on; warm-up: what the first --settle seconds after that cost above the steady rate
-(CPU-s); the window of --early (5 s) to --early + --seconds after sampling is on, as % of a core (the
-steady window of the bench before session 23: it holds part of the warm-up, see --settle);
+(CPU-s); the window of --early (5 s) to --early + --seconds after sampling is on, as % of a core (it
+holds part of the warm-up, see --settle);
 BPF time per sample (run time / run count of its sampling
 programs); max RSS (VmHWM); completeness: the share of samples of xz, python3 and hot_ab whose
 outermost user frame is the process root (`_start`, `__libc_start_main*`, `clone`/`clone3`,
@@ -645,8 +645,8 @@ def warm_up(hotstack: list[str], peer=None, trees: list[str] = ()) -> None:
     the peer exports (the collector's, the receiver's gRPC library: 280-290k rows each) is met too:
     else the first measured run of each rate built one of those tables inside its window (+0.2 CPU-s
     and more, counted as steady state). 20 s at 499 Hz: an export is a few milliseconds of the
-    receiver's CPU every few seconds, and 8 s at the default rate had once missed it (session 18: a
-    run built cygrpc's 292k rows inside its window). Each --tree is started once too, with its own
+    receiver's CPU every few seconds, and 8 s at the default rate can miss it (then a run builds
+    cygrpc's 292k rows inside its window). Each --tree is started once too, with its own
     table cache (tree_cache), else its first measured run built every table."""
     beside = None
     if peer is not None:

@@ -14,8 +14,8 @@ Two parts, every run printed:
    imports up to the engine, the kernel's BTF, BPF program loads (the verifier: every
    Program.load), the rest of Engine.start (maps, perf events, /proc reads), and then
    /proc/kallsyms, which the engine parses in a thread once sampling is on (not part of part 1's
-   figures; a tree from before session 29 parsed it during the start, beside the verifier: its
-   "kallsyms" line is then near zero and the start's lines carry it).
+   figures; a tree that parses it during the start, beside the verifier, shows a "kallsyms" line
+   near zero, and the start's lines carry it).
 
 Two trees in one session (`--tree NAME=SRC`, repeated: each run runs every tree in turn, its src
 directory first on PYTHONPATH): the runs of both alternate, under the same load; the load average
