@@ -50,7 +50,8 @@ def test_a_process_whose_interpreter_is_never_found_is_said(tmp_path, caplog):
             proc.wait()
     [noted] = UNREAD.of(proc.pid)
     assert noted.runtime == "CPython" and "runtime state was not found" in noted.reason, noted
-    assert unread == 1
+    # (other processes of a busy host may be unread in the same window: the pid's own note is one)
+    assert unread >= 1
     assert any(f"pid {proc.pid}: CPython" in r.getMessage() for r in caplog.records)
 
 

@@ -59,3 +59,48 @@ def test_a_renamed_interpreter_is_recognized_by_its_file(runtime, tmp_path):
     assert total >= 100, f"{total} samples of the renamed {runtime}"
     assert named >= 0.8 * total, (f"{named} of {total} samples with a {kind.value} frame hs_spin; a stack: "
                                   f"{[f.name for f in samples[-1].stack][:12]}")
+
+
+def _renamed_copy(src: Path, dst: Path, old: bytes, new: bytes) -> None:
+    """A copy of `src` whose dynamic strings name `new` where they named `old` (same length: the
+    SONAME and DT_NEEDED strings are patched in place, as no table moves)."""
+    assert len(old) == len(new)
+    data = src.read_bytes()
+    assert b"\0" + old + b"\0" in data, f"{src} names no {old!r}"
+    dst.write_bytes(data.replace(b"\0" + old + b"\0", b"\0" + new + b"\0"))
+    dst.chmod(0o755)
+
+
+def test_a_renamed_runtime_library_is_found_by_what_it_holds(tmp_path):
+    """A renamed launcher whose runtime lives in a renamed library (an application bundling libruby
+    under its own name; without gems, whose extensions link libruby by its own name): neither file's name says ruby, and the library is found by its mark
+    (RUNTIME_MARKS) among the files the process runs."""
+    ruby = Path(shutil.which("ruby3.1") or require_tool("ruby")).resolve()
+    needed = subprocess.run(["ldd", str(ruby)], capture_output=True, text=True, check=True).stdout
+    lib = next((line.split("=>")[1].split()[0] for line in needed.splitlines() if "libruby" in line), None)
+    if lib is None:
+        pytest.skip(f"{ruby} does not link libruby")
+    soname = Path(lib).name.encode()
+    alias = (b"libappcore.so." + b"0" * (len(soname) - len(b"libappcore.so.")))
+    assert b"ruby" not in alias
+    _renamed_copy(Path(lib).resolve(), tmp_path / alias.decode(), soname, alias)
+    _renamed_copy(ruby, tmp_path / "appworker", soname, alias)
+    proc = subprocess.Popen([str(tmp_path / "appworker"), "--disable-gems", "-e", RUBY], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={"LD_LIBRARY_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    samples = []
+    try:
+        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and sum(s.value for s in samples) < 300:
+                time.sleep(0.5)
+                assert proc.poll() is None, proc.stderr.read()
+                samples.extend(s for s in prof.collect()[0].samples if s.pid == proc.pid)
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert alias.decode() in maps and "libruby" not in maps, "the renamed library is not what the process runs"
+    total = sum(s.value for s in samples)
+    named = sum(s.value for s in samples if any(f.kind is FrameKind.RUBY and "hs_spin" in f.name for f in s.stack))
+    assert total >= 100, f"{total} samples of the renamed ruby"
+    assert named >= 0.8 * total, f"{named} of {total} samples with a Ruby frame hs_spin"

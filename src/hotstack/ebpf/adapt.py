@@ -87,10 +87,13 @@ def _stub_missing_helpers(prog: ProgramSpec) -> tuple[ProgramSpec, list[Adaptati
     changes = []
     for helper_name in NULL_SAFE_HELPERS:
         helper = features.HELPERS[helper_name]
-        calls = _helper_calls(prog.instructions, helper.id)
         # Probed as a perf_event program: a probe program of a tracing type (tp_btf, fentry) cannot
-        # load without an attach target, and these helpers come to every tracing type at once.
-        if not calls or features.helper_available(helper_name, PROG_PERF_EVENT):
+        # load without an attach target, and these helpers come to every tracing type at once. The
+        # probe is cached: the program's instructions are scanned only on a kernel that lacks it.
+        if features.helper_available(helper_name, PROG_PERF_EVENT):
+            continue
+        calls = _helper_calls(prog.instructions, helper.id)
+        if not calls:
             continue
         if not changes:
             prog = copy.deepcopy(prog)

@@ -80,6 +80,7 @@ class BpfElf:
             self.sections.append(Section(i, _cstr(names, name), typ, flags, off, size, link, info, content))
         self.by_name = {s.name: s for s in self.sections}
         self.symbols = self._read_symbols()
+        self._relocations: dict[int, list[Relocation]] = {}
 
     def _read_symbols(self) -> list[Symbol]:
         symtab = next((s for s in self.sections if s.type == SHT_SYMTAB), None)
@@ -93,7 +94,14 @@ class BpfElf:
         return symbols
 
     def relocations_for(self, section: Section) -> list[Relocation]:
-        """Relocations that apply to `section` (from its SHT_REL companion)."""
+        """Relocations that apply to `section` (from its SHT_REL companion), read once per section:
+        every program of an object asks for .text's."""
+        cached = self._relocations.get(section.index)
+        if cached is None:
+            cached = self._relocations[section.index] = self._read_relocations(section)
+        return cached
+
+    def _read_relocations(self, section: Section) -> list[Relocation]:
         out = []
         for rel in self.sections:
             if rel.type != SHT_REL or rel.info != section.index:

@@ -197,6 +197,7 @@ def _program(elf: BpfElf, btf: btfmod.Btf, section: Section, text: Section | Non
     functions = sorted((f.value // 8, max(1, f.size // 8), f.name) for f in symbols)
     global_names = {f.name for f in symbols if f.bind == STB_GLOBAL}
     appended: dict[int, int] = {}      # a function's first instruction in .text -> in the program
+    relocated = {rel.offset for rel in elf.relocations_for(text)} if text is not None else set()
 
     def text_index(at: int) -> int:
         """The program's index of .text's instruction `at` (its function appended first if need be)."""
@@ -208,7 +209,6 @@ def _program(elf: BpfElf, btf: btfmod.Btf, section: Section, text: Section | Non
             if function in global_names:
                 spec.global_functions[function] = _scalar_arguments(btf, function)
             body = text.data[start * 8:(start + count) * 8]
-            relocated = {rel.offset for rel in elf.relocations_for(text)}
             for i in range(0, len(body), 8):
                 # a call to a neighbour by its distance alone would land elsewhere once appended apart
                 if body[i] == BPF_CALL and body[i + 1] >> 4 == PSEUDO_CALL and start * 8 + i not in relocated:
