@@ -2,8 +2,8 @@
 /*
  * Executable file mappings made, counted in the process's mapping cache (nu_procs.h). Where the
  * kernel has no mm_lock_seq (6.1-6.3), the stamp a cached mapping holds by is made of the mapping
- * and page counts, which a library unloaded and another of the same page counts loaded at its
- * address leave as they were; the unwinder mixes this count into it (native_unwind.h), so the
+ * and page counts. A library unloaded and another of the same page counts loaded at its address
+ * leave those as they were, so the unwinder mixes this count into the stamp (native_unwind.h): the
  * cache is read again and the swap told (nu_remap), not walked with the first file's rules.
  * Those kernels store every VMA into the maple tree through one place, with a tracepoint
  * (vma_store; gone from later kernels, which have mm_lock_seq). Loaded beside a sampler program

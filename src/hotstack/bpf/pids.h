@@ -53,10 +53,10 @@ static __always_inline __u32 task_mntns(__u64 task)
 /* What userspace reads /proc/PID/stat and /proc/PID/ns/mnt of a new process for (its start time,
  * parent, main thread's name, mount namespace), and its executable's inode (whose image that name
  * is: an exec before userspace reads the process changes both), from the current task's main
- * thread: one look at a few kernel words, where those reads cost ~110 us of the pid watcher's
+ * thread. This is one look at a few kernel words; those reads cost ~110 us of the pid watcher's
  * CPU a new process under load (stat's ~90: the kernel sums the threads' times for it). Nothing
  * where the kernel's BTF gave no offsets (task_off_group_leader 0): userspace then reads /proc, as
- * it checks the first record against /proc in any case (procs/process.py ProcessTable._trust).
+ * it checks the first record against /proc in any case (procs/table.py ProcessTable._trust).
  * Returns the parent's mount namespace (0: not known), which the record does not carry. */
 static __always_inline __u32 announcement_facts(struct announcement *record)
 {
@@ -81,10 +81,10 @@ static __always_inline __u32 announcement_facts(struct announcement *record)
 }
 
 /* Whether an announced process is one userspace records from the announcement alone
- * (sampling/process_watch.py _noted_from_announcement), which need not wake it: of an image in
- * plain_images, the child of a process (not init's) in its own mount namespace, as it asks (a child spawned
- * into a container from outside it, e.g. by `docker exec`, is read at once: its container is its
- * own). The comm is keyed up to its end: bytes after the terminating 0 may be an older name's
+ * (sampling/process_watch.py _noted_from_announcement), which need not wake it. That is a process
+ * of an image in plain_images, the child of a process (not init's) in its own mount namespace. A
+ * child spawned into a container from outside it (`docker exec`) is read at once: its container is
+ * its own. The comm is keyed up to its end: bytes after the terminating 0 may be an older name's
  * (before 6.x, __set_task_comm did not clear them). */
 static __always_inline int announced_plain(const struct announcement *record, __u32 parent_mntns)
 {
@@ -103,8 +103,8 @@ static __always_inline int announced_plain(const struct announcement *record, __
 
 /* A record in `wakeups`; non-zero if the ring is full. A new pid's record carries its facts. It
  * wakes the userspace thread that waits on the ring, unless it announces a process of a plain
- * image while the ring is less than half full: that one is read at the thread's next round (at
- * most a second away), where waking it would be a round of its own for each command of a shell
+ * image while the ring is less than half full. That one is read at the thread's next round (at
+ * most a second away); waking for it would make a round of its own for each command of a shell
  * loop (~60 a 20 s under the load of bench/otel_profiler.py). Every other record forces the
  * wake-up: the kernel's default wakes only for a record that userspace found the ring empty
  * before, and a quiet record left unread would have silenced the records behind it. */
