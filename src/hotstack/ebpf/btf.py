@@ -124,8 +124,8 @@ class Btf:
         names.frombytes(raw[half:])
         # every entry must point at a type whose name is the one recorded
         words = np.frombuffer(self._data, np.uint32, type_len // 4, self._types_at)
-        at = np.frombuffer(offsets, np.uint32)[1:].astype(np.int64)
-        if (offsets[0] != 0 or type_len % 4 or (at % 4).any() or (at + 12 > type_len).any()
+        at = np.frombuffer(offsets, np.uint32)[1:]      # (no wider copy: it would stay in the heap)
+        if (offsets[0] != 0 or type_len % 4 or type_len < 12 or (at & 3).any() or (at > type_len - 12).any()
                 or not self._ends_at_last_type(offsets)
                 or not np.array_equal(words[at // 4], np.frombuffer(names, np.uint32)[1:])):
             cache_files.discard(path, "does not index this BTF")

@@ -12,10 +12,20 @@ from .mapped import (exe_path, exec_paths, map_file_at, map_file_path, mapped_fi
 from .maps import Mapping, MappingIndex, parse_maps, read_maps
 from .memory import MemoryReadError, PagedMemory
 from .process import LiveProcess, Process, as_process
-from .recorded import RecordedProcess, record
 from .system import (KALLSYMS, KERNEL_CONFIG, descriptor_path, is_proc_path, is_under_process_root, mounts,
                      own_status, sysctl)
 from .table import ProcessTable
+
+
+
+def __getattr__(name: str):
+    """RecordedProcess and record (recorded.py) are imported when first asked for: only `doctor
+    --record` and tests use them, and their pathlib costs every run ~2 MB of memory."""
+    if name in ("RecordedProcess", "record"):
+        from . import recorded
+        return getattr(recorded, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["KALLSYMS", "KERNEL_CONFIG", "descriptor_path", "is_proc_path", "is_under_process_root", "mounts",
            "own_status", "sysctl", "Announced", "announced", "container_id_from_cgroup", "credentials", "Mapping", "MappingIndex", "parse_maps",
