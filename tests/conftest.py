@@ -32,6 +32,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "shares: measures shares of samples or time; rerun once on failure")
 
 
+@pytest.fixture
+def cli(capsys):
+    """The CLI's `main()` in this process: the same code path as a user's, minus interpreter start-up."""
+    from types import SimpleNamespace
+    from hotstack.cli import main
+
+    def run(*args: str):
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return run
+
+
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("build")
@@ -40,6 +53,20 @@ def build_dir(tmp_path_factory) -> Path:
 def compile_c(source: Path, out: Path, *flags: str, compiler: str = "cc") -> Path:
     subprocess.run([compiler, *flags, str(source), "-o", str(out)], check=True)
     return out
+
+
+# Frame pointers everywhere, leaves included (Debian's gcc omits them in leaf functions otherwise,
+# which hides the leaf's caller from any frame-pointer unwinder, perf's included).
+FP_FLAGS = ("-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer")
+
+
+def built_workload(directory: Path, name: str, *flags: str, binary: str | None = None):
+    """A session fixture named `binary` (by default `name`): directory/workloads/NAME.c built once,
+    with frame pointers everywhere and `flags`."""
+    @pytest.fixture(scope="session", name=binary or name)
+    def build(build_dir) -> Path:
+        return compile_c(directory / "workloads" / f"{name}.c", build_dir / (binary or name), *FP_FLAGS, *flags)
+    return build
 
 
 class Workload:
@@ -86,6 +113,18 @@ def at_most(n: int, rate: float, sigmas: float = 3.0) -> float:
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def wait_for(predicate, timeout: float = 20.0, every: float = 0.1):
+    """The first true value of predicate(), asked every `every` seconds for `timeout` seconds; past
+    that, its value then (false unless it came true at the last moment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return predicate()
 
 
 def wait_until_sampling(pid: int, timeout: float = 30) -> None:

@@ -7,22 +7,6 @@ for the next input that breaks the rule; their examples are bounded so the suite
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import pytest
-
-from hotstack.cli import main
-
-
-@pytest.fixture
-def cli(capsys):
-    """The CLI's `main()` in this process: the same code path as a user's, minus interpreter start-up."""
-    def run(*args: str):
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
-    return run
-
 
 def assert_one_line(r, *fragments: str) -> str:
     """Exit 2 with exactly one line on stderr that holds every fragment."""

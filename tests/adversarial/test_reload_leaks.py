@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from ..alloy.conftest import AgentProcess
-from ..alloy.test_agent import wait
+from ..conftest import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -92,7 +92,7 @@ def _reload(a, config: str, label: str | None) -> None:
             return False
         page = a.json(f"/api/v0/web/components/pyroscope.ebpf.{label}")
         return page["health"]["state"] == "healthy" and page["health"]["message"].startswith("profiling at")
-    assert wait(applied, timeout=120), a.log.read_text()[-3000:]
+    assert wait_for(applied, timeout=120), a.log.read_text()[-3000:]
 
 
 def _scrape(a) -> str:
@@ -119,7 +119,7 @@ def test_reloads_that_rename_or_re_add_pyroscope_ebpf_leave_nothing_open(workloa
     try:
         a.wait_ready()
         _reload(a, _config("a", busy.pid), "a")
-        walked = wait(lambda: _walks(a, "a"), timeout=60)
+        walked = wait_for(lambda: _walks(a, "a"), timeout=60)
         assert walked, _scrape(a)[-3000:]
         _reload(a, _config("a", busy.pid, sample_rate=23), "a")     # a new session, the old one closed
         assert _walks(a, "a") >= walked
@@ -130,7 +130,7 @@ def test_reloads_that_rename_or_re_add_pyroscope_ebpf_leave_nothing_open(workloa
             _reload(a, _config(label, busy.pid), label)
             time.sleep(1.5)                    # (a collect of the new engine: its metrics read too)
             _scrape(a)
-        assert wait(lambda: _walks(a, "a"), timeout=60)
+        assert wait_for(lambda: _walks(a, "a"), timeout=60)
         after_many = bpf_objects(a.proc.pid)
         assert after_many == after_one, (after_one, after_many)
         assert a.stop() == 0

@@ -107,3 +107,11 @@ def agent(tmp_path):
 
 def seed_config(name: str) -> str:
     return (CONFIGS / name).read_text()
+
+
+def started(cfg: str):
+    """The controller of Alloy configuration text `cfg`, loaded and started (the test stops it)."""
+    from hotstack.alloy.controller import load_config
+    c = load_config(cfg, "t.alloy")
+    c.start()
+    return c

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import gzip
 import sys
-import time
 
 import pytest
 
 from hotstack.profile.pprof_pb2 import Profile
 
-from ..conftest import hotstack
+from ..conftest import hotstack, wait_for
 
 pytestmark = pytest.mark.root
-
-
-def wait(predicate, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    return None
 
 
 def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, workloads, tmp_path):
@@ -34,8 +23,8 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
     a.wait_ready()
     assert a.get("/-/ready") == (200, "Agent is ready.\n")
     # the built-in pipeline names services after their executable; collect_interval is 15 s
-    files = wait(lambda: list((store / "alloy-spin").glob("*.pb.gz")) if (store / "alloy-spin").exists() else [],
-                 timeout=120)
+    files = wait_for(lambda: list((store / "alloy-spin").glob("*.pb.gz")) if (store / "alloy-spin").exists() else [],
+                     timeout=120, every=0.5)
     assert files, f"no pprof file in {store}: {a.log.read_text()[-2000:]}"
     prof = Profile()
     prof.ParseFromString(gzip.decompress(files[0].read_bytes()))
@@ -76,8 +65,8 @@ def test_builtin_pipeline_local_store_and_flame_graph(agent, spin_binary, worklo
     scoped = 'component_id="pyroscope.ebpf.default",component_path="/",otel_scope_name="pyroscope.ebpf"'
     for name in ("UnwindNativeAttempts_total", "UnwindPythonAttempts_total", "ELFInfoCacheMiss_total",
                  "NumProcAttempts_total", "NumExeIDLoadedToEBPF"):
-        line = wait(lambda: next((ln for ln in a.get("/metrics")[1].splitlines()
-                                  if ln.startswith(f"{name}{{{scoped}}} ")), None), timeout=60)
+        line = wait_for(lambda: next((ln for ln in a.get("/metrics")[1].splitlines()
+                                      if ln.startswith(f"{name}{{{scoped}}} ")), None), timeout=60, every=0.5)
         assert line and float(line.split()[-1]) > 0, (name, a.get("/metrics")[1][-3000:])
     assert float(samples[0].split()[-1]) > 0
     assert a.get("/api/v0/web/components/nope")[0] == 404

@@ -6,28 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from hotstack.alloy.components.discovery_process import join
 from hotstack.alloy.controller import load_config
 
+from ..conftest import wait_for
+from .conftest import started
 from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_pod
-
-
-def wait(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return predicate()
-
-
-def started(cfg: str):
-    c = load_config(cfg, "t.alloy")
-    c.start()
-    return c
 
 
 def test_process_discovery_reads_proc(tmp_path):
@@ -78,6 +63,12 @@ def test_process_join_by_container_id():
     assert external[1] in out
 
 
+def healthy_names(comp) -> list[str]:
+    """The container names of a discovery.docker's targets, once it is checked healthy."""
+    assert comp.health.state == "healthy", comp.health
+    return [t["__meta_docker_container_name"] for t in comp.exports["targets"]]
+
+
 def test_docker_discovery_labels_ports_and_filters(tmp_path):
     cid = "c" * 64
     containers = [docker_container(cid, "web", labels={"com.docker.compose.service": "web"},
@@ -105,7 +96,7 @@ def test_docker_discovery_labels_ports_and_filters(tmp_path):
             # the daemon goes away at run time: unhealthy, with the reason, last targets kept
             server.close()
             server = None
-            assert wait(lambda: comp.health.state == "unhealthy")
+            assert wait_for(lambda: comp.health.state == "unhealthy")
             assert "cannot reach unix://" in comp.health.message
             assert len(comp.exports["targets"]) == 2
         finally:
@@ -155,15 +146,15 @@ users:
             assert any(r.startswith("/api/v1/namespaces/ns1/pods") for r in k8s.requests)
             assert k8s.authorization[0] == "Bearer s3cret"
             # watch: modified, added, deleted
-            wait(lambda: k8s.watchers)
+            wait_for(lambda: k8s.watchers)
             modified = k8s_pod("a", "ns1", "n1", "app", "containerd://" + "1" * 64, phase="Succeeded")
             k8s.push_event("MODIFIED", modified)
-            assert wait(lambda: comp.exports["targets"] and
-                        comp.exports["targets"][0]["__meta_kubernetes_pod_phase"] == "Succeeded")
+            assert wait_for(lambda: comp.exports["targets"] and
+                            comp.exports["targets"][0]["__meta_kubernetes_pod_phase"] == "Succeeded")
             k8s.push_event("ADDED", k8s_pod("c", "ns1", "n2", "side", "containerd://" + "3" * 64))
-            assert wait(lambda: len(comp.exports["targets"]) == 2)
+            assert wait_for(lambda: len(comp.exports["targets"]) == 2)
             k8s.push_event("DELETED", modified)
-            assert wait(lambda: [t["__meta_kubernetes_pod_name"] for t in comp.exports["targets"]] == ["c"])
+            assert wait_for(lambda: [t["__meta_kubernetes_pod_name"] for t in comp.exports["targets"]] == ["c"])
         finally:
             c.stop()
     finally:
@@ -189,9 +180,7 @@ def test_docker_discovery_over_tls_with_client_certificate_and_basic_auth(tmp_pa
                     f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
                     f'    key_file = "{pki.client_key}"\n    min_version = "TLS12"\n  }}\n}}\n')
         try:
-            comp = c.component("discovery.docker.d")
-            assert comp.health.state == "healthy", comp.health
-            assert [t["__meta_docker_container_name"] for t in comp.exports["targets"]] == ["/tls-web"]
+            assert healthy_names(c.component("discovery.docker.d")) == ["/tls-web"]
             assert server.headers[0]["Authorization"] == expected and server.headers[0]["X-Test"] == "one, two"
             subject = dict(x[0] for x in server.client_certs[0]["subject"])
             assert subject["commonName"] == "hotstack test client"
@@ -242,10 +231,10 @@ def test_kubernetes_node_role(tmp_path):
                          "__meta_kubernetes_node_address_InternalIP": "10.0.0.1",
                          "__meta_kubernetes_node_address_Hostname": "n1"}
             assert any(r.startswith("/api/v1/nodes?labelSelector=topology.kubernetes.io") for r in k8s.requests)
-            wait(lambda: k8s.watchers)
+            wait_for(lambda: k8s.watchers)
             k8s.push_event("ADDED", k8s_node("n3", "10.0.0.3", labels={"topology.kubernetes.io/zone": "z1"}),
                            resource="nodes")
-            assert wait(lambda: {t["instance"] for t in comp.exports["targets"]} == {"n1", "n3"})
+            assert wait_for(lambda: {t["instance"] for t in comp.exports["targets"]} == {"n1", "n3"})
         finally:
             c.stop()
     finally:
@@ -278,12 +267,13 @@ def test_kubernetes_attach_metadata_namespace_and_node(tmp_path):
             assert t["__meta_kubernetes_namespace_annotation_owner"] == "alice@example.com"
             assert t["__meta_kubernetes_node_name"] == "n1" and t["__meta_kubernetes_node_label_pool"] == "gpu"
             assert t["__meta_kubernetes_pod_node_name"] == "n1"
-            wait(lambda: len(k8s.watchers) == 3)
+            wait_for(lambda: len(k8s.watchers) == 3)
             k8s.push_event("MODIFIED", k8s_namespace("shop", labels={"team": "search"}), resource="namespaces")
-            assert wait(lambda: comp.exports["targets"][0].get("__meta_kubernetes_namespace_label_team") == "search")
+            assert wait_for(
+                lambda: comp.exports["targets"][0].get("__meta_kubernetes_namespace_label_team") == "search")
             assert "__meta_kubernetes_namespace_annotation_owner" not in comp.exports["targets"][0]
             k8s.push_event("MODIFIED", k8s_node("n1", "10.0.0.1", labels={"pool": "spot"}), resource="nodes")
-            assert wait(lambda: comp.exports["targets"][0].get("__meta_kubernetes_node_label_pool") == "spot")
+            assert wait_for(lambda: comp.exports["targets"][0].get("__meta_kubernetes_node_label_pool") == "spot")
         finally:
             c.stop()
         # without attach_metadata: none of those labels, and no node or namespace request
@@ -315,8 +305,7 @@ def test_docker_discovery_oauth2_client_credentials(tmp_path):
                     f'    endpoint_params = {{"audience" = "docker"}}\n  }}\n}}\n')
         try:
             comp = c.component("discovery.docker.d")
-            assert comp.health.state == "healthy", comp.health
-            assert [t["__meta_docker_container_name"] for t in comp.exports["targets"]] == ["/o"]
+            assert healthy_names(comp) == ["/o"]
             assert tokens.forms[0] == {"grant_type": "client_credentials", "scope": "read list", "audience": "docker"}
             comp.refresh()
             assert len(tokens.forms) == 1   # the token is kept until it expires

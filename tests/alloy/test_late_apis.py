@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 import time
 
+from ..conftest import wait_for
 from .conftest import seed_config
 from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, free_port, k8s_pod
-from .test_discovery import wait
 
 
 def _discovery_only(config: str, block: str) -> str:
@@ -29,12 +29,13 @@ def _check_late_start(a, component: str, start_api, reason: str) -> None:
     assert a.proc.poll() is None, a.log.read_text()   # still running: no crash loop
     server = start_api()
     try:
-        assert wait(lambda: a.get("/-/healthy")[0] == 200, timeout=60), (a.get("/-/healthy"), a.log.read_text()[-2000:])
+        assert wait_for(lambda: a.get("/-/healthy")[0] == 200, timeout=60), \
+            (a.get("/-/healthy"), a.log.read_text()[-2000:])
         targets = a.json(f"/api/v0/web/components/{component}")["exports"]["targets"]
         assert len(targets) == 1, targets
         relabeled = [c for c in a.json("/api/v0/web/components") if c["name"] == "discovery.relabel"]
-        assert relabeled and wait(lambda: a.json(f"/api/v0/web/components/{relabeled[0]['id']}")["exports"]["output"],
-                                 timeout=60)
+        assert relabeled and wait_for(
+            lambda: a.json(f"/api/v0/web/components/{relabeled[0]['id']}")["exports"]["output"], timeout=60)
     finally:
         server.close()
 

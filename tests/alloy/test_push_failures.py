@@ -13,7 +13,7 @@ import pytest
 
 from tests.export.connect_server import ConnectPushServer
 
-from .test_agent import wait
+from ..conftest import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -35,8 +35,8 @@ def test_failures_are_heard_at_once_and_health_follows_the_endpoint(agent, spin_
         assert server.wait_for(1, timeout=60), a.log.read_text()
         first = time.monotonic()
         # Logged at once (default backoff: Alloy's 10 retries over minutes would say nothing).
-        line = wait(lambda: next((ln for ln in a.log.read_text().splitlines() if "push failed" in ln), None),
-                    timeout=10)
+        line = wait_for(lambda: next((ln for ln in a.log.read_text().splitlines() if "push failed" in ln), None),
+                        timeout=10)
         assert line, a.log.read_text()[-3000:]
         assert time.monotonic() - first < 10
         # What the server sent is escaped: no control character of its reaches the log.
@@ -53,8 +53,8 @@ def test_failures_are_heard_at_once_and_health_follows_the_endpoint(agent, spin_
                 and not ln.endswith(" 0.0")], metrics
         # The endpoint recovers: a retry goes through and the component is healthy again.
         server.responses = [200]
-        assert wait(lambda: a.get("/-/healthy")[0] == 200, timeout=60), a.get("/-/healthy")
-        assert wait(lambda: server.accepted(), timeout=30)
+        assert wait_for(lambda: a.get("/-/healthy")[0] == 200, timeout=60), a.get("/-/healthy")
+        assert wait_for(lambda: server.accepted(), timeout=30)
         assert "the receiver accepts again" in a.log.read_text()
         assert a.json("/api/v0/web/components/pyroscope.write.w")["health"]["state"] == "healthy"
     finally:
@@ -147,10 +147,10 @@ def test_remote_timeout_bounds_the_whole_push(agent, spin_binary, workloads):
                                                     f'url = "{server.url}"\n    remote_timeout = "2s"\n')
         a = agent(config)
         a.wait_ready()
-        line = wait(lambda: next((ln for ln in a.log.read_text().splitlines() if "push failed" in ln), None),
-                    timeout=60)
+        line = wait_for(lambda: next((ln for ln in a.log.read_text().splitlines() if "push failed" in ln), None),
+                        timeout=60)
         assert line and "timed out (remote_timeout)" in line, a.log.read_text()[-3000:]
-        assert wait(lambda: server.held, timeout=10), "the receiver's connection was never given up"
+        assert wait_for(lambda: server.held, timeout=10), "the receiver's connection was never given up"
         # 2 s, and the ticks of the drip that notice the connection is gone, with room for a busy host
         assert all(held < 8 for held in server.held), server.held
         status, text = a.get("/-/healthy")

@@ -7,7 +7,7 @@ import signal
 import time
 import urllib.request
 
-from .test_agent import wait
+from ..conftest import wait_for
 
 
 def _config(writes: list[str], service: str) -> str:
@@ -46,9 +46,9 @@ def test_sighup_applies_the_diff_and_keeps_the_graph_on_a_bad_file(agent, tmp_pa
     # A new write, the old one gone, the kept relabel with new arguments: applied while running.
     path.write_text(_config(["b"], "two"))
     a.proc.send_signal(signal.SIGHUP)
-    assert wait(lambda: _ids(a) == {"pyroscope.write.b", "discovery.relabel.r"}, timeout=30), _ids(a)
-    assert wait(lambda: a.json("/api/v0/web/components/discovery.relabel.r")["exports"]["output"][0]["env"]
-                == "two-env", timeout=30)
+    assert wait_for(lambda: _ids(a) == {"pyroscope.write.b", "discovery.relabel.r"}, timeout=30), _ids(a)
+    assert wait_for(lambda: a.json("/api/v0/web/components/discovery.relabel.r")["exports"]["output"][0]["env"]
+                    == "two-env", timeout=30)
     assert a.proc.poll() is None
     log = a.log.read_text()
     assert "config reloaded from" in log and "added: pyroscope.write.b" in log and "removed: pyroscope.write.a" in log
@@ -57,7 +57,7 @@ def test_sighup_applies_the_diff_and_keeps_the_graph_on_a_bad_file(agent, tmp_pa
     # A bad file: one error line, the running graph unchanged, the agent still serving.
     path.write_text(_config(["b"], "three") + 'pyroscope.write "c" {\n  endpoint {\n    url = "http://h:99999"\n')
     a.proc.send_signal(signal.SIGHUP)
-    assert wait(lambda: "config reload failed" in a.log.read_text(), timeout=30), a.log.read_text()[-2000:]
+    assert wait_for(lambda: "config reload failed" in a.log.read_text(), timeout=30), a.log.read_text()[-2000:]
     line = next(ln for ln in a.log.read_text().splitlines() if "config reload failed" in ln)
     assert "the running pipeline is unchanged" in line and f"{path}:" in line, line
     assert a.proc.poll() is None and a.get("/-/ready")[0] == 200
@@ -83,7 +83,7 @@ def test_sighup_on_a_vanished_config_keeps_running(agent, tmp_path):
     a.wait_ready()
     (tmp_path / "agent.alloy").unlink()
     a.proc.send_signal(signal.SIGHUP)
-    assert wait(lambda: "config reload failed" in a.log.read_text(), timeout=30)
+    assert wait_for(lambda: "config reload failed" in a.log.read_text(), timeout=30)
     assert "cannot read config" in a.log.read_text()
     time.sleep(0.5)
     assert a.proc.poll() is None and _ids(a) == {"pyroscope.write.a", "discovery.relabel.r"}

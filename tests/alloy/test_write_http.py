@@ -8,36 +8,20 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 
-from hotstack.alloy.controller import load_config
 
+from ..conftest import wait_for
 from ..export.connect_server import PATH, ConnectPushServer
+from .conftest import started
 from .peers import H2PushServer, HTTPProxy, OAuth2TokenServer, RedirectServer, make_pki
 
 LABELS = {"__name__": "process_cpu", "service_name": "svc"}
-
-
-def started(cfg: str):
-    c = load_config(cfg, "t.alloy")
-    c.start()
-    return c
 
 
 def push(c, n: int = 1) -> None:
     receiver = c.component("pyroscope.write.w").exports["receiver"]
     for _ in range(n):
         receiver.append(dict(LABELS), b"not-a-real-pprof", None)
-
-
-def wait(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def write_config(url: str, body: str = "", top: str = "") -> str:
@@ -55,7 +39,7 @@ def test_oauth2_token_through_the_oauth2_proxy_and_the_push_through_the_endpoint
                                              f'      proxy_url = "{token_proxy.url}"\n    }}\n'))
         try:
             push(c, 2)
-            assert wait(lambda: len(server.accepted()) == 2), server.requests
+            assert wait_for(lambda: len(server.accepted()) == 2), server.requests
             # the token request went through the oauth2 block's proxy, once (the token is kept)
             assert token_proxy.requests == [f"POST {tokens.url}"], token_proxy.requests
             assert tokens.forms == [{"grant_type": "client_credentials", "scope": "push"}]
@@ -78,7 +62,7 @@ def test_oauth2_token_server_down_is_retried_not_lost(tmp_path):
         try:
             push(c)
             comp = c.component("pyroscope.write.w")
-            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             snap = comp.pushers[0].metrics.snapshot()
             assert snap["retries"] == 2 and server.requests == []
             assert "oauth2" in comp.health.message or "127.0.0.1:1" in comp.health.message, comp.health
@@ -97,7 +81,7 @@ def test_https_with_a_client_certificate_and_server_name(tmp_path):
         c = started(write_config(server.url, f"    tls_config {{\n{with_cert}    }}\n"))
         try:
             push(c)
-            assert wait(lambda: len(server.accepted()) == 1), server.requests
+            assert wait_for(lambda: len(server.accepted()) == 1), server.requests
         finally:
             c.stop()
         # without the certificate the server refuses the handshake: nothing arrives, it is dropped
@@ -106,7 +90,7 @@ def test_https_with_a_client_certificate_and_server_name(tmp_path):
         try:
             push(c)
             comp = c.component("pyroscope.write.w")
-            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             assert len(server.accepted()) == 1
         finally:
             c.stop()
@@ -134,11 +118,11 @@ def test_a_rotated_client_certificate_is_used_for_the_next_push(tmp_path):
         try:
             push(c)
             comp = c.component("pyroscope.write.w")
-            assert wait(lambda: comp.pushers[0].metrics.snapshot()["retries"] >= 2, timeout=20)
+            assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["retries"] >= 2, timeout=20)
             assert server.accepted() == []           # the handshake was refused
             shutil.copy(pki.client_cert, cert)      # rotated: the files now hold a trusted pair
             shutil.copy(pki.client_key, key)
-            assert wait(lambda: len(server.accepted()) == 1, timeout=20), comp.health
+            assert wait_for(lambda: len(server.accepted()) == 1, timeout=20), comp.health
         finally:
             c.stop()
     finally:
@@ -152,7 +136,7 @@ def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(cap
         c = started(write_config(f"http://{redirect.url}"))
         try:
             push(c)
-            assert wait(lambda: len(server.accepted()) == 1), (redirect.requests, server.requests)
+            assert wait_for(lambda: len(server.accepted()) == 1), (redirect.requests, server.requests)
             assert redirect.requests == [PATH]
         finally:
             c.stop()
@@ -160,7 +144,7 @@ def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(cap
         try:
             push(c)
             comp = c.component("pyroscope.write.w")
-            assert wait(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
+            assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
             assert said and "HTTP 307 redirect to" in said[0] and "(follow_redirects is false)" in said[0], said
             assert len(server.accepted()) == 1
@@ -183,7 +167,7 @@ def test_tracing_propagators_as_alloy_defaults_and_off():
         c = started(write_config(server.url, '    min_backoff_period = "50ms"\n'))
         try:
             push(c)
-            assert wait(lambda: len(server.accepted()) == 1)
+            assert wait_for(lambda: len(server.accepted()) == 1)
             first, second = (r["headers"] for r in server.requests)
             t1, s1 = TRACEPARENT.match(first["traceparent"]).groups()
             t2, s2 = TRACEPARENT.match(second["traceparent"]).groups()
@@ -196,7 +180,7 @@ def test_tracing_propagators_as_alloy_defaults_and_off():
         c = started(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n  }\n"))
         try:
             push(c, 2)
-            assert wait(lambda: len(server.accepted()) == 2)
+            assert wait_for(lambda: len(server.accepted()) == 2)
             a, b = (r["headers"] for r in server.requests)
             assert "uber-trace-id" not in a and TRACEPARENT.match(a["traceparent"])
             assert a["traceparent"][3:35] != b["traceparent"][3:35]   # a new trace per push
@@ -207,7 +191,7 @@ def test_tracing_propagators_as_alloy_defaults_and_off():
                                                  "    trace_context_propagator = false\n  }\n"))
         try:
             push(c)
-            assert wait(lambda: len(server.accepted()) == 1)
+            assert wait_for(lambda: len(server.accepted()) == 1)
             assert not {"traceparent", "uber-trace-id"} & {k.lower() for k in server.requests[0]["headers"]}
         finally:
             c.stop()
@@ -244,7 +228,7 @@ def test_http2_over_tls_as_go_negotiates_it_and_http1_when_enable_http2_is_false
             c = started(write_config(server.url, f'{body}    tls_config {{\n      ca_file = "{pki.ca}"\n    }}\n'))
             try:
                 push(c, 2)
-                assert wait(lambda: len(server.requests) >= before + 2), (server.url, body, server.requests)
+                assert wait_for(lambda: len(server.requests) >= before + 2), (server.url, body, server.requests)
             finally:
                 c.stop()
             got = server.requests[before:]

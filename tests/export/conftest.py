@@ -9,17 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c
+from ..conftest import built_workload
 from .collectors import require_peer
 
 HERE = Path(__file__).resolve().parent
-FP_FLAGS = ("-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-Wl,--build-id")
-
-
-@pytest.fixture(scope="session")
-def export_busy(build_dir) -> Path:
-    """main -> export_outer -> export_leaf (user CPU) and export_syscalls (kernel CPU)."""
-    return compile_c(HERE / "workloads" / "export_busy.c", build_dir / "export_busy", *FP_FLAGS)
+# The seed guide's ig-config.yaml: one OTLP gRPC exporter, gzip, plain text to `endpoint`
+SEED_GUIDE_CONFIG = """\
+# ig-config.yaml
+operator:
+  otel-profiles:
+    exporters:
+      my-profiles-exporter:
+        exporter: otlp-grpc
+        compression: gzip
+        endpoint: "{endpoint}"
+        insecure: true
+"""
+# main -> export_outer -> export_leaf (user CPU) and export_syscalls (kernel CPU)
+export_busy = built_workload(HERE, "export_busy", "-Wl,--build-id")
 
 
 @pytest.fixture(scope="session")

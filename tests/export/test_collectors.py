@@ -20,7 +20,7 @@ from hotstack.gadget.igconfig import DEFAULT_PROTOCOL_VERSION
 
 from ..conftest import hotstack
 from .collectors import COLLECTORS, Collector, collector_binary, debug_samples
-from .conftest import pprof
+from .conftest import SEED_GUIDE_CONFIG, pprof
 from .otlp_receiver import LayoutReceiver, OfficialReceiver, resolve
 from .pprof_raw import parse_raw
 
@@ -30,19 +30,6 @@ HZ = 99
 PERIOD = 10**9 // HZ
 VERSIONS = tuple(COLLECTORS)
 DEFAULT_VERSION = DEFAULT_PROTOCOL_VERSION   # an exporter block's layout without protocol-version
-
-SEED_GUIDE_CONFIG = """\
-# ig-config.yaml
-operator:
-  otel-profiles:
-    exporters:
-      my-profiles-exporter:
-        exporter: otlp-grpc
-        compression: gzip
-        endpoint: "{endpoint}"
-        insecure: true
-"""
-
 
 def guide_config(endpoint: str, version: str) -> str:
     """The guide's ig-config.yaml for a receiver of this layout: as written, plus the one

@@ -7,37 +7,16 @@ one runs it as a separate process, as a user would.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
-
-from hotstack.cli import main
 
 from hotstack.errors import ConfigError
 from hotstack.gadget.datasource import DataSource, Field
 from hotstack.gadget.otel_profiles import OtelProfilesOperator, attribute_fields
 
 from ..conftest import hotstack
+from .conftest import SEED_GUIDE_CONFIG
 
-GOOD = """\
-operator:
-  otel-profiles:
-    exporters:
-      my-profiles-exporter:
-        exporter: otlp-grpc
-        compression: gzip
-        endpoint: "127.0.0.1:4317"
-        insecure: true
-"""
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args: str):
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
-    return run
+GOOD = SEED_GUIDE_CONFIG.format(endpoint="127.0.0.1:4317")
 
 
 def run_with(cli, tmp_path, config_text: str | None, *flags: str):

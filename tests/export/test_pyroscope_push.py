@@ -99,36 +99,30 @@ def test_503_then_200_is_retried():
     assert (m["sent_items"], m["retries"], m["errors"], m["dropped_items"]) == (1, 2, 2, 0)
 
 
-def test_429_is_retried_only_when_enabled():
-    server = ConnectPushServer([429, 200])
-    off = PyroscopePusher(_endpoint(server.url, retry_on_http_429=False))
-    try:
-        off.push([PushSeries(LABELS, b"p")])
-        _handled(off, 1)
-        off.close(5)
-    finally:
-        server.close()
-    assert off.metrics.snapshot()["dropped_items"] == 1 and len(server.requests) == 1
-    server = ConnectPushServer([429, 200])
-    on = PyroscopePusher(_endpoint(server.url))
-    try:
-        on.push([PushSeries(LABELS, b"p")])
-        _handled(on, 1)
-        on.close(5)
-    finally:
-        server.close()
-    assert on.metrics.snapshot()["sent_items"] == 1 and len(server.requests) == 2
-
-
-def test_400_is_not_retried():
-    server = ConnectPushServer([400, 200])
-    pusher = PyroscopePusher(_endpoint(server.url))
+def _push_one(statuses: list, **endpoint) -> tuple[dict, list]:
+    """One series pushed to a server that answers `statuses` in turn, until sent or dropped, and
+    the pusher closed: its metrics and the server's requests."""
+    server = ConnectPushServer(statuses)
+    pusher = PyroscopePusher(_endpoint(server.url, **endpoint))
     try:
         pusher.push([PushSeries(LABELS, b"p")])
+        _handled(pusher, 1)
         pusher.close(5)
     finally:
         server.close()
-    assert len(server.requests) == 1 and pusher.metrics.snapshot()["dropped_items"] == 1
+    return pusher.metrics.snapshot(), server.requests
+
+
+def test_429_is_retried_only_when_enabled():
+    off, requests = _push_one([429, 200], retry_on_http_429=False)
+    assert off["dropped_items"] == 1 and len(requests) == 1
+    on, requests = _push_one([429, 200])
+    assert on["sent_items"] == 1 and len(requests) == 2
+
+
+def test_400_is_not_retried():
+    m, requests = _push_one([400, 200])
+    assert len(requests) == 1 and m["dropped_items"] == 1
 
 
 def test_a_refusal_at_shutdown_is_said_as_a_refusal(caplog):

@@ -7,30 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c
+from ..conftest import built_workload
 
 HERE = Path(__file__).resolve().parent
-FP_FLAGS = ("-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer")
-
-
-@pytest.fixture(scope="session")
-def malloc_ratio(build_dir) -> Path:
-    return compile_c(HERE / "workloads" / "malloc_ratio.c", build_dir / "malloc_ratio", *FP_FLAGS)
-
-
-@pytest.fixture(scope="session")
-def offcpu_split(build_dir) -> Path:
-    return compile_c(HERE / "workloads" / "offcpu_split.c", build_dir / "offcpu_split", *FP_FLAGS)
-
-
-@pytest.fixture(scope="session")
-def long_sleep(build_dir) -> Path:
-    return compile_c(HERE / "workloads" / "long_sleep.c", build_dir / "long_sleep", *FP_FLAGS)
-
-
-@pytest.fixture(scope="session")
-def two_spinners(build_dir) -> Path:
-    return compile_c(HERE / "workloads" / "two_spinners.c", build_dir / "two_spinners", *FP_FLAGS, "-pthread")
+malloc_ratio = built_workload(HERE, "malloc_ratio")
+offcpu_split = built_workload(HERE, "offcpu_split")
+long_sleep = built_workload(HERE, "long_sleep")
+two_spinners = built_workload(HERE, "two_spinners", "-pthread")
 
 
 @pytest.fixture

@@ -10,18 +10,12 @@ import pytest
 from hotstack.profile.pprof_pb2 import Profile as PprofProfile
 
 from ..conftest import hotstack
+from ..stack_totals import folded_stacks, totals_by_name
 from .conftest import libc_path_of
 
 
 def _folded_totals(text: str, names: tuple[str, ...]) -> dict[str, int]:
-    totals = dict.fromkeys(names, 0)
-    for line in text.splitlines():
-        stack, _, value = line.rpartition(" ")
-        frames = stack.split(";")
-        for name in names:
-            if name in frames:
-                totals[name] += int(value)
-    return totals
+    return totals_by_name(folded_stacks(text), names)
 
 
 @pytest.mark.root

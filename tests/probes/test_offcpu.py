@@ -6,22 +6,15 @@ import pytest
 
 from hotstack.sampling import EngineConfig
 
+from ..stack_totals import totals_by_name
 from .conftest import offcpu_engine, stack_names
 
 pytestmark = pytest.mark.root
 
 
 def _by_function(profiles, tid: int, functions: tuple[str, ...]) -> dict[str, int]:
-    totals = dict.fromkeys(functions, 0)
-    for profile in profiles:
-        for s in profile.samples:
-            if s.tid != tid:
-                continue
-            names = stack_names(s)
-            for fn in functions:
-                if fn in names:
-                    totals[fn] += s.value
-    return totals
+    """Thread `tid`'s total per function of `functions` (anywhere in its stacks)."""
+    return totals_by_name(((stack_names(s), s.value) for p in profiles for s in p.samples if s.tid == tid), functions)
 
 
 @pytest.mark.shares

@@ -4,40 +4,39 @@ from __future__ import annotations
 
 import pytest
 
-
+from ..stack_totals import totals_by_name
 from .conftest import libc_path_of, probe_engine, stack_names
 
 pytestmark = pytest.mark.root
 
 
-def _per_caller(profile, pid: int) -> dict[str, int]:
-    counts = {"alloc_three": 0, "alloc_one": 0}
-    for s in profile.samples:
-        if s.pid != pid:
-            continue
-        names = stack_names(s)
-        for caller in counts:
-            if caller in names:
-                counts[caller] += s.value
-    return counts
+CALLERS = ("alloc_three", "alloc_one")     # malloc's callers, 3 calls to 1
+
+
+def _malloc_probed(workloads, malloc_ratio, link: str, seconds: float, at_least: int, within: float):
+    """The workload (pid) and a profile of `seconds` of the probe `link` ("uprobe" or "uretprobe",
+    with its symbol) on its libc's malloc, once checked: more than `at_least` hits in the workload,
+    alloc_three's share of them 0.75 within `within`."""
+    w = workloads([malloc_ratio, "20"])
+    kind, symbol = link.split(":")
+    with probe_engine([f"{kind}:{libc_path_of(w.pid)}:{symbol}"]) as profiler:
+        profile = profiler.run(seconds)
+    counts = totals_by_name(((stack_names(s), s.value) for s in profile.samples if s.pid == w.pid), CALLERS)
+    total = sum(counts.values())
+    assert total > at_least, counts
+    assert abs(counts["alloc_three"] / total - 0.75) < within, counts
+    return w.pid, profile
 
 
 @pytest.mark.shares
 def test_uprobe_on_malloc_shows_callers_and_their_ratio(workloads, malloc_ratio):
-    w = workloads([malloc_ratio, "20"])
-    libc = libc_path_of(w.pid)
-    with probe_engine([f"uprobe:{libc}:malloc"]) as profiler:
-        profile = profiler.run(2.0)
+    # ~20 calls per ms for ~2 s: thousands of hits, each one counted (not sampled).
+    pid, profile = _malloc_probed(workloads, malloc_ratio, "uprobe:malloc", 2.0, at_least=5000, within=0.02)
     assert profile.name == "process_cpu"
     assert (profile.sample_type.type, profile.sample_type.unit) == ("uprobe", "count")
     assert profile.period == 1
-    counts = _per_caller(profile, w.pid)
-    total = counts["alloc_three"] + counts["alloc_one"]
-    # ~20 calls per ms for ~2 s: thousands of hits, each one counted (not sampled).
-    assert total > 5000, counts
-    assert abs(counts["alloc_three"] / total - 0.75) < 0.02, counts
     # The stack is malloc's, from its caller up to main: the caller right above malloc.
-    ours = [s for s in profile.samples if s.pid == w.pid and "alloc_three" in stack_names(s)]
+    ours = [s for s in profile.samples if s.pid == pid and "alloc_three" in stack_names(s)]
     names = stack_names(max(ours, key=lambda s: s.value))
     leaf = names[0]
     assert "malloc" in leaf, names
@@ -61,14 +60,8 @@ def test_uprobe_hits_every_process_using_the_library_and_pid_filter(workloads, m
 
 @pytest.mark.shares
 def test_uretprobe_stack_starts_at_the_caller(workloads, malloc_ratio):
-    w = workloads([malloc_ratio, "20"])
-    libc = libc_path_of(w.pid)
-    with probe_engine([f"uretprobe:{libc}:malloc@@GLIBC_2.2.5"]) as profiler:
-        profile = profiler.run(1.5)
-    counts = _per_caller(profile, w.pid)
-    total = sum(counts.values())
-    assert total > 3000, counts
-    assert abs(counts["alloc_three"] / total - 0.75) < 0.03, counts
-    ours = [s for s in profile.samples if s.pid == w.pid and "alloc_one" in stack_names(s)]
+    pid, profile = _malloc_probed(workloads, malloc_ratio, "uretprobe:malloc@@GLIBC_2.2.5", 1.5,
+                                  at_least=3000, within=0.03)
+    ours = [s for s in profile.samples if s.pid == pid and "alloc_one" in stack_names(s)]
     # At a return the program counter is back in the caller: it is the leaf.
     assert stack_names(max(ours, key=lambda s: s.value))[0] == "alloc_one"

@@ -22,6 +22,7 @@ from hotstack.sampling import Engine, EngineConfig
 from hotstack.symbols.symbolizer import Symbolizer
 from tests.peers import require_tool
 from tests.runtime_fixtures import runtime_source
+from tests.stack_totals import totals_by_name
 
 HERE = Path(__file__).resolve().parent
 _PROCESSES = ProcessTable()
@@ -49,6 +50,60 @@ def profile_until(pid: int, enough: Callable[[list], bool], max_seconds: float, 
     """Process `pid` profiled until `enough(samples)` or `max_seconds`."""
     with engine(pids=(pid,), **config) as prof:
         return collect_until(prof, enough, max_seconds)
+
+
+def profile_for(pid: int, seconds: float, **config) -> list:
+    """Process `pid`'s samples of one interval of `seconds`, from an Engine of its own at 499 Hz."""
+    with Engine(EngineConfig(frequency=499, pids=(pid,), **config)) as prof:
+        time.sleep(seconds)
+        return prof.collect()[0].samples
+
+
+@contextmanager
+def stopping(proc: subprocess.Popen):
+    """`proc`, killed (by its pid) and waited for when the block ends."""
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def gadget_engine_config(*flags: str) -> EngineConfig:
+    """The EngineConfig that `hotstack run profile_cpu FLAGS` runs with."""
+    import argparse
+    from hotstack.gadget.cli import add_arguments, profile_run_options
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return profile_run_options(p.parse_args(["profile_cpu", *flags])).engine_config()
+
+
+def assert_no_flag_leaves_native_frames(pid: int, flag: str, kind: FrameKind) -> None:
+    """`hotstack run profile_cpu FLAG --pid PID` for 1.5 s: the process is sampled, with no frame of `kind`."""
+    with Engine(gadget_engine_config(flag, "--pid", str(pid), "--sample-rate", "499")) as prof:
+        samples = prof.run(1.5).samples
+    assert sum(s.value for s in samples) >= 50
+    assert not any(f.kind is kind for s in samples for f in s.stack)
+
+
+def assert_counted_in_agent_metrics(pid: int, runtime: str) -> None:
+    """The agent's /metrics after 1.5 s of process `pid` show `runtime`'s frame source: the process
+    attached, frames walked, functions named, and its read errors' counter."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
+    registry = CollectorRegistry()
+    metrics = EbpfMetrics.of(registry)
+    with Engine(EngineConfig(frequency=499, pids=(pid,))) as prof:
+        profile = prof.run(1.5)
+        metrics.observe_profile(profile, prof)
+        text = generate_latest(registry).decode()
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("hotstack_runtime_")}
+    events = f'hotstack_runtime_events_total{{runtime="{runtime}",what='
+    assert values[f'hotstack_runtime_processes{{runtime="{runtime}"}}'] == 1, values
+    assert values[events + '"frames"}'] > 100, values
+    assert values[events + '"functions_named"}'] >= 3, values
+    assert events + '"read_errors"}' in values
 
 
 def total(samples) -> int:
@@ -88,21 +143,12 @@ class Interpreter:
     @contextmanager
     def running(self, seconds: str, *flags: str, script: Path | None = None):
         """The started workload, killed (by its pid) when the block ends."""
-        proc = self.start(seconds, *flags, script=script)
-        try:
+        with stopping(self.start(seconds, *flags, script=script)) as proc:
             yield proc
-        finally:
-            proc.kill()
-            proc.wait()
 
     def hot_share(self, samples) -> tuple[float, int]:
         """(percent of hot_a among the samples in hot_a or hot_b, their count)."""
-        c = Counter()
-        for s in samples:
-            names = self.names(s)
-            for hot in self.hot:
-                if hot in names:
-                    c[hot] += s.value
+        c = totals_by_name(((self.names(s), s.value) for s in samples), self.hot)
         both = sum(c.values())
         return (100.0 * c[self.hot[0]] / both if both else 0.0), both
 
@@ -160,6 +206,15 @@ class Interpreter:
         assert names[self.hot[0]] > 0 and names[self.hot[1]] > 0, names.most_common(8)
         return names, stats
 
+
+# hs_spin, a function that spins for ever, in each runtime's language (run by -c, -e or -r)
+SPIN = {
+    FrameKind.PYTHON: "def hs_spin():\n    while True:\n        pass\nhs_spin()\n",
+    FrameKind.JS: "function hs_spin() { let x = 0; for (;;) { x = (x + 1) | 0; } } hs_spin();",
+    FrameKind.PHP: "function hs_spin() { $x = 0; while (true) { $x++; } } hs_spin();",
+    FrameKind.PERL: "sub hs_spin { my $x = 0; while (1) { $x++ } } hs_spin();",
+    FrameKind.RUBY: "def hs_spin; x = 0; loop { x += 1 }; end; hs_spin",
+}
 
 PERL = Interpreter("perl", FrameKind.PERL, HERE / "perl" / "workload.pl", main="<main>", method="Workload::{}")
 PHP = Interpreter("php", FrameKind.PHP, HERE / "php" / "workload.php", main="{main}", method="Workload::{}")

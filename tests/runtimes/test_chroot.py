@@ -20,23 +20,20 @@ from hotstack.sampling import Engine, EngineConfig
 from hotstack.runtimes.common.files import UNREAD
 
 from ..conftest import hotstack
+from .frames_harness import SPIN
 from .matrix import extracted
 
 pytestmark = pytest.mark.root
 
 
-PY = "def hs_spin():\n    while True:\n        pass\nhs_spin()\n"
-JS = "function hs_spin() { let x = 0; for (;;) { x = (x + 1) | 0; } } hs_spin();"
-PHP = "function hs_spin() { $x = 0; while (true) { $x++; } } hs_spin();"
-PERL = "sub hs_spin { my $x = 0; while (1) { $x++ } } hs_spin();"
-RUBY = "def hs_spin; x = 0; loop { x += 1 }; end; hs_spin"
 
+# each runtime's command and its flag that runs the code after it (SPIN)
 READ = {
-    "python3": (["python3", "-c", PY], FrameKind.PYTHON),
-    "node": (["node", "-e", JS], FrameKind.JS),
-    "php": (["php", "-r", PHP], FrameKind.PHP),
-    "perl": (["perl", "-e", PERL], FrameKind.PERL),
-    "ruby": (["ruby", "-e", RUBY], FrameKind.RUBY),    # 3.3: ruby_current_ec found through libruby's code
+    "python3": (["python3", "-c"], FrameKind.PYTHON),
+    "node": (["node", "-e"], FrameKind.JS),
+    "php": (["php", "-r"], FrameKind.PHP),
+    "perl": (["perl", "-e"], FrameKind.PERL),
+    "ruby": (["ruby", "-e"], FrameKind.RUBY),    # 3.3: ruby_current_ec found through libruby's code
 }
 
 
@@ -67,7 +64,7 @@ def _profile(pid: int, want: int = 300, seconds: float = 12.0):
 @pytest.mark.parametrize("program", sorted(READ))
 def test_runtime_frames_in_a_plain_chroot(trixie_root, program):
     argv, kind = READ[program]
-    proc = _in_chroot(trixie_root, argv)
+    proc = _in_chroot(trixie_root, [*argv, SPIN[kind]])
     try:
         time.sleep(0.5)
         assert proc.poll() is None, proc.stderr.read()
@@ -139,7 +136,8 @@ def test_a_ruby_that_cannot_be_read_is_said(trixie_root):
         (private / lib.name).write_bytes(bytes(data))
         (private / lib.name.rsplit(".", 1)[0]).symlink_to(lib.name)   # libruby-3.3.so.3.3, its soname
         proc = _in_chroot(trixie_root, ["env", f"LD_LIBRARY_PATH=/{private.relative_to(trixie_root)}",
-                                        "ruby", "--disable-gems", "-e", RUBY])   # (rbconfig checks the version)
+                                        "ruby", "--disable-gems", "-e", SPIN[FrameKind.RUBY]])
+        # (--disable-gems: rbconfig checks the version)
         try:
             time.sleep(0.5)
             assert proc.poll() is None, proc.stderr.read()

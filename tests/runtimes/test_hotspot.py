@@ -16,6 +16,8 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from . import lifecycle
+from .frames_harness import (assert_counted_in_agent_metrics, assert_no_flag_leaves_native_frames,
+                             gadget_engine_config, profile_for, stopping)
 
 pytestmark = pytest.mark.root
 
@@ -134,14 +136,8 @@ def test_java_shares_match_jfr(classes, tmp_path):
 
 def test_interpreted_frames_named(classes):
     """-Xint: every frame is the template interpreter's, walked by frame pointer, named from fp[-3]."""
-    proc = _start(classes, 20, "-Xint")
-    try:
-        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
-            time.sleep(1.5)
-            samples = prof.collect()[0].samples
-    finally:
-        proc.kill()
-        proc.wait()
+    with stopping(_start(classes, 20, "-Xint")) as proc:
+        samples = profile_for(proc.pid, 1.5, unwind="kernel")
     split = hotstack_split(samples)
     assert sum(split.values()) >= 100, split
     assert abs(shares(split)["heavy"] - 75) <= 10, split
@@ -228,18 +224,10 @@ def test_not_a_jvm_is_not_listed():
         proc.wait()
 
 
-def _gadget_config(*flags: str) -> EngineConfig:
-    import argparse
-    from hotstack.gadget.cli import add_arguments, profile_run_options
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return profile_run_options(p.parse_args(["profile_cpu", *flags])).engine_config()
-
-
 def test_java_flags():
-    assert "hotspot" not in _gadget_config().runtimes_off
-    assert _gadget_config("--no-java").runtimes_off == ("hotspot",)
-    assert set(_gadget_config("--no-java", "--no-node").runtimes_off) == {"hotspot", "v8"}
+    assert "hotspot" not in gadget_engine_config().runtimes_off
+    assert gadget_engine_config("--no-java").runtimes_off == ("hotspot",)
+    assert set(gadget_engine_config("--no-java", "--no-node").runtimes_off) == {"hotspot", "v8"}
 
 
 def test_alloy_hotspot_enabled_is_honoured():
@@ -251,39 +239,14 @@ def test_alloy_hotspot_enabled_is_honoured():
 
 
 def test_no_java_flag_leaves_native_frames(classes):
-    proc = _start(classes, 20)
-    try:
-        config = _gadget_config("--no-java", "--pid", str(proc.pid), "--sample-rate", "499")
-        with Engine(config) as prof:
-            samples = prof.run(1.5).samples
-    finally:
-        proc.kill()
-        proc.wait()
-    assert sum(s.value for s in samples) >= 50
-    assert not any(java_names(s) for s in samples)
+    with stopping(_start(classes, 20)) as proc:
+        assert_no_flag_leaves_native_frames(proc.pid, "--no-java", FrameKind.JAVA)
 
 
 def test_java_counters_in_agent_metrics(classes):
     """The agent's /metrics show the HotSpot source: processes attached, frames, methods named."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
-    proc = _start(classes, 20)
-    try:
-        registry = CollectorRegistry()
-        metrics = EbpfMetrics.of(registry)
-        with Engine(EngineConfig(frequency=499, pids=(proc.pid,))) as prof:
-            profile = prof.run(1.5)
-            metrics.observe_profile(profile, prof)
-            text = generate_latest(registry).decode()
-    finally:
-        proc.kill()
-        proc.wait()
-    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("hotstack_runtime_")}
-    assert values['hotstack_runtime_processes{runtime="hotspot"}'] == 1, values
-    assert values['hotstack_runtime_events_total{runtime="hotspot",what="frames"}'] > 100, values
-    assert values['hotstack_runtime_events_total{runtime="hotspot",what="functions_named"}'] >= 3, values
-    assert 'hotstack_runtime_events_total{runtime="hotspot",what="read_errors"}' in values
+    with stopping(_start(classes, 20)) as proc:
+        assert_counted_in_agent_metrics(proc.pid, "hotspot")
 
 
 def test_jni_frames_stay_native_below_java(tmp_path):
@@ -296,15 +259,10 @@ def test_jni_frames_stay_native_below_java(tmp_path):
     subprocess.run([_jdk("javac"), "-d", str(tmp_path), str(jni / "HotJni.java")], check=True, timeout=120)
     proc = subprocess.Popen([_jdk("java"), "-cp", str(tmp_path), "HotJni", "20", str(lib)], stdout=subprocess.PIPE,
                             text=True)
-    try:
+    with stopping(proc):
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(1.0)
-        with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
-            time.sleep(1.5)
-            samples = prof.collect()[0].samples
-    finally:
-        proc.kill()
-        proc.wait()
+        samples = profile_for(proc.pid, 1.5, unwind="kernel")
     native = [s for s in samples if s.stack and s.stack[0].name == "spin_loop"]
     assert sum(s.value for s in native) >= 50, [[f.name for f in s.stack][:4] for s in samples][:5]
     sample = max(native, key=lambda s: s.value)

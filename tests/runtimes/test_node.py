@@ -15,6 +15,8 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from . import lifecycle
+from .frames_harness import (assert_counted_in_agent_metrics, assert_no_flag_leaves_native_frames,
+                             gadget_engine_config, stopping)
 
 pytestmark = pytest.mark.root
 
@@ -159,57 +161,20 @@ def test_node_exiting_mid_interval_keeps_names():
     assert abs(shares(split)["optimized"] - 75) <= 10, split
 
 
-def _gadget_config(*flags: str) -> EngineConfig:
-    import argparse
-    from hotstack.gadget.cli import add_arguments, profile_run_options
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return profile_run_options(p.parse_args(["profile_cpu", *flags])).engine_config()
-
-
 def test_node_flags():
-    assert _gadget_config().runtimes_off == ()
-    assert _gadget_config("--no-node").runtimes_off == ("v8",)
-    assert _gadget_config("--no-python").runtimes_off == ("python",)
-    both = _gadget_config("--no-python", "--no-node")
+    assert gadget_engine_config().runtimes_off == ()
+    assert gadget_engine_config("--no-node").runtimes_off == ("v8",)
+    assert gadget_engine_config("--no-python").runtimes_off == ("python",)
+    both = gadget_engine_config("--no-python", "--no-node")
     assert set(both.runtimes_off) >= {"python", "v8"}
 
 
-def test_no_node_flag_leaves_native_frames(tmp_path):
-    node = _need_node()
-    proc = subprocess.Popen([node, str(WORK), "20"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        config = _gadget_config("--no-node", "--pid", str(proc.pid), "--sample-rate", "499")
-        with Engine(config) as prof:
-            samples = prof.run(1.5).samples
-    finally:
-        proc.kill()
-        proc.wait()
-    assert sum(s.value for s in samples) >= 50
-    assert not any(js_names(s) for s in samples)
+def test_no_node_flag_leaves_native_frames():
+    with stopping(_start_node(20)) as proc:
+        assert_no_flag_leaves_native_frames(proc.pid, "--no-node", FrameKind.JS)
 
 
 def test_node_counters_in_agent_metrics():
-    """The agent's /metrics and debug info show the V8 source: processes attached, frames, names."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from hotstack.alloy.components.ebpf_metrics import EbpfMetrics
-    node = _need_node()
-    proc = subprocess.Popen([node, str(WORK), "20"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        registry = CollectorRegistry()
-        metrics = EbpfMetrics.of(registry)
-        with Engine(EngineConfig(frequency=499, pids=(proc.pid,))) as prof:
-            profile = prof.run(1.5)
-            metrics.observe_profile(profile, prof)
-            text = generate_latest(registry).decode()
-    finally:
-        proc.kill()
-        proc.wait()
-    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("hotstack_runtime_")}
-    assert values['hotstack_runtime_processes{runtime="v8"}'] == 1, values
-    assert values['hotstack_runtime_events_total{runtime="v8",what="frames"}'] > 100, values
-    assert values['hotstack_runtime_events_total{runtime="v8",what="functions_named"}'] >= 3, values
-    assert 'hotstack_runtime_events_total{runtime="v8",what="read_errors"}' in values
+    """The agent's /metrics show the V8 source: processes attached, frames, names."""
+    with stopping(_start_node(20)) as proc:
+        assert_counted_in_agent_metrics(proc.pid, "v8")

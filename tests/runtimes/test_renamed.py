@@ -16,31 +16,27 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from ..peers import require_tool
+from .frames_harness import SPIN
 
 pytestmark = pytest.mark.root
 
-PY = "def hs_spin():\n    while True:\n        pass\nhs_spin()\n"
-JS = "function hs_spin() { let x = 0; for (;;) { x = (x + 1) | 0; } } hs_spin();"
-PHP = "function hs_spin() { $x = 0; while (true) { $x++; } } hs_spin();"
-PERL = "sub hs_spin { my $x = 0; while (1) { $x++ } } hs_spin();"
-RUBY = "def hs_spin; x = 0; loop { x += 1 }; end; hs_spin"
 
 CASES = {
-    "python": (lambda: str(Path(sys.executable).resolve()), ["-c", PY], FrameKind.PYTHON),
-    "ruby": (lambda: shutil.which("ruby3.1") or require_tool("ruby"), ["-e", RUBY], FrameKind.RUBY),
-    "perl": (lambda: require_tool("perl"), ["-e", PERL], FrameKind.PERL),
-    "php": (lambda: shutil.which("php8.2") or require_tool("php"), ["-r", PHP], FrameKind.PHP),
-    "node": (lambda: require_tool("node"), ["-e", JS], FrameKind.JS),
+    "python": (lambda: str(Path(sys.executable).resolve()), "-c", FrameKind.PYTHON),
+    "ruby": (lambda: shutil.which("ruby3.1") or require_tool("ruby"), "-e", FrameKind.RUBY),
+    "perl": (lambda: require_tool("perl"), "-e", FrameKind.PERL),
+    "php": (lambda: shutil.which("php8.2") or require_tool("php"), "-r", FrameKind.PHP),
+    "node": (lambda: require_tool("node"), "-e", FrameKind.JS),
 }
 
 
 @pytest.mark.parametrize("runtime", sorted(CASES))
 def test_a_renamed_interpreter_is_recognized_by_its_file(runtime, tmp_path):
-    find, args, kind = CASES[runtime]
+    find, code_flag, kind = CASES[runtime]
     real = Path(find()).resolve()
     copy = tmp_path / "appworker"            # a name that holds no runtime's word
     shutil.copy2(real, copy)
-    proc = subprocess.Popen([str(copy), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([str(copy), code_flag, SPIN[kind]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     samples = []
     try:
         with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:

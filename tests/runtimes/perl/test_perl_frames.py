@@ -17,6 +17,7 @@ import pytest
 from hotstack.profile.model import FrameKind
 from tests.peers import require_tool
 from tests.runtimes.frames_harness import PERL, profile_until, total
+from tests.stack_totals import folded_stacks, totals_by_name
 
 pytestmark = pytest.mark.root
 
@@ -40,13 +41,7 @@ def nytprof_share(out: Path) -> tuple[float, int]:
     time per path: a path through hot_a counts for it)."""
     text = subprocess.run([require_tool("nytprofcalls"), str(out)], capture_output=True, text=True,
                           check=True).stdout
-    c = Counter()
-    for line in text.splitlines():
-        path, _, ticks = line.rpartition(" ")
-        subs = path.split(";")
-        for hot in HOT:
-            if hot in subs:
-                c[hot] += int(ticks)
+    c = totals_by_name(folded_stacks(text), HOT)
     both = sum(c.values())
     return (100.0 * c[HOT[0]] / both if both else 0.0), both
 
