@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,36 @@ class Workload:
     def __init__(self, argv: list[str], **kw) -> None:
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
         self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def stop_gently(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to `proc` (by its pid) if it still runs; SIGKILL if it has not ended `timeout` s later."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class ReadyProcess:
+    """A program started by a test that prints one line of JSON when ready (its `info`); stopped by
+    its pid."""
+
+    def __init__(self, argv: list[str], stdin: bool = False) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.PIPE if stdin else None, text=True)
+        self.pid = self.proc.pid
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{argv[0]} did not start: {self.proc.stderr.read()[-2000:]}")
+        self.info = json.loads(line)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

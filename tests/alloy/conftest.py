@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c
+from ..conftest import compile_c, stop_gently
 from .peers import PyroscopeServer, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -79,13 +79,7 @@ class AgentProcess:
         raise AssertionError(f"agent not ready: {self.log.read_text()}")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_gently(self.proc, 120)
         self.logf.close()
         return self.proc.returncode
 

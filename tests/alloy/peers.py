@@ -54,7 +54,23 @@ class _Quiet(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class PyroscopeServer:
+class _LoopbackServer:
+    """An HTTP server of a test on 127.0.0.1 (a free port unless given), served by a daemon thread
+    until close()."""
+
+    def _serve(self, handler, port: int = 0) -> int:
+        """Starts serving with `handler`; returns the port."""
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self.httpd.server_address[1]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class PyroscopeServer(_LoopbackServer):
     """POST /push.v1.PusherService/Push (Connect unary, application/proto)."""
 
     def __init__(self) -> None:
@@ -83,9 +99,7 @@ class PyroscopeServer:
                                                             dict(self.headers)))
                 self.reply(200, b"", "application/proto")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._serve(Handler)}"
 
     def wait_for(self, predicate, timeout: float = 60.0) -> list[ReceivedSeries]:
         deadline = time.monotonic() + timeout
@@ -95,10 +109,6 @@ class PyroscopeServer:
                 return found
             time.sleep(0.2)
         return []
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -310,11 +320,7 @@ def _matches(obj: dict, resource: str, namespace: str | None, q: dict) -> bool:
         key, _, value = sel.partition("=")
         if {"metadata.name": obj["metadata"]["name"]}.get(key) != value.lstrip("="):
             return False
-    for sel in filter(None, q.get("labelSelector", "").split(",")):
-        key, _, value = sel.partition("=")
-        if (obj["metadata"].get("labels") or {}).get(key) != value.lstrip("="):
-            return False
-    return True
+    return _labels_match(obj["metadata"], q)
 
 
 def _pod_matches(pod: dict, namespace: str | None, q: dict) -> bool:
@@ -328,9 +334,14 @@ def _pod_matches(pod: dict, namespace: str | None, q: dict) -> bool:
                   "status.phase": pod["status"].get("phase", "")}.get(key)
         if actual != value:
             return False
+    return _labels_match(pod["metadata"], q)
+
+
+def _labels_match(metadata: dict, q: dict) -> bool:
+    """Every `key=value` of the query's labelSelector is a label of the object."""
     for sel in filter(None, q.get("labelSelector", "").split(",")):
         key, _, value = sel.partition("=")
-        if (pod["metadata"].get("labels") or {}).get(key) != value.lstrip("="):
+        if (metadata.get("labels") or {}).get(key) != value.lstrip("="):
             return False
     return True
 
@@ -419,7 +430,7 @@ def make_pki(directory) -> TestPKI:
     return TestPKI(f"{d}/ca.pem", f"{d}/server.pem", f"{d}/server.key", f"{d}/client.pem", f"{d}/client.key")
 
 
-class HTTPProxy:
+class HTTPProxy(_LoopbackServer):
     """A forward proxy on 127.0.0.1: absolute-form GETs and POSTs forwarded over plain HTTP, CONNECT
     tunnels relayed byte for byte; every request line (and Proxy-Authorization) recorded."""
 
@@ -486,17 +497,10 @@ class HTTPProxy:
                 upstream.close()
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.url = f"http://127.0.0.1:{self._serve(Handler)}"
 
 
-class RedirectServer:
+class RedirectServer(_LoopbackServer):
     """Answers every GET and POST with `status` and a Location on `target` with the same path."""
 
     def __init__(self, target: str, status: int = 307) -> None:
@@ -515,17 +519,10 @@ class RedirectServer:
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 self.do_GET()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.url = f"127.0.0.1:{self._serve(Handler)}"
 
 
-class OAuth2TokenServer:
+class OAuth2TokenServer(_LoopbackServer):
     """POST /token (client credentials grant, RFC 6749 4.4): the client authenticates with HTTP
     Basic; answers an access token valid `expires_in` seconds; records every form it got."""
 
@@ -544,14 +541,7 @@ class OAuth2TokenServer:
                 self.reply(200, json.dumps({"access_token": token, "token_type": "Bearer",
                                             "expires_in": expires_in}).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.url = f"http://127.0.0.1:{self._serve(Handler)}/token"
 
 
 class H2PushServer:

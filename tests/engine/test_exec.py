@@ -16,7 +16,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from ..conftest import compile_c, wait_until_sampling
-from .test_profile_cpu import folded_lines
+from ..stack_totals import folded_stacks
 
 pytestmark = pytest.mark.root
 
@@ -54,7 +54,7 @@ def profile_across_exec(argv: list[str]) -> list[tuple[list[str], int]]:
     finally:
         workload.kill()
         workload.wait()
-    return folded_lines(out)
+    return folded_stacks(out)
 
 
 def share(lines, leaf: str) -> float:

@@ -10,16 +10,9 @@ from collections import Counter
 import pytest
 
 from ..conftest import hotstack, wait_until_sampling
+from ..stack_totals import folded_stacks
 
 pytestmark = pytest.mark.root
-
-
-def folded_lines(stdout: str) -> list[tuple[list[str], int]]:
-    out = []
-    for line in stdout.splitlines():
-        stack, _, count = line.rpartition(" ")
-        out.append((stack.split(";"), int(count)))
-    return out
 
 
 @pytest.mark.shares
@@ -29,7 +22,7 @@ def test_hot_a_hot_b_shares_and_stack_order(hot_ab, workloads):
     # workload then gets a fraction of a CPU), so that a rerun is rarely needed.
     r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "8", "--sample-rate", "499", "-o", "folded")
     assert r.returncode == 0, r.stderr
-    lines = folded_lines(r.stdout)
+    lines = folded_stacks(r.stdout)
     total = sum(c for _, c in lines)
     # with 300 the +-7 point bound is over 3 standard deviations wide.
     assert total > 300, r.stdout
@@ -53,7 +46,7 @@ def test_syscall_heavy_workload_shows_kernel_frames(workloads):
     w = workloads(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"])
     r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "3", "--sample-rate", "99", "-o", "folded")
     assert r.returncode == 0, r.stderr
-    lines = folded_lines(r.stdout)
+    lines = folded_stacks(r.stdout)
     kernel_stacks = [f for f, _ in lines if any(x.endswith("_[k]") for x in f)]
     assert kernel_stacks, r.stdout
     # The syscall entry is a kernel frame, and the frames below it (toward the leaf) are kernel frames too.
@@ -73,7 +66,7 @@ def test_stripped_binary_gives_module_offsets(hot_ab_stripped, workloads):
     w = workloads([hot_ab_stripped])
     r = hotstack("run", "profile_cpu", "--map-fetch-interval", "0", "--pid", str(w.pid), "--timeout", "2", "--sample-rate", "99", "-o", "folded")
     assert r.returncode == 0, r.stderr
-    frames = [x for f, _ in folded_lines(r.stdout) for x in f[1:]]
+    frames = [x for f, _ in folded_stacks(r.stdout) for x in f[1:]]
     assert any(x.startswith("hot_ab_stripped+0x") for x in frames), frames[:20]
     assert "hot_a" not in frames
 

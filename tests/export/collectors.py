@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.conftest import stop_gently
 from tests.peers import require_file
 
 # layout -> collector version (the same table as .ci/install.d/collectors.sh)
@@ -117,13 +118,7 @@ class Collector:
         return self.output()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_gently(self.proc, 10)
         self._log.close()
 
 

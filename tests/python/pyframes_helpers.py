@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import subprocess
 import textwrap
 import time
 from pathlib import Path
+
+from tests.conftest import ReadyProcess
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
@@ -92,27 +93,16 @@ NEST = textwrap.dedent('''
 ''')
 
 
-class Target:
-    """A Python program started by a test; it prints one line of JSON when ready."""
+class Target(ReadyProcess):
+    """A Python program (`script`, run by -c) started by a test; it prints one line of JSON when ready."""
 
     def __init__(self, python: str, script: str, *args: str, stdin: bool = False) -> None:
-        self.proc = subprocess.Popen([python, "-c", script, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None, text=True)
-        self.pid = self.proc.pid
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"target did not start: {self.proc.stderr.read()[-2000:]}")
-        self.info = json.loads(line)
+        super().__init__([python, "-c", script, *args], stdin=stdin)
 
     def go(self) -> None:
         """Release a target that waits for a line on stdin."""
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
 
 
 def python_source_listing(prof, pid: int, timeout: float = 10.0):
