@@ -16,7 +16,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
 from ..peers import require_tool
-from .frames_harness import SPIN
+from .frames_harness import SPIN, stopping
 
 pytestmark = pytest.mark.root
 
@@ -30,6 +30,19 @@ CASES = {
 }
 
 
+def _spin_samples(proc: subprocess.Popen) -> list:
+    """Process `proc`'s samples (every process sampled, the kernel unwinder) until 300 of them or
+    20 s; it must run all along."""
+    samples = []
+    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(s.value for s in samples) < 300:
+            time.sleep(0.5)
+            assert proc.poll() is None, proc.stderr.read()
+            samples.extend(s for s in prof.collect()[0].samples if s.pid == proc.pid)
+    return samples
+
+
 @pytest.mark.parametrize("runtime", sorted(CASES))
 def test_a_renamed_interpreter_is_recognized_by_its_file(runtime, tmp_path):
     find, code_flag, kind = CASES[runtime]
@@ -37,17 +50,8 @@ def test_a_renamed_interpreter_is_recognized_by_its_file(runtime, tmp_path):
     copy = tmp_path / "appworker"            # a name that holds no runtime's word
     shutil.copy2(real, copy)
     proc = subprocess.Popen([str(copy), code_flag, SPIN[kind]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    samples = []
-    try:
-        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and sum(s.value for s in samples) < 300:
-                time.sleep(0.5)
-                assert proc.poll() is None, proc.stderr.read()
-                samples.extend(s for s in prof.collect()[0].samples if s.pid == proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
+    with stopping(proc):
+        samples = _spin_samples(proc)
     # (the first samples may come before the interpreter is looked at: a bound, not all)
     total = sum(s.value for s in samples)
     named = sum(s.value for s in samples
@@ -81,20 +85,12 @@ def test_a_renamed_runtime_library_is_found_by_what_it_holds(tmp_path):
     assert b"ruby" not in alias
     _renamed_copy(Path(lib).resolve(), tmp_path / alias.decode(), soname, alias)
     _renamed_copy(ruby, tmp_path / "appworker", soname, alias)
-    proc = subprocess.Popen([str(tmp_path / "appworker"), "--disable-gems", "-e", RUBY], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={"LD_LIBRARY_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
-    samples = []
-    try:
-        with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and sum(s.value for s in samples) < 300:
-                time.sleep(0.5)
-                assert proc.poll() is None, proc.stderr.read()
-                samples.extend(s for s in prof.collect()[0].samples if s.pid == proc.pid)
+    proc = subprocess.Popen([str(tmp_path / "appworker"), "--disable-gems", "-e", SPIN[FrameKind.RUBY]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={"LD_LIBRARY_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    with stopping(proc):
+        samples = _spin_samples(proc)
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
-    finally:
-        proc.kill()
-        proc.wait()
     assert alias.decode() in maps and "libruby" not in maps, "the renamed library is not what the process runs"
     total = sum(s.value for s in samples)
     named = sum(s.value for s in samples if any(f.kind is FrameKind.RUBY and "hs_spin" in f.name for f in s.stack))
