@@ -94,6 +94,22 @@ def stop_gently(proc: subprocess.Popen, timeout: float) -> None:
             proc.wait()
 
 
+def wait_ready(proc: subprocess.Popen, ready, what: str, log, timeout: float) -> None:
+    """Until ready() is true (an OSError counts as not yet) while `proc` runs; fails with the tail of
+    log() when `what` exits first or is not ready within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited ({proc.returncode}): {log()[-4000:]}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not ready within {timeout} s: {log()[-4000:]}")
+
+
 class ReadyProcess:
     """A program started by a test that prints one line of JSON when ready (its `info`); stopped by
     its pid."""

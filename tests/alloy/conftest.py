@@ -6,13 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from ..conftest import compile_c, stop_gently
+from ..conftest import compile_c, stop_gently, wait_ready
 from .peers import PyroscopeServer, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -66,17 +65,7 @@ class AgentProcess:
         return json.loads(self.get(path)[1])
 
     def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited ({self.proc.returncode}): {self.log.read_text()}")
-            try:
-                if self.get("/-/ready")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"agent not ready: {self.log.read_text()}")
+        wait_ready(self.proc, lambda: self.get("/-/ready")[0] == 200, "agent", self.log.read_text, timeout)
 
     def stop(self) -> int:
         stop_gently(self.proc, 120)

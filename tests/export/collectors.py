@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import stop_gently
+from tests.conftest import stop_gently, wait_ready
 from tests.peers import require_file
 
 # layout -> collector version (the same table as .ci/install.d/collectors.sh)
@@ -91,17 +91,12 @@ class Collector:
                                      stdout=self._log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
+    def _listening(self) -> bool:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+            return True
+
     def _wait_ready(self, timeout: float = 30) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collector {self.version} exited: {self.output()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"collector {self.version} did not listen on {self.endpoint}: {self.output()[-2000:]}")
+        wait_ready(self.proc, self._listening, f"collector {self.version} on {self.endpoint}", self.output, timeout)
 
     def output(self) -> str:
         self._log.flush()

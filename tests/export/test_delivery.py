@@ -27,13 +27,18 @@ def test_offer_never_blocks_on_a_stuck_sender():
     assert q.metrics.snapshot()["sent_items"] == accepted
 
 
-def test_retries_then_gives_up_and_counts():
+def _failing_sender(error: Exception):
+    """A sender that raises `error` at each item, and the list of the items it was given."""
     calls = []
 
     def send(item):
         calls.append(item)
-        raise ConnectionError("receiver down")
+        raise error
+    return send, calls
 
+
+def test_retries_then_gives_up_and_counts():
+    send, calls = _failing_sender(ConnectionError("receiver down"))
     q = DeliveryQueue("down", send, backoff=FAST)
     q.offer("a", size=3)
     end = time.monotonic() + 5
@@ -46,12 +51,7 @@ def test_retries_then_gives_up_and_counts():
 
 
 def test_permanent_errors_are_not_retried():
-    calls = []
-
-    def send(item):
-        calls.append(item)
-        raise PermanentError("400 bad request")
-
+    send, calls = _failing_sender(PermanentError("400 bad request"))
     q = DeliveryQueue("refused", send, backoff=FAST)
     q.offer("a")
     q.close(5)
