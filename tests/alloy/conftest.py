@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,13 @@ def started(cfg: str):
     c = load_config(cfg, "t.alloy")
     c.start()
     return c
+
+
+@contextmanager
+def running(cfg: str):
+    """The controller of Alloy configuration text `cfg`, started, and stopped when the block ends."""
+    c = started(cfg)
+    try:
+        yield c
+    finally:
+        c.stop()

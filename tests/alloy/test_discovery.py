@@ -11,16 +11,15 @@ from hotstack.alloy.components.discovery_process import join
 from hotstack.alloy.controller import load_config
 
 from ..conftest import wait_for
-from .conftest import started
+from .conftest import running
 from .peers import DOCKER_NETWORKS, DockerServer, KubernetesServer, docker_container, k8s_pod
 
 
 def test_process_discovery_reads_proc(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "marker-arg"], cwd=tmp_path)
     try:
-        c = started('discovery.process "p" {\n  discover_config {\n    username = true\n    uid = true\n'
-                    '    cgroup_path = true\n  }\n}\n')
-        try:
+        with running('discovery.process "p" {\n  discover_config {\n    username = true\n    uid = true\n'
+                     '    cgroup_path = true\n  }\n}\n') as c:
             targets = c.component("discovery.process.p").exports["targets"]
             mine = [t for t in targets if t["__process_pid__"] == str(p.pid)]
             assert len(mine) == 1
@@ -33,8 +32,6 @@ def test_process_discovery_reads_proc(tmp_path):
             assert "__meta_process_cgroup_path" in t
             assert not any(k.startswith("__meta_process_pid") for k in t)
             assert str(os.getpid()) in {t["__process_pid__"] for t in targets}
-        finally:
-            c.stop()
         # defaults: no username/uid labels
         c = load_config('discovery.process "p" {}\n', "t.alloy")
         c.start()
@@ -63,10 +60,15 @@ def test_process_join_by_container_id():
     assert external[1] in out
 
 
+def healthy_targets(comp) -> list[dict]:
+    """A discovery component's targets, once it is checked healthy."""
+    assert comp.health.state == "healthy", comp.health
+    return comp.exports["targets"]
+
+
 def healthy_names(comp) -> list[str]:
     """The container names of a discovery.docker's targets, once it is checked healthy."""
-    assert comp.health.state == "healthy", comp.health
-    return [t["__meta_docker_container_name"] for t in comp.exports["targets"]]
+    return [t["__meta_docker_container_name"] for t in healthy_targets(comp)]
 
 
 def test_docker_discovery_labels_ports_and_filters(tmp_path):
@@ -77,9 +79,8 @@ def test_docker_discovery_labels_ports_and_filters(tmp_path):
                   docker_container("d" * 64, "db", ip="172.17.0.3", labels={"tier": "db"})]
     server = DockerServer(str(tmp_path / "d.sock"), containers, DOCKER_NETWORKS)
     try:
-        c = started(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  refresh_interval = "200ms"\n'
-                    f'  filter {{\n    name = "label"\n    values = ["com.docker.compose.service"]\n  }}\n}}\n')
-        try:
+        with running(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  refresh_interval = "200ms"\n'
+                     f'  filter {{\n    name = "label"\n    values = ["com.docker.compose.service"]\n  }}\n}}\n') as c:
             comp = c.component("discovery.docker.d")
             targets = comp.exports["targets"]
             assert len(targets) == 2, targets   # the db container is filtered out; udp port skipped
@@ -99,8 +100,6 @@ def test_docker_discovery_labels_ports_and_filters(tmp_path):
             assert wait_for(lambda: comp.health.state == "unhealthy")
             assert "cannot reach unix://" in comp.health.message
             assert len(comp.exports["targets"]) == 2
-        finally:
-            c.stop()
     finally:
         if server is not None:
             server.close()
@@ -129,9 +128,8 @@ users:
   user: {{tokenFile: {token}}}
 """)
     try:
-        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  kubeconfig_file = "{kubeconfig}"\n'
-                    f'  namespaces {{\n    own_namespace = true\n  }}\n}}\n')
-        try:
+        with running(f'discovery.kubernetes "k" {{\n  role = "pod"\n  kubeconfig_file = "{kubeconfig}"\n'
+                     f'  namespaces {{\n    own_namespace = true\n  }}\n}}\n') as c:
             comp = c.component("discovery.kubernetes.k")
             targets = comp.exports["targets"]
             assert len(targets) == 1   # only ns1 (own namespace from the kubeconfig context)
@@ -155,8 +153,6 @@ users:
             assert wait_for(lambda: len(comp.exports["targets"]) == 2)
             k8s.push_event("DELETED", modified)
             assert wait_for(lambda: [t["__meta_kubernetes_pod_name"] for t in comp.exports["targets"]] == ["c"])
-        finally:
-            c.stop()
     finally:
         k8s.close()
 
@@ -174,36 +170,27 @@ def test_docker_discovery_over_tls_with_client_certificate_and_basic_auth(tmp_pa
     server = DockerServer("", [docker_container("e" * 64, "tls-web")], DOCKER_NETWORKS,
                           tls=pki.server_context(), authorization=expected)
     try:
-        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
-                    f'  basic_auth {{\n    username = "alice"\n    password_file = "{password}"\n  }}\n'
-                    f'  http_headers = {{"X-Test" = ["one", "two"]}}\n'
-                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
-                    f'    key_file = "{pki.client_key}"\n    min_version = "TLS12"\n  }}\n}}\n')
-        try:
+        with running(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
+                     f'  basic_auth {{\n    username = "alice"\n    password_file = "{password}"\n  }}\n'
+                     f'  http_headers = {{"X-Test" = ["one", "two"]}}\n'
+                     f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
+                     f'    key_file = "{pki.client_key}"\n    min_version = "TLS12"\n  }}\n}}\n') as c:
             assert healthy_names(c.component("discovery.docker.d")) == ["/tls-web"]
             assert server.headers[0]["Authorization"] == expected and server.headers[0]["X-Test"] == "one, two"
             subject = dict(x[0] for x in server.client_certs[0]["subject"])
             assert subject["commonName"] == "hotstack test client"
-        finally:
-            c.stop()
         # without the client certificate the TLS handshake fails: unhealthy, with the reason
-        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
-                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n  }}\n}}\n')
-        try:
+        with running(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n'
+                     f'  tls_config {{\n    ca_file = "{pki.ca}"\n  }}\n}}\n') as c:
             comp = c.component("discovery.docker.d")
             assert comp.health.state == "unhealthy" and "cannot reach https://127.0.0.1:" in comp.health.message
-        finally:
-            c.stop()
         # server_name: the certificate names docker.test, not the host we dial by IP... both are in it
-        c = started(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n  bearer_token = "wrong"\n'
-                    f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
-                    f'    key_file = "{pki.client_key}"\n    server_name = "docker.test"\n  }}\n}}\n')
-        try:
+        with running(f'discovery.docker "d" {{\n  host = "tcp://{server.url}"\n  bearer_token = "wrong"\n'
+                     f'  tls_config {{\n    ca_file = "{pki.ca}"\n    cert_file = "{pki.client_cert}"\n'
+                     f'    key_file = "{pki.client_key}"\n    server_name = "docker.test"\n  }}\n}}\n') as c:
             comp = c.component("discovery.docker.d")
             assert comp.health.state == "unhealthy" and "HTTP 401" in comp.health.message
             assert server.headers[-1]["Authorization"] == "Bearer wrong"
-        finally:
-            c.stop()
     finally:
         server.close()
 
@@ -214,12 +201,11 @@ def test_kubernetes_node_role(tmp_path):
                                                annotations={"node.alpha.kubernetes.io/ttl": "0"}),
                                       k8s_node("n2", "10.0.0.2")])
     try:
-        c = started(f'discovery.kubernetes "n" {{\n  role = "node"\n  api_server = "{k8s.url}"\n'
-                    f'  selectors {{\n    role = "node"\n    label = "topology.kubernetes.io/zone=z1"\n  }}\n}}\n')
-        try:
+        with running(f'discovery.kubernetes "n" {{\n  role = "node"\n  api_server = "{k8s.url}"\n'
+                     f'  selectors {{\n    role = "node"\n'
+                     f'    label = "topology.kubernetes.io/zone=z1"\n  }}\n}}\n') as c:
             comp = c.component("discovery.kubernetes.n")
-            assert comp.health.state == "healthy", comp.health
-            targets = comp.exports["targets"]
+            targets = healthy_targets(comp)
             assert len(targets) == 1, targets   # the label selector keeps n1 only
             t = targets[0]
             assert t == {"__meta_kubernetes_node_name": "n1", "instance": "n1", "__address__": "10.0.0.1:10250",
@@ -235,8 +221,6 @@ def test_kubernetes_node_role(tmp_path):
             k8s.push_event("ADDED", k8s_node("n3", "10.0.0.3", labels={"topology.kubernetes.io/zone": "z1"}),
                            resource="nodes")
             assert wait_for(lambda: {t["instance"] for t in comp.exports["targets"]} == {"n1", "n3"})
-        finally:
-            c.stop()
     finally:
         k8s.close()
 
@@ -252,13 +236,11 @@ def test_kubernetes_attach_metadata_namespace_and_node(tmp_path):
                            namespaces=[k8s_namespace("shop", labels={"team": "payments"},
                                                      annotations={"owner": "alice@example.com"})])
     try:
-        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n'
-                    f'  selectors {{\n    role = "pod"\n    field = "spec.nodeName=n1"\n  }}\n'
-                    f'  attach_metadata {{\n    namespace = true\n    node = true\n  }}\n}}\n')
-        try:
+        with running(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n'
+                     f'  selectors {{\n    role = "pod"\n    field = "spec.nodeName=n1"\n  }}\n'
+                     f'  attach_metadata {{\n    namespace = true\n    node = true\n  }}\n}}\n') as c:
             comp = c.component("discovery.kubernetes.k")
-            assert comp.health.state == "healthy", comp.health
-            targets = comp.exports["targets"]
+            targets = healthy_targets(comp)
             assert [t["__meta_kubernetes_pod_name"] for t in targets] == ["a"]   # pods of node n1 only
             t = targets[0]
             assert t["__meta_kubernetes_namespace_label_team"] == "payments"
@@ -274,19 +256,14 @@ def test_kubernetes_attach_metadata_namespace_and_node(tmp_path):
             assert "__meta_kubernetes_namespace_annotation_owner" not in comp.exports["targets"][0]
             k8s.push_event("MODIFIED", k8s_node("n1", "10.0.0.1", labels={"pool": "spot"}), resource="nodes")
             assert wait_for(lambda: comp.exports["targets"][0].get("__meta_kubernetes_node_label_pool") == "spot")
-        finally:
-            c.stop()
         # without attach_metadata: none of those labels, and no node or namespace request
         before = len(k8s.requests)
-        c = started(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n}}\n')
-        try:
+        with running(f'discovery.kubernetes "k" {{\n  role = "pod"\n  api_server = "{k8s.url}"\n}}\n') as c:
             targets = c.component("discovery.kubernetes.k").exports["targets"]
             assert len(targets) == 2
             assert not any(k.startswith(("__meta_kubernetes_namespace_", "__meta_kubernetes_node_"))
                            for t in targets for k in t)
             assert all("/pods" in r for r in k8s.requests[before:])
-        finally:
-            c.stop()
     finally:
         k8s.close()
 
@@ -299,18 +276,15 @@ def test_docker_discovery_oauth2_client_credentials(tmp_path):
     docker = DockerServer(str(tmp_path / "d.sock"), [docker_container("a" * 64, "o")], DOCKER_NETWORKS,
                           authorization="Bearer tok-abc")
     try:
-        c = started(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  oauth2 {{\n'
-                    f'    client_id = "hotstack"\n    client_secret_file = "{secret_file}"\n'
-                    f'    token_url = "{tokens.url}"\n    scopes = ["read", "list"]\n'
-                    f'    endpoint_params = {{"audience" = "docker"}}\n  }}\n}}\n')
-        try:
+        with running(f'discovery.docker "d" {{\n  host = "unix://{tmp_path}/d.sock"\n  oauth2 {{\n'
+                     f'    client_id = "hotstack"\n    client_secret_file = "{secret_file}"\n'
+                     f'    token_url = "{tokens.url}"\n    scopes = ["read", "list"]\n'
+                     f'    endpoint_params = {{"audience" = "docker"}}\n  }}\n}}\n') as c:
             comp = c.component("discovery.docker.d")
             assert healthy_names(comp) == ["/o"]
             assert tokens.forms[0] == {"grant_type": "client_credentials", "scope": "read list", "audience": "docker"}
             comp.refresh()
             assert len(tokens.forms) == 1   # the token is kept until it expires
-        finally:
-            c.stop()
     finally:
         tokens.close()
         docker.close()
@@ -330,12 +304,10 @@ def test_docker_discovery_through_a_proxy_and_redirects(tmp_path):
     redirect = RedirectServer(f"http://{plain.url}")
     try:
         def discover(body: str):
-            c = started(f'discovery.docker "d" {{\n{body}}}\n')
-            comp = c.component("discovery.docker.d")
-            result = (comp.health.state, comp.health.message, [t["__meta_docker_container_name"]
-                                                                for t in comp.exports["targets"]])
-            c.stop()
-            return result
+            with running(f'discovery.docker "d" {{\n{body}}}\n') as c:
+                comp = c.component("discovery.docker.d")
+                return (comp.health.state, comp.health.message, [t["__meta_docker_container_name"]
+                                                                 for t in comp.exports["targets"]])
 
         with_user = proxy.url.replace("http://", "http://puser:p%40ss@")
         state, _, names = discover(f'  host = "tcp://{plain.url}"\n  proxy_url = "{with_user}"\n')
@@ -370,20 +342,14 @@ def test_docker_discovery_proxy_from_environment(monkeypatch):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         body = f'discovery.docker "d" {{\n  host = "tcp://{plain.url}"\n  proxy_from_environment = true\n}}\n'
-        c = started(body)
-        try:
+        with running(body) as c:
             assert [t["__meta_docker_container_name"] for t in c.component("discovery.docker.d").exports["targets"]] \
                 == ["/plain"]
-        finally:
-            c.stop()
         assert f"GET http://{plain.url}/v1.41/containers/json" in proxy.requests, proxy.requests
         before = len(proxy.requests)
         monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-        c = started(body)
-        try:
+        with running(body) as c:
             assert c.component("discovery.docker.d").health.state == "healthy"
-        finally:
-            c.stop()
         assert len(proxy.requests) == before, proxy.requests[before:]
     finally:
         proxy.close()

@@ -12,7 +12,7 @@ import re
 
 from ..conftest import wait_for
 from ..export.connect_server import PATH, ConnectPushServer
-from .conftest import started
+from .conftest import running, started
 from .peers import H2PushServer, HTTPProxy, OAuth2TokenServer, RedirectServer, make_pki
 
 LABELS = {"__name__": "process_cpu", "service_name": "svc"}
@@ -33,11 +33,10 @@ def test_oauth2_token_through_the_oauth2_proxy_and_the_push_through_the_endpoint
     tokens = OAuth2TokenServer("hotstack", "cs-1", "tok-xyz")
     token_proxy, push_proxy = HTTPProxy(), HTTPProxy()
     try:
-        c = started(write_config(server.url, f'    proxy_url = "{push_proxy.url}"\n    oauth2 {{\n'
-                                             f'      client_id = "hotstack"\n      client_secret = "cs-1"\n'
-                                             f'      token_url = "{tokens.url}"\n      scopes = ["push"]\n'
-                                             f'      proxy_url = "{token_proxy.url}"\n    }}\n'))
-        try:
+        with running(write_config(server.url, f'    proxy_url = "{push_proxy.url}"\n    oauth2 {{\n'
+                                              f'      client_id = "hotstack"\n      client_secret = "cs-1"\n'
+                                              f'      token_url = "{tokens.url}"\n      scopes = ["push"]\n'
+                                              f'      proxy_url = "{token_proxy.url}"\n    }}\n')) as c:
             push(c, 2)
             assert wait_for(lambda: len(server.accepted()) == 2), server.requests
             # the token request went through the oauth2 block's proxy, once (the token is kept)
@@ -46,8 +45,6 @@ def test_oauth2_token_through_the_oauth2_proxy_and_the_push_through_the_endpoint
             # the pushes through the endpoint's proxy, in absolute form, with the token
             assert push_proxy.requests == [f"POST {server.url}{PATH}"] * 2, push_proxy.requests
             assert all(r["headers"]["Authorization"] == "Bearer tok-xyz" for r in server.requests)
-        finally:
-            c.stop()
     finally:
         for s in (server, tokens, token_proxy, push_proxy):
             s.close()
@@ -56,18 +53,15 @@ def test_oauth2_token_through_the_oauth2_proxy_and_the_push_through_the_endpoint
 def test_oauth2_token_server_down_is_retried_not_lost(tmp_path):
     server = ConnectPushServer()
     try:
-        c = started(write_config(server.url, '    min_backoff_period = "50ms"\n    max_backoff_retries = 2\n'
-                                             '    oauth2 {\n      client_id = "a"\n      client_secret = "b"\n'
-                                             '      token_url = "http://127.0.0.1:1/token"\n    }\n'))
-        try:
+        with running(write_config(server.url, '    min_backoff_period = "50ms"\n    max_backoff_retries = 2\n'
+                                              '    oauth2 {\n      client_id = "a"\n      client_secret = "b"\n'
+                                              '      token_url = "http://127.0.0.1:1/token"\n    }\n')) as c:
             push(c)
             comp = c.component("pyroscope.write.w")
             assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             snap = comp.pushers[0].metrics.snapshot()
             assert snap["retries"] == 2 and server.requests == []
             assert "oauth2" in comp.health.message or "127.0.0.1:1" in comp.health.message, comp.health
-        finally:
-            c.stop()
     finally:
         server.close()
 
@@ -78,22 +72,16 @@ def test_https_with_a_client_certificate_and_server_name(tmp_path):
     try:
         tls = f'      ca_file = "{pki.ca}"\n      server_name = "docker.test"\n'
         with_cert = tls + f'      cert_file = "{pki.client_cert}"\n      key_file = "{pki.client_key}"\n'
-        c = started(write_config(server.url, f"    tls_config {{\n{with_cert}    }}\n"))
-        try:
+        with running(write_config(server.url, f"    tls_config {{\n{with_cert}    }}\n")) as c:
             push(c)
             assert wait_for(lambda: len(server.accepted()) == 1), server.requests
-        finally:
-            c.stop()
         # without the certificate the server refuses the handshake: nothing arrives, it is dropped
-        c = started(write_config(server.url, f'    max_backoff_retries = 1\n    min_backoff_period = "50ms"\n'
-                                             f"    tls_config {{\n{tls}    }}\n"))
-        try:
+        with running(write_config(server.url, f'    max_backoff_retries = 1\n    min_backoff_period = "50ms"\n'
+                                              f"    tls_config {{\n{tls}    }}\n")) as c:
             push(c)
             comp = c.component("pyroscope.write.w")
             assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             assert len(server.accepted()) == 1
-        finally:
-            c.stop()
     finally:
         server.close()
 
@@ -111,11 +99,10 @@ def test_a_rotated_client_certificate_is_used_for_the_next_push(tmp_path):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
                     str(cert), "-days", "1", "-subj", "/CN=untrusted"], check=True, capture_output=True, timeout=60)
     try:
-        c = started(write_config(server.url, f'    min_backoff_period = "200ms"\n    max_backoff_period = "200ms"\n'
-                                             f'    max_backoff_retries = 0\n    tls_config {{\n'
-                                             f'      ca_file = "{pki.ca}"\n      cert_file = "{cert}"\n'
-                                             f'      key_file = "{key}"\n    }}\n'))
-        try:
+        with running(write_config(server.url, f'    min_backoff_period = "200ms"\n    max_backoff_period = "200ms"\n'
+                                              f'    max_backoff_retries = 0\n    tls_config {{\n'
+                                              f'      ca_file = "{pki.ca}"\n      cert_file = "{cert}"\n'
+                                              f'      key_file = "{key}"\n    }}\n')) as c:
             push(c)
             comp = c.component("pyroscope.write.w")
             assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["retries"] >= 2, timeout=20)
@@ -123,8 +110,6 @@ def test_a_rotated_client_certificate_is_used_for_the_next_push(tmp_path):
             shutil.copy(pki.client_cert, cert)      # rotated: the files now hold a trusted pair
             shutil.copy(pki.client_key, key)
             assert wait_for(lambda: len(server.accepted()) == 1, timeout=20), comp.health
-        finally:
-            c.stop()
     finally:
         server.close()
 
@@ -133,23 +118,17 @@ def test_307_redirect_is_followed_and_refused_when_follow_redirects_is_false(cap
     server = ConnectPushServer()
     redirect = RedirectServer(server.url, status=307)
     try:
-        c = started(write_config(f"http://{redirect.url}"))
-        try:
+        with running(write_config(f"http://{redirect.url}")) as c:
             push(c)
             assert wait_for(lambda: len(server.accepted()) == 1), (redirect.requests, server.requests)
             assert redirect.requests == [PATH]
-        finally:
-            c.stop()
-        c = started(write_config(f"http://{redirect.url}", "    follow_redirects = false\n"))
-        try:
+        with running(write_config(f"http://{redirect.url}", "    follow_redirects = false\n")) as c:
             push(c)
             comp = c.component("pyroscope.write.w")
             assert wait_for(lambda: comp.pushers[0].metrics.snapshot()["dropped_items"] == 1, timeout=10)
             said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
             assert said and "HTTP 307 redirect to" in said[0] and "(follow_redirects is false)" in said[0], said
             assert len(server.accepted()) == 1
-        finally:
-            c.stop()
     finally:
         redirect.close()
         server.close()
@@ -164,8 +143,7 @@ def test_tracing_propagators_as_alloy_defaults_and_off():
     in W3C and Jaeger form; the tries of one push share the trace, each with its own span."""
     server = ConnectPushServer([503, 200])
     try:
-        c = started(write_config(server.url, '    min_backoff_period = "50ms"\n'))
-        try:
+        with running(write_config(server.url, '    min_backoff_period = "50ms"\n')) as c:
             push(c)
             assert wait_for(lambda: len(server.accepted()) == 1)
             first, second = (r["headers"] for r in server.requests)
@@ -173,28 +151,20 @@ def test_tracing_propagators_as_alloy_defaults_and_off():
             t2, s2 = TRACEPARENT.match(second["traceparent"]).groups()
             assert t1 == t2 and s1 != s2            # one push, two tries
             assert UBER.match(second["uber-trace-id"]).groups() == (t2, s2)
-        finally:
-            c.stop()
         server.requests.clear()
         server.responses = [200]
-        c = started(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n  }\n"))
-        try:
+        with running(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n  }\n")) as c:
             push(c, 2)
             assert wait_for(lambda: len(server.accepted()) == 2)
             a, b = (r["headers"] for r in server.requests)
             assert "uber-trace-id" not in a and TRACEPARENT.match(a["traceparent"])
             assert a["traceparent"][3:35] != b["traceparent"][3:35]   # a new trace per push
-        finally:
-            c.stop()
         server.requests.clear()
-        c = started(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n"
-                                                 "    trace_context_propagator = false\n  }\n"))
-        try:
+        with running(write_config(server.url, top="  tracing {\n    jaeger_propagator = false\n"
+                                                  "    trace_context_propagator = false\n  }\n")) as c:
             push(c)
             assert wait_for(lambda: len(server.accepted()) == 1)
             assert not {"traceparent", "uber-trace-id"} & {k.lower() for k in server.requests[0]["headers"]}
-        finally:
-            c.stop()
     finally:
         server.close()
 
@@ -225,12 +195,10 @@ def test_http2_over_tls_as_go_negotiates_it_and_http1_when_enable_http2_is_false
     try:
         for server, body, version in ((tls, "", "2"), (tls, "    enable_http2 = false\n", "1.1"), (plain, "", "1.1")):
             before = len(server.requests)
-            c = started(write_config(server.url, f'{body}    tls_config {{\n      ca_file = "{pki.ca}"\n    }}\n'))
-            try:
+            config = write_config(server.url, f'{body}    tls_config {{\n      ca_file = "{pki.ca}"\n    }}\n')
+            with running(config) as c:
                 push(c, 2)
                 assert wait_for(lambda: len(server.requests) >= before + 2), (server.url, body, server.requests)
-            finally:
-                c.stop()
             got = server.requests[before:]
             assert [r["http_version"] for r in got] == [version, version], (server.url, body, got)
             assert all(r["path"] == PATH and r["headers"]["content-type"] == "application/proto" for r in got)
