@@ -28,6 +28,7 @@
 #define HOTSTACK_HOTSPOT_H
 
 #include "schema.h"
+#include "runtime_common.h"
 
 int hs_step(__u64 pc, __u32 index);
 
@@ -44,10 +45,7 @@ HS_HOTSPOT_MAPS
 
 static __always_inline void hs_add(__u32 index, __u64 n)
 {
-	__u64 *value = bpf_map_lookup_elem(&hs_stats, &index);
-
-	if (value)
-		*value += n;
+	rt_add(&hs_stats, index, n);
 }
 
 static __always_inline void hs_count(__u32 index)
@@ -390,17 +388,13 @@ __noinline int hs_step(__u64 pc, __u32 index)
 __noinline __u64 hs_finish(__u32 buffer)
 {
 	struct hs_stack *s;
-	__u64 hash = 0xcbf29ce484222325ULL;
-	void *stacks;
+	__u64 hash = RT_HASH_START;
 	__u32 i, n;
 
 	if (!hs_walk)
 		return 0;
 	s = hs_scratch_stack();
-	if (!s || !s->walking)
-		return 0;
-	s->walking = 0;
-	n = s->len;
+	n = RT_END_WALK(s);
 	if (n == 0)
 		return 0;
 	hs_tail_store(s);
@@ -413,20 +407,13 @@ __noinline __u64 hs_finish(__u32 buffer)
 		if (i >= n)
 			break;
 		f = &s->frames[i];
-		hash = (hash ^ f->method ^ ((__u64)f->index << 48) ^ ((__u64)f->kind << 40)) * 0x100000001b3ULL;
+		hash = rt_hash(hash, f->method ^ ((__u64)f->index << 48) ^ ((__u64)f->kind << 40));
 		/* a compiled frame's pc says which inlined methods and lines run there (its scopes, named in
 		 * userspace); an interpreted frame's bytecode pointer, its line */
-		hash = (hash ^ f->extra ^ (f->kind == HS_KIND_INTERPRETED ? 0 : f->pc << 1)) * 0x100000001b3ULL;
+		hash = rt_hash(hash, f->extra ^ (f->kind == HS_KIND_INTERPRETED ? 0 : f->pc << 1));
 	}
-	hash = (hash ^ n ^ ((__u64)s->truncated << 32)) | 1;   /* never 0: 0 means "no Java frames" */
-	stacks = buffer ? (void *)&hs_stacks_1 : (void *)&hs_stacks_0;
-	if (bpf_map_lookup_elem(stacks, &hash))
-		return hash;
-	if (bpf_map_update_elem(stacks, &hash, s, BPF_ANY)) {
-		hs_count(HS_STAT_STACKS_FULL);
-		return 0;
-	}
-	return hash;
+	hash = rt_stack_key(hash, n, s->truncated);
+	return rt_store_stack(&hs_stacks_0, &hs_stacks_1, buffer, &hash, s, &hs_stats, HS_STAT_STACKS_FULL);
 }
 
 #endif /* HOTSTACK_HOTSPOT_H */

@@ -61,14 +61,14 @@ static __always_inline __u64 hs_untabled_frames(void)
 /* A hash of the first `span` bytes of buf->tail (the rest of the buffer masked out: no branch). */
 static __always_inline __u64 hs_tail_hash(struct hs_buffers *buf, __u32 span)
 {
-	__u64 h = 0xcbf29ce484222325ULL ^ span;
+	__u64 h = RT_HASH_START ^ span;
 	__u32 i;
 
 	for (i = 0; i < HS_TAIL_SPAN / 8; i++) {
 		__s64 d = (__s64)i * 8 - (__s64)span;
 
 		asm volatile("" : "+r"(d));      /* kept arithmetic: a branch per word would multiply the verifier's paths */
-		h = (h ^ (buf->tail[i] & (__u64)(d >> 63))) * 0x100000001b3ULL;   /* all ones while i * 8 < span */
+		h = rt_hash(h, buf->tail[i] & (__u64)(d >> 63));   /* all ones while i * 8 < span */
 		h ^= h >> 29;
 	}
 	return h;

@@ -25,16 +25,14 @@
 
 #include "schema.h"
 #include "tls.h"
+#include "runtime_common.h"
 
 HS_PERL_VARIABLES
 HS_PERL_MAPS
 
 static __always_inline void perl_count(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&perl_stats, &index);
-
-	if (value)
-		*value += 1;
+	rt_add(&perl_stats, index, 1);
 }
 
 /* The sampled thread's interpreter (0: none); PERL_INTERP_STATIC has none and uses addresses. */
@@ -46,7 +44,7 @@ static __always_inline __u64 perl_interp(const struct perl_proc *proc, __u32 pid
 	case PERL_INTERP_DTV:
 		return tls_read_variable(perl_fsbase_offset, proc->tls_module, proc->dtv_entry, proc->tls_offset);
 	case PERL_INTERP_GLOBAL:
-		return tid == pid ? tls_read_u64(proc->interp_address) : 0;
+		return tid == pid ? rt_read_u64(proc->interp_address) : 0;
 	}
 	return 0;
 }
@@ -56,9 +54,8 @@ static __always_inline __u64 perl_walk(__u32 pid, __u32 tid, __u32 buffer)
 {
 	const struct perl_proc *proc = bpf_map_lookup_elem(&perl_procs, &pid);
 	struct perl_stack *stack;
-	void *stacks;
 	__u32 zero = 0, n = 0;
-	__u64 interp, si, cxstack, hash = 0xcbf29ce484222325ULL;
+	__u64 interp, si, cxstack, hash = RT_HASH_START;
 	__s32 ix32 = -1;
 	__s64 ix;
 	int i;
@@ -74,13 +71,13 @@ static __always_inline __u64 perl_walk(__u32 pid, __u32 tid, __u32 buffer)
 		perl_count(PERL_STAT_NO_INTERP);
 		return 0;
 	}
-	si = tls_read_u64(interp + proc->curstackinfo);
+	si = rt_read_u64(interp + proc->curstackinfo);
 	if (!si || bpf_probe_read_user(&ix32, 4, (void *)(si + proc->si_cxix))) {
 		perl_count(PERL_STAT_NO_INTERP);
 		return 0;
 	}
-	stack->curcop = tls_read_u64(interp + proc->curcop);
-	cxstack = tls_read_u64(si + proc->si_cxstack);
+	stack->curcop = rt_read_u64(interp + proc->curcop);
+	cxstack = rt_read_u64(si + proc->si_cxstack);
 	ix = ix32;
 
 	for (i = 0; i < PERL_MAX_CONTEXTS; i++) {
@@ -90,12 +87,12 @@ static __always_inline __u64 perl_walk(__u32 pid, __u32 tid, __u32 buffer)
 		c->runlevel = 0;
 		if (ix < 0) {
 			/* this runloop's stack is done: the next one out, if any */
-			si = tls_read_u64(si + proc->si_prev);
+			si = rt_read_u64(si + proc->si_prev);
 			if (!si)
 				break;
 			ix32 = -1;
 			bpf_probe_read_user(&ix32, 4, (void *)(si + proc->si_cxix));
-			cxstack = tls_read_u64(si + proc->si_cxstack);
+			cxstack = rt_read_u64(si + proc->si_cxstack);
 			ix = ix32;
 			c->runlevel = 1;
 			c->cv = c->oldcop = c->retop = 0;
@@ -108,8 +105,8 @@ static __always_inline __u64 perl_walk(__u32 pid, __u32 tid, __u32 buffer)
 			bpf_probe_read_user(&c->oldcop, 8, (void *)(cx + proc->cx_oldcop));
 			bpf_probe_read_user(&c->retop, 8, (void *)(cx + proc->cx_retop));
 		}
-		hash = (hash ^ c->cv ^ ((__u64)c->type << 56) ^ ((__u64)c->runlevel << 48)) * 0x100000001b3ULL;
-		hash = (hash ^ c->oldcop ^ c->retop) * 0x100000001b3ULL;
+		hash = rt_hash(hash, c->cv ^ ((__u64)c->type << 56) ^ ((__u64)c->runlevel << 48));
+		hash = rt_hash(hash, c->oldcop ^ c->retop);
 		n = i + 1;
 	}
 	stack->truncated = si != 0 && n == PERL_MAX_CONTEXTS;
@@ -117,16 +114,9 @@ static __always_inline __u64 perl_walk(__u32 pid, __u32 tid, __u32 buffer)
 		perl_count(PERL_STAT_TRUNCATED);
 	stack->len = n;
 	stack->pid = pid;
-	hash = (hash ^ stack->curcop) * 0x100000001b3ULL;
-	hash = (hash ^ n ^ ((__u64)stack->truncated << 32)) | 1; /* never 0: 0 means "no runtime stack" */
-	stacks = buffer ? (void *)&perl_stacks_1 : (void *)&perl_stacks_0;
-	if (bpf_map_lookup_elem(stacks, &hash))
-		return hash;
-	if (bpf_map_update_elem(stacks, &hash, stack, BPF_ANY)) {
-		perl_count(PERL_STAT_STACKS_FULL);
-		return 0;
-	}
-	return hash;
+	hash = rt_hash(hash, stack->curcop);
+	hash = rt_stack_key(hash, n, stack->truncated);
+	return rt_store_stack(&perl_stacks_0, &perl_stacks_1, buffer, &hash, stack, &perl_stats, PERL_STAT_STACKS_FULL);
 }
 
 #endif /* HOTSTACK_PERL_H */

@@ -22,16 +22,14 @@
 #define HOTSTACK_PHP_H
 
 #include "schema.h"
+#include "runtime_common.h"
 
 HS_PHP_VARIABLES
 HS_PHP_MAPS
 
 static __always_inline void php_count(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&php_stats, &index);
-
-	if (value)
-		*value += 1;
+	rt_add(&php_stats, index, 1);
 }
 
 /*
@@ -93,10 +91,9 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 {
 	const struct php_proc *proc = bpf_map_lookup_elem(&php_procs, &pid);
 	struct php_stack *stack;
-	void *stacks;
 	__u32 zero = 0, n = 0;
 	struct php_leaf *leaf;
-	__u64 ed = 0, hash = 0xcbf29ce484222325ULL, leaf_opline, leaf_mask;
+	__u64 ed = 0, hash = RT_HASH_START, leaf_opline, leaf_mask;
 	int i;
 
 	if (!proc)
@@ -149,10 +146,10 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 		 */
 		bpf_probe_read_user(&opcodes, 8, (void *)((func + proc->op_opcodes) & -((head[0] >> 1) & 1)));
 		f->opline = opline - opcodes;
-		f->ident = ((name_h * 0x100000001b3ULL) ^ file_h) * 0x100000001b3ULL ^ (__u32)file[1];
+		f->ident = rt_hash(name_h * RT_HASH_PRIME, file_h) ^ (__u32)file[1];
 		f->line = line;
-		hash = (hash ^ func ^ f->ident) * 0x100000001b3ULL;
-		hash = (hash ^ f->opline ^ ((__u64)f->call_info << 32) ^ line) * 0x100000001b3ULL;
+		hash = rt_hash(hash, func ^ f->ident);
+		hash = rt_hash(hash, f->opline ^ ((__u64)f->call_info << 32) ^ line);
 		n++;
 		ed = block[(proc->ed_prev >> 3) & 7];
 	}
@@ -163,15 +160,8 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 		return 0;
 	stack->len = n;
 	stack->pid = pid;
-	hash = (hash ^ n ^ ((__u64)stack->truncated << 32)) | 1;
-	stacks = buffer ? (void *)&php_stacks_1 : (void *)&php_stacks_0;
-	if (bpf_map_lookup_elem(stacks, &hash))
-		return hash;
-	if (bpf_map_update_elem(stacks, &hash, stack, BPF_ANY)) {
-		php_count(PHP_STAT_STACKS_FULL);
-		return 0;
-	}
-	return hash;
+	hash = rt_stack_key(hash, n, stack->truncated);
+	return rt_store_stack(&php_stacks_0, &php_stacks_1, buffer, &hash, stack, &php_stats, PHP_STAT_STACKS_FULL);
 }
 
 #endif /* HOTSTACK_PHP_H */

@@ -284,37 +284,22 @@ static __always_inline int rt_walk(struct bpf_perf_event_data *ctx, int which, i
 	return 0;
 }
 
-SEC("perf_event")
-int profile_walk_python(struct bpf_perf_event_data *ctx)
-{
-	return rt_walk(ctx, RT_PYTHON, 0);
-}
+/* An interpreter's walker program: rt_walk for one interpreter (RT_<NAME>), its frames stepped
+ * unrolled or by bpf_loop (use_loop). */
+#define RT_WALKER_PROGRAM(name, which, use_loop)                                                   \
+	SEC("perf_event")                                                                          \
+	int name(struct bpf_perf_event_data *ctx)                                                  \
+	{                                                                                          \
+		return rt_walk(ctx, which, use_loop);                                              \
+	}
 
+RT_WALKER_PROGRAM(profile_walk_python, RT_PYTHON, 0)
 /* The same walker with its frames stepped by bpf_loop, loaded instead where the kernel has it
  * (sampling/runtime_maps.py): a fraction of the verifier's work. */
-SEC("perf_event")
-int profile_walk_python_loop(struct bpf_perf_event_data *ctx)
-{
-	return rt_walk(ctx, RT_PYTHON, 1);
-}
-
-SEC("perf_event")
-int profile_walk_ruby(struct bpf_perf_event_data *ctx)
-{
-	return rt_walk(ctx, RT_RUBY, 0);
-}
-
-SEC("perf_event")
-int profile_walk_php(struct bpf_perf_event_data *ctx)
-{
-	return rt_walk(ctx, RT_PHP, 0);
-}
-
-SEC("perf_event")
-int profile_walk_perl(struct bpf_perf_event_data *ctx)
-{
-	return rt_walk(ctx, RT_PERL, 0);
-}
+RT_WALKER_PROGRAM(profile_walk_python_loop, RT_PYTHON, 1)
+RT_WALKER_PROGRAM(profile_walk_ruby, RT_RUBY, 0)
+RT_WALKER_PROGRAM(profile_walk_php, RT_PHP, 0)
+RT_WALKER_PROGRAM(profile_walk_perl, RT_PERL, 0)
 
 /* The rest of a kernel-unwound sample: more frames, then the stack stored and the sample counted.
  * Four variants, one in nu_progs[0] at a time (sampling/step_programs.py): without the V8/HotSpot
@@ -323,28 +308,16 @@ int profile_walk_perl(struct bpf_perf_event_data *ctx)
  * verified when first put in place: a deep one's verification (~280k instructions, ~0.5 CPU-s)
  * is paid only on hosts whose stacks need it, the hooked ones' only on hosts that run those
  * runtimes. */
-SEC("perf_event")
-int profile_native_step(struct bpf_perf_event_data *ctx)
-{
-	return native_step_and_count(ctx, 0, 0);
-}
+#define NATIVE_STEP_PROGRAM(name, hooks, deep)                                                     \
+	SEC("perf_event")                                                                          \
+	int name(struct bpf_perf_event_data *ctx)                                                  \
+	{                                                                                          \
+		return native_step_and_count(ctx, hooks, deep);                                    \
+	}
 
-SEC("perf_event")
-int profile_native_step_deep(struct bpf_perf_event_data *ctx)
-{
-	return native_step_and_count(ctx, 0, 1);
-}
-
-SEC("perf_event")
-int profile_native_step_jit(struct bpf_perf_event_data *ctx)
-{
-	return native_step_and_count(ctx, 1, 0);
-}
-
-SEC("perf_event")
-int profile_native_step_jit_deep(struct bpf_perf_event_data *ctx)
-{
-	return native_step_and_count(ctx, 1, 1);
-}
+NATIVE_STEP_PROGRAM(profile_native_step, 0, 0)
+NATIVE_STEP_PROGRAM(profile_native_step_deep, 0, 1)
+NATIVE_STEP_PROGRAM(profile_native_step_jit, 1, 0)
+NATIVE_STEP_PROGRAM(profile_native_step_jit_deep, 1, 1)
 
 char LICENSE[] SEC("license") = "GPL";

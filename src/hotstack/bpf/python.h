@@ -34,6 +34,7 @@
 
 #include "arch.h"
 #include "schema.h"
+#include "runtime_common.h"
 
 /* Structs py_proc, py_frame, py_stack, enum py_stat and the maps: bpf/schema.yaml (group python). */
 HS_PYTHON_VARIABLES
@@ -41,19 +42,7 @@ HS_PYTHON_MAPS
 
 static __always_inline void py_count(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&py_stats, &index);
-
-	if (value)
-		*value += 1;
-}
-
-static __always_inline __u64 py_read_u64(__u64 addr)
-{
-	__u64 v = 0;
-
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
-		return 0;
-	return v;
+	rt_add(&py_stats, index, 1);
 }
 
 
@@ -67,22 +56,22 @@ static __always_inline __u64 py_find_tstate(const struct py_proc *proc, __u32 ti
 		return 0;
 	/* A cached state is used only if it still names this thread (states are freed and reused). */
 	cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(py_read_u64(*cached + proc->thread_id), fsbase))
+	if (cached && *cached && ARCH_PTHREAD_IS_THREAD(rt_read_u64(*cached + proc->thread_id), fsbase))
 		return *cached;
 	head = proc->threads_head;
 	if (!head) {            /* listed while it starts: the interpreter _PyRuntime points to now */
-		interp = py_read_u64(proc->interp_ptr);
+		interp = rt_read_u64(proc->interp_ptr);
 		if (!interp)
 			return 0;
 		head = interp + proc->threads_head_off;
 	}
-	tstate = py_read_u64(head);
+	tstate = rt_read_u64(head);
 	for (i = 0; i < PY_MAX_THREADS && tstate; i++) {
-		if (ARCH_PTHREAD_IS_THREAD(py_read_u64(tstate + proc->thread_id), fsbase)) {
+		if (ARCH_PTHREAD_IS_THREAD(rt_read_u64(tstate + proc->thread_id), fsbase)) {
 			bpf_map_update_elem(&py_tstates, &tid, &tstate, BPF_ANY);
 			return tstate;
 		}
-		tstate = py_read_u64(tstate + proc->tstate_next);
+		tstate = rt_read_u64(tstate + proc->tstate_next);
 	}
 	return 0;
 }
@@ -169,8 +158,8 @@ static __always_inline long py_walk_frame(__u32 i, struct py_walk *s, struct py_
 		s->seen_checksum[0] = f->checksum;
 	}
 	/* FNV-style mix of what userspace will need to tell two stacks apart. */
-	s->hash = (s->hash ^ code) * 0x100000001b3ULL;
-	s->hash = (s->hash ^ f->instr ^ ((__u64)f->marker << 56)) * 0x100000001b3ULL;
+	s->hash = rt_hash(s->hash, code);
+	s->hash = rt_hash(s->hash, f->instr ^ ((__u64)f->marker << 56));
 	s->n++;
 	return 0;
 }
@@ -315,8 +304,8 @@ static __always_inline void py_walk_unrolled(struct py_walk *s, const struct py_
 			f->checksum = (py_win_u32(w + PY_WINDOW, proc->co_argcount) << 25) +
 				      (py_win_u32(w + PY_WINDOW, proc->co_flags) << 10) +
 				      py_win_u32(w + PY_WINDOW, proc->co_firstlineno);
-		hash = (hash ^ code) * 0x100000001b3ULL;
-		hash = (hash ^ f->instr ^ ((__u64)f->marker << 56)) * 0x100000001b3ULL;
+		hash = rt_hash(hash, code);
+		hash = rt_hash(hash, f->instr ^ ((__u64)f->marker << 56));
 		n++;
 	}
 	s->frame = frame;
@@ -364,15 +353,15 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 	s.co_flags = proc->co_flags;
 	s.co_firstlineno = proc->co_firstlineno;
 	/* the pid is in the key: userspace names a stack's frames in its own process (py_known) */
-	s.hash = 0xcbf29ce484222325ULL ^ pid;
+	s.hash = RT_HASH_START ^ pid;
 	tstate = py_find_tstate(proc, tid);
 	if (!tstate) {
 		py_count(PY_STAT_NO_THREAD);
 		return 0;
 	}
-	s.frame = py_read_u64(tstate + proc->tstate_frame);
+	s.frame = rt_read_u64(tstate + proc->tstate_frame);
 	if (s.frame && proc->cframe_current != PY_NONE)
-		s.frame = py_read_u64(s.frame + proc->cframe_current);
+		s.frame = rt_read_u64(s.frame + proc->cframe_current);
 
 	if (use_loop) {
 		bpf_loop(PY_MAX_FRAMES, py_loop_step, &s, 0);
@@ -386,7 +375,7 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 		return 0;
 	stack->len = s.n;
 	stack->pid = pid;
-	hash = (s.hash ^ s.n ^ ((__u64)stack->truncated << 32)) | 1; /* never 0: 0 means "no Python stack" */
+	hash = rt_stack_key(s.hash, s.n, stack->truncated);
 	if (bpf_map_lookup_elem(&py_known, &hash))
 		return hash; /* userspace has it from an earlier interval or pass */
 	stacks = buffer ? (void *)&py_stacks_1 : (void *)&py_stacks_0;

@@ -22,6 +22,8 @@
 #define HOTSTACK_RUBY_H
 
 #include "schema.h"
+#include "tls.h"
+#include "runtime_common.h"
 
 /* Structs rb_proc, rb_frame, rb_stack, enums rb_ec_mode, rb_stat and the maps: bpf/schema.yaml (group ruby). */
 HS_RUBY_VARIABLES
@@ -29,48 +31,26 @@ HS_RUBY_MAPS
 
 static __always_inline void rb_count(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&rb_stats, &index);
-
-	if (value)
-		*value += 1;
-}
-
-static __always_inline __u64 rb_read_u64(__u64 addr)
-{
-	__u64 v = 0;
-
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
-		return 0;
-	return v;
+	rt_add(&rb_stats, index, 1);
 }
 
 /* The sampled thread's execution context, 0 if it has none (a thread that never ran Ruby). */
 static __always_inline __u64 rb_current_ec(const struct rb_proc *proc)
 {
-	void *task = (void *)bpf_get_current_task();
-	__u64 fsbase = 0, block;
+	__u64 block;
 
 	switch (proc->ec_mode) {
 	case RB_EC_GLOBAL:
-		return rb_read_u64(proc->ec_address);
+		return rt_read_u64(proc->ec_address);
 	case RB_EC_RACTOR:
-		block = rb_read_u64(proc->ec_address);
-		return block ? rb_read_u64(block + proc->running_ec) : 0;
+		block = rt_read_u64(proc->ec_address);
+		return block ? rt_read_u64(block + proc->running_ec) : 0;
 	case RB_EC_DTV:
 	case RB_EC_TP:
-		break;
-	default:
-		return 0;
+		/* the thread-local ruby_current_ec (TP: module 0) */
+		return tls_read_variable(rb_fsbase_offset, proc->tls_module, proc->dtv_entry, proc->tls_offset);
 	}
-	if (!rb_fsbase_offset || bpf_probe_read_kernel(&fsbase, sizeof(fsbase), task + rb_fsbase_offset) || !fsbase)
-		return 0;
-	if (proc->ec_mode == RB_EC_TP)
-		return rb_read_u64(fsbase + proc->tls_offset);
-	/* x86-64 glibc and musl: the thread pointer's second word is the DTV. */
-	block = rb_read_u64(rb_read_u64(fsbase + 8) + (__u64)proc->tls_module * proc->dtv_entry);
-	if (!block || block == (__u64)-1)   /* not allocated in this thread yet */
-		return 0;
-	return rb_read_u64(block + proc->tls_offset);
+	return 0;
 }
 
 /* Walk the sampled thread's control frames; returns the rb_stacks key (0: no Ruby frames). */
@@ -78,9 +58,8 @@ static __always_inline __u64 ruby_walk(__u32 pid, __u32 buffer)
 {
 	const struct rb_proc *proc = bpf_map_lookup_elem(&ruby_procs, &pid);
 	struct rb_stack *stack;
-	void *stacks;
 	__u32 zero = 0, n = 0;
-	__u64 ec, cfp, end, head[3] = {}, hash = 0xcbf29ce484222325ULL;
+	__u64 ec, cfp, end, head[3] = {}, hash = RT_HASH_START;
 	int i;
 
 	if (!proc)
@@ -112,8 +91,8 @@ static __always_inline __u64 ruby_walk(__u32 pid, __u32 buffer)
 		f->pc = cf[0];
 		f->me = env[0];
 		f->flags = (__u32)env[2];
-		hash = (hash ^ f->iseq ^ f->me) * 0x100000001b3ULL;
-		hash = (hash ^ f->pc ^ ((__u64)f->flags << 32)) * 0x100000001b3ULL;
+		hash = rt_hash(hash, f->iseq ^ f->me);
+		hash = rt_hash(hash, f->pc ^ ((__u64)f->flags << 32));
 		n++;
 		cfp += proc->cf_size;
 	}
@@ -124,15 +103,8 @@ static __always_inline __u64 ruby_walk(__u32 pid, __u32 buffer)
 		return 0;
 	stack->len = n;
 	stack->pid = pid;
-	hash = (hash ^ n ^ ((__u64)stack->truncated << 32)) | 1; /* never 0: 0 means "no runtime stack" */
-	stacks = buffer ? (void *)&rb_stacks_1 : (void *)&rb_stacks_0;
-	if (bpf_map_lookup_elem(stacks, &hash))
-		return hash;
-	if (bpf_map_update_elem(stacks, &hash, stack, BPF_ANY)) {
-		rb_count(RB_STAT_STACKS_FULL);
-		return 0;
-	}
-	return hash;
+	hash = rt_stack_key(hash, n, stack->truncated);
+	return rt_store_stack(&rb_stacks_0, &rb_stacks_1, buffer, &hash, stack, &rb_stats, RB_STAT_STACKS_FULL);
 }
 
 #endif /* HOTSTACK_RUBY_H */

@@ -11,14 +11,7 @@
 #ifndef HOTSTACK_TLS_H
 #define HOTSTACK_TLS_H
 
-static __always_inline __u64 tls_read_u64(__u64 addr)
-{
-	__u64 v = 0;
-
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
-		return 0;
-	return v;
-}
+#include "runtime_common.h"
 
 /* The sampled thread's thread pointer, 0 if unknown. */
 static __always_inline __u64 tls_thread_pointer(__u64 fsbase_offset)
@@ -40,11 +33,11 @@ static __always_inline __u64 tls_read_variable(__u64 fsbase_offset, __u32 module
 	if (!tp)
 		return 0;
 	if (!module)
-		return tls_read_u64(tp + offset);
-	block = tls_read_u64(tls_read_u64(tp + 8) + (__u64)module * dtv_entry);
+		return rt_read_u64(tp + offset);
+	block = rt_read_u64(rt_read_u64(tp + 8) + (__u64)module * dtv_entry);
 	if (!block || block == (__u64)-1)   /* not allocated in this thread yet */
 		return 0;
-	return tls_read_u64(block + offset);
+	return rt_read_u64(block + offset);
 }
 
 #endif /* HOTSTACK_TLS_H */

@@ -25,16 +25,14 @@
 #define HOTSTACK_V8_H
 
 #include "schema.h"
+#include "runtime_common.h"
 
 HS_V8_VARIABLES
 HS_V8_MAPS
 
 static __always_inline void v8_count(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&v8_stats, &index);
-
-	if (value)
-		*value += 1;
+	rt_add(&v8_stats, index, 1);
 }
 
 /* leaf_word0..3 of struct v8_stack, read as one array */
@@ -120,17 +118,13 @@ __noinline int v8_frame(__u64 pc, __u64 fp, __u32 index)
 __noinline __u64 v8_finish(__u32 buffer)
 {
 	struct v8_stack *s;
-	__u64 hash = 0xcbf29ce484222325ULL;
-	void *stacks;
+	__u64 hash = RT_HASH_START;
 	__u32 i, n;
 
 	if (!v8_walk)
 		return 0;
 	s = v8_scratch_stack();
-	if (!s || !s->walking)
-		return 0;
-	s->walking = 0;
-	n = s->len;
+	n = RT_END_WALK(s);
 	if (n == 0)
 		return 0;
 	if (s->truncated)
@@ -147,23 +141,16 @@ __noinline __u64 v8_finish(__u32 buffer)
 			break;
 		f = &s->frames[i];
 		v8_count(V8_STAT_FRAMES);
-		hash = (hash ^ f->function ^ ((__u64)f->index << 48)) * 0x100000001b3ULL;
-		hash = (hash ^ f->marker) * 0x100000001b3ULL;
+		hash = rt_hash(hash, f->function ^ ((__u64)f->index << 48));
+		hash = rt_hash(hash, f->marker);
 		/* what gives the frame's line: its pc, bytecode offset, and the leaf's register */
-		hash = (hash ^ f->pc) * 0x100000001b3ULL;
-		hash = (hash ^ f->bytecode_offset ^ (f->live_offset << 16)) * 0x100000001b3ULL;
+		hash = rt_hash(hash, f->pc);
+		hash = rt_hash(hash, f->bytecode_offset ^ (f->live_offset << 16));
 	}
-	hash = (hash ^ s->leaf_word0 ^ (s->leaf_word1 << 7)) * 0x100000001b3ULL;
-	hash = (hash ^ s->leaf_word2 ^ (s->leaf_word3 << 7)) * 0x100000001b3ULL;
-	hash = (hash ^ n ^ ((__u64)s->truncated << 32)) | 1;   /* never 0: 0 means "no V8 frames" */
-	stacks = buffer ? (void *)&v8_stacks_1 : (void *)&v8_stacks_0;
-	if (bpf_map_lookup_elem(stacks, &hash))
-		return hash;
-	if (bpf_map_update_elem(stacks, &hash, s, BPF_ANY)) {
-		v8_count(V8_STAT_STACKS_FULL);
-		return 0;
-	}
-	return hash;
+	hash = rt_hash(hash, s->leaf_word0 ^ (s->leaf_word1 << 7));
+	hash = rt_hash(hash, s->leaf_word2 ^ (s->leaf_word3 << 7));
+	hash = rt_stack_key(hash, n, s->truncated);
+	return rt_store_stack(&v8_stacks_0, &v8_stacks_1, buffer, &hash, s, &v8_stats, V8_STAT_STACKS_FULL);
 }
 
 #endif /* HOTSTACK_V8_H */
