@@ -387,19 +387,13 @@ __noinline int hs_step(__u64 pc, __u32 index)
  * hs_step: checked once, not with each state that the step program's walk ends in. */
 __noinline __u64 hs_finish(__u32 buffer)
 {
-	struct hs_stack *s;
+	struct hs_stack *s = 0;
 	__u64 hash = RT_HASH_START;
-	__u32 i, n;
+	__u32 i, n = RT_END_WALK(hs_walk, s, hs_scratch_stack(), &hs_stats, HS_STAT_TRUNCATED);
 
-	if (!hs_walk)
-		return 0;
-	s = hs_scratch_stack();
-	n = RT_END_WALK(s);
 	if (n == 0)
 		return 0;
 	hs_tail_store(s);
-	if (s->truncated)
-		hs_count(HS_STAT_TRUNCATED);
 	hs_add(HS_STAT_FRAMES, n < HS_MAX_FRAMES ? n : HS_MAX_FRAMES);
 	for (i = 0; i < HS_MAX_FRAMES; i++) {
 		struct hs_frame *f;

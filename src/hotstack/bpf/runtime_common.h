@@ -65,14 +65,21 @@ static __always_inline __u64 rt_store_stack(void *stacks_0, void *stacks_1, __u3
 }
 
 /* At the end of a kernel-unwound walk that a runtime hook recorded frames in (v8.h, hotspot.h):
- * the number of frames recorded, 0 if the sample's process was not one to record (s->walking
- * unset); the walk is over either way. */
-#define RT_END_WALK(s)                                                                              \
+ * `stack` set to the hook's stack (`scratch`, looked up only if the runtime is on) and its walk
+ * ended; the number of frames recorded, 0 if the runtime is off (`on` 0) or the sample's process
+ * is not one it records (`walking` unset). A walk cut at the stack's size is counted
+ * (`counters`[`truncated_counter`]). */
+#define RT_END_WALK(on, stack, scratch, counters, truncated_counter)                               \
 	({                                                                                          \
 		__u32 __n = 0;                                                                      \
-		if ((s) && (s)->walking) {                                                          \
-			(s)->walking = 0;                                                           \
-			__n = (s)->len;                                                             \
+		if (on) {                                                                           \
+			(stack) = (scratch);                                                        \
+			if ((stack) && (stack)->walking) {                                          \
+				(stack)->walking = 0;                                               \
+				__n = (stack)->len;                                                 \
+				if (__n && (stack)->truncated)                                      \
+					rt_add(counters, truncated_counter, 1);                     \
+			}                                                                           \
 		}                                                                                   \
 		__n;                                                                                \
 	})

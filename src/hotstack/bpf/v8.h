@@ -117,18 +117,12 @@ __noinline int v8_frame(__u64 pc, __u64 fp, __u32 index)
  * v8_frame: checked once, not with each state that the step program's walk ends in. */
 __noinline __u64 v8_finish(__u32 buffer)
 {
-	struct v8_stack *s;
+	struct v8_stack *s = 0;
 	__u64 hash = RT_HASH_START;
-	__u32 i, n;
+	__u32 i, n = RT_END_WALK(v8_walk, s, v8_scratch_stack(), &v8_stats, V8_STAT_TRUNCATED);
 
-	if (!v8_walk)
-		return 0;
-	s = v8_scratch_stack();
-	n = RT_END_WALK(s);
 	if (n == 0)
 		return 0;
-	if (s->truncated)
-		v8_count(V8_STAT_TRUNCATED);
 	if (s->frames[0].index != 0) {
 		/* the leaf is not a V8 frame: the stack top says nothing of one (and would only make
 		 * stacks that differ by it) */
