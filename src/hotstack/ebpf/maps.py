@@ -127,15 +127,20 @@ class Map:
         struct.pack_into("<IIQQQ", attr, 0, self.fd, 0, sc.address(kbuf), sc.address(value_buf), flags)
         return attr, kbuf
 
+    def _elem_command(self, cmd: int, key: bytes, value_buf, what: str) -> bool:
+        """A command on the element at `key`; False if the map has none (ENOENT). `what`: the
+        command, as an error names it ("lookup in")."""
+        attr, _k = self._elem_attr(key, value_buf)
+        err = sc.bpf_errno(cmd, attr)
+        if err == errno.ENOENT:
+            return False
+        if err:
+            raise SyscallError.from_errno(f"{what} map {self.name}", err)
+        return True
+
     def lookup(self, key: bytes) -> bytes | None:
         value = ctypes.create_string_buffer(self.buffer_value_size)
-        attr, _k = self._elem_attr(key, value)
-        err = sc.bpf_errno(sc.BPF_MAP_LOOKUP_ELEM, attr)
-        if err == errno.ENOENT:
-            return None
-        if err:
-            raise SyscallError.from_errno(f"lookup in map {self.name}", err)
-        return value.raw
+        return value.raw if self._elem_command(sc.BPF_MAP_LOOKUP_ELEM, key, value, "lookup in") else None
 
     def lookup_percpu(self, key: bytes) -> list[bytes]:
         raw = self.lookup(key)
@@ -163,13 +168,7 @@ class Map:
         sc.bpf(sc.BPF_MAP_UPDATE_ELEM, attr, f"update map {self.name}")
 
     def delete(self, key: bytes) -> bool:
-        attr, _k = self._elem_attr(key, None)
-        err = sc.bpf_errno(sc.BPF_MAP_DELETE_ELEM, attr)
-        if err == errno.ENOENT:
-            return False
-        if err:
-            raise SyscallError.from_errno(f"delete from map {self.name}", err)
-        return True
+        return self._elem_command(sc.BPF_MAP_DELETE_ELEM, key, None, "delete from")
 
     def keys(self) -> Iterator[bytes]:
         """All keys, by BPF_MAP_GET_NEXT_KEY (works on every map type and kernel)."""

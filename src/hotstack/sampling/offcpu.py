@@ -16,7 +16,6 @@ from ..bpf import schema
 from ..ebpf import kernel_btf, links as ebpf_links
 from ..errors import HotstackError
 from ..profile.model import ValueType
-from .config import EngineConfig
 from .sampler import Sampler
 
 OFFCPU_PROFILE_NAME = "offcpu"
@@ -37,9 +36,6 @@ class OffCpuSampler(Sampler):
     profile_name = OFFCPU_PROFILE_NAME
     sample_type = OFFCPU_SAMPLE_TYPE
     period_type = NO_PERIOD
-
-    def __init__(self, config: EngineConfig) -> None:
-        super().__init__(config)
 
     def start(self) -> None:
         spec = self.spec()

@@ -17,14 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from ..symbols.elf import SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
+from ..symbols.elf import ELF_SYM, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
 
 KINDS = ("kprobe", "kretprobe", "uprobe", "uretprobe")
 SHT_GNU_VERDEF, SHT_GNU_VERSYM = 0x6FFFFFFD, 0x6FFFFFFF
 VERSYM_HIDDEN = 0x8000
 
-_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
-                       ("value", "<u8"), ("size", "<u8")])
 
 
 @dataclass(frozen=True)
@@ -114,8 +112,8 @@ def find_function(elf: ElfFile, name: str) -> int | None:
     for section in elf.sections:
         if section.type not in (SHT_SYMTAB, SHT_DYNSYM) or section.link >= len(elf.sections) or not section.size:
             continue
-        syms = np.frombuffer(elf.section_data(section), dtype=_SYM_DTYPE,
-                             count=section.size // _SYM_DTYPE.itemsize)
+        syms = np.frombuffer(elf.section_data(section), dtype=ELF_SYM,
+                             count=section.size // ELF_SYM.itemsize)
         strings = elf.section_data(elf.sections[section.link])
         functions = (((syms["info"] & 0xF) == STT_FUNC) | ((syms["info"] & 0xF) == STT_GNU_IFUNC)) \
             & (syms["shndx"] != 0) & (syms["value"] != 0)

@@ -12,6 +12,7 @@ import hashlib
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,8 +36,8 @@ SHT_DYNAMIC, DT_NEEDED = 6, 1
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 
 _RELA_DTYPE = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
-_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
-                       ("value", "<u8"), ("size", "<u8")])
+ELF_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),   # Elf64_Sym
+                    ("value", "<u8"), ("size", "<u8")])
 
 
 class ElfError(HotstackError):
@@ -149,6 +150,18 @@ class ElfFile:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise ElfError(f"{self.path}: read of {size} bytes at {offset:#x} is past the end of the file")
         return self._mm[offset:offset + size]
+
+    def symbol_tables(self, kinds: tuple[int, ...] = (SHT_DYNSYM, SHT_SYMTAB)) -> Iterator[tuple[ElfSection, bytes]]:
+        """Each non-empty symbol table of the `kinds` (in that order), with its string table's bytes."""
+        for kind in kinds:
+            for s in self.sections:
+                if s.type == kind and s.size and s.link < len(self.sections):
+                    strtab = self.sections[s.link]
+                    yield s, self.read(strtab.offset, strtab.size)
+
+    def symbol_entries(self, table: ElfSection) -> np.ndarray:
+        """The entries of a symbol table (ELF_SYM records)."""
+        return np.frombuffer(self.read(table.offset, table.size - table.size % ELF_SYM.itemsize), dtype=ELF_SYM)
 
     def view(self, offset: int, size: int) -> memoryview:
         """A zero-copy view of part of the file (bounds-checked)."""
@@ -320,10 +333,10 @@ class ElfFile:
             for s in [s for s in self.sections if s.type == kind][:MAX_TABLES]:
                 if s.size == 0 or s.link >= len(self.sections):
                     continue
-                count = s.size // _SYM_DTYPE.itemsize
-                if count > MAX_SYMBOLS or s.offset + count * _SYM_DTYPE.itemsize > self.size:
+                count = s.size // ELF_SYM.itemsize
+                if count > MAX_SYMBOLS or s.offset + count * ELF_SYM.itemsize > self.size:
                     raise ElfError(f"{self.path}: symbol table {s.name} is corrupt or absurdly large")
-                syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=count, offset=s.offset)
+                syms = np.frombuffer(self._mm, dtype=ELF_SYM, count=count, offset=s.offset)
                 typ = syms["info"] & 0xF
                 keep = (((typ == STT_FUNC) | (typ == STT_GNU_IFUNC)) & (syms["value"] != 0) & (syms["shndx"] != 0)
                         & (syms["name"] != 0))
@@ -397,10 +410,10 @@ class ElfFile:
                     continue
                 strtab = self.sections[s.link]
                 strings = self.read(strtab.offset, strtab.size)
-                count = s.size // _SYM_DTYPE.itemsize
-                if count > MAX_SYMBOLS or s.offset + count * _SYM_DTYPE.itemsize > self.size:
+                count = s.size // ELF_SYM.itemsize
+                if count > MAX_SYMBOLS or s.offset + count * ELF_SYM.itemsize > self.size:
                     continue
-                syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=count, offset=s.offset)
+                syms = np.frombuffer(self._mm, dtype=ELF_SYM, count=count, offset=s.offset)
                 pos = strings.find(want)
                 while pos >= 0:
                     hit = syms["value"][syms["name"] == pos + 1]
@@ -431,10 +444,10 @@ class ElfFile:
             relas = np.frombuffer(self._mm, dtype=_RELA_DTYPE, count=count, offset=s.offset)
             kinds = relas["info"] & 0xFFFFFFFF
             keep = (kinds == R_X86_64_JUMP_SLOT) | (kinds == R_X86_64_GLOB_DAT)
-            nsyms = symtab.size // _SYM_DTYPE.itemsize
-            if symtab.offset + nsyms * _SYM_DTYPE.itemsize > self.size:
+            nsyms = symtab.size // ELF_SYM.itemsize
+            if symtab.offset + nsyms * ELF_SYM.itemsize > self.size:
                 continue
-            syms = np.frombuffer(self._mm, dtype=_SYM_DTYPE, count=nsyms, offset=symtab.offset)
+            syms = np.frombuffer(self._mm, dtype=ELF_SYM, count=nsyms, offset=symtab.offset)
             strtab = self.sections[symtab.link]
             for got, info in zip(relas["offset"][keep].tolist(), relas["info"][keep].tolist()):
                 index = info >> 32

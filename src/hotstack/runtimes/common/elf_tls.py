@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...symbols.elf import SHT_DYNSYM, SHT_RELA, ElfFile
-from .files import ELF_SYM
 
 ELF_RELA = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
 R_X86_64_DTPMOD64, R_X86_64_TPOFF64, R_X86_64_TLSDESC = 16, 18, 36
@@ -30,11 +29,7 @@ class TlsAccess:
 
 def dynsym_names(elf: ElfFile) -> bytes:
     """The dynamic string table (TLS symbols have values 0..n, which a symbol lookup may skip)."""
-    for s in elf.sections:
-        if s.type == SHT_DYNSYM and s.link < len(elf.sections):
-            strtab = elf.sections[s.link]
-            return elf.read(strtab.offset, strtab.size)
-    return b""
+    return next((strings for _table, strings in elf.symbol_tables((SHT_DYNSYM,))), b"")
 
 
 def _relocations(elf: ElfFile):
@@ -45,14 +40,11 @@ def _relocations(elf: ElfFile):
 
 def tls_slots(elf: ElfFile, symbol: bytes) -> dict[int, int]:
     """relocation type -> r_offset of the dynamic relocations against `symbol` (TLS ones)."""
-    dynsym = next((s for s in elf.sections if s.type == SHT_DYNSYM and s.link < len(elf.sections)), None)
-    if dynsym is None:
+    dynsym, strings = next(elf.symbol_tables((SHT_DYNSYM,)), (None, b""))
+    pos = strings.find(b"\0" + symbol + b"\0")
+    if dynsym is None or pos < 0:
         return {}
-    strtab = elf.sections[dynsym.link]
-    pos = elf.read(strtab.offset, strtab.size).find(b"\0" + symbol + b"\0")
-    if pos < 0:
-        return {}
-    syms = np.frombuffer(elf.read(dynsym.offset, dynsym.size - dynsym.size % ELF_SYM.itemsize), dtype=ELF_SYM)
+    syms = elf.symbol_entries(dynsym)
     index = np.flatnonzero(syms["name"] == pos + 1)
     if not len(index):
         return {}

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-
 from ... import procs
 from ...procs.maps import Mapping, parse_maps
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
@@ -28,29 +26,22 @@ from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
 T = TypeVar("T")
 log = logging.getLogger("hotstack.runtimes")
 
-ELF_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
-                 ("size", "<u8")])
-
-
-def symbol_spans(elf: ElfFile, names: tuple[bytes, ...]) -> dict[bytes, tuple[int, int]]:
-    """(value, size) of each of `names` that the file's dynamic (else full) symbol table defines."""
+def symbol_spans(elf: ElfFile, names: tuple[bytes, ...], kinds: tuple[int, ...] = (SHT_DYNSYM, SHT_SYMTAB)
+                 ) -> dict[bytes, tuple[int, int]]:
+    """(value, size) of each of `names` that the file's dynamic (else full) symbol table defines
+    (`kinds`: the tables looked in, in that order)."""
     found: dict[bytes, tuple[int, int]] = {}
-    for kind in (SHT_DYNSYM, SHT_SYMTAB):
-        for s in elf.sections:
-            if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+    for table, strings in elf.symbol_tables(kinds):
+        syms = elf.symbol_entries(table)
+        for name in names:
+            if name in found:
                 continue
-            strtab = elf.sections[s.link]
-            strings = elf.read(strtab.offset, strtab.size)
-            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % ELF_SYM.itemsize), dtype=ELF_SYM)
-            for name in names:
-                if name in found:
-                    continue
-                pos = strings.find(b"\0" + name + b"\0")
-                if pos < 0:
-                    continue
-                hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
-                if len(hit):
-                    found[name] = (int(hit[0]["value"]), int(hit[0]["size"]))
+            pos = strings.find(b"\0" + name + b"\0")
+            if pos < 0:
+                continue
+            hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
+            if len(hit):
+                found[name] = (int(hit[0]["value"]), int(hit[0]["size"]))
     return found
 
 
@@ -205,11 +196,8 @@ def _marks_of(path: str) -> tuple[frozenset[str], frozenset[str]]:
     holds; none for a file that is not ELF, or gone."""
     try:
         with ElfFile(path) as elf:
-            for section in elf.sections:
-                if section.type == SHT_DYNSYM and section.link < len(elf.sections):
-                    strtab = elf.sections[section.link]
-                    strings = elf.read(strtab.offset, strtab.size)
-                    return (frozenset(n for n, marks in LAUNCHER_MARKS.items() if any(m in strings for m in marks)),
+            for _table, strings in elf.symbol_tables((SHT_DYNSYM,)):
+                return (frozenset(n for n, marks in LAUNCHER_MARKS.items() if any(m in strings for m in marks)),
                             frozenset(n for n, marks in RUNTIME_MARKS.items() if any(m in strings for m in marks)))
     except (ElfError, OSError, ValueError):
         pass
@@ -261,6 +249,12 @@ def jump_targets(code: bytes, at: int, conditional: bool = True) -> Iterator[int
             yield at + m.start() + 5 + struct.unpack("<i", m.group(1))[0]
         elif conditional:
             yield at + m.start() + 6 + struct.unpack("<i", m.group(2))[0]
+
+
+def runs_named(process: procs.Process | int, runtime: str) -> bool:
+    """Whether the process's executable is named for `runtime` (exe_name) or is its launcher (runs()):
+    the processes an interpreter's source looks into."""
+    return runtime in exe_name(process) or runs(process, runtime)
 
 
 def exe_name(process: procs.Process | int) -> str:
@@ -363,6 +357,6 @@ def opened(process: procs.Process | int, mappings: list[Mapping], chosen: list[M
             yield cand, path, [m for m in mappings if (m.inode, m.dev) == (cand.inode, cand.dev)]
 
 
-__all__ = ["jump_targets", "ELF_SYM", "Loaded", "interpreter_files", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
+__all__ = ["jump_targets", "Loaded", "interpreter_files", "LAUNCHER_MARKS", "RUNTIME_MARKS", "RUNTIME_NAMES", "UNREAD", "exe_name", "file_marks", "holding",
            "launched_runtimes", "runs", "UnreadProcess", "UnreadRuntimes", "Unreadable", "candidates", "inspected_once", "load_base",
            "opened", "symbol_spans", "symbols"]

@@ -12,10 +12,13 @@ before its end, and of all it ran before. A newly listed process, and the walker
 walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
 a drained buffer's stacks, with those the passes took.
 
-A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_may_run(pid)`,
-`_record(proc)` (its kernel record, None if the layout cannot be expressed), `_entry(proc)` (what
-it keeps per process), `_tunable()` (the value its kernel half is configured with), `_parse(raw)`
-(a recorded stack: frames leaf first, truncated, pid) and `_name_early(pid, entry, frames)`.
+A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_may_run(pid)`
+(by default: its executable is named for the runtime or is its launcher), `_record(proc)` (its
+kernel record, None if the layout cannot be expressed; by default `proc_record` packed from the
+process's `record_fields`), `_entry(proc)` (what it keeps per process), `_tunable()` (the value its
+kernel half is configured with), `_parse(raw)` (a recorded stack: frames leaf first, truncated,
+pid) and `_name_early(pid, entry, frames)`. `prepare()` reads the thread pointer's offset that the
+walkers find a thread's TLS with (a walker that needs none says so).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import procs
+from .files import runs_named
 from .retries import RetryLadder
 
 
@@ -46,6 +50,7 @@ def fsbase_offset() -> int | None:
 
 
 if TYPE_CHECKING:   # the interface the sources implement (runtimes.py lists them: no import back)
+    from ...bpf.record import Record
     from ..registry import RuntimeKernel
 
 # After a naming pass that took stacks, the next one waits this long (seconds); V8 and HotSpot
@@ -101,8 +106,23 @@ class InterpreterSource(RetryLadder):
         self._listed_at = 0.0      # when the last process was listed (NAME_EVERY apart for SETTLED_S after)
 
     # -- what each source supplies ------------------------------------------------------------
+    # the kernel record of a process (struct <runtime>_proc), for a source whose processes carry its
+    # fields (`record_fields`)
+    proc_record: "Record | None" = None
+
+    def prepare(self) -> bool:
+        return self._prepare_fsbase()
+
+    def _may_run(self, pid: int) -> bool:
+        return runs_named(pid, self.name)   # its executables only (as detect looks)
+
     def _record(self, proc) -> bytes | None:
-        raise NotImplementedError
+        if self.proc_record is None:
+            raise NotImplementedError
+        try:
+            return self.proc_record.pack(**proc.record_fields)
+        except struct.error:        # a value out of its field's range: not a layout the walker reads
+            return None
 
     def _entry(self, proc, process: procs.ProcessInfo | None):
         return proc, process

@@ -250,26 +250,10 @@ class JitSource(RetryLadder):
                 "functions_named": self._gone[0] + sum(n.named for n in entries),
                 "read_errors": self._gone[1] + sum(n.read_errors for n in entries)}
 
-    def forget(self, pid: int) -> None:
-        self._forget_retry(pid)
-        with self._lock:
-            found = self._procs.pop(pid, None)
-            if found is not None:
-                self._gone[0] += found[0].named
-                self._gone[1] += found[0].read_errors
-        if found is not None and self._kernel is not None:
-            self._kernel.untrack(pid)
-
-    def forget_dead(self) -> None:
-        for pid, (_names, process) in list(self._procs.items()):
-            if process is not None and process.is_current():
-                continue
-            self.forget(pid)
-            if process is not None and procs.exists(pid):
-                self.observe(pid)
-
-
-__all__ = ["V8Source", "parse_stack"]
+    def _forget_state(self, pid: int, entry) -> None:
+        if entry is not None:
+            self._gone[0] += entry[0].named
+            self._gone[1] += entry[0].read_errors
 
 
 __all__ = ["JitSource", "cut_after"]

@@ -6,7 +6,9 @@ host's other processes are looked at once, not seven times).
 
 A source supplies `_find(pid)` (what it needs to list the process, or None: not (yet) one),
 `_may_run(pid)` and `_list(pid, found)` (lists it for the kernel walker; False if it could not),
-and keeps `_kernel` (None before attach) and `_procs` (the processes listed).
+and keeps `_kernel` (None before attach), `_procs` (the processes listed: an entry each, whose
+process `_entry_process` gives) and `_lock` (held while `_procs` changes). `forget(pid)` and
+`forget_dead()` unlist a process; `_forget_state(pid, entry)` drops what else the source keeps of it.
 
 What `_find` returns may be provisional (`_is_provisional(found)`): the runtime's file is mapped and
 its state not made yet, and the walker can find the state itself once it is (CPython at its exec).
@@ -36,6 +38,7 @@ class RetryLadder(FrameSource):
     retry_ages: tuple[float, ...] = RETRY_AGES
     _kernel: Any
     _procs: dict
+    _lock: Any
 
     def __init__(self) -> None:
         self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
@@ -117,6 +120,40 @@ class RetryLadder(FrameSource):
     @staticmethod
     def _sooner(a: float | None, b: float | None) -> float | None:
         return b if a is None else a if b is None else min(a, b)
+
+    def _entry_process(self, entry) -> "procs.ProcessInfo | None":
+        """The process a listed entry was read through: (what was read of it, process) by default."""
+        return entry[1]
+
+    def _forget_state(self, pid: int, entry) -> None:
+        """Drop what the source keeps of `pid` besides its entry (names, caches); `entry`: the
+        entry it was listed with, None if it was not listed. Called with `_lock` held, in the hold
+        that removed the entry (stats() never sees a process in neither)."""
+
+    def _drop(self, pid: int) -> None:
+        """Unlist `pid` (its retries aside) and forget what was read of it."""
+        with self._lock:
+            entry = self._procs.pop(pid, None)
+            self._forget_state(pid, entry)
+        if entry is not None and self._kernel is not None:
+            self._kernel.untrack(pid)
+
+    def forget(self, pid: int) -> None:
+        """`pid` exec'ed or exited: its runtime state is gone (a new one is observed anew)."""
+        self._forget_retry(pid)
+        self._drop(pid)
+
+    def forget_dead(self) -> None:
+        """Drop the processes that exited, were replaced by a new one under their pid, or exec'ed,
+        and look again at what runs under the pid now."""
+        for pid, entry in list(self._procs.items()):
+            process = self._entry_process(entry)
+            if process is not None and process.is_current():
+                continue
+            self._drop(pid)
+            if process is not None and procs.exists(pid):
+                self.observe(pid)      # same pid, new program: look again
+        self._drop_dead_retries()
 
     def _forget_retry(self, pid: int) -> None:
         self._retry.pop(pid, None)

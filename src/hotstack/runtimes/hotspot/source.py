@@ -18,6 +18,7 @@ import os
 
 from ... import procs
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 from ...profile.model import Frame
 from ..common.files import UNREAD, Unreadable, UnreadProcess, runs
 from ..common.jit_source import JitSource
@@ -32,14 +33,9 @@ RETRY_AGES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 
 def parse_stack(raw: bytes) -> tuple[list[tuple[int, int, int, int, int, int]], int]:
     """((index, kind, method, extra, pc, blob) per recorded frame, pid) of a struct hs_stack."""
-    head = schema.HS_STACK.unpack(raw)
-    size = schema.HS_FRAME.size
-    n = min(head.len, schema.HS_MAX_FRAMES, (len(raw) - schema.HS_STACK_TAIL_OFFSET) // size)
-    unpack = schema.HS_FRAME.struct.unpack_from
-    frames = []
-    for i in range(n):
-        index, kind, pc, method, extra, blob = unpack(raw, schema.HS_STACK_TAIL_OFFSET + i * size)
-        frames.append((index, kind, method, extra, pc, blob))
+    head, records = stack_records(raw, schema.HS_STACK, schema.HS_FRAME, schema.HS_MAX_FRAMES,
+                                  schema.HS_STACK_TAIL_OFFSET)
+    frames = [(index, kind, method, extra, pc, blob) for index, kind, pc, method, extra, blob in records]
     return frames, head.pid
 
 

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from ... import procs
 from ...symbols.elf import SHT_DYNSYM, ElfError, ElfFile
 from ..common.memory import MemoryReadError, PagedMemory, Process
-from ..common.files import candidates, holding, load_base, opened, runs
-from ..common.files import ELF_SYM as _SYM
+from ..common.files import candidates, holding, load_base, opened, runs, symbol_spans
 
-import numpy as np
 
 MAX_ENTRIES = 10000
 _LIBJVM = re.compile(r"/libjvm\.so$")
@@ -65,20 +63,9 @@ def libjvm(process: procs.Process | int) -> tuple[str, int] | None:
 
 
 def _dynamic_symbols(path: str, names: tuple[str, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
     with ElfFile(path) as elf:
-        for s in elf.sections:
-            if s.type != SHT_DYNSYM or s.link >= len(elf.sections):
-                continue
-            strings = elf.read(elf.sections[s.link].offset, elf.sections[s.link].size)
-            syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
-            for name in names:
-                pos = strings.find(b"\0" + name.encode() + b"\0")
-                if pos >= 0:
-                    hit = syms[(syms["name"] == pos + 1) & (syms["value"] != 0)]
-                    if len(hit):
-                        out[name] = int(hit[0]["value"])
-    return out
+        spans = symbol_spans(elf, tuple(name.encode() for name in names), (SHT_DYNSYM,))
+    return {name.decode(): value for name, (value, _size) in spans.items()}
 
 
 def _cstr(mem: Process, address: int, limit: int = 256) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 
 # cop.h, the same in 5.24-5.40: the context type in cx_type's low 4 bits
 CXTYPEMASK = 0xF
@@ -44,11 +45,9 @@ class RawPerlFrame:
 
 def parse_stack(raw: bytes) -> tuple[list[RawPerlFrame], bool, int]:
     """(frames leaf first, truncated, first pid) of a struct perl_stack."""
-    head = schema.PERL_STACK.unpack(raw)
-    size = schema.PERL_CONTEXT.size
-    n = min(head.len, schema.PERL_MAX_CONTEXTS, (len(raw) - schema.PERL_STACK_TAIL_OFFSET) // size)
-    unpack = schema.PERL_CONTEXT.struct.unpack_from
-    contexts = [RawContext(*unpack(raw, schema.PERL_STACK_TAIL_OFFSET + i * size)) for i in range(n)]
+    head, records = stack_records(raw, schema.PERL_STACK, schema.PERL_CONTEXT, schema.PERL_MAX_CONTEXTS,
+                                  schema.PERL_STACK_TAIL_OFFSET)
+    contexts = [RawContext(*r) for r in records]
     return frames_of(contexts, head.curcop, bool(head.truncated)), bool(head.truncated), head.pid
 
 

@@ -21,7 +21,6 @@ from ..common.memory import MemoryReadError, Process
 from ..common.merge import ROOT_FRAMES, merge
 from ..common.walker_totals import WalkerTotals
 from .detect import PerlProcess, detect
-from ..common.files import exe_name, runs
 from .frames import RawPerlFrame, parse_stack, vm_groups
 from .offsets import CVF_NAMED, SVT_MASK, SVT_PVCV, SVT_PVGV, SVT_PVHV, PerlOffsets
 
@@ -128,6 +127,7 @@ class PerlSource(InterpreterSource):
     name = "perl"
     label = "Perl"
     looks_for = ("perl",)         # (detect: perl* executables only)
+    proc_record = schema.PERL_PROC
 
     def __init__(self) -> None:
         super().__init__()
@@ -135,20 +135,8 @@ class PerlSource(InterpreterSource):
         self._totals = WalkerTotals(schema.PERL_STAT_MAX)
         self.reads = self.misses = 0
 
-    def prepare(self) -> bool:
-        return self._prepare_fsbase()
-
     def _find(self, pid: int) -> PerlProcess | None:
         return detect(pid)
-
-    def _may_run(self, pid: int) -> bool:
-        return "perl" in exe_name(pid) or runs(pid, "perl")   # its executables only (detect)
-
-    def _record(self, proc: PerlProcess) -> bytes | None:
-        try:
-            return schema.PERL_PROC.pack(**proc.record_fields)
-        except struct.error:
-            return None
 
     def _entry(self, proc: PerlProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)
@@ -249,24 +237,8 @@ class PerlSource(InterpreterSource):
                 "no_interpreter": t[schema.PERL_STAT_NO_INTERP], "truncated": t[schema.PERL_STAT_TRUNCATED],
                 "stacks_full": t[schema.PERL_STAT_STACKS_FULL], "subs_read": self.reads, "unknown": self.misses}
 
-    def _drop(self, pid: int) -> None:
-        with self._lock:
-            found = self._procs.pop(pid, None)
-        if found is not None and self._kernel is not None:
-            self._kernel.untrack(pid)
-
-    def forget(self, pid: int) -> None:
-        self._forget_retry(pid)
-        self._drop(pid)
-
-    def forget_dead(self) -> None:
-        for pid, entry in list(self._procs.items()):
-            if entry.process is not None and entry.process.is_current():
-                continue
-            self._drop(pid)
-            if entry.process is not None and procs.exists(pid):
-                self.observe(pid)
-        self._drop_dead_retries()
+    def _entry_process(self, entry: _Process) -> procs.ProcessInfo | None:
+        return entry.process
 
 
 __all__ = ["PerlSource", "parse_stack", "vm_groups"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ... import procs
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, Process
 from ..common.interpreter_source import InterpreterSource
@@ -27,7 +28,6 @@ from ..common.merge import merge
 from ..common.walker_totals import WalkerTotals
 from ..common.jit import JitWatch, merge_jit
 from .detect import PhpOffsets, PhpProcess, detect
-from ..common.files import exe_name, runs
 
 
 VM_ENTRY = "execute_ex"
@@ -64,12 +64,9 @@ class FuncInfo:
 
 
 def parse_stack(raw: bytes) -> tuple[list[RawPhpFrame], bool, int]:
-    head = schema.PHP_STACK.unpack(raw)
-    size = schema.PHP_FRAME.size
-    n = min(head.len, schema.PHP_MAX_FRAMES, (len(raw) - schema.PHP_STACK_TAIL_OFFSET) // size)
-    unpack = schema.PHP_FRAME.struct.unpack_from
-    return ([RawPhpFrame(*unpack(raw, schema.PHP_STACK_TAIL_OFFSET + i * size)) for i in range(n)],
-            bool(head.truncated), head.pid)
+    head, records = stack_records(raw, schema.PHP_STACK, schema.PHP_FRAME, schema.PHP_MAX_FRAMES,
+                                  schema.PHP_STACK_TAIL_OFFSET)
+    return [RawPhpFrame(*r) for r in records], bool(head.truncated), head.pid
 
 
 def vm_groups(frames: list[RawPhpFrame]) -> list[list[RawPhpFrame]]:
@@ -150,9 +147,6 @@ class PhpSource(InterpreterSource):
     def _find(self, pid: int) -> PhpProcess | None:
         return detect(pid)
 
-    def _may_run(self, pid: int) -> bool:
-        return "php" in exe_name(pid) or runs(pid, "php")   # its executables only (detect)
-
     def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets
         if any(off % 8 or off >= 56 for off in (o.ed_func, o.ed_call_info, o.ed_prev)) or o.fn_name != 8:
@@ -228,26 +222,9 @@ class PhpSource(InterpreterSource):
                 "register_oplines": t[schema.PHP_STAT_REGISTER_OPLINE],
                 "functions_read": self.reads, "unknown": self.misses, "jit_stacks": self.jit_stacks}
 
-    def _drop(self, pid: int) -> None:
-        with self._lock:
-            found = self._procs.pop(pid, None)
+    def _forget_state(self, pid: int, entry) -> None:
         self._funcs.pop(pid, None)
         self._jit.pop(pid, None)
-        if found is not None and self._kernel is not None:
-            self._kernel.untrack(pid)
-
-    def forget(self, pid: int) -> None:
-        self._forget_retry(pid)
-        self._drop(pid)
-
-    def forget_dead(self) -> None:
-        for pid, (_proc, process) in list(self._procs.items()):
-            if process is not None and process.is_current():
-                continue
-            self._drop(pid)
-            if process is not None and procs.exists(pid):
-                self.observe(pid)
-        self._drop_dead_retries()
 
 
 __all__ = ["PhpSource", "parse_stack", "vm_groups"]

@@ -12,6 +12,7 @@ from itertools import repeat
 
 from ... import procs
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 from ...profile.model import Frame
 from .code import CodeCache
 from .detect import PythonProcess, detect
@@ -52,13 +53,10 @@ assert RawPyFrame._fields == schema.PY_FRAME.fields, (RawPyFrame._fields, schema
 
 def parse_stack(raw: bytes) -> tuple[list[RawPyFrame], bool, int]:
     """(frames leaf first, truncated, first pid) of a struct py_stack."""
-    head = schema.PY_STACK.unpack(raw)
-    size = schema.PY_FRAME.size
-    n = min(head.len, schema.PY_MAX_FRAMES, (len(raw) - schema.PY_STACK_TAIL_OFFSET) // size)
-    start = schema.PY_STACK_TAIL_OFFSET
+    head, fields = stack_records(raw, schema.PY_STACK, schema.PY_FRAME, schema.PY_MAX_FRAMES,
+                                 schema.PY_STACK_TAIL_OFFSET)
     # tuple.__new__ is what RawPyFrame._make calls, mapped here at C level: _make is a Python-level call
     # a frame (a third of a naming pass's time on a deep recursion)
-    fields = schema.PY_FRAME.struct.iter_unpack(memoryview(raw)[start:start + n * size])
     frames = list(map(tuple.__new__, repeat(RawPyFrame), fields))
     return frames, bool(head.truncated), head.pid
 
@@ -81,9 +79,6 @@ class CPythonSource(InterpreterSource):
         # names): a recurring Python stack under a new native leaf is not named again.
         self._named: dict[tuple[int, int], tuple] = {}
         self._named_before: dict[tuple[int, int], tuple] = {}
-
-    def prepare(self) -> bool:
-        return self._prepare_fsbase()
 
     def _find(self, pid: int) -> PythonProcess | None:
         return detect(pid)
@@ -177,31 +172,13 @@ class CPythonSource(InterpreterSource):
             return [0] * schema.PY_STAT_MAX
         return self._kernel.counters()
 
-    def forget(self, pid: int) -> None:
-        """`pid` exec'ed or exited: its interpreter state is gone (a new one is observed anew)."""
-        with self._lock:
-            found = self._procs.pop(pid, None)
+    def _forget_state(self, pid: int, entry) -> None:
         self._release_known_stacks(pid)
         self.codes.forget(pid)
-        self._forget_retry(pid)
-        if found is not None and self._kernel is not None:
-            self._kernel.untrack(pid)
 
     def forget_dead(self) -> None:
-        """Drop processes that exited, were replaced by a new one under their pid, or exec'ed."""
-        self._prune_known()
-        for pid, (_proc, process) in list(self._procs.items()):
-            if process is not None and process.is_current():
-                continue
-            with self._lock:
-                self._procs.pop(pid, None)
-            self._release_known_stacks(pid)
-            self.codes.forget(pid)
-            if self._kernel is not None:
-                self._kernel.untrack(pid)
-            if process is not None and procs.exists(pid):
-                self.observe(pid)      # same pid, new program: look again
-        self._drop_dead_retries()
+        self._prune_known()         # (the stacks of processes forgotten before the last collect)
+        super().forget_dead()
 
 
 __all__ = ["CPythonSource", "parse_stack", "proc_record"]

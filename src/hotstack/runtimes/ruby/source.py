@@ -14,13 +14,13 @@ from collections.abc import Callable
 
 from ... import procs
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 from ...profile.model import Frame, FrameKind
 from ..common.memory import MemoryReadError, Process
 from ..common.interpreter_source import InterpreterSource
 from ..common.merge import anchor_test, merge
 from ..common.walker_totals import WalkerTotals
 from .classes import ClassNames
-from ..common.files import exe_name, runs
 from .detect import RubyProcess, detect
 from .frames import FRAME_METHOD, RawRubyFrame, vm_groups
 from .iseq import IMEMO_MENT, IseqCache, IseqInfo, imemo_type
@@ -46,12 +46,9 @@ def vm_entry_test(proc: RubyProcess) -> Callable[[Frame], bool]:
 
 def parse_stack(raw: bytes) -> tuple[list[RawRubyFrame], bool, int]:
     """(frames leaf first, truncated, first pid) of a struct rb_stack."""
-    head = schema.RB_STACK.unpack(raw)
-    size = schema.RB_FRAME.size
-    n = min(head.len, schema.RB_MAX_FRAMES, (len(raw) - schema.RB_STACK_TAIL_OFFSET) // size)
-    unpack = schema.RB_FRAME.struct.unpack_from
-    frames = [RawRubyFrame(*unpack(raw, schema.RB_STACK_TAIL_OFFSET + i * size)) for i in range(n)]
-    return frames, bool(head.truncated), head.pid
+    head, records = stack_records(raw, schema.RB_STACK, schema.RB_FRAME, schema.RB_MAX_FRAMES,
+                                  schema.RB_STACK_TAIL_OFFSET)
+    return [RawRubyFrame(*r) for r in records], bool(head.truncated), head.pid
 
 
 def _defined_name(mem: Process, o, table, me: int) -> str | None:
@@ -91,6 +88,7 @@ class RubySource(InterpreterSource):
     name = "ruby"
     label = "Ruby"
     looks_for = ("ruby",)         # (detect: ruby* executables only)
+    proc_record = schema.RB_PROC
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,20 +97,8 @@ class RubySource(InterpreterSource):
         self._kernel_totals = WalkerTotals(schema.RB_STAT_MAX)
         self.jit_stacks = 0         # samples merged through JIT code (runtimes/common/jit.py)
 
-    def prepare(self) -> bool:
-        return self._prepare_fsbase()
-
     def _find(self, pid: int) -> RubyProcess | None:
         return detect(pid)
-
-    def _may_run(self, pid: int) -> bool:
-        return "ruby" in exe_name(pid) or runs(pid, "ruby")   # its executables only (detect)
-
-    def _record(self, proc: RubyProcess) -> bytes | None:
-        try:
-            return schema.RB_PROC.pack(**proc.record_fields)
-        except struct.error:        # a value out of its field's range: not a layout we read
-            return None
 
     def _entry(self, proc: RubyProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)
@@ -245,26 +231,11 @@ class RubySource(InterpreterSource):
                 "truncated": t[schema.RB_STAT_TRUNCATED], "stacks_full": t[schema.RB_STAT_STACKS_FULL],
                 "iseqs_read": self.iseqs.reads, "unknown": self.iseqs.misses, "jit_stacks": self.jit_stacks}
 
-    def forget(self, pid: int) -> None:
-        with self._lock:
-            found = self._procs.pop(pid, None)
-        self.iseqs.forget(pid)
-        self._forget_retry(pid)
-        if found is not None and self._kernel is not None:
-            self._kernel.untrack(pid)
+    def _entry_process(self, entry: _Process) -> procs.ProcessInfo | None:
+        return entry.process
 
-    def forget_dead(self) -> None:
-        for pid, entry in list(self._procs.items()):
-            if entry.process is not None and entry.process.is_current():
-                continue
-            with self._lock:
-                self._procs.pop(pid, None)
-            self.iseqs.forget(pid)
-            if self._kernel is not None:
-                self._kernel.untrack(pid)
-            if entry.process is not None and procs.exists(pid):
-                self.observe(pid)
-        self._drop_dead_retries()
+    def _forget_state(self, pid: int, entry) -> None:
+        self.iseqs.forget(pid)
 
 
 __all__ = ["RubySource", "parse_stack"]

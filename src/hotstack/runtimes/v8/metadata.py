@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...symbols.elf import SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile
-from ..common.files import ELF_SYM as _SYM, Unreadable
+from ..common.files import Unreadable
 
 # a name between two NULs; the second is looked at, not taken, since it starts the next name
 _V8DBG = re.compile(rb"\0(v8dbg_[A-Za-z0-9_]+)(?=\0)")
@@ -26,26 +26,21 @@ def read_v8dbg(path: str) -> dict[str, int]:
     """Every v8dbg_* symbol of an ELF file with its int value ({} if it has none)."""
     out: dict[str, int] = {}
     with ElfFile(path) as elf:
-        for kind in (SHT_DYNSYM, SHT_SYMTAB):
-            for s in elf.sections:
-                if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
+        for table, strings in elf.symbol_tables():
+            if out and table.type != SHT_DYNSYM:
+                break       # the dynamic table's, where it has them
+            if b"\0v8dbg_" not in strings:
+                continue
+            syms = elf.symbol_entries(table)
+            wanted = {m.start() + 1: m.group(1).decode() for m in _V8DBG.finditer(strings)}
+            names = syms["name"]
+            hits = np.nonzero(np.isin(names, np.fromiter(wanted, dtype=np.uint32)) & (syms["shndx"] != SHN_UNDEF))[0]
+            for i in hits:
+                name = wanted[int(names[i])]
+                if name in out:
                     continue
-                strtab = elf.sections[s.link]
-                strings = elf.read(strtab.offset, strtab.size)
-                if b"\0v8dbg_" not in strings:
-                    continue
-                syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
-                wanted = {m.start() + 1: m.group(1).decode() for m in _V8DBG.finditer(strings)}
-                names = syms["name"]
-                hits = np.nonzero(np.isin(names, np.fromiter(wanted, dtype=np.uint32)) & (syms["shndx"] != SHN_UNDEF))[0]
-                for i in hits:
-                    name = wanted[int(names[i])]
-                    if name in out:
-                        continue
-                    value, size = int(syms[i]["value"]), int(syms[i]["size"])
-                    out[name] = _int_at(elf, value, size)
-            if out:
-                return out
+                value, size = int(syms[i]["value"]), int(syms[i]["size"])
+                out[name] = _int_at(elf, value, size)
     return out
 
 
@@ -312,22 +307,18 @@ def read_bytecode_sizes(path: str) -> bytes:
     operand scale) from the file's symbol table, b"" if it has not the symbol (a stripped libnode)."""
     with ElfFile(path) as elf:
         want = BYTECODE_SIZES.encode()
-        for kind in (SHT_SYMTAB, SHT_DYNSYM):
-            for s in elf.sections:
-                if s.type != kind or s.size == 0 or s.link >= len(elf.sections):
-                    continue
-                strtab = elf.sections[s.link]
-                at = elf.read(strtab.offset, strtab.size).find(b"\0" + want + b"\0")
-                if at < 0:
-                    continue
-                syms = np.frombuffer(elf.read(s.offset, s.size - s.size % _SYM.itemsize), dtype=_SYM)
-                hits = np.nonzero((syms["name"] == at + 1) & (syms["shndx"] != SHN_UNDEF))[0]
-                for i in hits:
-                    value, size = int(syms[i]["value"]), int(syms[i]["size"])
-                    if 0 < size < 3 * 256 and size % 3 == 0:
-                        data = _bytes_at(elf, value, size)
-                        if data and all(0 < b < 32 for b in data):
-                            return data
+        for table, strings in elf.symbol_tables((SHT_SYMTAB, SHT_DYNSYM)):
+            at = strings.find(b"\0" + want + b"\0")
+            if at < 0:
+                continue
+            syms = elf.symbol_entries(table)
+            hits = np.nonzero((syms["name"] == at + 1) & (syms["shndx"] != SHN_UNDEF))[0]
+            for i in hits:
+                value, size = int(syms[i]["value"]), int(syms[i]["size"])
+                if 0 < size < 3 * 256 and size % 3 == 0:
+                    data = _bytes_at(elf, value, size)
+                    if data and all(0 < b < 32 for b in data):
+                        return data
     return b""
 
 

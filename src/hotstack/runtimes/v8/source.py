@@ -16,6 +16,7 @@ import re
 
 from ... import procs
 from ...bpf import schema
+from ..common.recorded_stack import stack_records
 from ...profile.model import UNKNOWN, Frame
 from ..common.files import UNREAD, Unreadable, UnreadProcess, file_marks, runs
 from ..common.jit_source import JitSource
@@ -29,14 +30,11 @@ def parse_stack(raw: bytes) -> tuple[list[tuple], int]:
     """((index, pc, function, marker, bytecode_array, bytecode_offset, live_offset, stack_top) per
     recorded frame, pid) of a struct v8_stack; stack_top: the words at the sample's stack pointer,
     with the leaf frame (index 0) only."""
-    head = schema.V8_STACK.unpack(raw)
+    head, records = stack_records(raw, schema.V8_STACK, schema.V8_FRAME, schema.V8_MAX_FRAMES,
+                                  schema.V8_STACK_TAIL_OFFSET)
     top = (head.leaf_word0, head.leaf_word1, head.leaf_word2, head.leaf_word3)
-    size = schema.V8_FRAME.size
-    n = min(head.len, schema.V8_MAX_FRAMES, (len(raw) - schema.V8_STACK_TAIL_OFFSET) // size)
-    unpack = schema.V8_FRAME.struct.unpack_from
     frames = []
-    for i in range(n):
-        index, *words = unpack(raw, schema.V8_STACK_TAIL_OFFSET + i * size)
+    for index, *words in records:
         frames.append((index, *words, top if index == 0 else ()))
     return frames, head.pid
 
