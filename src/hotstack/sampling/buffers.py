@@ -130,13 +130,14 @@ def _cut_at_no_mapping(stack: tuple[int, ...], header: tuple) -> tuple[tuple[int
     address read from where no frame was (a frame-pointer step through code that keeps other
     values in its frame pointer: `0x10`), not a frame; it is dropped, and the stack ends as cut
     (NU_END_TRUNCATED: a [truncated] frame, counted). A leaf's address is the thread's own and
-    stays. Such a stack is never keyed by file (a frame in no file): its header changes only here."""
+    stays (the stack keeps NU_END_NO_MAPPING, also shown cut: samples.py). Such a stack is never
+    keyed by file (a frame in no file): its header changes only here."""
+    if len(stack) < 2:
+        return stack, header
     cut = list(header)
     cut[_H_END] = NU_END_TRUNCATED
-    if len(stack) > 1:
-        stack = stack[:-1]
-        cut[_H_N] = len(stack)
-    return stack, tuple(cut)
+    cut[_H_N] = len(stack) - 1
+    return stack[:-1], tuple(cut)
 
 
 # The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next

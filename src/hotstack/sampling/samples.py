@@ -15,7 +15,7 @@ from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_files import file_stack_hash
 from ..runtimes.registry import FrameSource
-from .buffers import NU_END_TRUNCATED, RawStack
+from .buffers import NU_END_NO_MAPPING, NU_END_TRUNCATED, RawStack
 from .obi import trace_labels
 
 # The leaf frames of a stack taken inside a BPF program are the program and its dispatcher.
@@ -131,8 +131,9 @@ class SampleMaker:
         """(the sample, whether a runtime stack in it was truncated)."""
         info = self.processes.get(raw.pid) if raw.pid else None
         user, truncated = self._user(raw, info) if raw.user_stack else ((), False)
-        if user and raw.user_end == NU_END_TRUNCATED:
-            # the kernel's walk reached its frame limit (or a deep stack's tail found no room)
+        if user and (raw.user_end == NU_END_TRUNCATED or raw.user_end == NU_END_NO_MAPPING):
+            # the kernel's walk reached its frame limit (or a deep stack's tail found no room), or
+            # an address in no mapping (buffers.py)
             user, truncated = (*user, TRUNCATED), True
         if user and not raw.kernel_stack and not raw.kernel_stack_lost:
             # a user stack alone (most samples): the named stack as kept (a tuple), shared by every
@@ -196,6 +197,8 @@ class SampleMaker:
                 self._keep_by_file(raw, user)
             return user, final
         user, final = self.symbolizer.final_user_frames(owner, list(raw.user_stack))
+        if not final and raw.user_end == NU_END_NO_MAPPING and len(raw.user_stack) == 1:
+            return self._leaf_before_exec(raw, owner_info, user), False
         if not final and raw.user_hash and owner_info is not None and owner_info.settled_gone:
             # (every frame was in a file when the kernel walked it: a mapping it kept was lost)
             self.processes.note_hole(owner_info)
@@ -204,6 +207,23 @@ class SampleMaker:
             self._keep(native_key, owner_info, user, False, user)
             self._keep_by_file(raw, user)
         return user, final
+
+    def _leaf_before_exec(self, raw: RawStack, info, user: list[Frame]) -> list[Frame]:
+        """The leaf of a thread whose address space has none of its address: a process in its
+        execve, past the switch to the new image, whose registers are still the old image's (its
+        call of execve). A child forked and not exec'ed before runs its parent's image, mapped at
+        the same addresses: named with the parent's mappings where one of its files holds the
+        address; else as the process's own maps name it ([unknown])."""
+        parent = self.processes.get(info.ppid) if info is not None and info.ppid else None
+        if parent is None:
+            return user
+        if parent.lazy:
+            self.processes.settle(parent)
+        mapping = parent.mappings.find(raw.user_stack[0])
+        if mapping is None or not mapping.is_file:
+            return user
+        named, final = self.symbolizer.final_user_frames(parent.pid, list(raw.user_stack), parent)
+        return named if final else user
 
     def _forked_from(self, raw: RawStack, info):
         """The parent of a process sampled between its fork and its exec (a shell's child running
