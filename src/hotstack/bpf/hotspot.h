@@ -131,13 +131,8 @@ static __always_inline void hs_begin(__u32 pid, __u64 leaf_bcp)
 	cur = bpf_map_lookup_elem(&hs_current, &zero);
 	if (!s || !cur)
 		return;
-	proc = bpf_map_lookup_elem(&hs_procs, &pid);
-	s->len = 0;
-	s->truncated = 0;
-	s->walking = proc != 0;
-	if (!proc)
+	if (!RT_BEGIN_WALK(s, proc, &hs_procs, pid))
 		return;
-	s->pid = pid;
 	*cur = *proc;
 	buf = bpf_map_lookup_elem(&hs_buffers, &zero);
 	if (buf) {
@@ -150,14 +145,11 @@ static __always_inline void hs_begin(__u32 pid, __u64 leaf_bcp)
 static __always_inline void hs_record(struct hs_stack *s, __u32 index, __u32 kind, __u64 pc, __u64 method,
 				      __u64 extra, __u64 blob)
 {
-	struct hs_frame *f;
-	__u32 n = s->len;
+	__u32 n;
+	struct hs_frame *f = RT_FRAME_SLOT(s, HS_MAX_FRAMES, n);
 
-	if (n >= HS_MAX_FRAMES) {
-		s->truncated = 1;
+	if (!f)
 		return;
-	}
-	f = &s->frames[n];
 	f->index = index;
 	f->kind = kind;
 	f->pc = pc;

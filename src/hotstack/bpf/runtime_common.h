@@ -64,6 +64,34 @@ static __always_inline __u64 rt_store_stack(void *stacks_0, void *stacks_1, __u3
 	return *key;
 }
 
+/* Before a kernel-unwound walk that a runtime hook records frames in (v8.h, hotspot.h): `proc` set
+ * to pid's record in the runtime's `procs` map (NULL: not a process it records) and the hook's
+ * `stack` emptied, walking for such a process only. True for such a process. */
+#define RT_BEGIN_WALK(stack, proc, procs, pid)                                                      \
+	({                                                                                          \
+		(proc) = bpf_map_lookup_elem(procs, &(pid));                                        \
+		(stack)->len = 0;                                                                   \
+		(stack)->truncated = 0;                                                             \
+		(stack)->walking = (proc) != 0;                                                     \
+		if (proc)                                                                           \
+			(stack)->pid = (pid);                                                       \
+		(proc) != 0;                                                                        \
+	})
+
+/* The slot of the next frame a runtime hook records in `stack` (`max` frames), NULL once it is full
+ * (the walk is then cut: `truncated`); `n`: the frames recorded before it. The hook fills the slot,
+ * then counts it (stack->len = n + 1). */
+#define RT_FRAME_SLOT(stack, max, n)                                                               \
+	({                                                                                          \
+		__typeof__(&(stack)->frames[0]) __f = 0;                                            \
+		(n) = (stack)->len;                                                                 \
+		if ((n) >= (max))                                                                   \
+			(stack)->truncated = 1;                                                     \
+		else                                                                                \
+			__f = &(stack)->frames[n];                                                  \
+		__f;                                                                                \
+	})
+
 /* At the end of a kernel-unwound walk that a runtime hook recorded frames in (v8.h, hotspot.h):
  * `stack` set to the hook's stack (`scratch`, looked up only if the runtime is on) and its walk
  * ended; the number of frames recorded, 0 if the runtime is off (`on` 0) or the sample's process

@@ -61,13 +61,8 @@ static __always_inline void v8_begin(__u32 pid, __u64 live_offset, __u64 sp)
 	s = v8_scratch_stack();
 	if (!s)
 		return;
-	proc = bpf_map_lookup_elem(&v8_procs, &pid);
-	s->len = 0;
-	s->truncated = 0;
-	s->walking = proc != 0;
-	if (!proc)
+	if (!RT_BEGIN_WALK(s, proc, &v8_procs, pid))
 		return;
-	s->pid = pid;
 	s->off_function = proc->off_function;
 	s->off_marker = proc->off_marker;
 	s->off_bytecode_array = proc->off_bytecode_array;
@@ -89,12 +84,9 @@ __noinline int v8_frame(__u64 pc, __u64 fp, __u32 index)
 
 	if (!s || !s->walking || !fp)
 		return 0;
-	n = s->len;
-	if (n >= V8_MAX_FRAMES) {
-		s->truncated = 1;
+	f = RT_FRAME_SLOT(s, V8_MAX_FRAMES, n);
+	if (!f)
 		return 0;
-	}
-	f = &s->frames[n];
 	f->index = index;
 	f->pc = pc;
 	f->function = 0;
