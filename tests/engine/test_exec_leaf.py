@@ -45,7 +45,6 @@ def test_a_leaf_in_the_image_before_an_exec_is_named_from_the_parent(build_dir):
     leaves = Counter(s.stack[-2].name for s in in_exec)
     assert total >= 40, leaves
     named = sum(s.value for s in in_exec if "execve" in s.stack[-2].name)
-    # (~60% here: a process gone before it was noted, or adopted from the kernel's mappings after,
-    # has no parent known and its leaf stays [unknown])
-    assert named >= 0.25 * total, leaves
+    # (all but a few here: a process whose parent is not known keeps an [unknown] leaf)
+    assert named >= 0.7 * total, leaves
     assert named + leaves["[unknown]"] == total, leaves

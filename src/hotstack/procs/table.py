@@ -25,6 +25,8 @@ EARLIER_MAPPINGS = 8
 # the addresses of the image that stored it first, so an interval's stacks are mostly its first
 # images' addresses.
 EXEC_IMAGES_KEPT = 64
+# The parents of processes announced and gone before they were read, kept for naming (gone_parent).
+GONE_PARENTS = 4096
 
 
 class ProcessTable:
@@ -60,6 +62,10 @@ class ProcessTable:
         # it left, the latest first): the entry of its next image takes them as `earlier` (the
         # samples of those images are named with them, by the kernel's file hash)
         self._before_exec: dict[int, tuple[ProcessInfo, tuple]] = {}
+        # pid -> its parent, of processes announced and gone before they could be read (no entry):
+        # the parent names a leaf of the image before their exec (gone_parent); the latest
+        # GONE_PARENTS kept
+        self._gone_parents: dict[int, int] = {}
 
     def observe(self, pid: int, told: Announced | None = None) -> ProcessInfo | None:
         """Record a pid as soon as it is seen (cheap when already known and unchanged); `told`:
@@ -68,6 +74,7 @@ class ProcessTable:
         with self._lock:
             known = self._by_pid.get(pid)
         read_at = time.monotonic()     # before the reads: an exit after this is this process's
+        announced = told
         if told is not None and not self._trust(pid, told):
             told = None
         stat = read_stat(pid) if told is None else (told.start_time, told.comm, told.ppid)
@@ -81,6 +88,8 @@ class ProcessTable:
         info = read_process(pid, stat, told) if stat is not None else None
         if info is None:
             self.maps_gone += 1
+            if announced is not None and known is None:
+                self._note_gone_parent(pid, announced.ppid)
             return known if known is not None else self._gone_after_exec(pid)
         info.read_at = read_at
         info.held = self.held.hold(pid, info.mappings.mappings, info.root_is_host)
@@ -90,6 +99,17 @@ class ProcessTable:
             self._after_exec(info)
             self._by_pid[pid] = info
         return info
+
+    def _note_gone_parent(self, pid: int, ppid: int) -> None:
+        with self._lock:
+            if len(self._gone_parents) >= GONE_PARENTS:
+                for old in list(self._gone_parents)[:GONE_PARENTS // 2]:
+                    del self._gone_parents[old]
+            self._gone_parents[pid] = ppid
+
+    def gone_parent(self, pid: int) -> int:
+        """The parent its announcement named of a process gone before it could be read; 0: none known."""
+        return self._gone_parents.get(pid, 0)
 
     def note(self, pid: int, told: Announced, parent: ProcessInfo) -> ProcessInfo:
         """Record a new process from its announcement alone, with no read of /proc: one of an image

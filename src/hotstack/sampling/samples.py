@@ -213,8 +213,10 @@ class SampleMaker:
         execve, past the switch to the new image, whose registers are still the old image's (its
         call of execve). A child forked and not exec'ed before runs its parent's image, mapped at
         the same addresses: named with the parent's mappings where one of its files holds the
-        address; else as the process's own maps name it ([unknown])."""
-        parent = self.processes.get(info.ppid) if info is not None and info.ppid else None
+        address (a process gone before it was read: the parent its announcement named); else as
+        the process's own maps name it ([unknown])."""
+        ppid = (info.ppid if info is not None else 0) or self.processes.gone_parent(raw.pid)
+        parent = self.processes.get(ppid) if ppid > 1 else None
         if parent is None:
             return user
         if parent.lazy:
