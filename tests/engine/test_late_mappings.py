@@ -24,20 +24,25 @@ def _user(sample) -> list[str]:
 
 
 @pytest.mark.parametrize("then", ["sleep", "exit"])
-def test_a_library_mapped_after_the_first_read_is_named(build_dir, workloads, then):
+def test_a_library_mapped_after_the_first_read_is_named(build_dir, workloads, then, tmp_path):
     from hotstack.sampling import Engine, EngineConfig
 
     lib = compile_c(HERE / "workloads" / "late_spin.c", build_dir / "liblate_spin.so", *FLAGS, "-shared", "-fPIC")
     exe = compile_c(HERE / "workloads" / "late_lib.c", build_dir / f"late_lib_{then}", *FLAGS, "-ldl")
     engine = Engine(EngineConfig(frequency=499, comms=(exe.name,), runtime_frames=False))
+    go = tmp_path / "go"
     with engine:
         engine.collect()
-        # main spins 0.3 s (its maps are read then, without the library), the library's function
-        # 0.5 s; the samples are named within a second of that read (MAPS_REFRESH_S)
-        w = workloads([exe, str(lib), "0.3", "0.5", then], settle=0.0)
-        time.sleep(0.95)
+        # main spins until its maps were read (without the library), then the library's function
+        # 0.5 s: its samples are named within a second of that read (MAPS_REFRESH_S)
+        w = workloads([exe, str(lib), str(go), "0.5", then], settle=0.0)
+        deadline = time.monotonic() + 30
+        while engine.processes.peek(w.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         read = engine.processes.peek(w.pid)
-        first_read = read is not None and not any(m.path == str(lib) for m in read.mappings.mappings)
+        go.touch()
+        time.sleep(0.6)
+        first_read = read is not None and not read.lazy and not any(m.path == str(lib) for m in read.mappings.mappings)
         samples = [s for p in engine.collect() for s in p.samples if s.pid == w.pid and _user(s)]
     assert first_read, "the process was not read before it loaded the library"
     spins = sum(s.value for s in samples if "main_spin" not in _user(s))

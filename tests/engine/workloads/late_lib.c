@@ -1,7 +1,7 @@
 /* A process whose code is mostly in a library it loads after it began: its maps read at its first
- * samples lack the library. Spins in main, dlopen()s the library, spins in its late_spin, then
- * exits or sleeps.
- *   late_lib LIBRARY MAIN_SECONDS LIB_SECONDS exit|sleep */
+ * samples lack the library. Spins in main until GO exists (at most 30 s), dlopen()s the library,
+ * spins in its late_spin, then exits or sleeps.
+ *   late_lib LIBRARY GO LIB_SECONDS exit|sleep */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +17,12 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-__attribute__((noinline)) void main_spin(double seconds)
+__attribute__((noinline)) void main_spin(const char *go)
 {
-	double end = now() + seconds;
+	double end = now() + 30;
 	volatile unsigned long x = 0;
 
-	while (now() < end)
+	while (now() < end && access(go, F_OK) != 0)
 		for (int i = 0; i < 100000; i++)
 			x += i;
 }
@@ -34,7 +34,7 @@ int main(int argc, char **argv)
 
 	if (argc < 5)
 		return 2;
-	main_spin(atof(argv[2]));
+	main_spin(argv[2]);
 	lib = dlopen(argv[1], RTLD_NOW);
 	if (!lib || !(late_spin = (void (*)(double))dlsym(lib, "late_spin"))) {
 		fprintf(stderr, "%s\n", dlerror());
