@@ -276,7 +276,7 @@ def report_process(pid: int, out: TextIO) -> int:
     found = []
     for source in frame_sources():
         try:
-            if source.detect(pid):
+            if source.detect(info.process):
                 found.append(source.label)
         except Exception as e:     # a source's failure is what doctor is asked about: say it
             write(f"  {source.name}: could not be looked at ({type(e).__name__}: {e})\n")

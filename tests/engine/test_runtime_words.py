@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from hotstack.procs import mapped
+from hotstack.procs import LiveProcess, mapped
 from hotstack.runtimes.registry import FRAME_SOURCES, DeferredSource, runtime_words
 from hotstack.runtimes.plugin import FrameSource
 
@@ -66,9 +66,9 @@ def test_sources_but_cpythons_are_imported_and_built_at_their_first_process():
     script = subprocess.Popen(["perl", "-e", "sleep 20"])
     try:
         time.sleep(0.3)
-        assert not perl.detect(other.pid) and not perl.observe(other.pid)
+        assert not perl.detect(LiveProcess(other.pid)) and not perl.observe(LiveProcess(other.pid))
         assert perl.built is None and perl.merge(other.pid, 1, []) == [] and perl.poll_in() is None
-        perl.observe(script.pid)
+        perl.observe(LiveProcess(script.pid))
         assert type(perl.built).__name__ == "PerlSource"
         assert perl.stats() == perl.built.stats()      # (the rest of its interface: the source's own)
     finally:

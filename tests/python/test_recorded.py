@@ -54,3 +54,16 @@ def test_the_symbolizer_names_a_native_address_of_the_recording(recorded, monkey
         named = symbolizer.user_frames(process.pid, [address, address + 4])
     assert [f.name for f in named] == ["Py_GetVersion", "Py_GetVersion"], named
     assert os.path.basename(named[0].module).startswith(("python", "libpython")), named[0]
+
+
+def test_the_frame_source_recognizes_the_recording(recorded, monkeypatch):
+    """The engine's interface (runtimes/plugin.py) takes a Process: CPython's frame source finds the
+    interpreter of a recorded process with no /proc, and remembers it to list at attach()."""
+    from hotstack.runtimes.registry import FRAME_SOURCES
+
+    directory, _told = recorded
+    with no_proc(monkeypatch):
+        process = procs.RecordedProcess(directory)
+        source = FRAME_SOURCES["python"]()
+        assert source.detect(process), "CPython's source did not recognize the recording"
+        assert [p.pid for p in source._found] == [process.pid]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hotstack.procs import LiveProcess
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
@@ -218,7 +219,7 @@ def test_not_a_jvm_is_not_listed():
     from hotstack.runtimes.hotspot.source import HotSpotSource
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        assert not HotSpotSource().detect(proc.pid)
+        assert not HotSpotSource().detect(LiveProcess(proc.pid))
     finally:
         proc.kill()
         proc.wait()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from hotstack.procs import LiveProcess
 from hotstack.profile.model import FrameKind
 
 from .test_hotspot import hotstack_split, java_names, profile_with_jfr, shares
@@ -128,7 +129,7 @@ def test_jvm_without_a_needed_field_is_said(classes, monkeypatch):
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        assert not HotSpotSource().detect(proc.pid)
+        assert not HotSpotSource().detect(LiveProcess(proc.pid))
         said = UNREAD.of(proc.pid)
     finally:
         proc.kill()

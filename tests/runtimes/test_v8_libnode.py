@@ -68,9 +68,9 @@ def test_a_node_that_maps_libnode_is_detected(tmp_path, workloads):
     text = procs.read_maps_text(w.pid)
     assert any(line.endswith(" ") for line in text.splitlines())    # the shape that broke a split
     source = V8Source()
-    assert source.detect(w.pid)
+    assert source.detect(procs.LiveProcess(w.pid))
     # the library carries the metadata only (not V8's bytecode lengths, which node's symbols hold)
-    assert source._layout(w.pid) == layout(meta)
+    assert source._layout(procs.LiveProcess(w.pid)) == layout(meta)
 
 
 def test_libnode_replaced_on_disk_is_still_read(tmp_path, workloads):
@@ -84,4 +84,4 @@ def test_libnode_replaced_on_disk_is_still_read(tmp_path, workloads):
         time.sleep(0.02)
     os.unlink(lib)
     lib.write_bytes(b"not an ELF file")
-    assert V8Source().detect(w.pid)
+    assert V8Source().detect(procs.LiveProcess(w.pid))

@@ -6,8 +6,10 @@ The lifecycle, driven by the engine (sampling/engine.py), which never knows whic
 
 1. `prepare()` before the sampler loads: learn what the kernel half needs (e.g. offsets from
    the kernel's BTF). False: the source is off (native profiling goes on).
-2. `detect(pid)` for processes already running, before sampling starts, and `observe(pid)` for
-   each process seen later: memory reads only, no kernel. A process that runs the runtime is
+2. `detect(process)` for processes already running, before sampling starts, and
+   `observe(process)` for each process seen later: memory reads only, no kernel. `process` is a
+   procs.Process (the engine's are live ones; a test's may be recorded), the one way a source
+   reads a process. A process that runs the runtime is
    remembered; `attach(kernel)` then lists those found so far, and `observe` lists later ones.
 3. `attach(kernel)` once the sampler is loaded: `kernel` is a RuntimeKernel, this source's own
    maps by role (bpf/schema.yaml, a group with `runtime:`), so the source never names a map.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol
 
+from ..procs import Process
 from ..profile.model import Frame
 
 
@@ -97,7 +100,7 @@ class FrameSource:
         """Before the sampler loads; False: this source cannot work on this host."""
         return True
 
-    def detect(self, pid: int) -> bool:
+    def detect(self, process: Process) -> bool:
         """A process running before sampling starts: True if it runs this runtime (remembered)."""
         raise NotImplementedError
 
@@ -105,7 +108,7 @@ class FrameSource:
         """The sampler is loaded: `kernel` is this source's kernel half."""
         raise NotImplementedError
 
-    def observe(self, pid: int) -> bool:
+    def observe(self, process: Process) -> bool:
         """A process seen after the start: True if it runs this runtime (listed for the walker)."""
         raise NotImplementedError
 

@@ -81,9 +81,9 @@ class DeferredSource(FrameSource):
                     self._source = False
         return self._source or None
 
-    def _for(self, pid: int) -> FrameSource | None:
-        """The source, built if pid is the first process that names one of its words; else None."""
-        if self._source is None and not names_a_word(self._words, pid, self.name):
+    def _for(self, process: procs.Process) -> FrameSource | None:
+        """The source, built if `process` is the first that names one of its words; else None."""
+        if self._source is None and not names_a_word(self._words, process, self.name):
             return None
         return self.build()
 
@@ -95,13 +95,13 @@ class DeferredSource(FrameSource):
         if self._source:
             self._source.attach(kernel)
 
-    def detect(self, pid: int) -> bool:
-        source = self._for(pid)
-        return source is not None and source.detect(pid)
+    def detect(self, process: procs.Process) -> bool:
+        source = self._for(process)
+        return source is not None and source.detect(process)
 
-    def observe(self, pid: int) -> bool:
-        source = self._for(pid)
-        return source is not None and source.observe(pid)
+    def observe(self, process: procs.Process) -> bool:
+        source = self._for(process)
+        return source is not None and source.observe(process)
 
     def poll(self, active_buffer: int) -> None:
         if self._source:
@@ -180,13 +180,13 @@ def runtime_words(sources: list[FrameSource]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, words))) if words else None
 
 
-def names_a_word(words: re.Pattern[str], pid: int, runtime: str = "") -> bool:
+def names_a_word(words: re.Pattern[str], process: procs.Process, runtime: str = "") -> bool:
     """Whether the process's executable or one of its executable mappings holds one of `words`
     (runtime_words), or its executable is a runtime's launcher by what the file holds (a copy or a
     renamed one: common/files.launched_runtimes, each executable read once). It is the first test of a
     process for the frame sources (the paths as read this round, shared with the sources' own reads).
     `runtime`: that runtime's launcher only."""
-    if words.search(procs.exe_path(pid, recent=True)) or words.search(procs.exec_paths(pid, recent=True)):
+    if words.search(process.exe_path(recent=True)) or words.search(process.exec_paths(recent=True)):
         return True
-    launched = launched_runtimes(pid)
+    launched = launched_runtimes(process)
     return runtime in launched if runtime else bool(launched)

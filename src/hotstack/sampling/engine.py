@@ -147,8 +147,9 @@ class Engine(ProcessWatch, EngineThreads):
             if self.runtimes:
                 for pid in self.config.pids or procs.all_pids():
                     if self.wants(pid) and pid != self._unwalked:
+                        process = self._process_of(pid)
                         for source in self.runtimes:
-                            if self._looked_at(source, pid, first=True):
+                            if self._looked_at(source, process, first=True):
                                 break
             collection = self.cpu.start()
             for source in self.runtimes:

@@ -261,20 +261,27 @@ class ProcessWatch:
         if not self.runtimes:
             return True
         words = self._runtime_words
-        if words is not None and not names_a_word(words, pid):
+        process = self._process_of(pid)
+        if words is not None and not names_a_word(words, process):
             return True
         for source in self.runtimes:
-            if self._looked_at(source, pid):
+            if self._looked_at(source, process):
                 break
         return False
 
-    def _looked_at(self, source, pid: int, first: bool = False) -> bool:
-        """source.detect(pid) (`first`: before sampling starts) or source.observe(pid). A source that
-        raises on a process (a shape of it the source did not expect) leaves that process without
-        its runtime's frames, said once per source and error and counted, and the rest goes on:
-        one process must not stop sampling of the host."""
+    def _process_of(self, pid: int) -> procs.Process:
+        """What the frame sources read `pid` through: the process table's entry's, else a live one."""
+        info = self.processes.peek(pid)
+        return info.process if info is not None and info.process is not None else procs.LiveProcess(pid)
+
+    def _looked_at(self, source, process: procs.Process, first: bool = False) -> bool:
+        """source.detect(process) (`first`: before sampling starts) or source.observe(process). A
+        source that raises on a process (a shape of it the source did not expect) leaves that
+        process without its runtime's frames, said once per source and error and counted, and the
+        rest goes on: one process must not stop sampling of the host."""
+        pid = process.pid
         try:
-            return source.detect(pid) if first else source.observe(pid)
+            return source.detect(process) if first else source.observe(process)
         except Exception as e:
             where = f"{source.name} frame source"
             first_time = self._count_failure(where, f"{type(e).__name__}: {e}")

@@ -12,7 +12,7 @@ before its end, and of all it ran before. A newly listed process, and the walker
 walking again after a quiet spell, are passed over at the next round. `collect` takes the rest of
 a drained buffer's stacks, with those the passes took.
 
-A source supplies `_find(pid)` (memory and ELF reads only: the process, or None), `_may_run(pid)`
+A source supplies `_find(process)` (memory and ELF reads only: the process, or None), `_may_run(process)`
 (by default: its executable is named for the runtime or is its launcher), `_record(proc)` (its
 kernel record, None if the layout cannot be expressed; by default `proc_record` packed from the
 process's `record_fields`), `_entry(proc)` (what it keeps per process), `_tunable()` (the value its
@@ -113,8 +113,8 @@ class InterpreterSource(RetryLadder):
     def prepare(self) -> bool:
         return self._prepare_fsbase()
 
-    def _may_run(self, pid: int) -> bool:
-        return runs_named(pid, self.name)   # its executables only (as detect looks)
+    def _may_run(self, process: procs.Process) -> bool:
+        return runs_named(process, self.name)   # its executables only (as detect looks)
 
     def _record(self, proc) -> bytes | None:
         if self.proc_record is None:
@@ -147,9 +147,9 @@ class InterpreterSource(RetryLadder):
         self._fsbase_offset = offset
         return True
 
-    def detect(self, pid: int) -> bool:
-        """Before sampling: remember `pid` if it runs the interpreter (listed at attach())."""
-        proc = self._find(pid)
+    def detect(self, process: procs.Process) -> bool:
+        """Before sampling: remember `process` if it runs the interpreter (listed at attach())."""
+        proc = self._find(process)
         if proc is not None:
             self._found.append(proc)
         return proc is not None

@@ -48,12 +48,12 @@ class JitSource(RetryLadder):
     stat_frames: int                # the counter of frames recorded
     _stack_head: Any                # its stack record's schema (whose `truncated` says: cut)
 
-    def _layout(self, pid: int):
+    def _layout(self, process: procs.Process):
         """What the walker and the names need of the process's runtime, or None (not that runtime,
         or not ready yet: the retry ladder looks again)."""
         raise NotImplementedError
 
-    def _may_run(self, pid: int) -> bool:
+    def _may_run(self, process: procs.Process) -> bool:
         """Whether a process without a layout yet may get one later (the retry ladder)."""
         raise NotImplementedError
 
@@ -102,10 +102,10 @@ class JitSource(RetryLadder):
     def prepare(self) -> bool:
         return True
 
-    def detect(self, pid: int) -> bool:
-        layout = self._layout(pid)
+    def detect(self, process: procs.Process) -> bool:
+        layout = self._layout(process)
         if layout is not None:
-            self._found.append((pid, layout))
+            self._found.append((process.pid, layout))
         return layout is not None
 
     def attach(self, kernel: "RuntimeKernel") -> None:
@@ -115,8 +115,8 @@ class JitSource(RetryLadder):
             self._track(pid, layout)
         self._found = []
 
-    def _find(self, pid: int):
-        return self._layout(pid)
+    def _find(self, process: procs.Process):
+        return self._layout(process)
 
     def _list(self, pid: int, layout) -> bool:
         return self._track(pid, layout)

@@ -1,11 +1,11 @@
 """The retry ladder every frame source (interpreters, V8, HotSpot) shares: a process first seen
 before it runs the runtime (still in its parent's code before exec, the interpreter not
 initialized, a JVM's code cache not made yet) is looked at again at `retry_ages`. That is only if
-`_may_run(pid)` says it could still become one (its maps or its executable name the runtime: a
+`_may_run(process)` says it could still become one (its maps or its executable name the runtime: a
 host's other processes are looked at once, not seven times).
 
-A source supplies `_find(pid)` (what it needs to list the process, or None: not (yet) one),
-`_may_run(pid)` and `_list(pid, found)` (lists it for the kernel walker; False if it could not),
+A source supplies `_find(process)` (what it needs to list the process, or None: not (yet) one),
+`_may_run(process)` and `_list(pid, found)` (lists it for the kernel walker; False if it could not),
 and keeps `_kernel` (None before attach), `_procs` (the processes listed: an entry each, whose
 process `_entry_process` gives) and `_lock` (held while `_procs` changes). `forget(pid)` and
 `forget_dead()` unlist a process; `_forget_state(pid, entry)` drops what else the source keeps of it.
@@ -41,13 +41,14 @@ class RetryLadder(FrameSource):
     _lock: Any
 
     def __init__(self) -> None:
-        self._retry: dict[int, tuple[float, int]] = {}    # pid -> (first seen, retries done)
+        # pid -> (first seen, retries done, the process it is read through)
+        self._retry: dict[int, tuple[float, int, procs.Process]] = {}
         self._provisional: set[int] = set()               # listed, their state not confirmed yet
 
-    def _find(self, pid: int):
+    def _find(self, process: procs.Process):
         raise NotImplementedError
 
-    def _may_run(self, pid: int) -> bool:
+    def _may_run(self, process: procs.Process) -> bool:
         """Whether a process `_find` turned down may still run the runtime later (reads of this
         round only)."""
         raise NotImplementedError
@@ -59,14 +60,15 @@ class RetryLadder(FrameSource):
         """Whether what `_find` returned is listed before its runtime state is made (see above)."""
         return False
 
-    def observe(self, pid: int) -> bool:
+    def observe(self, process: procs.Process) -> bool:
         """Look at a newly seen process; list it for the walker if it runs the runtime."""
+        pid = process.pid
         if self._kernel is None or (pid in self._procs and pid not in self._provisional):
             return False
-        found = self._find(pid)
+        found = self._find(process)
         if found is None or self._is_provisional(found):
-            if pid not in self._retry and (found is not None or self._may_run(pid)):
-                self._retry[pid] = (time.monotonic(), 0)
+            if pid not in self._retry and (found is not None or self._may_run(process)):
+                self._retry[pid] = (time.monotonic(), 0, process)
                 # its walker verified now, while the runtime starts, and not once it runs: the
                 # first JVM's code ran unnamed until the verifier was done (0.1-0.3 s here)
                 self._kernel.ready()
@@ -85,27 +87,28 @@ class RetryLadder(FrameSource):
         if not self._retry:
             return
         now = time.monotonic()
-        for pid, (first, tries) in list(self._retry.items()):
+        for pid, (first, tries, process) in list(self._retry.items()):
             if tries >= len(self.retry_ages):
                 self._retry.pop(pid, None)
                 if pid in self._provisional:
                     self.forget(pid)      # (its state never made: not left listed on a guess)
-                    if procs.exists(pid):
-                        self._gave_up(pid)
-                elif procs.exists(pid) and self._may_run(pid):
-                    self._gave_up(pid)
+                    if _alive(process):
+                        self._gave_up(process)
+                elif _alive(process) and self._may_run(process):
+                    self._gave_up(process)
             elif now - first >= self.retry_ages[tries]:
-                if not procs.exists(pid):
+                if not _alive(process):
                     self._retry.pop(pid, None)
                     continue
-                self._retry[pid] = (first, tries + 1)
-                self.observe(pid)
+                self._retry[pid] = (first, tries + 1, process)
+                self.observe(process)
 
-    def _gave_up(self, pid: int) -> None:
+    def _gave_up(self, process: procs.Process) -> None:
         """A process that still looks like the runtime's and whose state was not found at the last
         retry: said, counted and explained (UNREAD), never left silent."""
-        UNREAD.note(("retries", self.name, procs.exe_path(pid)), UnreadProcess(
-            pid, self.label, "", procs.exe_path(pid),
+        exe = process.exe_path()
+        UNREAD.note(("retries", self.name, exe), UnreadProcess(
+            process.pid, self.label, "", exe,
             f"its runtime state was not found in the {self.retry_ages[-1]:g} s after it was first seen "
             f"(not started yet, or a build whose layout hotstack does not read)"))
 
@@ -115,7 +118,7 @@ class RetryLadder(FrameSource):
             return None
         now, ages = time.monotonic(), self.retry_ages
         return max(0.0, min(first + ages[tries] - now if tries < len(ages) else 0.0
-                            for first, tries in self._retry.values()))
+                            for first, tries, _process in self._retry.values()))
 
     @staticmethod
     def _sooner(a: float | None, b: float | None) -> float | None:
@@ -147,12 +150,12 @@ class RetryLadder(FrameSource):
         """Drop the processes that exited, were replaced by a new one under their pid, or exec'ed,
         and look again at what runs under the pid now."""
         for pid, entry in list(self._procs.items()):
-            process = self._entry_process(entry)
-            if process is not None and process.is_current():
+            info = self._entry_process(entry)
+            if info is not None and info.is_current():
                 continue
             self._drop(pid)
-            if process is not None and procs.exists(pid):
-                self.observe(pid)      # same pid, new program: look again
+            if info is not None and _alive(info.process):
+                self.observe(info.process)      # same pid, new program: look again
         self._drop_dead_retries()
 
     def _forget_retry(self, pid: int) -> None:
@@ -160,6 +163,11 @@ class RetryLadder(FrameSource):
         self._provisional.discard(pid)
 
     def _drop_dead_retries(self) -> None:
-        for pid in list(self._retry):
-            if not procs.exists(pid):
+        for pid, (_first, _tries, process) in list(self._retry.items()):
+            if not _alive(process):
                 self._forget_retry(pid)
+
+
+def _alive(process: procs.Process) -> bool:
+    """Whether the process is still there (its stat can be read)."""
+    return process.stat() is not None

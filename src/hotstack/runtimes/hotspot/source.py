@@ -56,11 +56,9 @@ class HotSpotSource(JitSource):
     stat_frames = schema.HS_STAT_FRAMES
     retry_ages = RETRY_AGES
 
-    def _layout(self, process: procs.Process | int) -> JvmLayout | None:
-        """The layout of the JVM `process` (a Process, or a live one's pid) runs (None if none yet); a
-        JVM whose vmStructs this reader cannot take is noted once (common/files.py: UNREAD) with what
-        it lacks."""
-        process = procs.as_process(process)
+    def _layout(self, process: procs.Process) -> JvmLayout | None:
+        """The layout of the JVM `process` runs (None if none yet); a JVM whose vmStructs this reader
+        cannot take is noted once (common/files.py: UNREAD) with what it lacks."""
         pid = process.pid
         found = libjvm(process)
         if found is None:
@@ -87,11 +85,11 @@ class HotSpotSource(JitSource):
             what, reason = "lines", layout.lines_missing
         UNREAD.note(_identity_of(path), UnreadProcess(pid, self.label, layout.release, path, reason, partial=what))
 
-    def _may_run(self, pid: int) -> bool:
+    def _may_run(self, process: procs.Process) -> bool:
         """A JVM still starting: libjvm mapped (its code cache not made yet), or the java
         launcher's libjli mapped (it dlopens libjvm a few ms after exec)."""
-        paths = procs.as_process(pid).exec_paths(recent=True)
-        return "/libjvm.so" in paths or "/libjli.so" in paths or runs(pid, "hotspot")
+        paths = process.exec_paths(recent=True)
+        return "/libjvm.so" in paths or "/libjli.so" in paths or runs(process, "hotspot")
 
     def _record(self, layout: JvmLayout) -> bytes:
         return layout.record

@@ -135,8 +135,8 @@ class PerlSource(InterpreterSource):
         self._totals = WalkerTotals(schema.PERL_STAT_MAX)
         self.reads = self.misses = 0
 
-    def _find(self, pid: int) -> PerlProcess | None:
-        return detect(pid)
+    def _find(self, process: procs.Process) -> PerlProcess | None:
+        return detect(process)
 
     def _entry(self, proc: PerlProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)

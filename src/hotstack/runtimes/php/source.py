@@ -144,8 +144,8 @@ class PhpSource(InterpreterSource):
     def _tunable(self) -> int:
         return 1
 
-    def _find(self, pid: int) -> PhpProcess | None:
-        return detect(pid)
+    def _find(self, process: procs.Process) -> PhpProcess | None:
+        return detect(process)
 
     def _record(self, proc: PhpProcess) -> bytes:
         o = proc.offsets

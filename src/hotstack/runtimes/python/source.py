@@ -80,11 +80,11 @@ class CPythonSource(InterpreterSource):
         self._named: dict[tuple[int, int], tuple] = {}
         self._named_before: dict[tuple[int, int], tuple] = {}
 
-    def _find(self, pid: int) -> PythonProcess | None:
-        return detect(pid)
+    def _find(self, process: procs.Process) -> PythonProcess | None:
+        return detect(process)
 
-    def _may_run(self, pid: int) -> bool:
-        return "python" in procs.exec_paths(pid, recent=True) or runs(pid, "python")   # as detect's first test
+    def _may_run(self, process: procs.Process) -> bool:
+        return "python" in process.exec_paths(recent=True) or runs(process, "python")   # as detect's first test
 
     def _is_provisional(self, found: PythonProcess) -> bool:
         return found.provisional

@@ -97,8 +97,8 @@ class RubySource(InterpreterSource):
         self._kernel_totals = WalkerTotals(schema.RB_STAT_MAX)
         self.jit_stacks = 0         # samples merged through JIT code (runtimes/common/jit.py)
 
-    def _find(self, pid: int) -> RubyProcess | None:
-        return detect(pid)
+    def _find(self, process: procs.Process) -> RubyProcess | None:
+        return detect(process)
 
     def _entry(self, proc: RubyProcess, process: procs.ProcessInfo | None) -> _Process:
         return _Process(proc, process)

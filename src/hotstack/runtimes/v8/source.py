@@ -85,10 +85,9 @@ class V8Source(JitSource):
         super().__init__()
         self._layouts: dict[tuple, V8Layout | Unreadable | None] = {}
 
-    def _layout(self, process: procs.Process | int) -> V8Layout | None:
-        """The V8 layout of the node that `process` (a Process, or a live one's pid) runs (None if
-        none); a node whose files hold no layout this reader takes is noted once (files.UNREAD)."""
-        process = procs.as_process(process)
+    def _layout(self, process: procs.Process) -> V8Layout | None:
+        """The V8 layout of the node that `process` runs (None if none); a node whose files hold no
+        layout this reader takes is noted once (files.UNREAD)."""
         refused: tuple | None = None
         for path, shown in _v8_files(process):
             try:
@@ -111,10 +110,10 @@ class V8Source(JitSource):
             UNREAD.note(key, UnreadProcess(process.pid, "Node.js", "", shown, e.reason))
         return None
 
-    def _may_run(self, pid: int) -> bool:
+    def _may_run(self, process: procs.Process) -> bool:
         """Whether a process without a layout yet may get one later: a `node*` executable (reads
         of this round). Other processes of the host are looked at once."""
-        return bool(_v8_files(pid))
+        return bool(_v8_files(process))
 
     def _record(self, layout: V8Layout) -> bytes:
         lines = layout.lines
