@@ -16,6 +16,7 @@ from hotstack.procs import LiveProcess
 from hotstack.profile.model import FrameKind
 from hotstack.sampling import Engine, EngineConfig
 
+from ..conftest import compile_c
 from . import lifecycle
 from .frames_harness import (assert_counted_in_agent_metrics, assert_no_flag_leaves_native_frames,
                              gadget_engine_config, profile_for, stopping)
@@ -179,12 +180,51 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
         time.sleep(0.3)
         samples = prof.collect()[0].samples
         after = set(prof.cpu.collection.programs)
-    assert "profile_native_step" in at_start and "profile_native_step_jit" in after, (at_start, after)
+    # (the hooked step program's deep variant where a stack of the host was cut before: a busy host)
+    assert "profile_native_step" in at_start and after & {"profile_native_step_jit", "profile_native_step_jit_deep"}, \
+        (at_start, after)
     if quiet_host:
-        assert "profile_native_step_jit" not in at_start, at_start
+        assert not at_start & {"profile_native_step_jit", "profile_native_step_jit_deep"}, at_start
     hot = hotstack_split(samples)
     assert sum(hot.values()) >= 50, (hot, sum(s.value for s in samples if s.comm.startswith("hot-")))
     assert named_share(samples) >= 80, named_share(samples)
+
+
+def test_a_jvm_on_a_host_whose_stacks_went_deep_gets_the_shallow_hooks_first(classes, tmp_path, workloads):
+    """A host where a native stack was cut at the shallow step program's frames runs the deep one;
+    the first JVM then gets the hooked step program shallow (a sixth of the deep one's
+    verification, while its threads keep the CPUs busy), and the hooked deep one comes at the next
+    cut walk. Before, the hooked deep one came at once, and the JVM's first ~1.5 s went unnamed."""
+    exe = compile_c(Path(__file__).parents[1] / "unwind" / "workloads" / "deep.c", tmp_path / "deep", "-O1",
+                    "-fomit-frame-pointer")
+    with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
+        steps = prof.cpu.steps
+        if not prof.cpu.native_vma_walk:
+            pytest.skip("a kernel whose unwinder keeps mapping lists has one step program depth")
+        deep = workloads([exe, "300"])
+        deadline = time.monotonic() + 60
+        while not steps.deepened and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert steps.current == "profile_native_step_deep", prof.cpu.native.kernel_counters()
+        prof.collect()
+        proc = subprocess.run([_jdk("java"), "-cp", str(classes), "HotWork", "3", "8"], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        time.sleep(0.3)
+        samples = prof.collect()[0].samples
+        programs = set(prof.cpu.collection.programs)
+        deadline = time.monotonic() + 60          # (the deep process's walks are cut again meanwhile)
+        while steps.current != "profile_native_step_jit_deep" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        final = steps.current
+        prof.collect()
+        time.sleep(1.0)
+        after = [s for s in prof.collect()[0].samples if s.pid == deep.pid]
+    assert "profile_native_step_jit" in programs, programs
+    assert named_share(samples) >= 80, named_share(samples)
+    assert final == "profile_native_step_jit_deep"
+    rooted = sum(s.value for s in after if [f.name for f in s.stack if not f.is_kernel].count("descend") == 301)
+    assert rooted >= 0.9 * sum(s.value for s in after) > 0, [[f.name for f in s.stack][-3:] for s in after[:3]]
 
 
 @pytest.mark.shares

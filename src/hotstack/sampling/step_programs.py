@@ -5,7 +5,8 @@ runtime_maps.py), and shallow or deep. A shallow one walks NU_LIST_FRAMES_PER_PR
 call (155 a walk); a deep one NU_FRAMES_PER_PROG (NU_MAX_FRAMES a walk), at six times the verifier's
 work: ~0.5 CPU-s when it is put in place. Sampling starts shallow; the first walk cut at the
 shallow program's last tail call (NU_STAT_SHALLOW_CUT, with a wake-up of the unwind thread) makes
-the deep one take its place, once, for the rest of the session. Where the kernel unwinder keeps
+the deep one take its place, for the rest of the session, but for the runtime hooks: they come
+shallow, and deep again at the next cut walk. Where the kernel unwinder keeps
 mapping lists (kernels before 6.1) the two are the same walk and the shallow one stays.
 """
 
@@ -36,6 +37,7 @@ class StepPrograms:
         self._can_deepen = deep_walks and plain + DEEP_SUFFIX in collection.spec.programs
         self._lock = threading.Lock()
         self._tried = False       # the deep variant was tried (a refusal is not verified again)
+        self._cuts_before: int | None = 0     # shallow_cut's value when the shallow program came
 
     @property
     def deepened(self) -> bool:
@@ -57,23 +59,30 @@ class StepPrograms:
         self._install(self.current)
 
     def with_runtime_hooks(self, hooked: str) -> None:
-        """The hooked variant in place (as deep as the one it replaces); raises what its load
-        raised, the program in place unchanged."""
+        """The hooked variant in place, shallow; raises what its load raised, the program in place
+        unchanged. Its first process's runtime frames wait for this load (a JVM's or node's
+        threads keep the CPUs busy meanwhile), and the deep variant's verification is six times
+        the shallow one's: where the deep plain variant was in place, the hooked one goes deep at
+        the next walk cut at its frames (deepen_if_cut), its deep stacks [truncated] until then."""
         with self._lock:
             if self._hooked == hooked:
                 return
-            name = hooked + DEEP_SUFFIX if self._deep else hooked
-            self._install(name)
+            self._install(hooked)
             self._hooked = hooked
+            if self._deep:
+                self._deep = self._tried = False
+                self._cuts_before = None        # (the counter's value at the next call: its base)
 
     def deepen_if_cut(self, cut: int) -> bool:
         """The deep variant in place if a shallow walk was cut (`cut`: the kernel unwinder's
         shallow_cut counter). True if it was put in place now. A variant the kernel refuses is
         said once and the shallow one stays."""
-        if not self.may_deepen or not cut:
+        if not self.may_deepen:
             return False
         with self._lock:
-            if self._tried:
+            if self._cuts_before is None:
+                self._cuts_before = cut
+            if self._tried or cut <= self._cuts_before:
                 return False
             self._tried = True
             name = (self._hooked or self._plain) + DEEP_SUFFIX
