@@ -125,21 +125,6 @@ NU_END_NO_MAPPING = schema.NU_END_NO_MAPPING
 _NO_HEADER = (0,) * len(schema.NU_STACK.fields)
 
 
-def _cut_at_no_mapping(stack: tuple[int, ...], header: tuple) -> tuple[tuple[int, ...], tuple]:
-    """A walk that ended at an address in no mapping: past the leaf, that address is a return
-    address read from where no frame was (a frame-pointer step through code that keeps other
-    values in its frame pointer: `0x10`), not a frame; it is dropped, and the stack ends as cut
-    (NU_END_TRUNCATED: a [truncated] frame, counted). A leaf's address is the thread's own and
-    stays (the stack keeps NU_END_NO_MAPPING, also shown cut: samples.py). Such a stack is never
-    keyed by file (a frame in no file): its header changes only here."""
-    if len(stack) < 2:
-        return stack, header
-    cut = list(header)
-    cut[_H_END] = NU_END_TRUNCATED
-    cut[_H_N] = len(stack) - 1
-    return stack[:-1], tuple(cut)
-
-
 # The stacks of a stack-trace map that the last interval counted stay in it for the buffer's next
 # interval (KeptStacks). Every this many clears of a buffer, the map's keys are listed and every
 # stack no count named is deleted (one the kernel stored for a count it could not store: a full
@@ -206,8 +191,6 @@ class StackReader:
                 stack = self._parse_user(raw) if raw is not None else None
                 if stack is not None and header[_H_N] > len(stack):
                     stack, header = self._with_tail(stack_id, stack, header)
-                if stack is not None and header[_H_END] == NU_END_NO_MAPPING:
-                    stack, header = _cut_at_no_mapping(stack, header)
             else:
                 stack, header = _kept_or_read(self._kept_user, self.user, stack_id, self._parse_user), _NO_HEADER
             found = self._users[stack_id] = (stack, header)

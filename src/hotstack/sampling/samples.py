@@ -11,7 +11,7 @@ from operator import attrgetter, is_
 
 from .. import procs
 from ..procs import ProcessTable
-from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, Frame, Sample
+from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, FrameKind, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_files import file_stack_hash
 from ..runtimes.registry import FrameSource
@@ -43,6 +43,18 @@ KEEP_INTERVALS = 12
 # the kernel's hash until an interval begins this long after its maps were read again: samples
 # taken before the reread are named with the mappings before it where those are the ones walked.
 REMAP_SETTLED_S = 1.0
+
+
+def _without_unmapped_root(user):
+    """The frames of a walk that ended at an address in no mapping the kernel knew, without that
+    address where it is in none userspace knows either: past the leaf, a return address read from
+    where no frame was (a frame-pointer step through code that keeps another value in rbp: 0x10).
+    One in a mapping (a library the kernel's lookup missed while the process remapped) is named
+    and stays; so does a leaf, the thread's own address."""
+    last = user[-1]
+    if len(user) > 1 and last.name == UNKNOWN and not last.module and last.kind is not FrameKind.KERNEL:
+        return user[:-1]
+    return user
 
 
 class RecentlyUsed:
@@ -133,7 +145,9 @@ class SampleMaker:
         user, truncated = self._user(raw, info) if raw.user_stack else ((), False)
         if user and (raw.user_end == NU_END_TRUNCATED or raw.user_end == NU_END_NO_MAPPING):
             # the kernel's walk reached its frame limit (or a deep stack's tail found no room), or
-            # an address in no mapping (buffers.py)
+            # an address in no mapping the kernel knew
+            if raw.user_end == NU_END_NO_MAPPING:
+                user = _without_unmapped_root(user)
             user, truncated = (*user, TRUNCATED), True
         if user and not raw.kernel_stack and not raw.kernel_stack_lost:
             # a user stack alone (most samples): the named stack as kept (a tuple), shared by every
