@@ -47,11 +47,6 @@ class ProcessInfo:
     lazy: bool = False
     told: Announced | None = None   # the announcement it was noted from
     settled_gone: bool = False      # noted, and gone when its mappings were needed (settle)
-    # an address was looked up in its mappings and not found (ProcessTable.find_mapping: the first
-    # miss reads them again at once, later ones at most every MAPS_REFRESH_S)
-    missed: bool = False
-    # its mappings are the kernel unwinder's, or were completed with them once it was gone
-    kernel_kept: bool = False
     # the files of its mappings held open for it (ProcessTable.held: those no host path reaches
     # after it exits), given back when it is forgotten
     held: tuple = ()

@@ -143,7 +143,6 @@ class ProcessTable:
             # gone: the kernel's mappings are named with host paths checked to open the very file
             mappings = self.gone_mappings(info.pid) if self.gone_mappings is not None else []
             info.root, info.root_is_host, info.alive, info.settled_gone = "", True, False, True
-            info.kernel_kept = True
             info.mappings = MappingIndex(mappings)
         self.maps_reads += 1
         info.maps_read_at = time.monotonic()
@@ -202,54 +201,30 @@ class ProcessTable:
     MAPS_REFRESH_S = 1.0
 
     def find_mapping(self, info: ProcessInfo, address: int) -> Mapping | None:
-        """The mapping of `address`. On a miss the maps are read again if the process may have mapped
-        new code: at the first miss of an entry at once (maps read too early: a new process read at
-        its first samples, before its loader or a dlopen() mapped the code it then runs), then at
-        most every MAPS_REFRESH_S. A process gone (or with no address space left: exiting, a zombie)
-        has the maps last read, completed once with the mappings the kernel unwinder kept for it
-        (those it walked its stacks in: a library it loaded after that read)."""
+        """The mapping of `address`; rereads the maps if the process may have mapped new code."""
         if info.lazy:
             self.settle(info)
         found = info.mappings.find(address)
-        if found is not None:
+        if found is not None or not info.alive:
             return found
-        if not info.alive:
-            return self._kept_by_kernel(info, address)
         now = time.monotonic()
-        if info.missed and now - info.maps_read_at < self.MAPS_REFRESH_S:
+        if now - info.maps_read_at < self.MAPS_REFRESH_S:
             return None
-        info.missed = True
-        return self._reread_on_miss(info, address, now)
-
-    def _reread_on_miss(self, info: ProcessInfo, address: int, now: float) -> Mapping | None:
         info.maps_read_at = now
         stat = info.process.stat()
         if stat is None or stat[0] != info.start_time:
             info.alive = False
-            return self._kept_by_kernel(info, address)
+            return None
         fresh = info.process.exec_maps()
         self.maps_reads += 1
-        if not fresh:      # (exiting, or a zombie: its address space is gone)
-            return self._kept_by_kernel(info, address)
-        before = {m.path for m in info.mappings.mappings}
-        info.mappings = MappingIndex(fresh)
-        if any(m.is_file and m.path not in before for m in fresh):
-            with self._lock:
-                self._remapped.add(info.pid)
-        return info.mappings.find(address)
-
-    def _kept_by_kernel(self, info: ProcessInfo, address: int) -> Mapping | None:
-        """The mapping of `address` among those the kernel unwinder kept for a process with no
-        address space left, added to its mappings once: those that overlap none of them."""
-        if info.kernel_kept or self.gone_mappings is None:
-            return None
-        info.kernel_kept = True
-        known = info.mappings.mappings
-        added = [m for m in self.gone_mappings(info.pid) if not any(k.start < m.end and m.start < k.end for k in known)]
-        if not added:
-            return None
-        info.mappings = MappingIndex([*known, *added])
-        return info.mappings.find(address)
+        if fresh:
+            before = {m.path for m in info.mappings.mappings}
+            info.mappings = MappingIndex(fresh)
+            if any(m.is_file and m.path not in before for m in fresh):
+                with self._lock:
+                    self._remapped.add(info.pid)
+            found = info.mappings.find(address)
+        return found
 
     def reread(self, pid: int, changed: tuple[int, int]) -> bool:
         """The kernel saw `pid` map another file (or offset) in `changed` (start, end) than it had met
@@ -335,8 +310,7 @@ class ProcessTable:
             return None
         mappings = self.gone_mappings(pid) if self.gone_mappings is not None else []
         info = dataclasses.replace(before[0], mappings=MappingIndex(mappings), root="", root_is_host=True,
-                                   alive=False, lazy=False, held=(), image=None, exe="", changed=(),
-                                   kernel_kept=True)
+                                   alive=False, lazy=False, held=(), image=None, exe="", changed=())
         with self._lock:
             if pid in self._by_pid:
                 return self._by_pid[pid]
