@@ -50,7 +50,7 @@ def test_jvm_methods_are_named_from_the_recording_alone(classes, tmp_path, monke
 
     try:
         deadline = time.monotonic() + 30
-        while HotSpotSource()._layout(child.pid) is None and time.monotonic() < deadline:
+        while HotSpotSource()._layout(procs.LiveProcess(child.pid)) is None and time.monotonic() < deadline:
             time.sleep(0.2)        # (its code cache and interpreter made)
         time.sleep(0.5)            # (its worker in the loop)
         release = vm_release(child.pid, read_vmstructs(child.pid))
