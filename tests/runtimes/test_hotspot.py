@@ -166,6 +166,15 @@ def _runtime_processes() -> list[int]:
     return found
 
 
+def _samples_of_a_jvm_run(prof, classes) -> list:
+    """The samples `prof` collects of a 3 s, 8-thread HotWork JVM started now and run to its end."""
+    proc = subprocess.run([_jdk("java"), "-cp", str(classes), "HotWork", "3", "8"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(0.3)
+    return prof.collect()[0].samples
+
+
 def test_jvm_started_later_and_exited_keeps_names(classes):
     """A JVM that starts after the profiler (the host's first: the kernel unwinder's step program
     with the runtime hooks is verified only then, at a raised priority) is named from its first
@@ -174,11 +183,7 @@ def test_jvm_started_later_and_exited_keeps_names(classes):
     with Engine(EngineConfig(frequency=499, unwind="kernel")) as prof:
         at_start = set(prof.cpu.collection.programs)
         time.sleep(0.3)
-        proc = subprocess.run([_jdk("java"), "-cp", str(classes), "HotWork", "3", "8"], capture_output=True,
-                              text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        time.sleep(0.3)
-        samples = prof.collect()[0].samples
+        samples = _samples_of_a_jvm_run(prof, classes)
         after = set(prof.cpu.collection.programs)
     # (the hooked step program's deep variant where a stack of the host was cut before: a busy host)
     assert "profile_native_step" in at_start and after & {"profile_native_step_jit", "profile_native_step_jit_deep"}, \
@@ -207,11 +212,7 @@ def test_a_jvm_on_a_host_whose_stacks_went_deep_gets_the_shallow_hooks_first(cla
             time.sleep(0.1)
         assert steps.current == "profile_native_step_deep", prof.cpu.native.kernel_counters()
         prof.collect()
-        proc = subprocess.run([_jdk("java"), "-cp", str(classes), "HotWork", "3", "8"], capture_output=True,
-                              text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        time.sleep(0.3)
-        samples = prof.collect()[0].samples
+        samples = _samples_of_a_jvm_run(prof, classes)
         programs = set(prof.cpu.collection.programs)
         deadline = time.monotonic() + 60          # (the deep process's walks are cut again meanwhile)
         while steps.current != "profile_native_step_jit_deep" and time.monotonic() < deadline:
