@@ -11,7 +11,7 @@ from operator import attrgetter, is_
 
 from .. import procs
 from ..procs import ProcessTable
-from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, FrameKind, Sample
+from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, Sample
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_files import file_stack_hash
 from ..runtimes.registry import FrameSource
@@ -52,7 +52,7 @@ def _without_unmapped_root(user):
     One in a mapping (a library the kernel's lookup missed while the process remapped) is named
     and stays; so does a leaf, the thread's own address."""
     last = user[-1]
-    if len(user) > 1 and last.name == UNKNOWN and not last.module and last.kind is not FrameKind.KERNEL:
+    if len(user) > 1 and last.name == UNKNOWN and not last.module:
         return user[:-1]
     return user
 
@@ -299,8 +299,8 @@ class SampleMaker:
         Where neither is (the process changed its mappings and back between two reads), or the
         stack has no file hash to tell (a frame in the vDSO or JIT code), they are named with what
         did not change. The ranges the kernel saw change, and the mappings that differ between the
-        two reads, are left unnamed rather than named as another file's code. Not kept for reuse by address: the
-        same addresses are two stacks here (by the file hash they are one)."""
+        two reads, are left unnamed rather than named as another file's code. Not kept for reuse by
+        address: the same addresses are two stacks here (by the file hash they are one)."""
         named = self._named_by_file(raw)
         if named is not None:
             return self._merged(raw, info, named, False, None)

@@ -323,27 +323,30 @@ def interpreter_files(process: procs.Process | int, runtime: str, label: str,
     if not launcher and word not in text:
         return
     mappings = parse_maps(text)
-    tried: set[tuple[int, str]] = set()
-    found_any = False
-    for pass_ in ("names", "marks"):
-        # A launcher's runtime is most often in a file named for it, or in the executable itself
-        # (whose marks runs() read): every other file it runs is read for marks only when those
-        # name none (a renamed library), as reading each of a process's libraries costs a start.
-        if pass_ == "marks":
-            if found_any or not launcher:
-                return
-            holding(process, mappings)
-        chosen = [m for m in candidates(mappings, name, library_word, runtime) if (m.inode, m.dev) not in tried]
+
+    def loaded(chosen: list[Mapping]) -> Iterator[tuple[T, Loaded]]:
         for cand, path, its_mappings in opened(process, mappings, chosen):
-            tried.add((cand.inode, cand.dev))
             found = inspected_once(cache, path, lambda: inspect(path, cand.file_path), pid=pid, runtime=label,
                                    shown=cand.file_path)
             if found is None:
                 continue
             base = load_base(path, its_mappings)
             if base is not None:
-                found_any = True
                 yield found, Loaded(cand, path, base, text, mappings)
+
+    first = candidates(mappings, name, library_word, runtime)
+    found_any = False
+    for item in loaded(first):
+        found_any = True
+        yield item
+    # A launcher's runtime is most often in a file named for it, or in the executable itself (whose
+    # marks runs() read): every other file it runs is read for marks only when those name none (a
+    # renamed library), as reading each of a process's libraries costs a start.
+    if launcher and not found_any:
+        holding(process, mappings)
+        tried = {(m.inode, m.dev) for m in first}
+        yield from loaded([m for m in candidates(mappings, name, library_word, runtime)
+                           if (m.inode, m.dev) not in tried])
 
 
 def opened(process: procs.Process | int, mappings: list[Mapping], chosen: list[Mapping]
