@@ -14,7 +14,7 @@ import hotstack
 SRC = Path(hotstack.__file__).resolve().parent
 ROOT = SRC.parent.parent
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
-HELPERS = {"errors.py", "malloc.py", "cache_files.py", "text.py", "units.py", "gc_policy.py",
+HELPERS = {"errors.py", "malloc.py", "cache_files.py", "content_hash.py", "text.py", "units.py", "gc_policy.py",
            "__init__.py", "__main__.py"}
 
 

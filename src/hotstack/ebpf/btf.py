@@ -7,7 +7,6 @@ callers compute struct member offsets instead of relying on CO-RE relocations.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import threading
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cache_files
+from ..content_hash import blake2b
 from .errors import ObjectFormatError
 
 BTF_MAGIC = 0xEB9F
@@ -100,7 +100,7 @@ class Btf:
         if not cache_dir:
             return None
         view = memoryview(self._data)
-        digest = hashlib.blake2b(view[self._types_at:self._types_end], digest_size=16)
+        digest = blake2b(view[self._types_at:self._types_end], digest_size=16)
         digest.update(view[self._strings_at:self._strings_end])
         return os.path.join(cache_dir, f"btf-index-{digest.hexdigest()}")
 

@@ -8,7 +8,6 @@ hostile file gives an ElfError, never a crash, a hang or unbounded memory.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import struct
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..content_hash import blake2b
 from ..errors import HotstackError
 
 MAX_FILE_SIZE = 4 << 30          # larger files are not symbolized
@@ -255,7 +255,7 @@ class ElfFile:
         addresses), the symbol and string tables, the PLT and its relocations, the Go pclntab and
         the debug link. Two files with one build id but other bytes there (a corrupted copy, a
         patched one) differ here, so one never lends its names to the other."""
-        h = hashlib.sha256()    # SHA extensions make it the fastest collision-resistant hash here
+        h = blake2b(digest_size=16)
         h.update(struct.pack("<Q", self.size))
         h.update(self.read(0, 64))
         for seg in self.segments:
@@ -276,7 +276,7 @@ class ElfFile:
             if s.type == SHT_NOBITS or s.offset + s.size > self.size:
                 continue
             self.hash_into(h, s.offset, s.size)
-        return h.hexdigest()[:32]
+        return h.hexdigest()
 
     def hash_into(self, h, offset: int, size: int) -> None:
         """h.update() with the file's bytes [offset, offset + size): no copy (a pclntab is

@@ -16,12 +16,12 @@ Built tables are kept by table_cache.TableCache, keyed by content_key.
 from __future__ import annotations
 
 import array
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..bpf import schema
+from ..content_hash import blake2b
 from ..symbols.elf import ElfError, ElfFile
 from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
@@ -91,7 +91,7 @@ class FileTable:
 
 def content_key(elf: ElfFile) -> str:
     """size + hash of the program headers and of every section the rows are built from."""
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     h.update(elf.size.to_bytes(8, "little"))
     for seg in elf.segments:
         h.update(b"%d:%d:%d:%d:%d;" % (seg.vaddr, seg.offset, seg.filesz, seg.memsz, seg.flags))
