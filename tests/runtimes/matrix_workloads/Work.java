@@ -16,7 +16,7 @@ public class Work {
     }
 
     static void work() {
-        List<Integer> calls = new ArrayList<>(List.of(0, 0, 0, 1));
+        List<Integer> calls = new ArrayList<>(java.util.Arrays.asList(0, 0, 0, 1));
         boolean ready = false;
         long sum = 0;
         while (true) {
