@@ -1,5 +1,5 @@
-"""_Py_DebugOffsets parsing: the 3.13 layout against a real 3.13 where present, the 3.14 layout
-against Debian unstable's CPython 3.14.0."""
+"""_Py_DebugOffsets parsing: the 3.13 layout against a real 3.13 where present, the 3.14 and 3.15
+layouts against Debian unstable's CPython 3.14 and 3.15."""
 
 from __future__ import annotations
 
@@ -43,6 +43,53 @@ def test_314_layout():
     old = from_debug_offsets(struct.pack(f"<{DEBUG_WORDS}Q", *pre))
     assert old is not None and (old.threads_head, old.tstate_frame, old.frame_instr, old.co_qualname) == (
         7344, 72, 56, 128)
+
+
+def test_315_layout():
+    """Debian unstable's CPython 3.15 (python3.15 of a root filesystem of .ci/install.d/rootfs.sh):
+    its _Py_DebugOffsets has a longer thread-state block (thread_id and native_thread_id 24 bytes
+    further, three words later in the block, and a one-word block before the frame's) and a longer
+    type-object block before the strings'; every field as the shipped interpreter has it (its
+    thread_id and native_thread_id checked against a running python3.15's threads), and no layout
+    of another version taken for it."""
+    from tests.runtimes.matrix import extracted
+    path = extracted("sid") / "usr/bin/python3.15"
+    blob = _debug_block(path)
+    o = from_debug_offsets(blob)
+    assert o is not None and o.version == (3, 15), "3.15's _Py_DebugOffsets not read"
+    assert (o.interpreters_head, o.threads_head) == (936, 7336)
+    assert (o.tstate_next, o.tstate_interp, o.tstate_frame, o.thread_id, o.native_thread_id) == (8, 16, 72, 176, 184)
+    assert (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker) == (8, 0, 56, 74)
+    assert (o.co_filename, o.co_name, o.co_qualname, o.co_linetable, o.co_firstlineno, o.co_argcount,
+            o.co_code_adaptive) == (112, 120, 128, 136, 68, 52, 208)
+    assert (o.bytes_size, o.bytes_data, o.unicode_state, o.ascii_data) == (16, 32, 32, 40)
+    assert o.code_tag_mask == 7 and o.fits_walker and o.source == FROM_DEBUG_OFFSETS
+    binary = inspect_binary(str(path))
+    assert binary is not None and binary.offsets == o
+    # the same words under 3.14's version are no 3.14 layout: its thread-state block is shorter
+    words = list(struct.unpack(f"<{DEBUG_WORDS}Q", blob))
+    words[1] = (words[1] & ~0xFF0000) | (14 << 16)
+    assert from_debug_offsets(struct.pack(f"<{DEBUG_WORDS}Q", *words)) is None
+
+
+@pytest.mark.parametrize("version", ["3.14", "3.15"])
+def test_a_free_threaded_build_is_said_not_read(tmp_path, version):
+    """A free-threaded build (the third word of its _Py_DebugOffsets set: here Debian's interpreter
+    with that word set in a copy) lays its thread states and frames out otherwise: refused with its
+    reason, never read with the default build's table."""
+    from hotstack.runtimes.common.files import Unreadable, symbol_spans
+    from hotstack.symbols.elf import ElfFile
+    from tests.runtimes.matrix import extracted
+    path = extracted("sid") / f"usr/bin/python{version}"
+    with ElfFile(str(path)) as elf:
+        at = elf.vaddr_to_file_offset(symbol_spans(elf, (b"_PyRuntime",))[b"_PyRuntime"][0])
+    data = bytearray(path.read_bytes())
+    assert data[at:at + 8] == b"xdebugpy" and data[at + 16:at + 24] == bytes(8)
+    data[at + 16] = 1
+    copy = tmp_path / f"python{version}"
+    copy.write_bytes(bytes(data))
+    with pytest.raises(Unreadable, match="free-threaded"):
+        inspect_binary(str(copy))
 
 
 def test_313_from_the_interpreter():

@@ -96,11 +96,13 @@ SPLIT = ("def hs_a():\n    n = 0\n    for i in range(300000): n += i\n"
          "while True:\n    hs_a(); hs_b()\n")
 
 
-def test_cpython_314_of_debian_unstable():
-    """Debian's CPython 3.14: its _Py_DebugOffsets in the released layout, and its evaluation loop
-    split by GCC into a part no symbol names (most of its handlers run there): frames named, in
-    place of the loop's frames (stacks reach _start), a 75/25 split within 10 points."""
-    proc = _in_chroot(extracted("sid"), ["python3.14", "-c", SPLIT])
+@pytest.mark.parametrize("version", ["3.14", "3.15"])
+def test_cpython_of_debian_unstable(version):
+    """Debian's CPython 3.14 and 3.15 (its python3.15 beside the default): their _Py_DebugOffsets in
+    the released layouts (3.15's thread state longer), and their evaluation loops split by GCC into
+    a part no symbol names (most of the handlers run there): frames named, in place of the loop's
+    frames (stacks reach _start), a 75/25 split within 10 points."""
+    proc = _in_chroot(extracted("sid"), [f"python{version}", "-c", SPLIT])
     try:
         time.sleep(0.5)
         assert proc.poll() is None, proc.stderr.read()

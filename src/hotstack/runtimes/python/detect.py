@@ -20,7 +20,7 @@ from ... import procs
 from ...symbols.elf import ElfError, ElfFile
 from ..common.files import Unreadable, interpreter_files, jump_targets, symbol_spans
 from ..common.memory import MemoryReadError, ReadThrough
-from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, from_debug_offsets, table_offsets
+from .offsets import DEBUG_COOKIE, DEBUG_SIZE, PyOffsets, free_threaded, from_debug_offsets, table_offsets
 
 _NAME = re.compile(r"(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$")     # a version in the name
 # files that may be an interpreter: a copy or a link named `python3` is one too (its version is in
@@ -88,10 +88,11 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
             runtime = syms.get(b"_PyRuntime")
             if runtime is None or b"_Py_NoneStruct" not in syms:
                 return None
-            offsets = None
+            offsets, free = None, False
             off = elf.vaddr_to_file_offset(runtime)
             if off is not None and off + DEBUG_SIZE <= elf.size and elf.read(off, 8) == DEBUG_COOKIE:
-                offsets = from_debug_offsets(elf.read(off, DEBUG_SIZE))
+                blob = elf.read(off, DEBUG_SIZE)
+                offsets, free = from_debug_offsets(blob), free_threaded(blob)
             version = offsets.version if offsets else None
             if version is None and b"Py_Version" in syms:
                 voff = elf.vaddr_to_file_offset(syms[b"Py_Version"])
@@ -104,6 +105,8 @@ def inspect_binary(path: str, name_hint: str = "") -> PythonBinary | None:
                     raise Unreadable("its version is neither in the file (Py_Version, _Py_DebugOffsets) nor in its name")
                 version = (int(m.group(1)), int(m.group(2)))
             shown = ".".join(map(str, version))
+            if free:        # not the table's offsets either: its thread states and frames differ
+                raise Unreadable(f"a free-threaded build of CPython {shown}: its frames are not read", shown)
             offsets = offsets or table_offsets(version)
             if offsets is None:
                 raise Unreadable(f"no structure offsets known for CPython {shown}", shown)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ...bpf.schema import PY_WINDOW
 
@@ -115,32 +116,69 @@ def table_offsets(version: tuple[int, int]) -> PyOffsets | None:
 
 DEBUG_COOKIE = b"xdebugpy"
 FROM_DEBUG_OFFSETS = "_Py_DebugOffsets"
-DEBUG_WORDS = 128                 # u64 words read from the start of _PyRuntime (3.14 uses ~110)
+DEBUG_WORDS = 128                 # u64 words read from the start of _PyRuntime (3.15 uses ~120)
 DEBUG_SIZE = 8 * DEBUG_WORDS
 
 
-# The lengths (size word included) of _Py_DebugOffsets' interpreter-state, interpreter-frame and
-# code-object blocks: 3.13's; 3.14's release (the interpreter state gained code_object_generation
-# and tlbc_generation, the frame tlbc_index, the code object co_tlbc); 3.14's pre-releases.
-_DEBUG_LAYOUTS = {(3, 13): ((13, 6, 10),), (3, 14): ((16, 8, 11), (14, 7, 10))}
+class DebugLayout(NamedTuple):
+    """Where the blocks of one version's `_Py_DebugOffsets` start, in u64 words (size words
+    included): the lengths of the interpreter-state, thread-state (up to the frame block) and
+    frame blocks, of the code-object block, and of the object blocks between it and the unicode
+    block; the thread state's thread_id (native_thread_id follows it)."""
+
+    interp: int
+    tstate: int
+    frame: int
+    code: int
+    objects: int
+    thread_id: int = 5
+
+    def starts(self) -> tuple[int, int, int, int, int]:
+        """The word indexes of the interpreter-state, thread-state, frame, code and unicode blocks."""
+        interp = 6                          # after cookie, version, free_threaded and the runtime block
+        tstate = interp + self.interp
+        frame = tstate + self.tstate
+        code = frame + self.frame
+        return interp, tstate, frame, code, code + self.code + self.objects
 
 
-def _debug_layout(u: tuple[int, ...], version: tuple[int, int]) -> tuple[int, int, int] | None:
-    """The block lengths of this _Py_DebugOffsets: the one of its version's whose blocks read as
-    their kinds must (the thread state's first offsets prev 0, next 8, interp 16 after its size;
-    sizes of a frame and a code object in their ranges; a compact string's fields where a
-    PyASCIIObject has them), or None: a layout not known here."""
+# Between the code and unicode blocks: PyObject 2, type object 4, tuple 3, list 3, dict 3, float 2,
+# long 3, bytes 3 (bytes is last: its block is the 3 words before unicode's); 3.14 adds a set
+# object (4), 3.15 four words of the type object.
+_OBJECTS_313 = 2 + 4 + 3 + 3 + 3 + 2 + 3 + 3
+# Per version, the layouts known: 3.13's; 3.14's release (the interpreter state gained
+# code_object_generation and tlbc_generation, the frame tlbc_index, the code object co_tlbc);
+# 3.14's pre-releases; 3.15's (the thread state has three words more after current_frame, base_frame
+# the first, and four after status, and a block of one word, the exception stack item's, precedes
+# the frame's: thread_id 176, native_thread_id 184 in Debian's 3.15.2).
+_DEBUG_LAYOUTS = {
+    (3, 13): (DebugLayout(13, 9, 6, 10, _OBJECTS_313),),
+    (3, 14): (DebugLayout(16, 9, 8, 11, _OBJECTS_313 + 4), DebugLayout(14, 9, 7, 10, _OBJECTS_313 + 4)),
+    (3, 15): (DebugLayout(16, 17, 8, 11, _OBJECTS_313 + 4 + 4, thread_id=8),),
+}
+
+
+def _debug_layout(u: tuple[int, ...], version: tuple[int, int]) -> DebugLayout | None:
+    """The layout of this _Py_DebugOffsets: the one of its version's whose blocks read as their
+    kinds must (the thread state's first offsets prev 0, next 8, interp 16 after its size, its
+    native_thread_id 8 after its thread_id; sizes of a frame and a code object in their ranges; a
+    compact string's fields where a PyASCIIObject has them), or None: a layout not known here."""
     for layout in _DEBUG_LAYOUTS.get(version, ()):
-        tstate = 6 + layout[0]
-        frame = tstate + 9
-        code = frame + layout[1]
-        unicode_ = code + layout[2] + 2 + 4 + 3 + 3 + (4 if version >= (3, 14) else 0) + 3 + 2 + 3 + 3
+        _interp, tstate, frame, code, unicode_ = layout.starts()
+        tid = tstate + layout.thread_id
         if unicode_ + 3 >= len(u):
             continue
-        if (u[tstate] >= 200 and u[tstate + 1:tstate + 4] == (0, 8, 16) and 40 <= u[frame] <= 256
-                and 100 <= u[code] <= 512 and 16 <= u[unicode_ + 1] <= 64 and 24 <= u[unicode_ + 3] <= 64):
+        if (u[tstate] >= 200 and u[tstate + 1:tstate + 4] == (0, 8, 16) and u[tid + 1] == u[tid] + 8
+                and 40 <= u[frame] <= 256 and 100 <= u[code] <= 512
+                and 16 <= u[unicode_ + 1] <= 64 and 24 <= u[unicode_ + 3] <= 64):
             return layout
     return None
+
+
+def free_threaded(blob: bytes) -> bool:
+    """Whether this `_Py_DebugOffsets` is a free-threaded build's (its third word): its thread
+    states, frames and code objects are laid out otherwise, and no table here reads them."""
+    return len(blob) >= 24 and blob[:8] == DEBUG_COOKIE and struct.unpack_from("<Q", blob, 16)[0] != 0
 
 
 def from_debug_offsets(blob: bytes) -> PyOffsets | None:
@@ -160,19 +198,15 @@ def from_debug_offsets(blob: bytes) -> PyOffsets | None:
     layout = _debug_layout(u, version)
     if layout is None:
         return None
-    interp = 6
-    tstate = interp + layout[0]
-    frame = tstate + 9
-    code = frame + layout[1]
-    pyobj = code + layout[2]
-    unicode_ = pyobj + 2 + 4 + 3 + 3 + (4 if version >= (3, 14) else 0) + 3 + 2 + 3 + 3
+    interp, tstate, frame, code, unicode_ = layout.starts()
+    tid = tstate + layout.thread_id
     bytes_ = unicode_ - 3
     base = table_offsets(version) or replace(_TABLE[(3, 14)], version=version)
     return replace(
         base, source=FROM_DEBUG_OFFSETS,
         interpreters_head=u[5], threads_head=u[interp + 3],
         tstate_next=u[tstate + 2], tstate_interp=u[tstate + 3], tstate_frame=u[tstate + 4],
-        thread_id=u[tstate + 5], native_thread_id=u[tstate + 6],
+        thread_id=u[tid], native_thread_id=u[tid + 1],
         frame_previous=u[frame + 1], frame_code=u[frame + 2], frame_instr=u[frame + 3], frame_marker=u[frame + 5],
         co_filename=u[code + 1], co_name=u[code + 2], co_qualname=u[code + 3], co_linetable=u[code + 4],
         co_firstlineno=u[code + 5], co_argcount=u[code + 6], co_code_adaptive=u[code + 9],
