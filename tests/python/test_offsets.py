@@ -19,6 +19,23 @@ def _debug_block(path) -> bytes:
         return elf.read(elf.vaddr_to_file_offset(runtime), DEBUG_SIZE)
 
 
+def _fields(o) -> tuple:
+    """The offsets the walker and the naming read: of the runtime and thread states, of a frame, of
+    a code object, of strings (and the tag bits of a frame's code pointer)."""
+    return ((o.interpreters_head, o.threads_head, o.tstate_next, o.tstate_interp, o.tstate_frame, o.thread_id,
+             o.native_thread_id),
+            (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker),
+            (o.co_filename, o.co_name, o.co_qualname, o.co_linetable, o.co_firstlineno, o.co_argcount,
+             o.co_code_adaptive),
+            (o.bytes_size, o.bytes_data, o.unicode_state, o.ascii_data, o.code_tag_mask))
+
+
+# Debian unstable's CPython 3.14, as its headers put them
+FRAME_314 = (8, 0, 56, 74)
+CODE_314 = (112, 120, 128, 136, 68, 52, 208)
+STRINGS_314 = (16, 32, 32, 40, 7)
+
+
 def test_314_layout():
     """Debian unstable's CPython 3.14.0 (a root filesystem of .ci/install.d/rootfs.sh): its
     _Py_DebugOffsets in the released layout (the interpreter state's code_object_generation and
@@ -28,13 +45,8 @@ def test_314_layout():
     blob = _debug_block(extracted("sid") / "usr/bin/python3.14")
     o = from_debug_offsets(blob)
     assert o is not None and o.version == (3, 14)
-    assert (o.interpreters_head, o.threads_head) == (808, 7344)
-    assert (o.tstate_next, o.tstate_interp, o.tstate_frame, o.thread_id, o.native_thread_id) == (8, 16, 72, 152, 160)
-    assert (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker) == (8, 0, 56, 74)
-    assert (o.co_filename, o.co_name, o.co_qualname, o.co_linetable, o.co_firstlineno, o.co_argcount,
-            o.co_code_adaptive) == (112, 120, 128, 136, 68, 52, 208)
-    assert (o.bytes_size, o.bytes_data, o.unicode_state, o.ascii_data) == (16, 32, 32, 40)
-    assert o.code_tag_mask == 7 and o.fits_walker
+    assert _fields(o) == ((808, 7344, 8, 16, 72, 152, 160), FRAME_314, CODE_314, STRINGS_314)
+    assert o.fits_walker
     assert o.source == FROM_DEBUG_OFFSETS and table_offsets((3, 14)).source == "table"
     # the pre-release layout: two interpreter-state words, one frame word and one code word fewer
     words = list(struct.unpack(f"<{DEBUG_WORDS}Q", blob))
@@ -57,13 +69,9 @@ def test_315_layout():
     blob = _debug_block(path)
     o = from_debug_offsets(blob)
     assert o is not None and o.version == (3, 15), "3.15's _Py_DebugOffsets not read"
-    assert (o.interpreters_head, o.threads_head) == (936, 7336)
-    assert (o.tstate_next, o.tstate_interp, o.tstate_frame, o.thread_id, o.native_thread_id) == (8, 16, 72, 176, 184)
-    assert (o.frame_previous, o.frame_code, o.frame_instr, o.frame_marker) == (8, 0, 56, 74)
-    assert (o.co_filename, o.co_name, o.co_qualname, o.co_linetable, o.co_firstlineno, o.co_argcount,
-            o.co_code_adaptive) == (112, 120, 128, 136, 68, 52, 208)
-    assert (o.bytes_size, o.bytes_data, o.unicode_state, o.ascii_data) == (16, 32, 32, 40)
-    assert o.code_tag_mask == 7 and o.fits_walker and o.source == FROM_DEBUG_OFFSETS
+    # its frames, code objects and strings as 3.14's
+    assert _fields(o) == ((936, 7336, 8, 16, 72, 176, 184), FRAME_314, CODE_314, STRINGS_314)
+    assert o.fits_walker and o.source == FROM_DEBUG_OFFSETS
     binary = inspect_binary(str(path))
     assert binary is not None and binary.offsets == o
     # the same words under 3.14's version are no 3.14 layout: its thread-state block is shorter

@@ -90,7 +90,7 @@ def test_a_version_the_matrix_does_not_pass_is_never_claimed_tested(monkeypatch)
     v = versions.versions_of("perl")
     assert (v.tested, v.untested) == ("5.32", "5.30, 5.34, 5.38")
     monkeypatch.setitem(versions.MATRIX, "python", {"passes": ("3.14",), "warns": (), "fails": ()})
-    assert versions.versions_of("python").summary() == "CPython 3.8–3.14 (tested)"
+    assert versions.versions_of("python").summary() == "CPython 3.8–3.14 (tested; 3.15: untested)"
 
 
 def _stack(*frames) -> tuple:

@@ -37,7 +37,7 @@ OTHER_TESTED = {
 }
 # Versions read from their published layouts (or other builds); untested unless a test runs them.
 LAYOUTS = {
-    "python": ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"),
+    "python": ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"),
     "node": ("18", "20", "22", "24"),
     "ruby": ("2.7", "3.0", "3.1", "3.2", "3.3", "3.4"),
     "php": ("7.4", "8.0", "8.1", "8.2", "8.3", "8.4"),
@@ -50,7 +50,7 @@ LAYOUTS = {
 # passes (frames named, the 75/25 split within 5 points, stacks to the root), warns (said
 # unread: a warning, the footer's count, doctor), fails.
 MATRIX = {
-    "python": {"passes": ("3.9", "3.11", "3.13", "3.14"), "warns": (), "fails": ()},
+    "python": {"passes": ("3.9", "3.11", "3.13", "3.14", "3.15"), "warns": (), "fails": ()},
     "node": {"passes": ("12", "18", "20", "24", "22"), "warns": (), "fails": ()},
     "ruby": {"passes": ("2.7", "3.1", "3.3"), "warns": (), "fails": ()},
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},

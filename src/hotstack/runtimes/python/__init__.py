@@ -1,9 +1,9 @@
 """CPython frames: the interpreter's evaluation-loop frames replaced by the Python functions they run.
 
-How it fits together (3.8-3.14, x86-64):
+How it fits together (3.8-3.15, x86-64; not free-threaded builds, said unread):
 - detect.py: a process is CPython if a mapped ELF file (libpython3.X.so or the python3.X executable)
   defines `_PyRuntime`; the version comes from `_Py_DebugOffsets` (3.13+), `Py_Version` or the name.
-- offsets.py: per-version offsets (table up to 3.12, `_Py_DebugOffsets` from 3.13).
+- offsets.py: per-version offsets (table up to 3.12, `_Py_DebugOffsets` from 3.13, its layout per version).
 - bpf/python.h: in the sampler, finds the sampled thread's PyThreadState (interp->threads whose
   thread_id is the thread's fsbase; cached per tid) and records its frame chain (code object,
   instruction, marker, checksum) into py_stacks_<buffer>; the sample key carries the stack's hash.
