@@ -19,7 +19,9 @@ own samples, so a slower cell takes longer but judges the same). A cell:
          function's own line fails), the hot_a/hot_b split within 5 points of 75/25, the native
          frames below reaching the process root (>= 90%);
   warns  no runtime frames, but hotstack said why (the process noted unread, `hotstack doctor --pid`
-         explains it): a version it cannot read, never silent;
+         explains it): a version it cannot read, never silent; or the frames named and all else
+         passed but the lines, where hotstack said which lines it cannot have and why (JDK 8's
+         C2-compiled loops keep no debug info);
   FAIL   anything else, with the reason.
 
 Every runtime of every suite runs in a Docker container (an image imported from the suite's tar, cached
@@ -72,6 +74,11 @@ REGISTRY_DIR = "/hs-registry"      # where they are installed in FULL_SUITE's ro
 # calls it).
 VARIANTS = {
     "sid-python3.15": ("python", "sid", "python3.15", "CPython 3.15, Debian unstable's python3.15"),
+    # (sid's own `java` is its newest JDK, 27: these keep 25, the LTS before it, and 8 tested)
+    "sid-openjdk8": ("java", "sid", "/usr/lib/jvm/java-8-openjdk-amd64/bin/java",
+                     "OpenJDK 8, Debian unstable's openjdk-8-jdk-headless"),
+    "sid-openjdk25": ("java", "sid", "/usr/lib/jvm/java-25-openjdk-amd64/bin/java",
+                      "OpenJDK 25, Debian unstable's openjdk-25-jdk-headless"),
 }
 MODES = ("chroot", "docker", "mntns")
 # runtime -> (argv in the root, the command that prints its version, what the version looks like)
@@ -84,7 +91,7 @@ RUNTIMES = {
     "php-fpm": (["sh", "fpm.sh"], ["php", "-r", "echo PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION;"]),
     "perl": (["perl", "work.pl"], ["perl", "-e", "$^V =~ /(\\d+)\\.(\\d+)/; print qq($1.$2)"]),
     "java": (["java", "-Xshare:auto", "Work.java"],
-             ["sh", "-c", "java -XshowSettings:properties -version 2>&1 | sed -n 's/ *java.specification.version = //p'"]),
+             ["sh", "-c", "java -XshowSettings:properties -version 2>&1 | sed -n 's/ *java.specification.version = \\(1\\.\\)*//p'"]),
 }
 # Runtimes only some suites have (rootfs.sh's lists): runtime -> those suites.
 ONLY_IN = {"php-fpm": ("bullseye", "bookworm", "trixie")}

@@ -48,6 +48,12 @@ def test_every_cell_in_docker_the_debian_suites_in_a_chroot_and_one_in_every_mod
         ("python", "sid-python3.15", "chroot"), ("python", "sid-python3.15", "docker")]
     assert programs("python", "sid-python3.15") == (["python3.15", "work.py"], ["python3.15", *RUNTIMES["python"][1][1:]])
     assert root_suite("sid-python3.15") == "sid" and root_suite("pypi-jdk25") == FULL_SUITE
+    # a JDK beside the suite's own: its java by its path, the class compiled in that root
+    assert cells_of(["sid-openjdk8"], list(RUNTIMES), list(MODES)) == [
+        ("java", "sid-openjdk8", "chroot"), ("java", "sid-openjdk8", "docker")]
+    java8 = "/usr/lib/jvm/java-8-openjdk-amd64/bin/java"
+    assert programs("java", "sid-openjdk8")[0] == [java8, "-cp", "/hs-matrix", "Work"]
+    assert programs("java", "sid-openjdk8")[1][-1].startswith(f"{java8} -XshowSettings")
 
 
 def test_table_gives_each_cell_its_state_seconds_and_why():
@@ -188,3 +194,52 @@ def test_judge_wants_the_loop_line_from_node_too():
     py = [Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_a", 5), 75, 10, 10, "python3"),
           Sample(stack(FrameKind.PYTHON, "/hs-matrix/work.py", "hot_b", 12), 25, 10, 10, "python3")]
     assert judge("python", py)["state"] == "FAIL" and judge("python", py)["lines"] == 0.0
+
+
+def test_a_thread_started_by_a_stripped_file_reaches_the_root():
+    """JDK 8's launcher (libjli, stripped by Debian) starts the main thread: its routine has no name,
+    but it is a frame of a file, with the C library's two unnamed frames below it; an unknown frame
+    (no file) there is not the root, nor is a stripped frame without the C library below it."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hotstack.profile.model import Frame, FrameKind
+    from matrix_cell import reaches_root
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    jli = Frame("libjli.so+0x4375", FrameKind.NATIVE, module="/usr/lib/jvm/jre/lib/amd64/jli/libjli.so",
+                resolved=False)
+    start = (Frame("libc.so.6+0x94db8", module=libc, resolved=False),
+             Frame("libc.so.6+0x112f98", module=libc, resolved=False))
+    assert reaches_root((Frame("Work.main", FrameKind.JAVA), jli, *start))
+    assert not reaches_root((Frame("Work.main", FrameKind.JAVA), Frame("[unknown]", resolved=False), *start))
+    assert not reaches_root((Frame("Work.main", FrameKind.JAVA), jli, jli, start[0]))
+
+
+def test_judge_names_what_failed():
+    """judge lists the criteria a cell failed: the cell (matrix_cell.cell) warns on frames without
+    their lines only where that is all it failed and hotstack said why."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hotstack.profile.model import Frame, FrameKind, Sample
+    from matrix_cell import judge
+    root = (Frame("main", module="/usr/bin/java"), Frame("_start", module="/usr/bin/java"))
+
+    def java(a: int, share_a: int) -> list:
+        return [Sample((Frame("Work.hot_a", FrameKind.JAVA, file="Work.java", line=a), *root), share_a, 1, 1, "java"),
+                Sample((Frame("Work.hot_b", FrameKind.JAVA, file="Work.java", line=14), *root), 100 - share_a, 1, 1,
+                       "java")]
+    assert judge("java", java(8, 75))["failed"] == []
+    assert judge("java", java(8, 90))["failed"] == ["split"]
+    assert judge("java", java(0, 75))["failed"] == ["lines"]
+    assert judge("java", [Sample(root, 10, 1, 1, "java")])["failed"] == ["named", "split"]
+
+
+def test_java_versions_are_said_as_their_feature_release():
+    """The version command of a JVM row: java.specification.version, JDK 8's "1.8" said as "8"."""
+    import subprocess
+    sed = RUNTIMES["java"][1][2].split("| ", 1)[1]
+    for printed, said in (("1.8", "8"), ("11", "11"), ("17", "17"), ("27", "27")):
+        out = subprocess.run(["sh", "-c", f"printf '    java.specification.version = {printed}\\n' | {sed}"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == said, (printed, out)

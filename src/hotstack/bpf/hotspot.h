@@ -8,7 +8,8 @@
  * listed in `hs_procs`, the in-kernel unwinder (native_unwind.h) hands every PC in anonymous memory
  * to hs_step() (the NU_RUNTIME_JIT_STEP hook), which walks it the way the JVM walks itself:
  *  - the interpreter's code: by frame pointer (its frames always keep rbp); the Method* is at
- *    fp[-3], the bytecode pointer at fp[-8], the caller's sp at fp[-1] (frame_x86.hpp, JDK 8-25).
+ *    fp[-3], the bytecode pointer at fp[-8] (fp[-7] in JDK 8, whose frames have no mirror slot:
+ *    hs_proc.interp_bcp), the caller's sp at fp[-1] (frame_x86.hpp, JDK 8-27).
  *    The slot holds the bytecode pointer as of the frame's last call out (a caller's: its call);
  *    the running leaf keeps it in a register (r13), taken from the sample's registers;
  *  - any other code blob: found through its CodeHeap's segment map (one byte per segment, the
@@ -41,7 +42,7 @@ HS_HOTSPOT_MAPS
 #define HS_SEGMAP_FREE 0xff
 #define HS_INTERP_SENDER_SP 8      /* below the interpreter's frame pointer, bytes */
 #define HS_INTERP_METHOD 24
-#define HS_INTERP_BCP 64
+#define HS_INTERP_BCP 64           /* the farthest bytecode pointer slot (JDK 9 on; JDK 8's: 56) */
 
 static __always_inline void hs_add(__u32 index, __u64 n)
 {
@@ -281,26 +282,28 @@ static __always_inline __u64 hs_read_blob(const struct hs_proc *p, __u64 block, 
  * with its Method* and bytecode pointer, the caller's sp, rbp and pc read from the frame.
  * Returns 0 to go on, -1 at the end (st->stack.end says why). */
 static __always_inline int hs_interpreted_step(struct nu_state *st, struct hs_stack *s, struct hs_buffers *buf,
-					       __u64 bp, __u64 pc, __u32 index)
+					       const struct hs_proc *p, __u64 bp, __u64 pc, __u32 index)
 {
 	__u64 *w = buf->words;      /* (the words in the per-CPU buffer, not on the BPF stack: see hs_buffers) */
 	__u64 sender_sp, extra;
+	/* the bytecode pointer's word: 0 (fp[-8]), or 1 for JDK 8's fp[-7] */
+	__u32 bcp = HS_MASKED((__u32)(HS_INTERP_BCP - p->interp_bcp) / 8, 1);
 	int failed = 0;
 
 	if (!bp || (bp & 7) || bp < st->sp || bp - st->sp > (8 << 20)) {
 		st->stack.end = NU_END_BAD_FP;
 		return -1;
 	}
-	/* the frame's words from its bytecode pointer up to the return address, in one read; where
+	/* the frame's words from fp[-8] up to the return address, in one read; where
 	 * that faults, the words read one by one (a read that faults leaves its word 0) */
 	if (bpf_probe_read_user(w, HS_INTERP_SPAN, (void *)(bp - HS_INTERP_BCP))) {
-		hs_read(&w[0], bp - HS_INTERP_BCP);
+		hs_read(&w[bcp], bp - HS_INTERP_BCP + bcp * 8);
 		hs_read(&w[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8], bp - HS_INTERP_METHOD);
 		hs_read(&w[(HS_INTERP_BCP - HS_INTERP_SENDER_SP) / 8], bp - HS_INTERP_SENDER_SP);
 		failed = hs_read(&w[HS_INTERP_BCP / 8], bp) || hs_read(&w[HS_INTERP_BCP / 8 + 1], bp + 8);
 	}
 	/* the leaf runs: its slot is as of its last call out, the register is current */
-	extra = index == 0 ? buf->leaf_bcp : w[0];
+	extra = index == 0 ? buf->leaf_bcp : w[bcp];
 	hs_record(s, index, HS_KIND_INTERPRETED, pc, w[(HS_INTERP_BCP - HS_INTERP_METHOD) / 8], extra, 0);
 	if (failed) {
 		st->stack.end = NU_END_READ;
@@ -333,7 +336,7 @@ __noinline int hs_step(__u64 pc, __u32 index)
 		return 1;
 	bp = st->bp;
 	if (pc >= p->interp_low && pc < p->interp_high)
-		return hs_interpreted_step(st, s, buf, bp, pc, index);
+		return hs_interpreted_step(st, s, buf, p, bp, pc, index);
 	b = &buf->blob;
 	__builtin_memset(b, 0, sizeof(*b));
 	blob = hs_find_block(p, pc, buf);

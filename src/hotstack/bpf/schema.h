@@ -299,9 +299,11 @@ struct hs_proc {
 	__u16 blob_name;
 	__u16 nmethod_method;
 	__u16 blob_flags;
+	__u16 interp_bcp;
+	__u16 pad[3];
 	struct hs_heap heaps[HS_MAX_HEAPS];
 };
-_Static_assert(sizeof(struct hs_proc) == 176, "struct hs_proc: schema layout");
+_Static_assert(sizeof(struct hs_proc) == 184, "struct hs_proc: schema layout");
 
 struct hs_frame {
 	__u32 index;

@@ -13,7 +13,13 @@ from ... import procs
 from ...bpf import schema
 from ..common.memory import MemoryReadError, Process
 from ..common.files import Unreadable
-from .vmstructs import VMStructs, read_vmstructs, vm_release
+from .vmstructs import VMStructs, jdk_major, read_vmstructs, vm_flag, vm_release
+
+
+# Where an interpreter frame keeps its bytecode pointer, bytes below its rbp (frame_x86.hpp): JDK 9
+# added a slot (the mirror) above it.
+INTERP_BCP = 64
+INTERP_BCP_JDK8 = 56
 
 
 class NotReady(Exception):
@@ -46,7 +52,8 @@ class JvmLayout:
     nm_pcs_offset: int = -1        # nmethod::_scopes_pcs_offset
     nm_pcs_end_offset: int = -1    # the end of the PcDescs: _dependencies_offset, or _scopes_data_offset
     nm_metadata_offset: int = -1   # nmethod::_metadata_offset (from the blob), before JDK 25
-    nm_scopes_begin: int = -1      # CompiledMethod::_scopes_data_begin (an address), before JDK 23
+    nm_scopes_begin: int = -1      # CompiledMethod::_scopes_data_begin (an address), JDK 9-22
+    nm_scopes_offset: int = -1     # nmethod::_scopes_data_offset (from the blob), JDK 8
     # JDK 25: PcDescs and scopes in the nmethod's immutable data (offsets from nmethod::_immutable_data,
     # the scopes at _scopes_data_offset), its metadata in the blob's mutable data after the relocations
     nm_immutable_data: int = -1
@@ -65,7 +72,8 @@ class JvmLayout:
     has_line_table: int = 0        # the flag bit: ConstMethod::_has_linenumber_table or ConstMethodFlags'
     invocation_entry_bci: int = -1  # InvocationEntryBci: added to a scope's stored bci
     lines_missing: str = ""        # what this JVM's vmStructs lack for lines ("" if nothing)
-    release: str = ""              # the JVM's release, when lines_missing is said
+    loop_lines_missing: str = ""   # why compiled loops have no lines ("" if they have: JDK 8's C2, below)
+    release: str = ""              # the JVM's release, when lines_missing or loop_lines_missing is said
 
     @property
     def reads_lines(self) -> bool:
@@ -79,7 +87,7 @@ class JvmLayout:
             return False
         if self.nm_immutable_data >= 0:
             return min(self.blob_mutable_data, self.blob_relocation_size) >= 0
-        return min(self.nm_metadata_offset, self.nm_scopes_begin) >= 0
+        return self.nm_metadata_offset >= 0 and max(self.nm_scopes_begin, self.nm_scopes_offset) >= 0
 
 
 def _offset(s: VMStructs, *candidates: tuple[str, str]) -> int:
@@ -123,11 +131,14 @@ def _nmethod_sections(s: VMStructs) -> dict[str, int]:
                     nm_pcs_end_offset=o.get(("nmethod", "_scopes_data_offset"), -1),
                     blob_mutable_data=o.get(("CodeBlob", "_mutable_data"), -1),
                     blob_relocation_size=o.get(("CodeBlob", "_relocation_size"), -1))
-    return dict(nm_pcs_offset=o.get(("nmethod", "_scopes_pcs_offset"), -1),
-                nm_pcs_end_offset=o.get(("nmethod", "_dependencies_offset"), -1),
-                nm_metadata_offset=o.get(("nmethod", "_metadata_offset"), -1),
-                nm_scopes_begin=o.get(("CompiledMethod", "_scopes_data_begin"),
-                                      o.get(("nmethod", "_scopes_data_begin"), -1)))
+    sections = dict(nm_pcs_offset=o.get(("nmethod", "_scopes_pcs_offset"), -1),
+                    nm_pcs_end_offset=o.get(("nmethod", "_dependencies_offset"), -1),
+                    nm_metadata_offset=o.get(("nmethod", "_metadata_offset"), -1),
+                    nm_scopes_begin=o.get(("CompiledMethod", "_scopes_data_begin"),
+                                          o.get(("nmethod", "_scopes_data_begin"), -1)))
+    if sections["nm_scopes_begin"] < 0:     # JDK 8: an offset from the blob
+        sections["nm_scopes_offset"] = o.get(("nmethod", "_scopes_data_offset"), -1)
+    return sections
 
 
 def _line_fields(s: VMStructs) -> dict:
@@ -152,8 +163,32 @@ def _line_fields(s: VMStructs) -> dict:
                 invocation_entry_bci=s.constants.get("InvocationEntryBci", -1))
 
 
+def _loop_lines_missing(mem: Process, s: VMStructs, major: int) -> str:
+    """Why the lines of C2-compiled loops cannot be had, or "": a compiled frame's line is its pc's
+    debug info, kept at calls and safepoints (DebugNonSafepoints: everywhere). JDK 8's C2 puts no
+    safepoint in a counted loop (later ones poll in each strip-mined one), so such a loop's code has
+    no debug info unless the flag is on."""
+    if major > 8:
+        return ""
+    try:
+        on = vm_flag(mem, s, "DebugNonSafepoints")
+    except MemoryReadError:
+        on = None
+    if on:
+        return ""
+    return ("JDK 8's C2 keeps no debug info in counted loops; -XX:+UnlockDiagnosticVMOptions "
+            "-XX:+DebugNonSafepoints keeps it")
+
+
 def _major_version(mem: Process, s: VMStructs) -> int:
-    """The JVM's feature version (11, 17, 21, 25): Abstract_VM_Version::_vm_major_version."""
+    """The JVM's feature version (8, 11, 17, 21, 25): JDK 8's JDK_Version::_current._major (its
+    VM's own major version is HotSpot's, 25), else Abstract_VM_Version::_vm_major_version."""
+    try:
+        major = jdk_major(mem, s)
+    except MemoryReadError:
+        raise KeyError("JDK_Version::_current") from None
+    if major:
+        return major
     address = s.addresses.get(("Abstract_VM_Version", "_vm_major_version"))
     if not address:
         raise KeyError("Abstract_VM_Version::_vm_major_version")
@@ -190,6 +225,14 @@ def _code_heaps(mem: Process, s: VMStructs) -> list[tuple[int, int, int, int]]:
     return heaps
 
 
+def _code_bounds(mem: Process, s: VMStructs, heaps: list[tuple[int, int, int, int]]) -> tuple[int, int]:
+    """The code cache's range: CodeCache::_low_bound .. _high_bound, or (JDK 8, which has neither)
+    its heaps' reserved span."""
+    if ("CodeCache", "_low_bound") in s.addresses:
+        return mem.u64(s.addresses[("CodeCache", "_low_bound")]), mem.u64(s.addresses[("CodeCache", "_high_bound")])
+    return min(heap[0] for heap in heaps), max(heap[1] for heap in heaps)
+
+
 def read_layout(process: Process | int) -> JvmLayout | None:
     """The layout of a running JVM (a Process, or a live one's pid); None if it is no JVM. NotReady
     if it is one still starting, Unreadable if its vmStructs lack a field this reader needs."""
@@ -199,8 +242,7 @@ def read_layout(process: Process | int) -> JvmLayout | None:
         return None
     try:
         heaps = _code_heaps(mem, s)
-        low = mem.u64(s.addresses[("CodeCache", "_low_bound")])
-        high = mem.u64(s.addresses[("CodeCache", "_high_bound")])
+        low, high = _code_bounds(mem, s, heaps)
         queue = mem.u64(s.addresses[("AbstractInterpreter", "_code")])
         if not queue or not low:
             raise NotReady("no interpreter yet")
@@ -222,9 +264,10 @@ def read_layout(process: Process | int) -> JvmLayout | None:
             blob_frame_size=s.offsets[("CodeBlob", "_frame_size")],
             blob_frame_complete=s.offsets[("CodeBlob", "_frame_complete_offset")],
             blob_code_begin=code_begin, blob_name=s.offsets[("CodeBlob", "_name")], nmethod_method=nmethod_method,
-            blob_flags=_blob_flags(s, code_begin_relative))
+            blob_flags=_blob_flags(s, code_begin_relative), interp_bcp=INTERP_BCP_JDK8 if major <= 8 else INTERP_BCP)
         lines = _line_fields(s)
-        if lines.get("lines_missing"):
+        lines["loop_lines_missing"] = _loop_lines_missing(mem, s, major)
+        if lines.get("lines_missing") or lines["loop_lines_missing"]:
             lines["release"] = vm_release(mem, s)
         heap_records = b"".join(schema.HS_HEAP.pack(low=a, high=b, segmap=c, log2_segment=d) for a, b, c, d in heaps)
         record = (record[:schema.HS_PROC_TAIL_OFFSET] + heap_records).ljust(schema.HS_PROC.size, b"\0")

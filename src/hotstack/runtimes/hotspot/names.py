@@ -258,7 +258,10 @@ class Names:
         if l.nm_immutable_data >= 0:
             scopes = mem.u64(blob + l.nm_immutable_data) + mem.i32(blob + l.nm_pcs_end_offset)
             return scopes, mem.u64(blob + l.blob_mutable_data) + mem.i32(blob + l.blob_relocation_size)
-        return mem.u64(blob + l.nm_scopes_begin), blob + mem.i32(blob + l.nm_metadata_offset)
+        metadata = blob + mem.i32(blob + l.nm_metadata_offset)
+        if l.nm_scopes_begin < 0:       # JDK 8: an offset from the blob
+            return blob + mem.i32(blob + l.nm_scopes_offset), metadata
+        return mem.u64(blob + l.nm_scopes_begin), metadata
 
     def _descs(self, blob: int, code_begin: int) -> tuple[list[int], list[int]]:
         """The (pc offsets, scope decode offsets) of an nmethod's PcDescs, sorted by pc."""

@@ -75,14 +75,17 @@ class HotSpotSource(JitSource):
         return layout
 
     def _note_without_lines(self, pid: int, path: str, layout: JvmLayout) -> None:
-        """A JVM whose frames are named but whose lines cannot be had (its vmStructs lack a field
-        lines need): said once per libjvm, and shown by `hotstack doctor --pid`."""
-        if layout.reads_lines and layout.reads_inlining:
+        """A JVM whose frames are named but some of whose lines cannot be had (its vmStructs lack a
+        field lines need; JDK 8's compiled loops keep no debug info): said once per libjvm, and
+        shown by `hotstack doctor --pid`."""
+        if layout.reads_lines and layout.reads_inlining and not layout.loop_lines_missing:
             return
-        if layout.reads_lines:
+        if not layout.reads_lines:
+            what, reason = "lines", layout.lines_missing
+        elif not layout.reads_inlining:
             what, reason = "the lines of compiled frames", "its vmStructs lack the fields of an nmethod's scopes"
         else:
-            what, reason = "lines", layout.lines_missing
+            what, reason = "the lines of frames in C2-compiled loops", layout.loop_lines_missing
         UNREAD.note(_identity_of(path), UnreadProcess(pid, self.label, layout.release, path, reason, partial=what))
 
     def _may_run(self, process: procs.Process) -> bool:

@@ -5,7 +5,7 @@ address), `gHotSpotVMTypes` one of (type name, superclass, size ...), and the gH
 variables say where each member sits in an entry. They are filled when the VM starts (the symbols are
 in .bss), so they are read from the live process, never from the file. Everything a Java frame walker
 needs (Method, ConstMethod, ConstantPool, Symbol, CodeBlob, nmethod, CodeHeap offsets) comes from here,
-for the JVM that runs: one reader for JDK 11-25, no table per version.
+for the JVM that runs: one reader for JDK 8-27, no table per version.
 """
 
 from __future__ import annotations
@@ -159,12 +159,43 @@ def _int_constants(mem: PagedMemory, g: dict[str, int]) -> dict[str, int]:
 
 
 def vm_release(process: procs.Process | int, structs: VMStructs) -> str:
-    """The JVM's release string (e.g. "17.0.13+11-Debian-2"), from Abstract_VM_Version::_s_vm_release."""
+    """The JVM's release string (e.g. "17.0.13+11-Debian-2"), from Abstract_VM_Version::_s_vm_release;
+    JDK 8's, HotSpot's own version, after the JDK's ("8 (HotSpot 25.472-b08)")."""
     address = structs.addresses.get(("Abstract_VM_Version", "_s_vm_release"))
     if not address:
         return ""
     mem = procs.as_process(process)
     try:
-        return _cstr_safe(mem, mem.u64(address))
+        release = _cstr_safe(mem, mem.u64(address))
     except MemoryReadError:
         return ""
+    major = jdk_major(mem, structs)
+    if major and release and not release.startswith(str(major)):
+        return f"{major} (HotSpot {release})"
+    return release
+
+
+def jdk_major(process: procs.Process | int, structs: VMStructs) -> int:
+    """The JDK's feature version as JDK_Version::_current says (8 in JDK 8, whose VM's own version is
+    HotSpot's, 25.x); 0 where it is not said. MemoryReadError if it cannot be read."""
+    current = structs.addresses.get(("JDK_Version", "_current"))
+    offset = structs.offsets.get(("JDK_Version", "_major"))
+    if not current or offset is None:
+        return 0
+    return procs.as_process(process).u8(current + offset)
+
+
+def vm_flag(process: procs.Process | int, structs: VMStructs, name: str) -> bool | None:
+    """A boolean -XX flag of the JVM, from its table of flags (Flag::flags in JDK 8, JVMFlag::flags
+    since); None if the table or the flag is not there. MemoryReadError if it cannot be read."""
+    kind = next((k for k in ("Flag", "JVMFlag") if (k, "flags") in structs.addresses), None)
+    if kind is None or (kind, "_name") not in structs.offsets or (kind, "_addr") not in structs.offsets:
+        return None
+    mem = PagedMemory(procs.as_process(process))
+    table, count = mem.u64(structs.addresses[(kind, "flags")]), mem.u64(structs.addresses[(kind, "numFlags")])
+    stride = structs.sizes.get(kind, 0)
+    for i in range(min(count, MAX_ENTRIES) if stride else 0):
+        entry = table + i * stride
+        if _cstr_safe(mem, mem.u64(entry + structs.offsets[(kind, "_name")])) == name:
+            return bool(mem.u8(mem.u64(entry + structs.offsets[(kind, "_addr")])))
+    return None
