@@ -45,6 +45,22 @@ def discover() -> list[tuple[str, str]]:
 
 INTERPRETERS = discover()
 
+# Debian unstable's interpreters (rootfs.sh's python3 and python3.15), run in its root filesystem by
+# chroot, where that root is cached and the tests run as root: for the tests marked
+# `debian_unstable` (conftest.py), whose programs need nothing of the host's files. Their `python` is
+# IN_ROOT + the program's name; Target runs it in the root (chroot execs it: the pid is the
+# interpreter's).
+IN_ROOT = "chroot:sid:"
+DEBIAN_UNSTABLE = ("python3.14", "python3.15")
+
+
+def debian_unstable() -> list[tuple[str, str]]:
+    """(id, python) of each of Debian unstable's interpreters, or none without its root or root."""
+    from tests.runtimes.matrix import ROOTFS
+    if os.geteuid() != 0 or not (ROOTFS / "sid.tar").exists():
+        return []
+    return [(f"sid-{program.removeprefix('python')}", IN_ROOT + program) for program in DEBIAN_UNSTABLE]
+
 
 # Sleeps in a known nest of functions, in the main thread and in a second thread, and reports
 # the ids of the threads, the line table of every code object the interpreter agrees on and where
@@ -97,7 +113,12 @@ class Target(ReadyProcess):
     """A Python program (`script`, run by -c) started by a test; it prints one line of JSON when ready."""
 
     def __init__(self, python: str, script: str, *args: str, stdin: bool = False) -> None:
-        super().__init__([python, "-c", script, *args], stdin=stdin)
+        if python.startswith(IN_ROOT):
+            from tests.runtimes.matrix import extracted
+            python_argv = ["chroot", str(extracted("sid")), "/usr/bin/" + python.removeprefix(IN_ROOT)]
+        else:
+            python_argv = [python]
+        super().__init__([*python_argv, "-c", script, *args], stdin=stdin)
 
     def go(self) -> None:
         """Release a target that waits for a line on stdin."""

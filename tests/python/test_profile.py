@@ -98,6 +98,7 @@ def test_shares_and_order(python, target):
 
 
 @pytest.mark.shares
+@pytest.mark.debian_unstable
 def test_without_python_frames(python, target):
     t = target(python, "import json, time; print(json.dumps({}), flush=True)\n"
                        "def spin():\n    while True: sum(range(1000))\nspin()")
@@ -194,6 +195,7 @@ THREADS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.debian_unstable
 def test_threads(python, target):
     t = target(python, THREADS)
     prof = profile(t.pid, 1.2)
@@ -227,6 +229,7 @@ ASYNC = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.debian_unstable
 def test_asyncio_and_generators(python, target):
     t = target(python, ASYNC)
     prof = profile(t.pid, 1.2)

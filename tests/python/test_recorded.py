@@ -15,6 +15,8 @@ from hotstack.symbols.symbolizer import Symbolizer
 from pyframes_helpers import NEST
 from tests.procs.recording import no_proc, record_and_end
 
+pytestmark = pytest.mark.debian_unstable
+
 
 @pytest.fixture
 def recorded(python, target, tmp_path):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import textwrap
 import time
 
+import pytest
+
 from hotstack.runtimes.python import code, detect, frames
 from hotstack.runtimes.python.linetable import line_for
 from hotstack.procs import LiveProcess
@@ -22,6 +24,7 @@ def _names(proc, raw):
     return [[cache.frame(proc.pid, proc.offsets, f.code, f.instr, f.checksum) for f in g] for g in groups]
 
 
+@pytest.mark.debian_unstable
 def test_detect_and_walk_main_thread(python, target):
     t = target(python, NEST)
     time.sleep(0.1)
@@ -40,6 +43,7 @@ def test_detect_and_walk_main_thread(python, target):
     assert len(groups) == (4 if proc.version <= (3, 10) else 1)
 
 
+@pytest.mark.debian_unstable
 def test_walk_other_thread(python, target):
     t = target(python, NEST)
     proc = detect.detect(t.pid)
@@ -49,6 +53,7 @@ def test_walk_other_thread(python, target):
     assert frames.walk_thread(proc, 12345) == []      # no such thread: nothing, not an error
 
 
+@pytest.mark.debian_unstable
 def test_line_tables_match_the_interpreter(python, target):
     t = target(python, NEST)
     proc = detect.detect(t.pid)
@@ -61,6 +66,7 @@ def test_line_tables_match_the_interpreter(python, target):
             assert line_for(proc.version, info.linetable, info.firstlineno, offset) == line, (expected["name"], offset)
 
 
+@pytest.mark.debian_unstable
 def test_reused_code_address_is_not_misnamed(python, target):
     t = target(python, NEST)
     proc = detect.detect(t.pid)
@@ -72,6 +78,7 @@ def test_reused_code_address_is_not_misnamed(python, target):
     assert not stale.resolved and stale.name == "[unknown python]"
 
 
+@pytest.mark.debian_unstable
 def test_exited_target_truncates_instead_of_failing(python, target):
     t = target(python, NEST)
     proc = detect.detect(t.pid)
