@@ -69,3 +69,31 @@ def test_an_exec_makes_the_pid_a_new_process_to_note():
     unread.note(("b",), UnreadProcess(4242, "Ruby", "3.9.1", "/opt/libruby.so", "unknown version"))
     assert unread.counts == {"Ruby": 2} and unread.take_new() == 1
     assert [u.version for u in unread.of(4242)] == ["3.9.1"]
+
+
+def test_a_runtime_read_in_part_is_counted_apart():
+    """A process whose frames are named without some lines (JDK 8's compiled loops) is noted and
+    counted as read in part, never as unread (it has its runtime frames)."""
+    from hotstack.runtimes.common.files import UnreadProcess, UnreadRuntimes
+
+    unread = UnreadRuntimes()
+    part = UnreadProcess(77, "Java", "8 (HotSpot 25.504-b01)", "/usr/lib/jvm/libjvm.so", "no debug info",
+                         partial="the lines of frames in C2-compiled loops")
+    unread.note(("j",), part)
+    unread.note(("j",), part)
+    assert unread.partly == {"Java": 1} and unread.take_new_partly() == 1 and unread.take_new_partly() == 0
+    assert unread.counts == {} and unread.take_new() == 0
+    assert unread.of(77) == [part] and "named without the lines of frames in C2-compiled loops" in part.line()
+
+
+def test_the_footer_says_processes_read_in_part_and_unread():
+    from hotstack.gadget.output import footer
+    from hotstack.profile.model import Profile, ProfileStats
+
+    profile = Profile(samples=[], start_ns=0, duration_ns=10**9, frequency_hz=99,
+                      stats=ProfileStats(runtimes_unread=2, runtimes_partly_read=1))
+    text = footer(profile, shown=0, distinct=0)
+    assert "2 processes of a runtime not read" in text
+    assert "1 processes of a runtime read in part, some frames without their line" in text
+    assert "read in part" not in footer(Profile(samples=[], start_ns=0, duration_ns=10**9, frequency_hz=99), shown=0,
+                                            distinct=0)

@@ -224,6 +224,17 @@ def stack_text(stack) -> str:
     return " < ".join(f.name[:60] for f in stack)
 
 
+def _inside(path: str, root: str) -> str:
+    """A runtime's file as its own root has it: a file read through the process's mapping of it
+    (/proc/PID/map_files/...) by the path it maps, the root's own prefix left out."""
+    if path.startswith("/proc/"):
+        try:
+            path = os.readlink(path)
+        except OSError:
+            pass
+    return path.removeprefix(root.rstrip("/"))
+
+
 def cell(args: argparse.Namespace) -> dict:
     argv = json.loads(args.argv)
     proc = start(args.mode, args.root, argv, args.image, args.docker_host, args.name, args.volume)
@@ -247,7 +258,7 @@ def cell(args: argparse.Namespace) -> dict:
             missing = result.get("failed") == ["lines"] if u.partial else result["named"] < 0.1
             if result["state"] != "pass" and said and missing:
                 result["state"] = "warns"
-                inside = u.file.removeprefix(args.root.rstrip("/"))     # its path in its own root
+                inside = _inside(u.file, args.root)
                 what = f"read without {u.partial}" if u.partial else "NOT read"
                 result["detail"] = f"said: {u.runtime} {u.version} in {inside}: {what}: {u.reason}"
         return result

@@ -53,7 +53,7 @@ def sid_root() -> Path:
 def _profile_jdk8(root: Path, flags: list[str], want: int = 600, seconds: float = 90.0):
     """Work run by JDK 8 in a mount namespace of its own (its /proc, chroot), profiled from the host
     until its busiest thread has `want` samples: (that thread's samples, what hotstack noted of it,
-    what `hotstack doctor --pid` says of it)."""
+    what `hotstack doctor --pid` says of it, the footers' count of processes read in part)."""
     proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
                              'mount -t proc proc "$0/proc" && cd "$0" && exec chroot . "$@"', str(root),
                              JAVA8, *flags, "-cp", INSIDE, "Work"],
@@ -61,12 +61,14 @@ def _profile_jdk8(root: Path, flags: list[str], want: int = 600, seconds: float 
     try:
         assert proc.stdout.readline().startswith("ready"), proc.stderr.read()
         per_tid: collections.Counter = collections.Counter()
-        samples = []
+        samples, partly = [], 0
         with Engine(EngineConfig(frequency=499, pids=(proc.pid,), unwind="kernel")) as prof:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline and max(per_tid.values(), default=0) < want:
                 time.sleep(0.5)
-                for s in prof.collect()[0].samples:
+                profile = prof.collect()[0]
+                partly += profile.stats.runtimes_partly_read
+                for s in profile.samples:
                     if s.pid == proc.pid:
                         samples.append(s)
                         per_tid[s.tid] += s.value
@@ -78,7 +80,7 @@ def _profile_jdk8(root: Path, flags: list[str], want: int = 600, seconds: float 
         proc.wait()
     assert per_tid, "no samples"
     tid = per_tid.most_common(1)[0][0]
-    return [s for s in samples if s.tid == tid], noted, doctor
+    return [s for s in samples if s.tid == tid], noted, doctor, partly
 
 
 def _frame(sample, method: str):
@@ -111,27 +113,29 @@ def _loop_lines(a: list, b: list) -> float:
 
 
 def test_jdk8_compiled_frames_named_and_their_loops_said_without_lines(sid_root):
-    samples, noted, doctor = _profile_jdk8(sid_root, [])
+    samples, noted, doctor, partly = _profile_jdk8(sid_root, [])
     a, b = _check_frames_and_callers(samples)
     assert _loop_lines(a, b) < 0.1          # (no debug info there: no line, never a wrong one)
     [note] = noted
     assert note.version.startswith("8 (HotSpot 25.") and note.partial == "the lines of frames in C2-compiled loops"
     assert "-XX:+DebugNonSafepoints" in note.reason, note.reason
+    assert partly == 1            # (the footer's count)
     assert "runtime Java 8 (HotSpot 25." in doctor and "read without the lines of frames in C2-compiled loops: JDK 8's" \
         in doctor, doctor
 
 
 def test_jdk8_compiled_loops_have_lines_with_debug_info_everywhere(sid_root):
-    samples, noted, doctor = _profile_jdk8(sid_root, ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"])
+    samples, noted, doctor, partly = _profile_jdk8(sid_root, ["-XX:+UnlockDiagnosticVMOptions",
+                                                               "-XX:+DebugNonSafepoints"])
     a, b = _check_frames_and_callers(samples)
     assert _loop_lines(a, b) >= 0.9
-    assert noted == [] and "runtime Java: read (its frames are named)" in doctor and "without" not in doctor, doctor
+    assert noted == [] and partly == 0 and "runtime Java: read (its frames are named)" in doctor and "without" not in doctor, doctor
 
 
 def test_jdk8_interpreted_frames_have_their_lines(sid_root):
     """-Xint: every frame interpreted; a caller's line from the bytecode pointer in its frame (JDK 8's
     slot), the running one's from the register."""
-    samples, noted, _doctor = _profile_jdk8(sid_root, ["-Xint"], want=400)
+    samples, noted, _doctor, _partly = _profile_jdk8(sid_root, ["-Xint"], want=400)
     a, b = _check_frames_and_callers(samples)
     assert _loop_lines(a, b) >= 0.9
     assert [n.partial for n in noted] == ["the lines of frames in C2-compiled loops"]

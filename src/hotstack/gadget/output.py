@@ -140,6 +140,9 @@ def footer(profile: Profile, shown: int, distinct: int, notes: Collection[str] =
     if st.runtimes_unread:
         parts.append(f"{st.runtimes_unread} processes of a runtime not read, without their runtime frames "
                      f"(see the warnings; hotstack doctor --pid PID)")
+    if st.runtimes_partly_read:
+        parts.append(f"{st.runtimes_partly_read} processes of a runtime read in part, some frames without their "
+                     f"line (see the warnings; hotstack doctor --pid PID)")
     if st.engine_failures:
         parts.append(f"{st.engine_failures} failures inside the engine, each logged and gone on from (see the log)")
     if st.files_not_held:

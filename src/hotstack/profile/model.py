@@ -102,6 +102,8 @@ class ProfileStats:
     truncated: int = 0            # kept, with a stack (native or runtime) cut short (a [truncated] frame)
     runtimes_unread: int = 0      # processes of a runtime hotstack recognized and cannot read (its
                                   # version or build): their runtime frames are missing (warned once)
+    runtimes_partly_read: int = 0  # processes of a runtime read in part: frames named, some of their
+                                   # lines missing (JDK 8's compiled loops; warned once)
     engine_failures: int = 0      # inside the engine: a background thread that raised (logged,
                                   # restarted), a frame source that raised on a process (logged)
     files_not_held: int = 0       # files of processes in their own root (or deleted ones) not held

@@ -87,8 +87,12 @@ class EngineCollector:
         unread = CounterMetricFamily("hotstack_runtime_processes_unread", "Processes of a runtime hotstack "
                                      "recognized and could not read (its version or build): no runtime frames; "
                                      "`hotstack doctor --pid PID` says why.", labels=["runtime"])
+        partly = CounterMetricFamily("hotstack_runtime_processes_partly_read", "Processes of a runtime hotstack "
+                                     "read in part: frames named, some without their line (JDK 8's compiled "
+                                     "loops); `hotstack doctor --pid PID` says why.", labels=["runtime"])
         for name in RUNTIME_NAMES:
             unread.add_metric([name], UNREAD.counts.get(name, 0))
+            partly.add_metric([name], UNREAD.partly.get(name, 0))
         failed = CounterMetricFamily("hotstack_engine_failures", "Failures inside the engine, by where: a "
                                      "background thread that raised (logged and restarted; five of one end the "
                                      "session), a frame source that raised on a process (logged).",
@@ -113,7 +117,8 @@ class EngineCollector:
         held.add_metric([], counts[0])
         not_held.add_metric(["bound"], counts[1])
         not_held.add_metric(["gone"], counts[2])
-        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread, failed, held, not_held)
+        yield from (samples, lost, full, truncated, native, hits, runtime, sources, source_counts, unread, partly, failed, held,
+                    not_held)
         for k, v in sorted(caches.items()):
             g = GaugeMetricFamily(f"hotstack_symbolizer_{k}", f"Symbolizer {k.replace('_', ' ')}.")
             g.add_metric([], v)

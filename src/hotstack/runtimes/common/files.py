@@ -81,9 +81,10 @@ class UnreadProcess:
 
 
 class UnreadRuntimes:
-    """Every process whose runtime was recognized and could not be read: one warning per file and
-    reason (a host runs many processes of one binary), each process counted once, and the last
-    ones kept by pid for `hotstack doctor --pid` and the agent's debug info."""
+    """Every process whose runtime was recognized and could not be read (or was read in part: its
+    frames named without some lines): one warning per file and reason (a host runs many processes of
+    one binary), each process counted once, and the last ones kept by pid for `hotstack doctor
+    --pid` and the agent's debug info."""
 
     KEEP = 4096
 
@@ -92,7 +93,9 @@ class UnreadRuntimes:
         self._warned: set[tuple] = set()
         self._by_pid: dict[tuple[int, str], UnreadProcess] = {}
         self.counts: dict[str, int] = {}       # runtime -> processes, since the start
+        self.partly: dict[str, int] = {}       # runtime -> processes read in part, since the start
         self._new = 0
+        self._new_partly = 0
 
     def note(self, identity: tuple, found: UnreadProcess) -> None:
         with self._lock:
@@ -102,7 +105,10 @@ class UnreadRuntimes:
             if len(self._by_pid) >= self.KEEP:
                 self._by_pid.pop(next(iter(self._by_pid)))
             self._by_pid[key] = found
-            if not found.partial:        # (the counters are of processes without runtime frames)
+            if found.partial:
+                self.partly[found.runtime] = self.partly.get(found.runtime, 0) + 1
+                self._new_partly += 1
+            else:
                 self.counts[found.runtime] = self.counts.get(found.runtime, 0) + 1
                 self._new += 1
             first = (identity, found.reason) not in self._warned
@@ -122,9 +128,15 @@ class UnreadRuntimes:
                 del self._by_pid[key]
 
     def take_new(self) -> int:
-        """Processes noted since the last call (for one interval's footer)."""
+        """Processes noted unread since the last call (for one interval's footer)."""
         with self._lock:
             new, self._new = self._new, 0
+        return new
+
+    def take_new_partly(self) -> int:
+        """Processes noted read in part since the last call (for one interval's footer)."""
+        with self._lock:
+            new, self._new_partly = self._new_partly, 0
         return new
 
 
