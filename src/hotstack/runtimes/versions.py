@@ -56,7 +56,7 @@ MATRIX = {
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
     "php-fpm": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
     "perl": {"passes": ("5.32", "5.36", "5.40", "5.42"), "warns": (), "fails": ()},
-    "java": {"passes": ("11", "17", "21", "25"), "warns": (), "fails": ()},
+    "java": {"passes": ("11", "17", "21", "27", "25"), "warns": ("8",), "fails": ()},
 }
 # runtime-matrix: end
 
