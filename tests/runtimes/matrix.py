@@ -79,6 +79,7 @@ VARIANTS = {
                      "OpenJDK 8, Debian unstable's openjdk-8-jdk-headless"),
     "sid-openjdk25": ("java", "sid", "/usr/lib/jvm/java-25-openjdk-amd64/bin/java",
                       "OpenJDK 25, Debian unstable's openjdk-25-jdk-headless"),
+    "experimental-ruby3.4": ("ruby", "experimental", "ruby3.4", "Ruby 3.4, Debian experimental's ruby3.4"),
 }
 MODES = ("chroot", "docker", "mntns")
 # runtime -> (argv in the root, the command that prints its version, what the version looks like)

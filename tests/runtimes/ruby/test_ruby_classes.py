@@ -2,10 +2,14 @@
 where a class includes it, `block in Class#method`, C functions of a class and of a module.
 
 The expected names come from the workload's own reflection (each method's owner, singleton or not,
-as Ruby 3.4's backtraces print them); Debian's Ruby 3.1 prints no class names in its backtraces."""
+as Ruby 3.4's backtraces print them); Debian's Ruby 3.1 prints no class names in its backtraces.
+Ruby 3.4 itself (its class layout: the name in the class's own rb_classext_t) runs in the runtime
+matrix's root of Debian experimental's ruby3.4, in a plain chroot."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import Counter
 
 import pytest
@@ -14,12 +18,27 @@ from hotstack.profile.model import FrameKind
 from tests.peers import require_tool
 from tests.runtimes.frames_harness import RUBY, profile_until
 
+from tests.runtimes.matrix import VARIANTS, extracted, root_suite
+
 from rb_helpers import HERE
 
 pytestmark = pytest.mark.root
 
 WORKLOAD = HERE / "classes.rb"
 _SOURCE = WORKLOAD.read_text().splitlines()
+RUBY34 = "experimental-ruby3.4"      # the runtime matrix's row of Ruby 3.4 (its root and program)
+
+
+@pytest.fixture
+def in_ruby34_root():
+    """(argv prefix that runs a program in Ruby 3.4's root, the workload's path there): a chroot of
+    the matrix's root, the workload copied into a directory of this test's own."""
+    root = extracted(root_suite(RUBY34))
+    private = root / "tmp" / f"hotstack-test-{os.getpid()}"
+    private.mkdir(exist_ok=True)
+    (private / WORKLOAD.name).write_bytes(WORKLOAD.read_bytes())
+    yield ["chroot", str(root)], f"/{private.relative_to(root)}/{WORKLOAD.name}"
+    shutil.rmtree(private)
 
 
 def _def_line(name: str) -> int:
@@ -27,11 +46,20 @@ def _def_line(name: str) -> int:
 
 
 @pytest.mark.shares
-@pytest.mark.parametrize("jit", ["interpreter", "yjit"])
-def test_class_and_singleton_names(ruby_target, jit):
+@pytest.mark.parametrize("jit", ["interpreter", "yjit", "ruby3.4"])
+def test_class_and_singleton_names(ruby_target, jit, request):
     """Also under YJIT (Debian's 3.1 has it, off unless --yjit): the same names, order and split; the
-    native frames stop at YJIT's code, one `[ruby jit]` frame below every Ruby frame."""
-    t = ruby_target(require_tool("ruby"), WORKLOAD, "60", flags=("--yjit",) if jit == "yjit" else ())
+    native frames stop at YJIT's code, one `[ruby jit]` frame below every Ruby frame. And in Ruby 3.4
+    (Debian's build has no YJIT): its interpreter, its layout."""
+    workload = WORKLOAD
+    if jit == "ruby3.4":
+        prefix, workload = request.getfixturevalue("in_ruby34_root")
+        # argv: chroot ROOT ruby3.4 WORKLOAD 60
+        t = ruby_target(prefix[0], workload, "60", flags=(*prefix[1:], VARIANTS[RUBY34][2]))
+        assert t.info["version"].startswith("3.4."), t.info
+        jit = "interpreter"
+    else:
+        t = ruby_target(require_tool("ruby"), WORKLOAD, "60", flags=("--yjit",) if jit == "yjit" else ())
     assert t.info["yjit"] == (jit == "yjit"), t.info
     n = t.info["names"]
     assert n["price"].endswith(".price") and n["total"].endswith("#total") and n["spin"].startswith("Spinner#"), n
@@ -65,7 +93,7 @@ def test_class_and_singleton_names(ruby_target, jit):
         spins[names[-1]] += s.value
         by_name = {f.name: f for f in s.stack}
         assert by_name[n["spin"]].line > _def_line("spin"), by_name[n["spin"]]
-        assert by_name[n["run"]].file == str(WORKLOAD), by_name[n["run"]]
+        assert by_name[n["run"]].file == str(workload), by_name[n["run"]]
     assert spins[n["clock_gettime"]] > 0, spins
     marked = 0
     for s in samples:

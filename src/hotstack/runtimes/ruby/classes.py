@@ -8,8 +8,10 @@ An anonymous class has no permanent name: the frame keeps its method name alone,
 
 Up to 3.1 a class's instance variables are an st_table (RClass.ptr -> rb_classext_t.iv_tbl) of
 ID -> VALUE; the IDs are named through the symbol table (symbols.py). The entries array is read
-at once and scanned (classes hold a handful of variables). Later layouts (3.2's shapes, 3.3's
-classext.classpath) are not read: their frames keep their method names alone.
+at once and scanned (classes hold a handful of variables). From 3.3 (read for 3.4) the class's
+rb_classext_t holds the name itself (classpath, taken when its permanent_classpath bit is set, as
+Ruby's backtraces do) and a singleton class's attached object. 3.2's layout (its variables in
+shapes) is not read: its frames keep their method names alone.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from .offsets import RubyOffsets
 from .symbols import method_name
 
 T_CLASS, T_MODULE = 0x02, 0x03
-FL_SINGLETON = 1 << 12              # FL_USER0
 ST_ENTRIES = 48                     # st_table: ..., entries_start 32, entries_bound 40, entries 48
 ST_ENTRY = 24                       # st_table_entry: hash, key, record
 ST_DELETED = (1 << 64) - 1          # an entry's hash when it was deleted
@@ -60,8 +61,19 @@ class ClassNames:
                 return value
         return None
 
+    def _attached(self, mem: Process, singleton: int) -> int | None:
+        if self.o.attached_object:
+            return mem.u64(singleton + self.o.attached_object)
+        return self._ivar(mem, singleton, "__attached__")
+
+    def _classpath(self, mem: Process, klass: int) -> int | None:
+        if self.o.classpath:
+            permanent = mem.read(klass + self.o.classpath_flags, 1)[0] & 1
+            return mem.u64(klass + self.o.classpath) if permanent else None
+        return self._ivar(mem, klass, "__classpath__")
+
     def _path(self, mem: Process, klass: int) -> str | None:
-        path = self._ivar(mem, klass, "__classpath__")
+        path = self._classpath(mem, klass)
         if path is None or not is_object(path) or mem.u64(path) & T_MASK != T_STRING:
             return None
         return read_string(mem, self.o, path) or None
@@ -71,12 +83,12 @@ class ClassNames:
         if owner in self._names:
             return self._names[owner]
         name = None
-        if self.o.class_ext and self.table and is_object(owner):
+        if (self.o.classpath or self.o.class_ext and self.table) and is_object(owner):
             try:
                 flags = mem.u64(owner)
                 if flags & T_MASK in (T_CLASS, T_MODULE):
-                    if flags & FL_SINGLETON:
-                        attached = self._ivar(mem, owner, "__attached__")
+                    if flags & self.o.fl_singleton:
+                        attached = self._attached(mem, owner)
                         if (attached is not None and is_object(attached)
                                 and mem.u64(attached) & T_MASK in (T_CLASS, T_MODULE)):
                             base = self._path(mem, attached)

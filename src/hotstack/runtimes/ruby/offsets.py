@@ -39,9 +39,17 @@ class RubyOffsets:
     me_owner: int = 32
     def_original_id: int = 32
     last_op_id: int = 169            # tLAST_OP_ID: IDs above it carry a scope in their low bits
-    # classes (classes.py): RClass.ptr -> rb_classext_t.iv_tbl (an st_table); 0: names not read
+    # classes (classes.py), up to 3.1: RClass.ptr -> rb_classext_t.iv_tbl (an st_table of the class's
+    # instance variables, __classpath__ and __attached__ among them); 0: not this layout
     class_ext: int = 24
     ext_iv_tbl: int = 8
+    # 3.3+: rb_classext_t lies in the class's own slot after struct RClass (basic, super, m_tbl: 32
+    # bytes); from the class: classext.classpath, the byte of its permanent_classpath bit (bit 0) and
+    # as.singleton_class.attached_object; 0: not this layout
+    classpath: int = 0
+    classpath_flags: int = 0
+    attached_object: int = 0
+    fl_singleton: int = 1 << 12      # RUBY_FL_SINGLETON: FL_USER0 up to 3.3, FL_USER1 from 3.4
 
 
 _V31 = RubyOffsets((3, 1), cf_size=64, running_ec=0x208)
@@ -53,7 +61,9 @@ _TABLE: dict[tuple[int, int], RubyOffsets] = {
                     local_iseq=168, rstring_embed_len_in_flags=False, rstring_ary=24, class_ext=0),
 }
 _TABLE[(3, 3)] = replace(_TABLE[(3, 2)], version=(3, 3), cf_size=56, running_ec=0x180)
-_TABLE[(3, 4)] = replace(_TABLE[(3, 3)], version=(3, 4), last_op_id=170)
+# 3.4: tLAST_OP_ID one more (idIncludeP), RUBY_FL_SINGLETON moved to FL_USER1; classext as in 3.3
+_TABLE[(3, 4)] = replace(_TABLE[(3, 3)], version=(3, 4), last_op_id=170, classpath=32 + 120, classpath_flags=32 + 117,
+                         attached_object=32 + 96, fl_singleton=1 << 13)
 
 SUPPORTED = tuple(sorted(_TABLE))
 TESTED = ((3, 1),)
