@@ -52,7 +52,7 @@ LAYOUTS = {
 MATRIX = {
     "python": {"passes": ("3.9", "3.11", "3.13", "3.14", "3.15"), "warns": (), "fails": ()},
     "node": {"passes": ("12", "18", "20", "24", "22"), "warns": (), "fails": ()},
-    "ruby": {"passes": ("2.7", "3.1", "3.3"), "warns": (), "fails": ()},
+    "ruby": {"passes": ("2.7", "3.1", "3.3", "3.4"), "warns": (), "fails": ()},
     "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
     "php-fpm": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
     "perl": {"passes": ("5.32", "5.36", "5.40", "5.42"), "warns": (), "fails": ()},

@@ -1,7 +1,8 @@
 """Ruby's struct offsets per version (x86-64), for the walker and the userspace reader.
 
 Ruby publishes no introspection data, so these come from its headers per release line (checked
-against a live 3.1 by tests/runtimes/ruby: the frames read here equal Ruby's own backtrace).
+against a live 3.1 by tests/runtimes/ruby: the frames read here equal Ruby's own backtrace; 3.4, with
+its class names, against Debian experimental's ruby3.4 by test_ruby_classes and the runtime matrix).
 Only what the kernel walker (bpf/ruby.h) and the symbolizer (iseq.py) read is listed.
 """
 
