@@ -3,21 +3,21 @@ where a class includes it, `block in Class#method`, C functions of a class and o
 
 The expected names come from the workload's own reflection (each method's owner, singleton or not,
 as Ruby 3.4's backtraces print them); Debian's Ruby 3.1 prints no class names in its backtraces.
-Ruby 3.4 itself (its class layout: the name in the class's own rb_classext_t) runs in the runtime
-matrix's root of Debian experimental's ruby3.4, in a plain chroot."""
+Ruby 3.3 and 3.4 (their class layout: the name in the class's own rb_classext_t) run in the runtime
+matrix's roots of Debian 13 and of Debian experimental's ruby3.4, in a plain chroot."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from hotstack.profile.model import FrameKind
 from tests.peers import require_tool
 from tests.runtimes.frames_harness import RUBY, profile_until
-
 from tests.runtimes.matrix import VARIANTS, extracted, root_suite
 
 from rb_helpers import HERE
@@ -26,19 +26,28 @@ pytestmark = pytest.mark.root
 
 WORKLOAD = HERE / "classes.rb"
 _SOURCE = WORKLOAD.read_text().splitlines()
-RUBY34 = "experimental-ruby3.4"      # the runtime matrix's row of Ruby 3.4 (its root and program)
+# Rubies run in the runtime matrix's roots (a plain chroot): jit parameter -> (the root's row, program)
+IN_ROOTS = {"ruby3.3": ("trixie", "ruby"), "ruby3.4": ("experimental-ruby3.4", VARIANTS["experimental-ruby3.4"][2])}
 
 
 @pytest.fixture
-def in_ruby34_root():
-    """(argv prefix that runs a program in Ruby 3.4's root, the workload's path there): a chroot of
-    the matrix's root, the workload copied into a directory of this test's own."""
-    root = extracted(root_suite(RUBY34))
-    private = root / "tmp" / f"hotstack-test-{os.getpid()}"
-    private.mkdir(exist_ok=True)
-    (private / WORKLOAD.name).write_bytes(WORKLOAD.read_bytes())
-    yield ["chroot", str(root)], f"/{private.relative_to(root)}/{WORKLOAD.name}"
-    shutil.rmtree(private)
+def in_root():
+    """in_root(jit) -> (argv that runs the workload in that row's root, the workload's path there): a
+    chroot of the matrix's root, the workload copied into a directory of this test's own."""
+    made: list[Path] = []
+
+    def copy(jit: str) -> tuple[list[str], str]:
+        row, program = IN_ROOTS[jit]
+        root = extracted(root_suite(row))
+        private = root / "tmp" / f"hotstack-test-{os.getpid()}"
+        private.mkdir(exist_ok=True)
+        made.append(private)
+        (private / WORKLOAD.name).write_bytes(WORKLOAD.read_bytes())
+        return ["chroot", str(root), program], f"/{private.relative_to(root)}/{WORKLOAD.name}"
+
+    yield copy
+    for private in made:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _def_line(name: str) -> int:
@@ -46,17 +55,17 @@ def _def_line(name: str) -> int:
 
 
 @pytest.mark.shares
-@pytest.mark.parametrize("jit", ["interpreter", "yjit", "ruby3.4"])
-def test_class_and_singleton_names(ruby_target, jit, request):
+@pytest.mark.parametrize("jit", ["interpreter", "yjit", *IN_ROOTS])
+def test_class_and_singleton_names(ruby_target, jit, in_root):
     """Also under YJIT (Debian's 3.1 has it, off unless --yjit): the same names, order and split; the
-    native frames stop at YJIT's code, one `[ruby jit]` frame below every Ruby frame. And in Ruby 3.4
-    (Debian's build has no YJIT): its interpreter, its layout."""
+    native frames stop at YJIT's code, one `[ruby jit]` frame below every Ruby frame. And in Ruby 3.3
+    and 3.4 (Debian's 3.4 build has no YJIT): their interpreters, their layout."""
     workload = WORKLOAD
-    if jit == "ruby3.4":
-        prefix, workload = request.getfixturevalue("in_ruby34_root")
-        # argv: chroot ROOT ruby3.4 WORKLOAD 60
-        t = ruby_target(prefix[0], workload, "60", flags=(*prefix[1:], VARIANTS[RUBY34][2]))
-        assert t.info["version"].startswith("3.4."), t.info
+    if jit in IN_ROOTS:
+        argv, workload = in_root(jit)
+        # argv: chroot ROOT PROGRAM WORKLOAD 60
+        t = ruby_target(argv[0], workload, "60", flags=tuple(argv[1:]))
+        assert t.info["version"].startswith(jit.removeprefix("ruby") + "."), t.info
         jit = "interpreter"
     else:
         t = ruby_target(require_tool("ruby"), WORKLOAD, "60", flags=("--yjit",) if jit == "yjit" else ())

@@ -8,7 +8,7 @@ An anonymous class has no permanent name: the frame keeps its method name alone,
 
 Up to 3.1 a class's instance variables are an st_table (RClass.ptr -> rb_classext_t.iv_tbl) of
 ID -> VALUE; the IDs are named through the symbol table (symbols.py). The entries array is read
-at once and scanned (classes hold a handful of variables). From 3.3 (read for 3.4) the class's
+at once and scanned (classes hold a handful of variables). From 3.3 the class's
 rb_classext_t holds the name itself (classpath, taken when its permanent_classpath bit is set, as
 Ruby's backtraces do) and a singleton class's attached object. 3.2's layout (its variables in
 shapes) is not read: its frames keep their method names alone.

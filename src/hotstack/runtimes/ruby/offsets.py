@@ -1,8 +1,9 @@
 """Ruby's struct offsets per version (x86-64), for the walker and the userspace reader.
 
 Ruby publishes no introspection data, so these come from its headers per release line (checked
-against a live 3.1 by tests/runtimes/ruby: the frames read here equal Ruby's own backtrace; 3.4, with
-its class names, against Debian experimental's ruby3.4 by test_ruby_classes and the runtime matrix).
+against a live 3.1 by tests/runtimes/ruby: the frames read here equal Ruby's own backtrace; 3.3 and
+3.4, with their class names, against Debian 13's ruby and Debian experimental's ruby3.4 by
+test_ruby_classes and the runtime matrix).
 Only what the kernel walker (bpf/ruby.h) and the symbolizer (iseq.py) read is listed.
 """
 
@@ -61,10 +62,10 @@ _TABLE: dict[tuple[int, int], RubyOffsets] = {
     (3, 2): replace(_V31, version=(3, 2), insn_info_body=112, insn_info_size=128, succ_index_table=136,
                     local_iseq=168, rstring_embed_len_in_flags=False, rstring_ary=24, class_ext=0),
 }
-_TABLE[(3, 3)] = replace(_TABLE[(3, 2)], version=(3, 3), cf_size=56, running_ec=0x180)
+_TABLE[(3, 3)] = replace(_TABLE[(3, 2)], version=(3, 3), cf_size=56, running_ec=0x180, classpath=32 + 120,
+                         classpath_flags=32 + 117, attached_object=32 + 96)
 # 3.4: tLAST_OP_ID one more (idIncludeP), RUBY_FL_SINGLETON moved to FL_USER1; classext as in 3.3
-_TABLE[(3, 4)] = replace(_TABLE[(3, 3)], version=(3, 4), last_op_id=170, classpath=32 + 120, classpath_flags=32 + 117,
-                         attached_object=32 + 96, fl_singleton=1 << 13)
+_TABLE[(3, 4)] = replace(_TABLE[(3, 3)], version=(3, 4), last_op_id=170, fl_singleton=1 << 13)
 
 SUPPORTED = tuple(sorted(_TABLE))
 TESTED = ((3, 1),)
