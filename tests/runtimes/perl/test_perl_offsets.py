@@ -1,5 +1,5 @@
-"""The offset table (runtimes/perl/offsets.py) against each perl's own headers (this machine's and
-Debian 11-unstable's): a C program compiled against them prints offsetof() of every member the
+"""The offset table (runtimes/perl/offsets.py) against each perl's own headers (this machine's,
+Debian 11-unstable's and experimental's): a C program compiled against them prints offsetof() of every member the
 walker and the namer read, which must equal the table's entry for that perl's version."""
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ CONSTANTS = {"CVf_NAMED": CVF_NAMED, "SVt_PVCV": SVT_PVCV, "SVt_PVGV": SVT_PVGV,
              "offsetof(struct block, blk_u.blku_eval.retop)": offsets_for((5, 36)).cx_retop}
 
 
-SUITES = ("bullseye", "bookworm", "trixie", "sid")       # Debian's perls 5.32, 5.36, 5.40, 5.42
+# Debian's perls 5.32, 5.36, 5.40, 5.42, and experimental's 5.44 (in a root of its own)
+SUITES = ("bullseye", "bookworm", "trixie", "sid", "experimental-perl")
 
 
 @pytest.mark.parametrize("where", ("host",) + SUITES)

@@ -1,9 +1,9 @@
-"""Where Perl 5.30-5.42 keep what the walker and the namer read (x86-64).
+"""Where Perl 5.30-5.44 keep what the walker and the namer read (x86-64).
 
 Debian ships no debug information for perl, so the offsets are a table. Each entry was computed by
 compiling offsetof() against that release's headers (perl5's git tags) with Debian's 5.36
 config.h (ithreads, MULTIPLICITY); tests/runtimes/perl/test_perl_offsets.py checks the entries of
-Debian's perls (5.32, 5.36, 5.40, 5.42) against each one's own headers and compiler flags.
+Debian's perls (5.32, 5.36, 5.40, 5.42, and experimental's 5.44) against each one's own headers and compiler flags.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ _TABLE = {
     (5, 38): replace(_V536, version=(5, 38)),
     (5, 40): replace(_V536, version=(5, 40)),
     (5, 42): replace(_V536, version=(5, 42)),
+    (5, 44): replace(_V536, version=(5, 44)),
 }
 TESTED = ((5, 36),)
 

@@ -37,8 +37,10 @@ class PhpOffsets:
 
 
 # op_array.last/opcodes as in php-src's zend_compile.h of each version; 8.2 moved T and
-# run_time_cache into the common elements, 8.4 has two more pointers in them (7.4, 8.2 and 8.4 also
-# checked in Debian's builds: every opcode's line inside its function). Where not checked: 0
+# run_time_cache into the common elements, 8.4 has two more pointers in them (7.4, 8.2, 8.4 and 8.5
+# also checked in Debian's builds: every opcode's line inside its function). Where not checked: 0.
+# 8.5's zend_executor_globals has 24 more bytes before current_execute_data (offsetof against
+# Debian's php8.5-dev headers; its executor reads EG(current_execute_data) at 0x200).
 _V82 = PhpOffsets((8, 2))
 _TABLE = {
     (7, 4): replace(_V82, version=(7, 4), op_filename=136, op_line_start=144, op_last=60, op_opcodes=64),
@@ -47,6 +49,8 @@ _TABLE = {
     (8, 2): _V82,
     (8, 3): replace(_V82, version=(8, 3), op_filename=144, op_line_start=152, op_opcodes=0),
     (8, 4): replace(_V82, version=(8, 4), op_filename=168, op_line_start=176, op_last=96, op_opcodes=104),
+    (8, 5): replace(_V82, version=(8, 5), current_execute_data=512, op_filename=168, op_line_start=176,
+                    op_last=96, op_opcodes=104),
 }
 TESTED = ((8, 2),)
 
