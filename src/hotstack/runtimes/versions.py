@@ -53,9 +53,9 @@ MATRIX = {
     "python": {"passes": ("3.9", "3.11", "3.13", "3.14", "3.15"), "warns": (), "fails": ()},
     "node": {"passes": ("12", "18", "20", "24", "22"), "warns": (), "fails": ()},
     "ruby": {"passes": ("2.7", "3.1", "3.3", "3.4"), "warns": (), "fails": ()},
-    "php": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
+    "php": {"passes": ("7.4", "8.2", "8.4", "8.5"), "warns": (), "fails": ()},
     "php-fpm": {"passes": ("7.4", "8.2", "8.4"), "warns": (), "fails": ()},
-    "perl": {"passes": ("5.32", "5.36", "5.40", "5.42"), "warns": (), "fails": ()},
+    "perl": {"passes": ("5.32", "5.36", "5.40", "5.42", "5.44"), "warns": (), "fails": ()},
     "java": {"passes": ("11", "17", "21", "27", "25"), "warns": ("8",), "fails": ()},
 }
 # runtime-matrix: end

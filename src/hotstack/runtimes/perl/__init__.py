@@ -1,6 +1,6 @@
 """Perl frames: the runloop's native frames replaced by the Perl subs it ran.
 
-How it fits together (Perl 5.36 tested, Debian's threaded build; offsets for 5.30-5.40, x86-64):
+How it fits together (Perl 5.36 tested, Debian's threaded build; offsets for 5.30-5.44, x86-64):
 - detect.py: a process is Perl if a mapped ELF file named perl* / libperl.so* defines PL_version;
   the thread's interpreter is found through the thread-local PL_current_context (5.36+) or
   PL_curinterp (older: the main thread only). offsets.py: struct offsets per version.

@@ -1,6 +1,6 @@
 """PHP frames: the Zend VM's native frames replaced by the PHP functions they ran.
 
-How it fits together (PHP 8.2 tested, NTS builds: php-cli, php-fpm; offsets for 7.4-8.4, x86-64):
+How it fits together (PHP 8.2 tested, NTS builds: php-cli, php-fpm; offsets for 7.4-8.5, x86-64):
 - detect.py: a process is PHP if a mapped ELF file named like php8.2 / php-fpm8.2 / libphp8.2.so
   defines `executor_globals`; the version comes from its name.
 - bpf/php.h: in the sampler, follows executor_globals.current_execute_data through
