@@ -263,7 +263,8 @@ static __always_inline int nu_step(struct nu_state *st, struct nu_ranges *pr, in
 	/* a return address points after the call: look up the call itself */
 	lookup = (n == 0 || st->signal) ? pc : pc - 1;
 	/* recorded and hashed so; the frame is unwound from its pc */
-	shown = (n == 0 && pc - st->leaf_start < st->leaf_end - st->leaf_start) ? st->leaf_start : pc;
+	shown = (n == 0 && (pc - st->leaf_start < st->leaf_end - st->leaf_start ||
+			    pc - st->leaf_part_start < st->leaf_part_end - st->leaf_part_start)) ? st->leaf_start : pc;
 	st->stack.pcs[n] = shown;
 	st->stack.n = n + 1;
 	/* (hashed as it goes: a loop over up to NU_MAX_FRAMES addresses at the end would be most of
@@ -341,6 +342,8 @@ static __always_inline struct nu_state *nu_begin(__u32 tgid, const struct arch_r
 	st->shared = 1;
 	st->leaf_start = 0;
 	st->leaf_end = 0;
+	st->leaf_part_start = 0;
+	st->leaf_part_end = 0;
 	st->file_key.ino = 0;     /* no file looked up yet (0: anonymous memory, never looked up) */
 	nu_count(NU_STAT_WALKS);
 	mm = nu_current_mm();

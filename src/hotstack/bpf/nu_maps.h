@@ -51,9 +51,13 @@ struct nu_state {
 	/* A leaf pc in [leaf_start, leaf_end) is recorded as leaf_start (an interpreter's walker sets
 	 * them: a leaf in its evaluation loop is replaced by the interpreter's frames, so the exact
 	 * instruction tells nothing, and would make a stack per instruction of the loop); the walk
-	 * itself unwinds from the pc as it is. 0, 0: none. */
+	 * itself unwinds from the pc as it is. 0, 0: none. A leaf in [leaf_part_start, leaf_part_end)
+	 * (the part of the loop its compiler split out, where no symbol names it) is recorded as
+	 * leaf_start too: one leaf for the whole loop, named as the loop. */
 	__u64 leaf_start;
 	__u64 leaf_end;
+	__u64 leaf_part_start;
+	__u64 leaf_part_end;
 	/* the file of the last frame looked up in this walk and its nu_files entry: most frames of a
 	 * stack are in the file of the frame before (one program's, or libc's), which then costs no
 	 * hash lookup */

@@ -251,7 +251,7 @@ static __always_inline int rt_walk(struct bpf_perf_event_data *ctx, int which, i
 	struct nu_state *st = nu_state();
 	struct stack_key key;
 	char comm[COMM_LEN];
-	__u64 word, eval[2] = {};
+	__u64 word, eval[4] = {};
 	__u32 buffer;
 
 	if (!st)
@@ -273,6 +273,8 @@ static __always_inline int rt_walk(struct bpf_perf_event_data *ctx, int which, i
 		st->ctx_words[__builtin_offsetof(struct stack_key, runtime_stack) / 8] = key.runtime_stack;
 		st->leaf_start = eval[0];
 		st->leaf_end = eval[1];
+		st->leaf_part_start = eval[2];
+		st->leaf_part_end = eval[3];
 		bpf_tail_call(ctx, &nu_progs, 0);
 		nu_count(NU_STAT_TAIL_CALL_FAILED);
 		count_stat(STAT_USTACK_ERROR);

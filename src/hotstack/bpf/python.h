@@ -315,7 +315,9 @@ static __always_inline void py_walk_unrolled(struct py_walk *s, const struct py_
 
 /* Walk the sampled thread's Python frames; returns the py_stacks key (0: no Python frames).
  * `use_loop` (a constant): the frames stepped by bpf_loop, else by an unrolled loop (kernels before
- * 5.17, which have no bpf_loop: the program that calls it would not load there). */
+ * 5.17, which have no bpf_loop: the program that calls it would not load there). `eval` gets the
+ * evaluation loop's code, [start, end) and its split part's [start, end) (the leaf's ranges of
+ * struct nu_state). */
 static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int use_loop, __u64 *eval)
 {
 	const struct py_proc *proc = bpf_map_lookup_elem(&python_procs, &pid);
@@ -330,6 +332,8 @@ static __always_inline __u64 python_walk(__u32 pid, __u32 tid, __u32 buffer, int
 		return 0;
 	eval[0] = proc->eval_start;
 	eval[1] = proc->eval_end;
+	eval[2] = proc->eval_part_start;
+	eval[3] = proc->eval_part_end;
 	py_count(PY_STAT_WALKS);
 	stack = bpf_map_lookup_elem(&py_scratch, &zero);
 	w = bpf_map_lookup_elem(&py_window, &zero);

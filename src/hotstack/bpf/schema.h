@@ -126,8 +126,10 @@ struct py_proc {
 	__u16 co_linetable;
 	__u64 eval_start;
 	__u64 eval_end;
+	__u64 eval_part_start;
+	__u64 eval_part_end;
 };
-_Static_assert(sizeof(struct py_proc) == 72, "struct py_proc: schema layout");
+_Static_assert(sizeof(struct py_proc) == 88, "struct py_proc: schema layout");
 
 struct py_frame {
 	__u64 code;

@@ -70,6 +70,15 @@ class PythonProcess(ReadThrough):
         return (self.base + start, self.base + start + size) if size else (0, 0)
 
     @property
+    def eval_part(self) -> tuple[int, int]:
+        """[start, end) in the process of the part of the evaluation loop its compiler split out
+        (the largest, if ever more than one: GCC makes one .cold part); (0, 0): none."""
+        if not self.binary.eval_parts:
+            return (0, 0)
+        start, end = max(self.binary.eval_parts, key=lambda part: part[1] - part[0])
+        return (self.base + start, self.base + end)
+
+    @property
     def version(self) -> tuple[int, int]:
         return self.binary.version
 

@@ -44,7 +44,8 @@ def proc_record(proc: PythonProcess) -> bytes:
         cframe_current=o.cframe_current if o.frame_kind == FRAME_CFRAME else NONE, frame_code=o.frame_code,
         frame_previous=o.frame_previous, frame_instr=o.frame_instr, frame_marker=o.frame_marker,
         co_argcount=o.co_argcount, co_flags=o.co_flags, co_firstlineno=o.co_firstlineno,
-        eval_start=proc.eval_loop[0], eval_end=proc.eval_loop[1])
+        eval_start=proc.eval_loop[0], eval_end=proc.eval_loop[1],
+        eval_part_start=proc.eval_part[0], eval_part_end=proc.eval_part[1])
 
 
 # parse_stack makes RawPyFrames straight from the record's fields, in their order
