@@ -65,11 +65,11 @@ want trixie && build trixie python3 nodejs ruby php-cli php-fpm libfcgi-bin perl
 want sid && build sid python3 python3.15 nodejs ruby php-cli perl openjdk-25-jdk-headless openjdk-8-jdk-headless \
     openjdk-27-jdk-headless
 # Debian unstable with experimental's sources: Ruby 3.4 (ruby3.4 and its libruby3.4) and PHP 8.5 (php8.5-cli,
-# the php8.5-common and php8.5-readline of its version with it), in experimental only, selected from there
-# by apt's pkg/release form
+# the php8.5-common and php8.5-readline of its version with it; php8.5-fpm, with libfcgi-bin as above), in
+# experimental only, selected from there by apt's pkg/release form
 want experimental && build --name experimental --source "deb http://deb.debian.org/debian sid main" \
     --source "deb http://deb.debian.org/debian experimental main" sid ruby3.4/experimental libruby3.4/experimental \
-    php8.5-cli/experimental
+    php8.5-cli/experimental php8.5-fpm/experimental libfcgi-bin
 # The same with experimental's Perl 5.44 (perl, with its perl-base, libperl5.44 and perl-modules-5.44), in a
 # root of its own: its perl-base replaces unstable's, which the perl modules of unstable built for 5.42
 # need (PHP's ucf through libtext-charwidth-perl), so PHP 8.5 and Perl 5.44 cannot share a root

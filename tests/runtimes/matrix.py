@@ -81,6 +81,8 @@ VARIANTS = {
                       "OpenJDK 25, Debian unstable's openjdk-25-jdk-headless"),
     "experimental-ruby3.4": ("ruby", "experimental", "ruby3.4", "Ruby 3.4, Debian experimental's ruby3.4"),
     "experimental-php8.5": ("php", "experimental", "php8.5", "PHP 8.5, Debian experimental's php8.5-cli"),
+    # (fpm.sh runs the root's one php-fpm, php-fpm8.5; php8.5 tells the version)
+    "experimental-php-fpm8.5": ("php-fpm", "experimental", "php8.5", "PHP-FPM 8.5, Debian experimental's php8.5-fpm"),
     # (in a root of its own, `experimental-perl`: its perl-base replaces unstable's, rootfs.sh says why)
     "experimental-perl5.44": ("perl", "experimental-perl", "perl", "Perl 5.44, Debian experimental's perl"),
 }
@@ -135,6 +137,8 @@ def programs(runtime: str, suite: str) -> tuple[list[str], list[str]]:
         return argv, version
     if runtime == "java":
         return [program, "-cp", INSIDE, "Work"], ["sh", "-c", version[2].replace("java ", f"{program} ", 1)]
+    if runtime == "php-fpm":        # fpm.sh starts the root's php-fpm; the program is its PHP's CLI
+        return argv, [program, *version[1:]]
     return [program, *argv[1:]], [program, *version[1:]]
 
 

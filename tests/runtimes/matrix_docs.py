@@ -28,7 +28,7 @@ SOURCES = ("Registry builds: Node.js 12 and 18 are the official builds (npm's `n
            "Temurin's full JDK downloads are served by Adoptium's own sites only (no package registry: "
            "Debian ships OpenJDK, Maven Central and PyPI no full Temurin JDK), so the Debian rows run "
            "Debian's OpenJDK. Ruby 3.4, PHP 8.5 and Perl 5.44 are in Debian experimental only (unstable has "
-           "Ruby 3.3, PHP 8.4, Perl 5.42): their rows run experimental's ruby3.4, php8.5 and perl in a root of "
+           "Ruby 3.3, PHP 8.4, Perl 5.42): their rows run experimental's ruby3.4, php8.5, php8.5-fpm and perl in a root of "
            "Debian unstable with experimental's sources added (rootfs.sh's `experimental`; Perl 5.44 in one of "
            "its own, `experimental-perl`, as its perl-base replaces unstable's). PHP-FPM: the "
            "suite's php-fpm (its opcache on, as Debian installs it) serving a loop of FastCGI requests "
