@@ -58,7 +58,7 @@ struct {
  * helpers, are functions of their own, which a stripped binary names by no symbol (Debian's PHP
  * 7.4, 8.2 and 8.4 run a tight loop's ZEND_MOD in one), so no range of addresses marks where the
  * registers hold. Instead they are taken only as they must look there: the execute_data register
- * is ed itself and the opline register one of the opcodes of ed's user function (zend_op: 32
+ * is ed itself and the opline register one of the opcodes of ed's user code (zend_op: 32
  * bytes). Elsewhere (code of another file the VM called, which may reuse them, or a build without
  * the global registers) they hold anything, and the frame's stored opline is kept.
  */
@@ -74,7 +74,7 @@ static __always_inline void php_register_opline(const struct php_proc *proc, str
 	if (vm_fp != ed || !proc->op_opcodes || !proc->op_last)
 		return;
 	if (bpf_probe_read_user(&func, 8, (void *)(ed + proc->ed_func)) ||
-	    bpf_probe_read_user(&type, 1, (void *)func) || type != 2 ||
+	    bpf_probe_read_user(&type, 1, (void *)func) || (type != 2 && type != 4) ||
 	    bpf_probe_read_user(&opcodes, 8, (void *)(func + proc->op_opcodes)) ||
 	    bpf_probe_read_user(&last, 4, (void *)(func + proc->op_last)))
 		return;
@@ -112,7 +112,7 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 	leaf_mask = leaf->mask;
 	for (i = 0; i < PHP_MAX_FRAMES; i++) {
 		struct php_frame *f = &stack->frames[i];
-		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, opcodes = 0, func, opline;
+		__u64 block[8] = {}, head[2] = {}, file[2] = {}, name_h = 0, file_h = 0, opcodes = 0, func, opline, user;
 		__u32 line = 0;
 
 		if (!ed)
@@ -130,12 +130,14 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 		/*
 		 * Straight-line reads, no branches (each branch would double the verifier's work over
 		 * the 128 unrolled frames): a read from a null pointer plus an offset fails and leaves 0.
-		 * function_name (fn_name is 8: checked in userspace) and, for an op_array (type 2, or 3
-		 * for eval'd code: bit 1 of the type), its filename and line_start.
+		 * function_name (fn_name is 8: checked in userspace) and, for an op_array (type 2, or 4
+		 * for eval'd code: `php -r`, eval(); not 1, an internal function: bit 1 or 2 of the
+		 * type, which is the first byte), its filename and line_start.
 		 */
 		bpf_probe_read_user(head, sizeof(head), (void *)func);
+		user = -(((head[0] >> 1) | (head[0] >> 2)) & 1);
 		bpf_probe_read_user(&name_h, 8, (void *)(head[1] + proc->str_h));
-		bpf_probe_read_user(file, sizeof(file), (void *)((func + proc->fn_filename) & -((head[0] >> 1) & 1)));
+		bpf_probe_read_user(file, sizeof(file), (void *)((func + proc->fn_filename) & user));
 		bpf_probe_read_user(&file_h, 8, (void *)(file[0] + proc->str_h));
 		bpf_probe_read_user(&line, 4, (void *)(opline + proc->op_lineno));
 		/*
@@ -144,7 +146,7 @@ static __always_inline __u64 php_walk(__u32 pid, __u32 buffer, __u64 vm_fp, __u6
 		 * in the function's own opcodes, read now (code compiled per request moves between
 		 * requests), lets userspace keep a line only from one of them.
 		 */
-		bpf_probe_read_user(&opcodes, 8, (void *)((func + proc->op_opcodes) & -((head[0] >> 1) & 1)));
+		bpf_probe_read_user(&opcodes, 8, (void *)((func + proc->op_opcodes) & user));
 		f->opline = opline - opcodes;
 		f->ident = rt_hash(name_h * RT_HASH_PRIME, file_h) ^ (__u32)file[1];
 		f->line = line;

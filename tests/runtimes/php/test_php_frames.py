@@ -5,6 +5,7 @@ sampling profiler installs from a package registry here."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 
@@ -15,7 +16,7 @@ from hotstack.profile.model import FrameKind
 from hotstack.runtimes.php.detect import detect
 from hotstack.runtimes.php.source import ZEND_OP_SIZE
 from tests.runtime_fixtures import runtime_source
-from tests.runtimes.frames_harness import PHP, collect_until, engine, profile_until
+from tests.runtimes.frames_harness import PHP, collect_until, engine, profile_until, stopping
 
 from source_lines import function_lines
 
@@ -98,3 +99,20 @@ def test_opcache_jit_frames_named_and_placed():
             assert user[last_php + 1].name == "[php jit]", [f.name for f in user]
     assert marked >= total // 2, (marked, total)
     assert stats["jit_stacks"] > 0, stats
+
+
+def test_code_run_by_php_r_is_named():
+    """`php -r CODE` (as eval()) compiles its code into an op array of type ZEND_EVAL_CODE (4, not a
+    function's 2): its frame is named `{main}` with the file PHP gives it ("Command line code") and a
+    line of it, under the function it calls, never `[unknown php]`."""
+    code = "function hs_spin() { $x = 0; while (true) { $x++; } }\nhs_spin();\n"
+    with stopping(subprocess.Popen(["php", "-r", code])) as proc:
+        samples = profile_until(proc.pid, lambda got: sum(s.value for s in got if s.pid == proc.pid) >= 200, 12)
+    samples = [s for s in samples if s.pid == proc.pid]
+    total = sum(s.value for s in samples)
+    assert total >= 100, total
+    stacks = Counter(tuple((f.name, f.file, f.line) for f in reversed(s.stack) if f.kind is FrameKind.PHP)
+                     for s in samples for _ in range(s.value))
+    named = sum(n for stack, n in stacks.items()
+                if len(stack) >= 2 and stack[0] == ("{main}", "Command line code", 2) and stack[1][0] == "hs_spin")
+    assert named >= 0.9 * total, stacks.most_common(4)

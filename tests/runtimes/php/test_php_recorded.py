@@ -13,7 +13,7 @@ from tests.peers import require_tool
 from tests.procs.recording import detected, no_proc, record_program
 
 WORKLOAD = Path(__file__).resolve().parent / "workload.php"
-USER_FUNCTION_BIT = 2      # zend_function.type: 2 user, 3 eval'd code (bit 1), 1 internal
+INTERNAL_FUNCTION = 1      # zend_function.type: 1 internal, 2 user, 4 eval'd code
 
 
 def _frames(mem: procs.Process, proc: detect.PhpProcess) -> list[RawPhpFrame]:
@@ -28,7 +28,7 @@ def _frames(mem: procs.Process, proc: detect.PhpProcess) -> list[RawPhpFrame]:
         name = mem.u64(func + o.fn_name)
         name_h = mem.u64(name + o.str_h) if name else 0
         file_h = line_start = opcodes = 0
-        if mem.u8(func + o.fn_type) & USER_FUNCTION_BIT:
+        if mem.u8(func + o.fn_type) != INTERNAL_FUNCTION:
             file, line_start = mem.u64(func + o.op_filename), mem.u32(func + o.op_line_start)
             file_h, opcodes = mem.u64(file + o.str_h), mem.u64(func + o.op_opcodes)
         try:

@@ -33,7 +33,7 @@ from .detect import PhpOffsets, PhpProcess, detect
 VM_ENTRY = "execute_ex"
 JIT_MARKER = Frame("[php jit]", FrameKind.JIT, resolved=False)
 CALL_TOP = 1 << 17
-USER_FUNCTION, INTERNAL_FUNCTION = 2, 1
+USER_FUNCTION, INTERNAL_FUNCTION, EVAL_CODE = 2, 1, 4     # zend_function.type
 IS_STRING = 6
 MAX_STRING = 1024
 MAX_FUNCS_PER_PROCESS = 50_000
@@ -102,8 +102,9 @@ def identity(name_h: int, file_h: int, line_start: int) -> int:
 def read_func(mem: Process, o: PhpOffsets, func: int) -> tuple[FuncInfo, int]:
     """The function at `func` now, and its identity."""
     kind = mem.u8(func + o.fn_type)
-    if kind not in (USER_FUNCTION, INTERNAL_FUNCTION):
+    if kind not in (USER_FUNCTION, INTERNAL_FUNCTION, EVAL_CODE):
         raise MemoryReadError(f"{func:#x} is not a function")
+    user = kind != INTERNAL_FUNCTION     # eval'd code (`php -r`, eval()) is an op_array too
     name_ptr = mem.u64(func + o.fn_name)
     name = read_zstring(mem, o, name_ptr) if name_ptr else "{main}"
     name_h = mem.u64(name_ptr + o.str_h) if name_ptr else 0
@@ -111,13 +112,13 @@ def read_func(mem: Process, o: PhpOffsets, func: int) -> tuple[FuncInfo, int]:
     if scope and name_ptr:
         name = f"{read_zstring(mem, o, mem.u64(scope + o.ce_name))}::{name}"
     file, file_h, line_start, line_end, opcodes, last = "", 0, 0, 0, 0, None
-    if kind == USER_FUNCTION:
+    if user:
         file_ptr, line_start, line_end = struct.unpack("<QII", mem.read(func + o.op_filename, 16))
         file = read_zstring(mem, o, file_ptr)
         file_h = mem.u64(file_ptr + o.str_h)
         if o.op_opcodes:
             opcodes, last = mem.u64(func + o.op_opcodes), mem.u32(func + o.op_last)
-    return (FuncInfo(name, file, kind == USER_FUNCTION, range(line_start, line_end + 1), opcodes, last),
+    return (FuncInfo(name, file, user, range(line_start, line_end + 1), opcodes, last),
             identity(name_h, file_h, line_start))
 
 
