@@ -213,6 +213,11 @@ static __always_inline int nu_step_by_rule(struct nu_state *st, struct nu_rule *
 		return -1;
 	case NU_KIND_SIGNAL:
 		return nu_signal_step(st);
+	case NU_KIND_UNKNOWN:
+		/* code with neither CFI nor a frame pointer whose frame is not known: no caller is
+		 * guessed (userspace shows the stack truncated) */
+		st->stack.end = NU_END_INVALID;
+		return -1;
 	default:
 		nu_count(NU_STAT_INVALID_RULE);
 		return nu_fp_frame(st, pc, n, runtimes);

@@ -43,6 +43,7 @@
 #define NU_KIND_STOP 4
 #define NU_KIND_SIGNAL 5
 #define NU_KIND_FP_GO 7
+#define NU_KIND_UNKNOWN 8
 #define NU_RBP_SAME (-32768)
 #define NU_RA_SAME (-32768)
 #define NU_VDSO_INO 1

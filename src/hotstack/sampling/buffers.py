@@ -122,6 +122,7 @@ _H_HASH, _H_N, _H_END, _H_PID, _H_BY_FILE, _H_CALLERS, _H_LEAF_OFFSET, _H_LEAF_I
                                                     "leaf_ino", "leaf_dev"))
 NU_END_TRUNCATED = schema.NU_END_TRUNCATED
 NU_END_NO_MAPPING = schema.NU_END_NO_MAPPING
+NU_END_INVALID = schema.NU_END_INVALID
 _NO_HEADER = (0,) * len(schema.NU_STACK.fields)
 
 

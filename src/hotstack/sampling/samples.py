@@ -15,7 +15,7 @@ from ..profile.model import LOST_KERNEL, LOST_USER, TRUNCATED, UNKNOWN, Frame, S
 from ..symbols.symbolizer import Symbolizer
 from ..unwind.kernel_files import file_stack_hash
 from ..runtimes.registry import FrameSource
-from .buffers import NU_END_NO_MAPPING, NU_END_TRUNCATED, RawStack
+from .buffers import NU_END_INVALID, NU_END_NO_MAPPING, NU_END_TRUNCATED, RawStack
 from .obi import trace_labels
 
 # The leaf frames of a stack taken inside a BPF program are the program and its dispatcher.
@@ -143,9 +143,10 @@ class SampleMaker:
         """(the sample, whether a runtime stack in it was truncated)."""
         info = self.processes.get(raw.pid) if raw.pid else None
         user, truncated = self._user(raw, info) if raw.user_stack else ((), False)
-        if user and (raw.user_end == NU_END_TRUNCATED or raw.user_end == NU_END_NO_MAPPING):
-            # the kernel's walk reached its frame limit (or a deep stack's tail found no room), or
-            # an address in no mapping the kernel knew
+        if user and raw.user_end in (NU_END_TRUNCATED, NU_END_NO_MAPPING, NU_END_INVALID):
+            # the kernel's walk reached its frame limit (or a deep stack's tail found no room), an
+            # address in no mapping the kernel knew, or code whose frame is not known (neither CFI
+            # nor a frame pointer: unwind/code_rows.py)
             if raw.user_end == NU_END_NO_MAPPING:
                 user = _without_unmapped_root(user)
             user, truncated = (*user, TRUNCATED), True

@@ -26,6 +26,7 @@ from ..symbols.elf import ElfError, ElfFile
 from ..symbols.gopclntab import GoPclntabError, find_pclntab
 from . import cfi
 from .builder import build_table_fast
+from .code_rows import KIND_UNKNOWN, code_rows
 from .table import UnwindTable
 
 KIND_FP_GO = schema.NU_KIND_FP_GO      # CFA = RBP + 16, return address at CFA - 8, caller's RBP at CFA - 16
@@ -164,6 +165,9 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         pcs, ids = all_pcs[last], all_ids[last]
         del all_pcs, all_ids, last
         source = "+".join(filter(None, (source, ".gopclntab")))
+    if go is None:
+        pcs, ids, rules, analysed = _with_code_rows(elf, pcs, ids, rules)
+        source = "+".join(filter(None, (source, "code" if analysed else "")))
     pcs, ids, rules = _entry_stops(elf, pcs, ids, rules)
     offsets, keep = _to_file_offsets(elf, pcs.astype(np.uint64, copy=False))
     ids = ids[keep]
@@ -175,6 +179,26 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         offsets, ids = offsets[:0], ids[:0]
     return FileTable(offsets.astype(np.uint32), ids.astype(np.uint16 if len(rules) < 1 << 16 else np.uint32),
                      rules, key or content_key(elf), source)
+
+
+def _with_code_rows(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarray):
+    """The CFI's rows with code_rows' rows for the code it does not describe (musl's libc): these
+    lie in the CFI's gaps and win over the INVALID row where a gap begins. (pcs, ids, rules,
+    whether any were added)."""
+    code_pcs, code_rules = code_rows(elf, pcs, rules["kind"][ids] if len(ids) else np.zeros(0, np.uint8))
+    if not code_pcs:
+        return pcs, ids, rules, False
+    unique, code_ids = np.unique(np.array([rule(*r) for r in code_rules], RULE_DTYPE), return_inverse=True)
+    all_pcs = np.concatenate((pcs.astype(np.uint64), np.array(code_pcs, np.uint64)))
+    all_ids = np.concatenate((ids.astype(np.int32), (len(rules) + code_ids).astype(np.int32)))
+    # at one pc a CFI row wins over a code row, a code row over the CFI's INVALID (an FDE's end)
+    cfi_rank = np.where(rules["kind"][ids] == cfi.KIND_INVALID, 0, 2).astype(np.int8)
+    code_rank = np.where(np.array([r[0] for r in code_rules]) == cfi.KIND_INVALID, 0, 1).astype(np.int8)
+    order = np.lexsort((np.concatenate((cfi_rank, code_rank)), all_pcs))
+    all_pcs, all_ids = all_pcs[order], all_ids[order]
+    last = np.ones(len(all_pcs), bool)
+    last[:-1] = all_pcs[1:] != all_pcs[:-1]
+    return all_pcs[last], all_ids[last], np.concatenate((rules, unique)), True
 
 
 def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarray):
@@ -191,7 +215,7 @@ def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarr
     if not entry or not len(pcs) or not (elf.has_interp or not elf.needs_libraries()):
         return pcs, ids, rules
     i = int(np.searchsorted(pcs, np.uint64(entry), side="right")) - 1
-    if i + 1 >= len(pcs) or (i >= 0 and rules["kind"][ids[i]] != cfi.KIND_INVALID):
+    if i + 1 >= len(pcs) or (i >= 0 and rules["kind"][ids[i]] not in (cfi.KIND_INVALID, KIND_UNKNOWN)):
         return pcs, ids, rules
     if i >= 0 and int(pcs[i]) == entry:
         ids = ids.copy()

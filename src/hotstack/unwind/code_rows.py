@@ -1,0 +1,363 @@
+"""Unwind rows for x86-64 code that no CFI describes, worked out from the machine code.
+
+musl's libc (Debian's and Alpine's builds) is compiled without unwind tables and without frame
+pointers: its .eh_frame describes a handful of functions, its assembly (memcpy, __clone,
+__restore_rt) none. A walk through it had nothing to step with. Here each function of such code,
+from its entry (a function symbol, the target of a direct call, or an address the code loads
+with `lea reg, [rip + x]`: a callback, a thread's start), is followed instruction by instruction
+along its branches (capstone decodes it), tracking the stack pointer's distance from the CFA:
+push/pop, add/sub/lea of RSP by a constant, a frame pointer set up by `push rbp; mov rbp, rsp`
+(then CFA = RBP + 16 wherever RSP moves by an unknown amount), `leave`. Each instruction gets the
+rule of its state; an instruction two paths reach in different states, one after an RSP change
+that cannot be followed, or code no path reached (a switch's jump-table targets) gets the
+UNKNOWN rule: the walk ends there, truncated, rather than guess a caller.
+
+Two assembly routines are recognised by their code: the signal return trampoline (`mov rax, 15;
+syscall`: musl's __restore_rt, the registers of the interrupted code are in the rt_sigframe at
+RSP) and a thread's root (a `call` followed by the exit syscall: musl's __clone, which calls the
+thread's start function on the new stack and exits when it returns).
+
+Only gaps between CFI rows that hold an entry are analysed; the ELF entry point's code is left
+UNKNOWN, for kernel_tables._entry_stops to make it the process's root. Files with CFI for all their functions
+(glibc's, most distributions' libraries) keep their rows as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bpf import schema
+from ..symbols.elf import ElfFile
+from . import cfi
+
+KIND_UNKNOWN = schema.NU_KIND_UNKNOWN
+PF_X = 1
+MAX_CODE_BYTES = 64 << 20          # larger executable segments are left to their CFI
+SIGRETURN = bytes.fromhex("48c7c00f0000000f05")   # mov rax, 15 (rt_sigreturn); syscall
+_RIP_LEA = re.compile(r"^(\w+), \[rip ([+-]) (0x[0-9a-f]+|\d+)\]$")
+_RSP_DISP = re.compile(r"^\[rsp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
+_RBP_DISP = re.compile(r"^\[rbp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
+_ENDS = frozenset(("ret", "hlt", "ud2", "int3", "jmp"))
+_NO_WRITE = frozenset(("cmp", "test", "push", "bt"))
+TOP = "top"                        # two paths disagree, or an RSP change not followed
+
+
+@dataclass(frozen=True)
+class State:
+    """At an instruction: CFA - RSP (None: not known), whether RBP holds CFA - 16 (a frame
+    pointer), and where the caller's RBP is saved (an offset from the CFA; None: still in RBP)."""
+    height: int | None
+    frame_pointer: bool = False
+    rbp_saved: int | None = None
+
+
+ENTRY = State(8)
+
+
+def _num(sign: str | None, text: str | None) -> int:
+    if text is None:
+        return 0
+    value = int(text, 0)
+    return -value if sign == "-" else value
+
+
+class Code:
+    """The executable bytes of a file's load segments, decoded on demand (one instruction a call,
+    cached)."""
+
+    def __init__(self, elf: ElfFile) -> None:
+        import capstone
+
+        self.md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self.md.skipdata = False
+        self.segments = []
+        for seg in elf.segments:
+            if seg.flags & PF_X and 0 < seg.filesz <= MAX_CODE_BYTES:
+                self.segments.append((seg.vaddr, seg.vaddr + seg.filesz, elf.read(seg.offset, seg.filesz)))
+        self._cache: dict[int, tuple | None] = {}
+
+    def contains(self, addr: int) -> bool:
+        return any(lo <= addr < hi for lo, hi, _ in self.segments)
+
+    def at(self, addr: int) -> tuple | None:
+        """(address, size, mnemonic, operands) of the instruction at addr, None if none decodes."""
+        if addr in self._cache:
+            return self._cache[addr]
+        insn = None
+        for lo, hi, data in self.segments:
+            if lo <= addr < hi:
+                insn = next(self.md.disasm_lite(data[addr - lo:addr - lo + 16], addr, 1), None)
+                break
+        self._cache[addr] = insn
+        return insn
+
+    def sweep(self, lo: int, hi: int):
+        """The instructions of [lo, hi) decoded in a row (past an undecodable byte, from the next)."""
+        addr = lo
+        while addr < hi:
+            insn = self.at(addr)
+            if insn is None:
+                addr += 1
+                continue
+            yield insn
+            addr += insn[1]
+
+
+def _branch_target(ops: str) -> int | None:
+    try:
+        return int(ops, 0)
+    except ValueError:
+        return None
+
+
+def _step(state: State, mnemonic: str, ops: str) -> State | str:
+    """The state after one instruction that falls through (TOP when RSP moves in a way not
+    followed)."""
+    h, fp, saved = state.height, state.frame_pointer, state.rbp_saved
+    first, _, second = ops.partition(", ")
+    if mnemonic in ("push", "pushfq"):
+        if mnemonic == "push" and first == "rbp" and h is not None and saved is None:
+            saved = -(h + 8)
+        return State(None if h is None else h + 8, fp, saved)
+    if mnemonic in ("pop", "popfq"):
+        if first == "rbp":
+            if h is not None and saved == -h:
+                saved, fp = None, False
+            else:
+                return TOP
+        return State(None if h is None else h - 8, fp, saved)
+    if mnemonic == "leave":
+        if not fp:
+            return TOP
+        return State(8, False, None)
+    if first == "rsp" and mnemonic not in _NO_WRITE:
+        return _rsp_write(state, mnemonic, second)
+    if first in ("rbp", "ebp", "bp", "bpl") and mnemonic not in _NO_WRITE:
+        if mnemonic == "mov" and second == "rsp" and h is not None and saved == -16 and h == 16:
+            return State(h, True, saved)
+        # RBP used as a register of its own (its caller's value saved, as the ABI has it)
+        return State(h, False, saved) if h is not None else TOP
+    if mnemonic == "mov" and second == "rbp" and h is not None and saved is None:
+        m = _RSP_DISP.match(first)
+        if m:
+            return State(h, fp, _num(m.group(1), m.group(2)) - h)
+    return state
+
+
+def _rsp_write(state: State, mnemonic: str, source: str) -> State | str:
+    h, fp, saved = state.height, state.frame_pointer, state.rbp_saved
+    if mnemonic in ("sub", "add") and h is not None:
+        try:
+            value = int(source, 0)
+        except ValueError:
+            return State(None, fp, saved) if fp else TOP
+        return State(h + value if mnemonic == "sub" else h - value, fp, saved)
+    if mnemonic == "lea":
+        m = _RSP_DISP.match(source)
+        if m and h is not None:
+            return State(h - _num(m.group(1), m.group(2)), fp, saved)
+        m = _RBP_DISP.match(source)
+        if m and fp:
+            return State(16 - _num(m.group(1), m.group(2)), fp, saved)
+    if mnemonic == "mov" and source == "rbp" and fp:
+        return State(16, fp, saved)
+    # (and rsp, -16; mov rsp, reg; sub rsp, reg: CFA = RBP + 16 where RBP is a frame pointer)
+    return State(None, fp, saved) if fp else TOP
+
+
+class Analysis:
+    """The states of every instruction reached from the entries, by a worklist over the branches."""
+
+    def __init__(self, code: Code, entries: set[int], inside) -> None:
+        self.code, self.entries, self.inside = code, entries, inside
+        self.states: dict[int, State | str] = {}
+        self.sizes: dict[int, int] = {}
+        self.signal: set[int] = set()
+        self.thread_roots: list[tuple[int, int]] = []
+        work = [(e, ENTRY) for e in sorted(entries)]
+        while work:
+            addr, state = work.pop()
+            work.extend(self._visit(addr, state))
+
+    def _merge(self, addr: int, state: State | str) -> bool:
+        """Record state at addr; whether it changed (and so must be followed on)."""
+        old = self.states.get(addr)
+        if old == state or old == TOP:
+            return False
+        self.states[addr] = state if old is None else TOP
+        return True
+
+    def _visit(self, addr: int, state: State | str) -> list:
+        out = []
+        start = addr
+        # (an entry is reached by fall-through only past a call that does not return: not a path)
+        while self.inside(addr) and (addr == start or addr not in self.entries) and self._merge(addr, state):
+            insn = self.code.at(addr)
+            if insn is None:
+                self.states[addr] = TOP
+                return out
+            _, size, mnemonic, ops = insn
+            self.sizes[addr] = size
+            state = self.states[addr]
+            nxt = addr + size
+            if mnemonic == "mov" and ops == "rax, 0xf" and self._is_sigreturn(addr):
+                self.signal.add(addr)
+                return out
+            if mnemonic == "call":
+                self._note_thread_root(addr, nxt)
+            if mnemonic.startswith("j"):
+                target = _branch_target(ops)
+                if target is not None and target not in self.entries and self.inside(target):
+                    out.append((target, state))
+                if mnemonic == "jmp":
+                    return out
+            elif mnemonic in _ENDS:
+                return out
+            if state != TOP:
+                state = _step(state, mnemonic, ops) if mnemonic != "call" else state
+            addr = nxt
+        return out
+
+    def _is_sigreturn(self, addr: int) -> bool:
+        for lo, hi, data in self.code.segments:
+            if lo <= addr < hi:
+                return data[addr - lo:addr - lo + len(SIGRETURN)] == SIGRETURN
+        return False
+
+    def _note_thread_root(self, call: int, after: int) -> None:
+        """A call followed by the exit syscall (`mov edi, eax; xor eax, eax; mov al, 60; syscall`):
+        the return address is a thread's root."""
+        addr, exit_number = after, False
+        for _ in range(4):
+            insn = self.code.at(addr)
+            if insn is None:
+                return
+            _, size, mnemonic, ops = insn
+            if mnemonic == "mov" and ops in ("al, 0x3c", "eax, 0x3c", "al, 0xe7", "eax, 0xe7"):
+                exit_number = True
+            elif mnemonic == "syscall":
+                if exit_number:
+                    self.thread_roots.append((call, addr + size))
+                return
+            addr += size
+
+
+def _gaps(pcs: np.ndarray, kinds: np.ndarray, code: Code) -> list[tuple[int, int]]:
+    """The stretches of executable code that no CFI row describes (an INVALID row, or before the
+    first row)."""
+    gaps = []
+    for lo, hi, _ in code.segments:
+        i = int(np.searchsorted(pcs, np.uint64(lo), side="right")) - 1
+        start = lo if i < 0 or kinds[i] == cfi.KIND_INVALID else None
+        for j in range(max(i + 1, 0), len(pcs)):
+            pc = int(pcs[j])
+            if pc >= hi:
+                break
+            if kinds[j] == cfi.KIND_INVALID:
+                start = pc if start is None else start
+            elif start is not None:
+                if pc > start:
+                    gaps.append((start, pc))
+                start = None
+        if start is not None and start < hi:
+            gaps.append((start, hi))
+    return gaps
+
+
+def _referenced(code: Code, gaps: list[tuple[int, int]], in_gap) -> set[int]:
+    """The targets of the direct calls and RIP-relative `lea`s of the gaps' code that land in a gap."""
+    found = set()
+    for lo, hi in gaps:
+        for addr, size, mnemonic, ops in code.sweep(lo, hi):
+            if mnemonic == "call":
+                target = _branch_target(ops)
+            elif mnemonic == "lea":
+                m = _RIP_LEA.match(ops)
+                target = addr + size + _num(m.group(2), m.group(3)) if m else None
+            else:
+                continue
+            if target is not None and in_gap(target):
+                found.add(target)
+    return found
+
+
+def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[int], list[tuple]]:
+    """(pcs, rules as (kind, cfa, rbp, ra)) of the code in the CFI's gaps that holds an entry; every
+    analysed gap ends in an INVALID row. Nothing for a file that is not x86-64 or whose code is
+    all described."""
+    if elf.machine != cfi.EM_X86_64:
+        return [], []
+    code = Code(elf)
+    gaps = _gaps(pcs, kinds, code)
+    if not gaps:
+        return [], []
+    starts = np.array([g[0] for g in gaps], np.uint64)
+
+    def gap_of(addr: int) -> int:
+        i = int(np.searchsorted(starts, np.uint64(addr), side="right")) - 1
+        return i if i >= 0 and addr < gaps[i][1] else -1
+
+    def in_gap(addr: int) -> bool:
+        # (the entry point's code is the process's root: kernel_tables._entry_stops)
+        return gap_of(addr) >= 0 and addr != elf.entry
+
+    entries = {v for v in elf.function_symbols()[0].tolist() if in_gap(v)}
+    if not entries:
+        return [], []
+    entries |= _referenced(code, gaps, in_gap)
+    analysis = Analysis(code, entries, in_gap)
+    analysed = sorted({gap_of(a) for a in entries})
+    return _rows(analysis, [gaps[i] for i in analysed])
+
+
+def _rule(state: State | str | None) -> tuple:
+    """The kernel's rule (kind, cfa, rbp, ra: struct nu_rule) for an instruction's state."""
+    if isinstance(state, State):
+        if state.height is not None and 8 <= state.height < 1 << 31:
+            rbp = schema.NU_RBP_SAME if state.rbp_saved is None else state.rbp_saved
+            if rbp == schema.NU_RBP_SAME or -32767 <= rbp < 0:
+                return (cfi.KIND_CFA_SP, state.height, rbp, -8)
+            return (KIND_UNKNOWN, 0, 0, 0)
+        if state.frame_pointer:
+            return (cfi.KIND_CFA_FP, 16, -16, -8)
+    return (KIND_UNKNOWN, 0, 0, 0)
+
+
+def _rows(analysis: Analysis, gaps: list[tuple[int, int]]) -> tuple[list[int], list[tuple]]:
+    """A row where the rule changes, an UNKNOWN row where no path reached, an INVALID row at
+    each gap's end."""
+    rule_at = {addr: (_rule(state), analysis.sizes.get(addr, 1)) for addr, state in analysis.states.items()}
+    for addr in analysis.signal:
+        # a return address into the trampoline is looked up at its address - 1: the nop that glibc
+        # and musl put before it
+        if addr - 1 not in rule_at:
+            rule_at[addr - 1] = ((cfi.KIND_SIGNAL, 0, 0, 0), 1)
+        rule_at[addr] = ((cfi.KIND_SIGNAL, 0, 0, 0), len(SIGRETURN))
+    for call, end in analysis.thread_roots:
+        for addr in [a for a in rule_at if call <= a < end]:
+            rule_at[addr] = ((cfi.KIND_STOP, 0, 0, 0), rule_at[addr][1])
+    addrs = np.array(sorted(rule_at), np.int64)
+    pcs: list[int] = []
+    rules: list[tuple] = []
+
+    def put(pc: int, rule: tuple) -> None:
+        if not rules or rules[-1] != rule:
+            pcs.append(pc)
+            rules.append(rule)
+
+    for lo, hi in gaps:
+        at = lo
+        for addr in addrs[(addrs >= lo) & (addrs < hi)].tolist():
+            if addr > at:
+                put(at, (KIND_UNKNOWN, 0, 0, 0))
+            rule, size = rule_at[addr]
+            put(addr, rule)
+            at = max(at, addr + size)
+        if at < hi:
+            put(at, (KIND_UNKNOWN, 0, 0, 0))
+        pcs.append(hi)
+        rules.append((cfi.KIND_INVALID, 0, 0, 0))
+    return pcs, rules
