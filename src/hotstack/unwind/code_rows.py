@@ -10,7 +10,8 @@ push/pop, add/sub/lea of RSP by a constant, a frame pointer set up by `push rbp;
 (then CFA = RBP + 16 wherever RSP moves by an unknown amount), `leave`. Each instruction gets the
 rule of its state; an instruction two paths reach in different states, one after an RSP change
 that cannot be followed, or code no path reached (a switch's jump-table targets) gets the
-UNKNOWN rule: the walk ends there, truncated, rather than guess a caller.
+UNKNOWN rule: the walk ends there, truncated, rather than guess a caller. A switch's cases are
+found from its table where gcc's code reads it (Analysis._switch_targets).
 
 Two assembly routines are recognised by their code: the signal return trampoline (`mov rax, 15;
 syscall`: musl's __restore_rt, the registers of the interrupted code are in the rt_sigframe at
@@ -42,6 +43,8 @@ _RSP_DISP = re.compile(r"^\[rsp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
 _RBP_DISP = re.compile(r"^\[rbp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
 _ENDS = frozenset(("ret", "hlt", "ud2", "int3", "jmp"))
 _NO_WRITE = frozenset(("cmp", "test", "push", "bt"))
+_REGISTERS = frozenset(("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13",
+                        "r14", "r15"))
 TOP = "top"                        # two paths disagree, or an RSP change not followed
 
 
@@ -78,6 +81,14 @@ class Code:
             if seg.flags & PF_X and 0 < seg.filesz <= MAX_CODE_BYTES:
                 self.segments.append((seg.vaddr, seg.vaddr + seg.filesz, elf.read(seg.offset, seg.filesz)))
         self._cache: dict[int, tuple | None] = {}
+        self.elf = elf
+
+    def read(self, vaddr: int, size: int) -> bytes:
+        """Bytes of the file at a virtual address (b"" where none)."""
+        offset = self.elf.vaddr_to_file_offset(vaddr)
+        if offset is None or offset + size > self.elf.size:
+            return b""
+        return self.elf.read(offset, size)
 
     def contains(self, addr: int) -> bool:
         return any(lo <= addr < hi for lo, hi, _ in self.segments)
@@ -193,6 +204,7 @@ class Analysis:
     def _visit(self, addr: int, state: State | str) -> list:
         out = []
         start = addr
+        recent: list[tuple] = []
         # (an entry is reached by fall-through only past a call that does not return: not a path)
         while self.inside(addr) and (addr == start or addr not in self.entries) and self._merge(addr, state):
             insn = self.code.at(addr)
@@ -208,6 +220,9 @@ class Analysis:
                 return out
             if mnemonic == "call":
                 self._note_thread_root(addr, nxt)
+            recent = (recent + [insn])[-6:]
+            if mnemonic == "jmp" and state != TOP and ops in _REGISTERS:
+                out.extend((t, state) for t in self._switch_targets(recent))
             if mnemonic.startswith("j"):
                 target = _branch_target(ops)
                 if target is not None and target not in self.entries and self.inside(target):
@@ -220,6 +235,31 @@ class Analysis:
                 state = _step(state, mnemonic, ops) if mnemonic != "call" else state
             addr = nxt
         return out
+
+    def _switch_targets(self, recent: list[tuple]) -> list[int]:
+        """The cases of a switch compiled to a table of 32-bit offsets from its own address, as gcc
+        makes it: `cmp i, n; ja default; lea b, [rip + table]; movsxd r, dword ptr [b + i*4];
+        add r, b; jmp r`, the table's n + 1 entries read from the file. Each case has the jump's
+        state. Nothing for any other indirect jump (its targets are not known: UNKNOWN)."""
+        if len(recent) < 5:
+            return []
+        cmp, ja, lea, load, add, jump = ([None] * 6 + recent)[-6:]
+        reg = jump[3]
+        m = _RIP_LEA.match(lea[3]) if lea and lea[2] == "lea" else None
+        if not (m and ja and ja[2] == "ja" and cmp and cmp[2] == "cmp" and add[2] == "add"
+                and add[3] == f"{reg}, {m.group(1)}" and load[2] == "movsxd"
+                and load[3].startswith(f"{reg}, dword ptr [{m.group(1)} + ") and load[3].endswith("*4]")):
+            return []
+        try:
+            count = int(cmp[3].rpartition(", ")[2], 0) + 1
+        except ValueError:
+            return []
+        table = lea[0] + lea[1] + _num(m.group(2), m.group(3))
+        data = self.code.read(table, 4 * count) if 0 < count <= 4096 else b""
+        if len(data) != 4 * count:
+            return []
+        targets = [table + v for v in np.frombuffer(data, "<i4").tolist()]
+        return targets if all(self.inside(t) for t in targets) else []
 
     def _is_sigreturn(self, addr: int) -> bool:
         for lo, hi, data in self.code.segments:
@@ -333,7 +373,7 @@ def _rows(analysis: Analysis, gaps: list[tuple[int, int]]) -> tuple[list[int], l
     for addr in analysis.signal:
         # a return address into the trampoline is looked up at its address - 1: the nop that glibc
         # and musl put before it
-        if addr - 1 not in rule_at:
+        if addr - 1 not in rule_at or analysis.code.at(addr - 1)[2:] == ("nop", ""):
             rule_at[addr - 1] = ((cfi.KIND_SIGNAL, 0, 0, 0), 1)
         rule_at[addr] = ((cfi.KIND_SIGNAL, 0, 0, 0), len(SIGRETURN))
     for call, end in analysis.thread_roots:

@@ -134,7 +134,8 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
     # (300k+ rows) peaks ~25 MB higher with int64/float64 arrays kept to the end
     pcs, ids = table.pcs, table.rule_ids.astype(np.int32)
     source = table.source
-    if go is not None:
+    is_go = go is not None
+    if is_go:
         go_pcs, go_deltas, go_ends = go
         del go
         # Go functions: a row per SP delta (FRAME_POINTER: the Go ABI's frame pointer), an invalid
@@ -165,7 +166,7 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         pcs, ids = all_pcs[last], all_ids[last]
         del all_pcs, all_ids, last
         source = "+".join(filter(None, (source, ".gopclntab")))
-    if go is None:
+    if not is_go:
         pcs, ids, rules, analysed = _with_code_rows(elf, pcs, ids, rules)
         source = "+".join(filter(None, (source, "code" if analysed else "")))
     pcs, ids, rules = _entry_stops(elf, pcs, ids, rules)

@@ -6,7 +6,7 @@
  *   print:   snprintf of numbers and a string (musl's vfprintf)
  *   threads: 4 threads of pthread_create running the copy loop (musl's thread start and __clone)
  *   signal:  SIGPROF every ms of CPU time; the handler runs a hot loop (musl's __restore_rt)
- *   deep:    a recursion 200 calls deep whose leaf spins
+ *   deep:    a recursion 100 calls deep whose leaf spins
  */
 #include <pthread.h>
 #include <signal.h>
@@ -61,7 +61,7 @@ __attribute__((noinline)) static int descend(int depth)
 		spin();
 		return 0;
 	}
-	return descend(depth - 1) + 1;       /* not a tail call */
+	return descend(depth - 1) + (int)sink;     /* not a tail call, nor a loop */
 }
 
 static void (*leaf)(void) = copy_leaf;
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 		leaf = print_leaf;
 	else if (!strcmp(mode, "deep")) {
 		for (;;)
-			sink += (unsigned long)descend(200);
+			sink += (unsigned long)descend(100);
 	} else if (!strcmp(mode, "threads")) {
 		pthread_t t[4];
 
