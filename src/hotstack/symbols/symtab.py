@@ -75,22 +75,33 @@ class SymbolTable:
         """`_start` for the entry code of a program or of the dynamic loader where no symbol covers
         it (glibc's ld.so has none for its `_start`/`_dl_start_user`: the root frame of every process
         still in the loader showed as `ld-linux-x86-64.so.2+0x1ab78`), up to the next function the
-        CFI index lists."""
+        CFI index or the symbols list."""
         try:
-            code = elf.entry_code()
+            code = elf.entry_code() or self._entry_to_next_symbol(elf)
         except (ElfError, ValueError):
             return
         if code is None or code[1] <= 0 or self._lookup_one(code[0]) is not None:
             return
         at = int(self.values.searchsorted(np.uint64(code[0])))
-        if at < len(self.values) and int(self.values[at]) < code[0] + code[1]:
-            return          # (a symbol inside that span: no guess over it)
+        size = code[1]
+        if at < len(self.values) and int(self.values[at]) < code[0] + size:
+            # a symbol inside that span: the entry code ends there (musl's _start, an untyped
+            # label, is followed by _start_c, with no FDE for either)
+            size = int(self.values[at]) - code[0]
         self.values = np.insert(self.values, at, np.uint64(code[0]))
-        self.sizes = np.insert(self.sizes, at, np.uint64(code[1]))
+        self.sizes = np.insert(self.sizes, at, np.uint64(size))
         self._names = np.insert(self._names, at, np.uint32(0))
         self._tables = np.insert(self._tables, at, np.uint16(len(self._strtabs)))
         self._strtabs.append((None, ["_start"]))
         self._ends_from_sizes()
+
+    def _entry_to_next_symbol(self, elf: ElfFile) -> tuple[int, int] | None:
+        """A program's entry code up to the next function symbol, where no CFI index bounds it
+        (musl-gcc links without .eh_frame_hdr)."""
+        if not elf.entry or not (elf.has_interp or not elf.needs_libraries()):
+            return None
+        at = int(self.values.searchsorted(np.uint64(elf.entry), side="right"))
+        return (elf.entry, int(self.values[at]) - elf.entry) if at < len(self.values) else None
 
     def __len__(self) -> int:
         return len(self.values)
