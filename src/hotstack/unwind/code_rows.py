@@ -179,6 +179,15 @@ def _rsp_write(state: State, mnemonic: str, source: str) -> State | str:
     return State(None, fp, saved) if fp else TOP
 
 
+def _join(a: State | str, b: State | str) -> State | str:
+    """Two paths' states at one instruction: where both keep the frame pointer (with the caller's
+    RBP at the same place), CFA = RBP + 16 holds whatever RSP is (a VLA's frame); else TOP."""
+    if isinstance(a, State) and isinstance(b, State) and a.frame_pointer and b.frame_pointer \
+            and a.rbp_saved == b.rbp_saved:
+        return State(None, True, a.rbp_saved)
+    return TOP
+
+
 class Analysis:
     """The states of every instruction reached from the entries, by a worklist over the branches."""
 
@@ -198,8 +207,8 @@ class Analysis:
         old = self.states.get(addr)
         if old == state or old == TOP:
             return False
-        self.states[addr] = state if old is None else TOP
-        return True
+        self.states[addr] = state if old is None else _join(old, state)
+        return self.states[addr] != old
 
     def _visit(self, addr: int, state: State | str) -> list:
         out = []
