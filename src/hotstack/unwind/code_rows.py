@@ -37,6 +37,9 @@ from . import cfi
 KIND_UNKNOWN = schema.NU_KIND_UNKNOWN
 PF_X = 1
 MAX_CODE_BYTES = 64 << 20          # larger executable segments are left to their CFI
+# code without CFI analysed at most per file (~1.5 s a MiB here; musl's libc is 0.4 MiB): a larger
+# file without CFI keeps the frame-pointer walk
+MAX_GAP_BYTES = 8 << 20
 SIGRETURN = bytes.fromhex("48c7c00f0000000f05")   # mov rax, 15 (rt_sigreturn); syscall
 _RIP_LEA = re.compile(r"^(\w+), \[rip ([+-]) (0x[0-9a-f]+|\d+)\]$")
 _RSP_DISP = re.compile(r"^\[rsp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
@@ -341,7 +344,7 @@ def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[in
         return [], []
     code = Code(elf)
     gaps = _gaps(pcs, kinds, code)
-    if not gaps:
+    if not gaps or sum(hi - lo for lo, hi in gaps) > MAX_GAP_BYTES:
         return [], []
     starts = np.array([g[0] for g in gaps], np.uint64)
 
