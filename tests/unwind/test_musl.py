@@ -65,8 +65,9 @@ def test_musl_stacks_reach_their_root(native_object, musl_gcc, build_dir, worklo
     assert len(samples) >= 100, counters
     chain = CHAINS[mode]
     # the main thread's root: _start (an untyped label of musl's crt1, named from the entry point);
-    # a thread's: __clone's call of its start (libc's, unnamed where libc is stripped)
-    rooted = [n for n, e in samples if e == END_ROOT and (mode == "threads" or n[0] == "_start")]
+    # a thread's: __clone's call of its start (hidden: named by its code where libc is stripped)
+    root = "__clone" if mode == "threads" else "_start"
+    rooted = [n for n, e in samples if e == END_ROOT and n[0] == root]
     good = sum(has_chain(n, chain) for n in rooted)
     assert good >= 0.95 * len(samples), (counters, Counter(tuple(n) for n, _ in samples).most_common(4))
     # a stack that does not reach its root ends where the code's frame is not known (truncated),
@@ -90,8 +91,8 @@ def test_musl_signal_handler_through_restore_rt(native_object, musl_gcc, build_d
     handled = [(names(f), e) for f, e in expand(stacks) if f and "handler_spin" in names(f)]
     assert len(handled) >= 20, (counters, Counter(tuple(names(f)) for f, _ in stacks).most_common(4))
     # (on_signal calls handler_spin last: a tail call, its frame gone)
-    through = sum(e == END_ROOT and has_chain(n, ["_start", "main", "work", "mid", "handler_spin"])
-                  for n, e in handled)
+    through = sum(e == END_ROOT and has_chain(n, ["_start", "main", "work", "mid", "__restore_rt", "handler_spin"])
+                  and n[n.index("handler_spin") - 1] == "__restore_rt" for n, e in handled)
     assert through >= 0.9 * len(handled), Counter(tuple(n) for n, _ in handled).most_common(3)
     assert counters["signal"] > 0, counters
 
@@ -130,3 +131,42 @@ def test_musl_libc_rows_from_its_code():
     assert kinds[cfi.KIND_CFA_SP] > 5000, kinds
     assert kinds[cfi.KIND_SIGNAL] == 1 and kinds[cfi.KIND_STOP] >= 2, kinds     # __restore_rt; __clone, _dlstart
     assert kinds[KIND_UNKNOWN] > 0, kinds
+
+
+def test_musl_libc_code_rows_are_bounded(monkeypatch):
+    """A file with more code without CFI than MAX_GAP_BYTES keeps its CFI rows alone (frame
+    pointers where they end), not minutes of analysis."""
+    import glob
+
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind import code_rows
+    from hotstack.unwind.kernel_tables import build_file_table
+
+    libc = sorted(glob.glob("/usr/lib/*-linux-musl/libc.so"))
+    if not libc:
+        pytest.skip("Debian's musl is needed")
+    monkeypatch.setattr(code_rows, "MAX_GAP_BYTES", 64 << 10)
+    with ElfFile(libc[0]) as elf:
+        table = build_file_table(elf)
+    assert "code" not in table.source and len(table) < 100, (table.source, len(table))
+
+
+def test_musl_hidden_assembly_is_named_by_its_code():
+    """Stripped musl libc: __restore_rt and __clone are in no symbol table; the exported assembly
+    before them has size 0 (memset, __setjmp). Each is named by its code, and the symbol before
+    it ends there."""
+    import glob
+
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.symbols.known_code import CLONE_CHILD, SIGRETURN
+    from hotstack.symbols.symtab import SymbolTable
+
+    libc = sorted(glob.glob("/usr/lib/*-linux-musl/libc.so"))
+    if not libc:
+        pytest.skip("Debian's musl is needed")
+    with ElfFile(libc[0]) as elf:
+        (restorer,) = elf.find_code(SIGRETURN)
+        (clone,) = elf.find_code(CLONE_CHILD)
+        table = SymbolTable(elf)
+        named = table.lookup_many([restorer - 1, restorer + 8, clone + 2, clone + len(CLONE_CHILD) - 1])
+    assert [n for n, _ in named] == ["__restore_rt", "__restore_rt", "__clone", "__clone"], named

@@ -163,6 +163,18 @@ class ElfFile:
         """The entries of a symbol table (ELF_SYM records)."""
         return np.frombuffer(self.read(table.offset, table.size - table.size % ELF_SYM.itemsize), dtype=ELF_SYM)
 
+    def find_code(self, pattern: bytes, limit: int = 8) -> list[int]:
+        """The addresses where `pattern` occurs in the executable load segments (the first `limit`)."""
+        found: list[int] = []
+        for seg in self.segments:
+            if not seg.flags & 1 or seg.offset + seg.filesz > self.size:
+                continue
+            at = self._mm.find(pattern, seg.offset, seg.offset + seg.filesz)
+            while at >= 0 and len(found) < limit:
+                found.append(seg.vaddr + at - seg.offset)
+                at = self._mm.find(pattern, at + 1, seg.offset + seg.filesz)
+        return found
+
     def view(self, offset: int, size: int) -> memoryview:
         """A zero-copy view of part of the file (bounds-checked)."""
         if offset < 0 or size < 0 or offset + size > self.size:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elf import ElfError, ElfFile
+from .elf import EM_X86_64, ElfError, ElfFile
+from .known_code import KNOWN_CODE
 
 
 SORTED_BATCH = 4096
@@ -65,6 +66,8 @@ class SymbolTable:
         self._decoded: dict[int, str] = {}
         if entry:
             self._name_entry_code(elf)
+        if elf.machine == EM_X86_64 and (self.sizes == 0).any():
+            self._name_known_code(elf)
 
     def _ends_from_sizes(self) -> None:
         # Where a symbol ends: its size, or (size 0, hand-written assembly) the next symbol.
@@ -94,6 +97,28 @@ class SymbolTable:
         self._tables = np.insert(self._tables, at, np.uint16(len(self._strtabs)))
         self._strtabs.append((None, ["_start"]))
         self._ends_from_sizes()
+
+    def _name_known_code(self, elf: ElfFile) -> None:
+        """musl's hidden assembly (__restore_rt, __clone) named by its code where no sized symbol
+        covers it (symbols/known_code.py); the size-0 symbol before it then ends there."""
+        for pattern, name in KNOWN_CODE:
+            for addr in elf.find_code(pattern):
+                i = int(self.values.searchsorted(np.uint64(addr), side="right")) - 1
+                if i >= 0 and int(self.sizes[i]) > 0 and addr < int(self._ends[i]):
+                    continue
+                at, size = i + 1, len(pattern)
+                if at < len(self.values) and int(self.values[at]) < addr + size:
+                    # a symbol starts inside (a static program's __restore_rt, after the nop that
+                    # a return address into it is looked up at): named up to it
+                    size = int(self.values[at]) - addr
+                if size <= 0:
+                    continue
+                self.values = np.insert(self.values, at, np.uint64(addr))
+                self.sizes = np.insert(self.sizes, at, np.uint64(size))
+                self._names = np.insert(self._names, at, np.uint32(0))
+                self._tables = np.insert(self._tables, at, np.uint16(len(self._strtabs)))
+                self._strtabs.append((None, [name]))
+                self._ends_from_sizes()
 
     def _entry_to_next_symbol(self, elf: ElfFile) -> tuple[int, int] | None:
         """A program's entry code up to the next function symbol, where no CFI index bounds it

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..bpf import schema
 from ..symbols.elf import ElfFile
+from ..symbols.known_code import SIGRETURN
 from . import cfi
 
 KIND_UNKNOWN = schema.NU_KIND_UNKNOWN
@@ -40,7 +41,6 @@ MAX_CODE_BYTES = 64 << 20          # larger executable segments are left to thei
 # code without CFI analysed at most per file (~1.5 s a MiB here; musl's libc is 0.4 MiB): a larger
 # file without CFI keeps the frame-pointer walk
 MAX_GAP_BYTES = 8 << 20
-SIGRETURN = bytes.fromhex("48c7c00f0000000f05")   # mov rax, 15 (rt_sigreturn); syscall
 _RIP_LEA = re.compile(r"^(\w+), \[rip ([+-]) (0x[0-9a-f]+|\d+)\]$")
 _RSP_DISP = re.compile(r"^\[rsp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
 _RBP_DISP = re.compile(r"^\[rbp(?: ([+-]) (0x[0-9a-f]+|\d+))?\]$")
