@@ -79,10 +79,9 @@ class Code:
 
         self.md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.md.skipdata = False
-        self.segments = []
-        for seg in elf.segments:
-            if seg.flags & PF_X and 0 < seg.filesz <= MAX_CODE_BYTES:
-                self.segments.append((seg.vaddr, seg.vaddr + seg.filesz, elf.read(seg.offset, seg.filesz)))
+        # views of the mapped file, not copies: a library's text is megabytes, of which a few
+        # stretches without CFI are read
+        self.segments = [(lo, hi, elf.view(offset, hi - lo)) for lo, hi, offset in code_segments(elf)]
         self._cache: dict[int, tuple | None] = {}
         self.elf = elf
 
@@ -103,7 +102,7 @@ class Code:
         insn = None
         for lo, hi, data in self.segments:
             if lo <= addr < hi:
-                insn = next(self.md.disasm_lite(data[addr - lo:addr - lo + 16], addr, 1), None)
+                insn = next(self.md.disasm_lite(bytes(data[addr - lo:addr - lo + 16]), addr, 1), None)
                 break
         self._cache[addr] = insn
         return insn
@@ -276,7 +275,7 @@ class Analysis:
     def _is_sigreturn(self, addr: int) -> bool:
         for lo, hi, data in self.code.segments:
             if lo <= addr < hi:
-                return data[addr - lo:addr - lo + len(SIGRETURN)] == SIGRETURN
+                return bytes(data[addr - lo:addr - lo + len(SIGRETURN)]) == SIGRETURN
         return False
 
     def _note_thread_root(self, call: int, after: int) -> None:
@@ -297,32 +296,46 @@ class Analysis:
             addr += size
 
 
-def _gaps(pcs: np.ndarray, kinds: np.ndarray, code: Code) -> list[tuple[int, int]]:
+def code_segments(elf: ElfFile) -> list[tuple[int, int, int]]:
+    """(start, end, file offset) of the file's executable load segments (of at most MAX_CODE_BYTES)."""
+    return [(seg.vaddr, seg.vaddr + seg.filesz, seg.offset) for seg in elf.segments
+            if seg.flags & PF_X and 0 < seg.filesz <= MAX_CODE_BYTES]
+
+
+def _gaps(pcs: np.ndarray, kinds: np.ndarray, segments: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
     """The stretches of executable code that no CFI row describes (an INVALID row, or before the
-    first row)."""
+    first row), in one pass over the rows (a library has hundreds of thousands)."""
+    pcs = pcs.astype(np.uint64, copy=False)
+    invalid = kinds == cfi.KIND_INVALID
     gaps = []
-    for lo, hi, _ in code.segments:
-        i = int(np.searchsorted(pcs, np.uint64(lo), side="right")) - 1
-        start = lo if i < 0 or kinds[i] == cfi.KIND_INVALID else None
-        for j in range(max(i + 1, 0), len(pcs)):
-            pc = int(pcs[j])
-            if pc >= hi:
-                break
-            if kinds[j] == cfi.KIND_INVALID:
-                start = pc if start is None else start
-            elif start is not None:
-                if pc > start:
-                    gaps.append((start, pc))
-                start = None
-        if start is not None and start < hi:
-            gaps.append((start, hi))
+    for lo, hi, _offset in segments:
+        first = int(np.searchsorted(pcs, np.uint64(lo), side="right"))
+        last = int(np.searchsorted(pcs, np.uint64(hi), side="left"))
+        inside, bad = pcs[first:last], invalid[first:last]
+        # the state at lo: the row before it (none: not described)
+        before_bad = first == 0 or bool(invalid[first - 1])
+        # a gap opens at a row that is INVALID after a described row (or at lo) and closes at the
+        # next described row
+        prev_bad = np.concatenate(([before_bad], bad[:-1]))
+        opens = np.flatnonzero(bad & ~prev_bad)
+        closes = np.flatnonzero(~bad & prev_bad)
+        starts = [lo] if before_bad else []
+        starts += inside[opens].tolist()
+        ends = inside[closes].tolist()
+        if len(ends) < len(starts):
+            ends.append(hi)
+        gaps += [(a, b) for a, b in zip(starts, ends) if b > a]
     return gaps
 
 
-def _referenced(code: Code, gaps: list[tuple[int, int]], in_gap) -> set[int]:
-    """The targets of the direct calls and RIP-relative `lea`s of the gaps' code that land in a gap."""
+def _referenced(code: Code, gaps: list[tuple[int, int]], held: list[int], gap_of, in_gap) -> set[int]:
+    """The targets of the direct calls and RIP-relative `lea`s that land in a gap, in the code of the
+    gaps `held` (those with a function symbol) and of the gaps their targets lie in, and so on: only
+    code an entry can lead to is decoded (a large library's gaps are megabytes of it)."""
     found = set()
-    for lo, hi in gaps:
+    todo, swept = list(held), set(held)
+    while todo:
+        lo, hi = gaps[todo.pop()]
         for addr, size, mnemonic, ops in code.sweep(lo, hi):
             if mnemonic == "call":
                 target = _branch_target(ops)
@@ -333,20 +346,25 @@ def _referenced(code: Code, gaps: list[tuple[int, int]], in_gap) -> set[int]:
                 continue
             if target is not None and in_gap(target):
                 found.add(target)
+                i = gap_of(target)
+                if i not in swept:
+                    swept.add(i)
+                    todo.append(i)
     return found
 
 
 def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[int], list[tuple]]:
     """(pcs, rules as (kind, cfa, rbp, ra)) of the code in the CFI's gaps that holds an entry; every
     analysed gap ends in an INVALID row. Nothing for a file that is not x86-64 or whose code is
-    all described."""
+    all described. A file whose gaps hold no function symbol (most libraries with CFI: their gaps
+    are padding and the odd stub) costs a search of its symbols and nothing is decoded."""
     if elf.machine != cfi.EM_X86_64:
         return [], []
-    code = Code(elf)
-    gaps = _gaps(pcs, kinds, code)
+    gaps = _gaps(pcs, kinds, code_segments(elf))
     if not gaps or sum(hi - lo for lo, hi in gaps) > MAX_GAP_BYTES:
         return [], []
     starts = np.array([g[0] for g in gaps], np.uint64)
+    ends = np.array([g[1] for g in gaps], np.uint64)
 
     def gap_of(addr: int) -> int:
         i = int(np.searchsorted(starts, np.uint64(addr), side="right")) - 1
@@ -356,10 +374,14 @@ def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[in
         # (the entry point's code is the process's root: kernel_tables._entry_stops)
         return gap_of(addr) >= 0 and addr != elf.entry
 
-    entries = {v for v in elf.function_symbols()[0].tolist() if in_gap(v)}
+    symbols = elf.function_symbols()[0]
+    at = np.searchsorted(starts, symbols, side="right").astype(np.int64) - 1
+    inside = (at >= 0) & (symbols < ends[np.maximum(at, 0)]) & (symbols != np.uint64(elf.entry))
+    entries = set(symbols[inside].tolist())
     if not entries:
         return [], []
-    entries |= _referenced(code, gaps, in_gap)
+    code = Code(elf)
+    entries |= _referenced(code, gaps, sorted(set(at[inside].tolist())), gap_of, in_gap)
     analysis = Analysis(code, entries, in_gap)
     analysed = sorted({gap_of(a) for a in entries})
     return _rows(analysis, [gaps[i] for i in analysed])
