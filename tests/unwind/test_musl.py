@@ -170,3 +170,39 @@ def test_musl_hidden_assembly_is_named_by_its_code():
         table = SymbolTable(elf)
         named = table.lookup_many([restorer - 1, restorer + 8, clone + 2, clone + len(CLONE_CHILD) - 1])
     assert [n for n, _ in named] == ["__restore_rt", "__restore_rt", "__clone", "__clone"], named
+
+
+def test_code_rows_agree_with_the_compilers_cfi_on_glibc():
+    """The ground truth for rows worked out from code: glibc's libc, which has CFI for every
+    function, analysed as if it had none. At each row of its CFI (a CFA = RSP + n rule) the rows
+    from its code say the same n, or do not know (UNKNOWN: the walk ends truncated); they are not
+    wrong (a wrong n is a made-up caller)."""
+    import glob
+
+    import numpy as np
+
+    from hotstack.symbols.elf import ElfFile
+    from hotstack.unwind import cfi
+    from hotstack.unwind.builder import build_table_fast
+    from hotstack.unwind.code_rows import KIND_UNKNOWN, code_rows
+    from hotstack.unwind.kernel_tables import kernel_rules
+
+    libc = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libc.so.6"))
+    if not libc:
+        pytest.skip("Debian's x86-64 glibc is needed")
+    with ElfFile(libc[0]) as elf:
+        table = build_table_fast(elf)
+        rules = kernel_rules(table)[table.rule_ids]
+        pcs, code = code_rows(elf, np.zeros(0, np.uint64), np.zeros(0, np.uint8))     # (no CFI)
+    at = np.searchsorted(np.array(pcs, np.uint64), table.pcs, side="right") - 1
+    seen = Counter()
+    for i, rule in zip(at.tolist(), rules):
+        if rule["kind"] != cfi.KIND_CFA_SP or i < 0:
+            continue
+        kind, cfa = code[i][:2]
+        seen["unknown" if kind in (KIND_UNKNOWN, cfi.KIND_INVALID) else
+             "same" if kind == cfi.KIND_CFA_SP and cfa == int(rule["cfa"]) else "other"] += 1
+    total = sum(seen.values())
+    assert total > 10_000, seen
+    assert seen["same"] >= 0.9 * total, seen
+    assert seen["other"] <= 0.001 * total, seen

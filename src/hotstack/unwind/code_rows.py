@@ -48,6 +48,12 @@ _ENDS = frozenset(("ret", "hlt", "ud2", "int3", "jmp"))
 _NO_WRITE = frozenset(("cmp", "test", "push", "bt"))
 _REGISTERS = frozenset(("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13",
                         "r14", "r15"))
+# Functions that do not return: a call of one ends its path (the code after it is another function's)
+NORETURN = frozenset(("abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_chk_fail", "__libc_fatal",
+                      "__assert_fail", "__assert_perror_fail", "__fortify_fail", "__chk_fail", "pthread_exit",
+                      "__pthread_exit", "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk", "__cxa_throw",
+                      "__cxa_rethrow", "_Unwind_Resume", "err", "errx", "verr", "verrx", "__unmapself",
+                      "__libc_longjmp", "__libc_siglongjmp"))
 TOP = "top"                        # two paths disagree, or an RSP change not followed
 
 
@@ -193,8 +199,8 @@ def _join(a: State | str, b: State | str) -> State | str:
 class Analysis:
     """The states of every instruction reached from the entries, by a worklist over the branches."""
 
-    def __init__(self, code: Code, entries: set[int], inside) -> None:
-        self.code, self.entries, self.inside = code, entries, inside
+    def __init__(self, code: Code, entries: set[int], inside, noreturn: frozenset[int] = frozenset()) -> None:
+        self.code, self.entries, self.inside, self.noreturn = code, entries, inside, noreturn
         self.states: dict[int, State | str] = {}
         self.sizes: dict[int, int] = {}
         self.signal: set[int] = set()
@@ -242,10 +248,18 @@ class Analysis:
                     return out
             elif mnemonic in _ENDS:
                 return out
+            if mnemonic == "call" and (_branch_target(ops) in self.noreturn or self._padding_after(nxt)):
+                # a call that does not return (abort, __libc_fatal) is followed by the padding
+                # before the next function, which no path reaches with this frame
+                return out
             if state != TOP:
                 state = _step(state, mnemonic, ops) if mnemonic != "call" else state
             addr = nxt
         return out
+
+    def _padding_after(self, addr: int) -> bool:
+        insn = self.code.at(addr)
+        return insn is not None and (insn[2] in ("nop", "int3") or insn[2].startswith(("data16", "cs nop")))
 
     def _switch_targets(self, recent: list[tuple]) -> list[int]:
         """The cases of a switch compiled to a table of 32-bit offsets from its own address, as gcc
@@ -382,9 +396,16 @@ def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[in
         return [], []
     code = Code(elf)
     entries |= _referenced(code, gaps, sorted(set(at[inside].tolist())), gap_of, in_gap)
-    analysis = Analysis(code, entries, in_gap)
+    analysis = Analysis(code, entries, in_gap, _noreturn(elf))
     analysed = sorted({gap_of(a) for a in entries})
     return _rows(analysis, [gaps[i] for i in analysed])
+
+
+def _noreturn(elf: ElfFile) -> frozenset[int]:
+    """The addresses of the NORETURN functions and of their PLT stubs."""
+    out = {elf.symbol_value(name) for name in NORETURN} - {None, 0}     # (found by name in the string tables)
+    out.update(addr for addr, _size, name in elf.plt_symbols() if name.partition("@")[0] in NORETURN)
+    return frozenset(out)
 
 
 def _rule(state: State | str | None) -> tuple:
