@@ -248,18 +248,14 @@ class Analysis:
                     return out
             elif mnemonic in _ENDS:
                 return out
-            if mnemonic == "call" and (_branch_target(ops) in self.noreturn or self._padding_after(nxt)):
-                # a call that does not return (abort, __libc_fatal) is followed by the padding
-                # before the next function, which no path reaches with this frame
+            if mnemonic == "call" and _branch_target(ops) in self.noreturn:
+                # a call that does not return (abort, __libc_fatal): what follows is another
+                # function's code (or padding), which no path reaches with this frame
                 return out
             if state != TOP:
                 state = _step(state, mnemonic, ops) if mnemonic != "call" else state
             addr = nxt
         return out
-
-    def _padding_after(self, addr: int) -> bool:
-        insn = self.code.at(addr)
-        return insn is not None and (insn[2] in ("nop", "int3") or insn[2].startswith(("data16", "cs nop")))
 
     def _switch_targets(self, recent: list[tuple]) -> list[int]:
         """The cases of a switch compiled to a table of 32-bit offsets from its own address, as gcc
