@@ -252,3 +252,18 @@ def test_a_noted_process_named_with_kept_mappings_that_lost_one_is_told(sleeper)
     processes.note(gone_pid, told, parent)
     sample, _ = maker.sample(RawStack(gone_pid, gone_pid, "sleep", stack, (), 1, user_hash=0x5EED + 1), strip_bpf=True)
     assert all(f.name != UNKNOWN for f in sample.stack) and not processes.take_holes()
+
+
+@pytest.mark.parametrize("end, marked", [(1, False), (7, True), (3, True)])
+def test_a_walk_ended_in_code_of_unknown_frame_is_shown_truncated(sleeper, end, marked):
+    """A native walk that ended where no frame could be worked out (NU_END_INVALID, 7: code without
+    CFI or frame pointer, unwind/code_rows.py) ends in a [truncated] frame and counts as truncated,
+    as one cut at the frame limit (NU_END_TRUNCATED, 3) does; one that reached its root (1) not."""
+    from hotstack.bpf import schema
+    from hotstack.profile.model import TRUNCATED
+
+    assert (schema.NU_END_ROOT, schema.NU_END_INVALID, schema.NU_END_TRUNCATED) == (1, 7, 3)
+    maker, _symbolizer, processes = _maker(sleeper)
+    stack = _libc_addresses(processes, sleeper)[:2]
+    sample, _ = maker.sample(RawStack(sleeper, sleeper, "sleep", stack, (), 1, user_end=end), strip_bpf=True)
+    assert (sample.stack[-1] is TRUNCATED) == marked, [f.name for f in sample.stack]
