@@ -55,6 +55,12 @@ NORETURN = frozenset(("abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_
                       "__cxa_rethrow", "_Unwind_Resume", "err", "errx", "verr", "verrx", "__unmapself",
                       "__libc_longjmp", "__libc_siglongjmp"))
 TOP = "top"                        # two paths disagree, or an RSP change not followed
+# The C runtime's start-up and tear-down stubs (crti/crtn, crtbegin/crtend) that gcc links into
+# every program and library without CFI. They run once, at load and exit, and are no reason to
+# analyse a file: alone, they would decode code (and load capstone, ~10 MB of the profiler's
+# memory for the rest of its run) for every unstripped library built with glibc.
+_C_RUNTIME_STUBS = frozenset(("_init", "_fini", "deregister_tm_clones", "register_tm_clones",
+                              "__do_global_dtors_aux", "frame_dummy"))
 
 
 @dataclass(frozen=True)
@@ -384,9 +390,11 @@ def code_rows(elf: ElfFile, pcs: np.ndarray, kinds: np.ndarray) -> tuple[list[in
         # (the entry point's code is the process's root: kernel_tables._entry_stops)
         return gap_of(addr) >= 0 and addr != elf.entry
 
-    symbols = elf.function_symbols()[0]
+    symbols, _sizes, names, tables, strtabs = elf.function_symbols()
     at = np.searchsorted(starts, symbols, side="right").astype(np.int64) - 1
     inside = (at >= 0) & (symbols < ends[np.maximum(at, 0)]) & (symbols != np.uint64(elf.entry))
+    for i in np.flatnonzero(inside).tolist():
+        inside[i] = elf.symbol_name(strtabs[tables[i]], names[i]) not in _C_RUNTIME_STUBS
     entries = set(symbols[inside].tolist())
     if not entries:
         return [], []
