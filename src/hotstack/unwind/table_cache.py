@@ -44,10 +44,11 @@ class TableCache:
     # 3: Go rows from SP deltas; 4: a STOP row at an entry point without CFI; 5: one flat file
     # (_TABLE_HEADER), not an .npz; 6: Go's vDSO callers by frame pointer, runtime.mstart a STOP;
     # 7: struct nu_rule with a 32-bit CFA offset (12 bytes); 8: its fields reordered; 9: rows worked
-    # out from the code that no CFI describes (code_rows.py: musl's libc). The header's
+    # out from the code that no CFI describes (code_rows.py: musl's libc); 10: only in files most of
+    # whose functions no CFI describes (node's builtins keep the frame-pointer walk). The header's
     # version word also holds a hash of the rules' layout (_FORMAT): a table written for another
     # struct nu_rule is never read as this one's
-    VERSION = 9
+    VERSION = 10
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
