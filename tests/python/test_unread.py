@@ -63,11 +63,11 @@ def test_an_exec_makes_the_pid_a_new_process_to_note():
     unread = UnreadRuntimes()
     unread.note(("a",), UnreadProcess(4242, "Ruby", "3.9.0", "/usr/lib/libruby.so", "unknown version"))
     unread.note(("a",), UnreadProcess(4242, "Ruby", "3.9.0", "/usr/lib/libruby.so", "unknown version"))
-    assert unread.counts == {"Ruby": 1} and unread.take_new() == 1
+    assert unread.counts == {"Ruby": 1} and unread.take_new() == (1, 0)
     unread.forget(4242)
     assert unread.of(4242) == []
     unread.note(("b",), UnreadProcess(4242, "Ruby", "3.9.1", "/opt/libruby.so", "unknown version"))
-    assert unread.counts == {"Ruby": 2} and unread.take_new() == 1
+    assert unread.counts == {"Ruby": 2} and unread.take_new() == (1, 0)
     assert [u.version for u in unread.of(4242)] == ["3.9.1"]
 
 
@@ -81,8 +81,8 @@ def test_a_runtime_read_in_part_is_counted_apart():
                          partial="the lines of frames in C2-compiled loops")
     unread.note(("j",), part)
     unread.note(("j",), part)
-    assert unread.partly == {"Java": 1} and unread.take_new_partly() == 1 and unread.take_new_partly() == 0
-    assert unread.counts == {} and unread.take_new() == 0
+    assert unread.partly == {"Java": 1} and unread.take_new() == (0, 1) and unread.take_new() == (0, 0)
+    assert unread.counts == {}
     assert unread.of(77) == [part] and "named without the lines of frames in C2-compiled loops" in part.line()
 
 

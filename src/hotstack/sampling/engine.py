@@ -252,8 +252,7 @@ class Engine(ProcessWatch, EngineThreads):
         batch.stats.truncated = truncated
         batch.stats.out_of_scope = out_of_scope
         if sampler is self.cpu:
-            batch.stats.runtimes_unread = UNREAD.take_new()
-            batch.stats.runtimes_partly_read = UNREAD.take_new_partly()
+            batch.stats.runtimes_unread, batch.stats.runtimes_partly_read = UNREAD.take_new()
             with self._failures_lock:
                 batch.stats.engine_failures, self._new_failures = self._new_failures, 0
             refused = self.processes.held.refused

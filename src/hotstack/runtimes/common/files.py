@@ -127,16 +127,11 @@ class UnreadRuntimes:
             for key in [k for k in self._by_pid if k[0] == pid]:
                 del self._by_pid[key]
 
-    def take_new(self) -> int:
-        """Processes noted unread since the last call (for one interval's footer)."""
+    def take_new(self) -> tuple[int, int]:
+        """(processes noted unread, processes noted read in part) since the last call (for one
+        interval's footer)."""
         with self._lock:
-            new, self._new = self._new, 0
-        return new
-
-    def take_new_partly(self) -> int:
-        """Processes noted read in part since the last call (for one interval's footer)."""
-        with self._lock:
-            new, self._new_partly = self._new_partly, 0
+            new, self._new, self._new_partly = (self._new, self._new_partly), 0, 0
         return new
 
 
