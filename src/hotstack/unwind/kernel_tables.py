@@ -157,14 +157,8 @@ def build_file_table(elf: ElfFile, debug_elf: ElfFile | None = None, key: str | 
         all_pcs = np.concatenate((go_ends, go_pcs, pcs))
         all_ids = np.concatenate((np.full(len(go_ends), inv_id, np.int32), go_ids, ids))
         del go_ends, go_pcs, go_ids, pcs, ids
-        order = np.lexsort((rank, all_pcs))
-        del rank
-        all_pcs, all_ids = all_pcs[order], all_ids[order]
-        del order
-        last = np.ones(len(all_pcs), bool)
-        last[:-1] = all_pcs[1:] != all_pcs[:-1]
-        pcs, ids = all_pcs[last], all_ids[last]
-        del all_pcs, all_ids, last
+        pcs, ids = _highest_ranked(all_pcs, all_ids, rank)
+        del all_pcs, all_ids, rank
         source = "+".join(filter(None, (source, ".gopclntab")))
     if not is_go:
         pcs, ids, rules, analysed = _with_code_rows(elf, pcs, ids, rules)
@@ -195,11 +189,17 @@ def _with_code_rows(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.nd
     # at one pc a CFI row wins over a code row, a code row over the CFI's INVALID (an FDE's end)
     cfi_rank = np.where(rules["kind"][ids] == cfi.KIND_INVALID, 0, 2).astype(np.int8)
     code_rank = np.where(np.array([r[0] for r in code_rules]) == cfi.KIND_INVALID, 0, 1).astype(np.int8)
-    order = np.lexsort((np.concatenate((cfi_rank, code_rank)), all_pcs))
-    all_pcs, all_ids = all_pcs[order], all_ids[order]
-    last = np.ones(len(all_pcs), bool)
-    last[:-1] = all_pcs[1:] != all_pcs[:-1]
-    return all_pcs[last], all_ids[last], np.concatenate((rules, unique)), True
+    pcs, ids = _highest_ranked(all_pcs, all_ids, np.concatenate((cfi_rank, code_rank)))
+    return pcs, ids, np.concatenate((rules, unique)), True
+
+
+def _highest_ranked(pcs: np.ndarray, ids: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by pc, one per pc: the one of highest rank there."""
+    order = np.lexsort((rank, pcs))
+    pcs, ids = pcs[order], ids[order]
+    last = np.ones(len(pcs), bool)
+    last[:-1] = pcs[1:] != pcs[:-1]
+    return pcs[last], ids[last]
 
 
 def _entry_stops(elf: ElfFile, pcs: np.ndarray, ids: np.ndarray, rules: np.ndarray):
